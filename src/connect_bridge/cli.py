@@ -1,0 +1,88 @@
+"""The ``connect-bridge`` command (DESIGN.md §4.1 is the contract for its sub-commands and flags)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+
+from connect_bridge.codecs import connect_protocol
+from connect_bridge.codecs.errors import CodecError
+
+_CODEC_KINDS: dict[str, tuple[Callable, Callable, Callable, Callable]] = {
+    # kind: (decode, encode, from_json, to_json)
+    "subscription": (
+        connect_protocol.decode_subscription,
+        connect_protocol.encode_subscription,
+        connect_protocol.Subscription.from_json,
+        connect_protocol.Subscription.to_json,
+    ),
+    "assignment": (
+        connect_protocol.decode_assignment,
+        connect_protocol.encode_assignment,
+        connect_protocol.Assignment.from_json,
+        connect_protocol.Assignment.to_json,
+    ),
+}
+
+
+def _fail(message: str) -> int:
+    print(f"connect-bridge: {message}", file=sys.stderr)
+    return 1
+
+
+def _cmd_codec(args: argparse.Namespace) -> int:
+    decode, encode, from_json, to_json = _CODEC_KINDS[args.kind]
+    if args.op == "decode":
+        text = "".join(args.data.split())
+        try:
+            data = bytes.fromhex(text)
+        except ValueError as exc:
+            return _fail(f"invalid hex input: {exc}")
+        try:
+            value = decode(data)
+        except CodecError as exc:
+            return _fail(f"cannot decode {args.kind}: {exc}")
+        print(json.dumps(to_json(value), ensure_ascii=False))
+        return 0
+    if args.version is None:
+        return _fail("codec encode needs --version N")
+    try:
+        doc = json.loads(args.data)
+    except json.JSONDecodeError as exc:
+        return _fail(f"invalid JSON input at character {exc.pos}: {exc.msg}")
+    try:
+        print(encode(from_json(doc), args.version).hex())
+    except CodecError as exc:
+        return _fail(f"cannot encode {args.kind}: {exc}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="connect-bridge",
+        description="Online migration bridge for Kafka Connect group membership (classic <-> connect).",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    codec = sub.add_parser("codec", help="decode or encode Connect embedded-protocol payloads")
+    codec.add_argument("op", choices=("decode", "encode"))
+    codec.add_argument("--kind", required=True, choices=sorted(_CODEC_KINDS))
+    codec.add_argument("--version", type=int, help="protocol version to encode at (encode only)")
+    codec.add_argument("data", help="hex bytes (decode) or a JSON document (encode)")
+    codec.set_defaults(func=_cmd_codec)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help()
+        return 0
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

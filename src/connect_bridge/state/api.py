@@ -1,0 +1,125 @@
+"""Typed requests and responses of the coordinator, independent of wire versions.
+
+The bridge maps Kafka wire messages onto these (and back). Keeping the engine on small slotted
+values instead of wire containers keeps a stable-group heartbeat cheap and lets simulations skip
+serialization entirely. ``None`` in a request field means "unchanged since the last heartbeat".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from connect_bridge.state.model import ClientAssignor, Items
+
+LEAVE_EPOCH = -1
+TEMPORARY_LEAVE_EPOCH = -2
+
+
+@dataclass(slots=True)
+class HeartbeatRequest:
+    group_id: str
+    member_id: str
+    member_epoch: int
+    instance_id: str | None = None
+    rebalance_timeout_ms: int = -1
+    server_assignor: str | None = None
+    client_assignors: tuple[ClientAssignor, ...] | None = None
+    owned: Items | None = None
+    url: str | None = None
+    config_offset: int | None = None
+    client_id: str = ""
+    client_host: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MemberAssignment:
+    """What a member must run now, and who leads the Connect cluster."""
+
+    items: Items
+    leader_id: str
+    leader_url: str
+    config_offset: int
+
+
+@dataclass(slots=True)
+class HeartbeatResponse:
+    error_code: int = 0
+    error_message: str | None = None
+    member_id: str = ""
+    member_epoch: int = 0
+    heartbeat_interval_ms: int = 0
+    assignment: MemberAssignment | None = None
+
+
+@dataclass(slots=True)
+class PrepareAssignmentRequest:
+    group_id: str
+    member_id: str
+    member_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedMember:
+    member_id: str
+    member_epoch: int
+    instance_id: str | None
+    url: str
+    config_offset: int
+    assignor: ClientAssignor | None
+    target: Items
+
+
+@dataclass(slots=True)
+class PrepareAssignmentResponse:
+    error_code: int = 0
+    error_message: str | None = None
+    group_epoch: int = -1
+    assignor_name: str = ""
+    config_offset: int = -1
+    connectors: dict[str, int] = field(default_factory=dict)
+    members: tuple[PreparedMember, ...] = ()
+
+
+@dataclass(slots=True)
+class InstallAssignmentRequest:
+    group_id: str
+    member_id: str
+    member_epoch: int
+    group_epoch: int
+    error: int = 0
+    members: dict[str, Items] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class InstallAssignmentResponse:
+    error_code: int = 0
+    error_message: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedMember:
+    member_id: str
+    instance_id: str | None
+    protocol: str
+    member_epoch: int
+    state: str
+    url: str
+    config_offset: int
+    current: Items
+    revoking: Items
+    target: Items
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedGroup:
+    group_id: str
+    error_code: int = 0
+    group_type: str = ""
+    state: str = ""
+    group_epoch: int = -1
+    assignment_epoch: int = -1
+    assignor: str = ""
+    leader_id: str = ""
+    leader_url: str = ""
+    config_offset: int = -1
+    members: tuple[DescribedMember, ...] = ()

@@ -1,0 +1,37 @@
+"""Coordinator settings (the broker-side ``group.*`` configs of a real coordinator)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from connect_bridge.state.assignors import COOPERATIVE
+
+
+class MigrationPolicy(str, Enum):
+    BIDIRECTIONAL = "bidirectional"
+    UPGRADE = "upgrade"
+    DOWNGRADE = "downgrade"
+    DISABLED = "disabled"
+
+    @property
+    def allows_upgrade(self) -> bool:
+        return self in (MigrationPolicy.BIDIRECTIONAL, MigrationPolicy.UPGRADE)
+
+    @property
+    def allows_downgrade(self) -> bool:
+        return self in (MigrationPolicy.BIDIRECTIONAL, MigrationPolicy.DOWNGRADE)
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorConfig:
+    session_timeout_ms: int = 10000
+    heartbeat_interval_ms: int = 3000
+    scheduled_rebalance_max_delay_ms: int = 300000
+    """Connect's ``scheduled.rebalance.max.delay.ms``: how long lost work waits for its worker."""
+    default_assignor: str = COOPERATIVE
+    max_group_size: int = 2147483647
+    migration_policy: MigrationPolicy = MigrationPolicy.BIDIRECTIONAL
+    classic_initial_rebalance_delay_ms: int = 3000
+    classic_min_session_timeout_ms: int = 6000
+    classic_max_session_timeout_ms: int = 1800000

@@ -1,0 +1,806 @@
+"""A ``connect`` group: the epoch engine of seed 000 driven by ConnectGroupHeartbeat.
+
+The coordinator owns the group: membership changes bump the group epoch, a bumped epoch produces a
+new declarative target assignment (server-side assignor, or one member computing it client-side),
+and every member is reconciled toward that target on its own heartbeats, revoking before assigning.
+All inputs carry ``now_ms``; all effects are responses, records (``drain_records``) and timers
+(``timers``). Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import replace
+
+from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.codecs.ids import ConnectorTaskId
+from connect_bridge.state import assignors
+from connect_bridge.state.api import (
+    LEAVE_EPOCH,
+    TEMPORARY_LEAVE_EPOCH,
+    DescribedGroup,
+    DescribedMember,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    InstallAssignmentRequest,
+    InstallAssignmentResponse,
+    MemberAssignment,
+    PreparedMember,
+    PrepareAssignmentRequest,
+    PrepareAssignmentResponse,
+)
+from connect_bridge.state.config import CoordinatorConfig
+from connect_bridge.state.model import (
+    EMPTY,
+    ClientAssignor,
+    ConfigView,
+    CurrentAssignment,
+    GroupMetadata,
+    GroupState,
+    GroupType,
+    HeldWork,
+    Items,
+    Member,
+    MemberMetadata,
+    MemberState,
+    TargetMetadata,
+)
+from connect_bridge.state.reconciliation import next_assignment
+from connect_bridge.state.records import Record, RecordType
+from connect_bridge.state.timers import Timers
+
+_MEMBER_ID_NAMESPACE = uuid.UUID("8a6f2b8e-5c1d-4b7a-9f3e-2d4c6b8a0e1f")
+
+
+class RequestError(Exception):
+    """A request the group rejects; ``code`` goes on the wire, state is untouched."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class ConnectGroup:
+    def __init__(
+        self, group_id: str, config: CoordinatorConfig, timers: Timers, view: ConfigView | None = None
+    ) -> None:
+        self.group_id = group_id
+        self.config = config
+        self.timers = timers
+        self.metadata = GroupMetadata()
+        self.view = view or ConfigView()
+        self.members: dict[str, Member] = {}
+        self.target_metadata = TargetMetadata()
+        self.target: dict[str, Items] = {}
+        self.owners: dict[ConnectorTaskId, str] = {}
+        # client-side assignment in flight (transient: redone after a restart)
+        self.computing_member: str | None = None
+        self.compute_notified = False
+        self.compute_snapshot: tuple[int, frozenset[str], Items] | None = None
+        self._records: list[Record] = []
+
+    # ------------------------------------------------------------------ derived views
+    @property
+    def group_epoch(self) -> int:
+        return self.metadata.group_epoch
+
+    @property
+    def assignment_epoch(self) -> int:
+        return self.target_metadata.assignment_epoch
+
+    @property
+    def state(self) -> GroupState:
+        if not self.members:
+            return GroupState.EMPTY
+        if self.group_epoch > self.assignment_epoch:
+            return GroupState.ASSIGNING
+        for m in self.members.values():
+            c = m.current
+            if c.member_epoch != self.assignment_epoch or c.state is not MemberState.STABLE:
+                return GroupState.RECONCILING
+        return GroupState.STABLE
+
+    def assignor_name(self) -> str:
+        client = self._common_client_assignor()
+        if client is not None:
+            return client
+        votes: dict[str, int] = {}
+        for m in self.members.values():
+            name = m.metadata.server_assignor or self.config.default_assignor
+            votes[name] = votes.get(name, 0) + 1
+        if not votes:
+            return self.config.default_assignor
+        return min(votes, key=lambda n: (-votes[n], n))
+
+    def _common_client_assignor(self) -> str | None:
+        if not self.members:
+            return None
+        names: set[str] | None = None
+        first: tuple[ClientAssignor, ...] = ()
+        for mid in sorted(self.members):
+            assignors_ = self.members[mid].metadata.client_assignors
+            if not assignors_:
+                return None
+            if names is None:
+                names, first = {a.name for a in assignors_}, assignors_
+            else:
+                names &= {a.name for a in assignors_}
+        for a in first:
+            if names and a.name in names:
+                return a.name
+        return None
+
+    def leader_url(self) -> str:
+        leader = self.members.get(self.metadata.leader_id)
+        return leader.metadata.url if leader else ""
+
+    def assignment_config_offset(self) -> int:
+        offset = self.view.offset
+        for m in self.members.values():
+            offset = max(offset, m.metadata.config_offset)
+        return offset
+
+    # ------------------------------------------------------------------ records
+    def drain_records(self) -> list[Record]:
+        out, self._records = self._records, []
+        return out
+
+    def _emit(self, type_: RecordType, member_id: str = "", value: object | None = None) -> None:
+        self._records.append(Record(type_, self.group_id, member_id, value))
+
+    def _set_metadata(self, **changes: object) -> None:
+        self.metadata = replace(self.metadata, **changes)
+        self._emit(RecordType.GROUP_METADATA, value=self.metadata)
+
+    def _bump_group_epoch(self) -> None:
+        self._set_metadata(group_epoch=self.metadata.group_epoch + 1)
+
+    def _set_member_metadata(self, member: Member, metadata: MemberMetadata) -> None:
+        member.metadata = metadata
+        self._emit(RecordType.MEMBER_METADATA, member.member_id, metadata)
+
+    def _set_current(self, member: Member, current: CurrentAssignment) -> None:
+        old = member.current
+        if old.assigned is not current.assigned or old.revoking is not current.revoking:
+            mid = member.member_id
+            for item in old.owned - current.owned:
+                if self.owners.get(item) == mid:
+                    del self.owners[item]
+            for item in current.owned - old.owned:
+                self.owners[item] = mid
+        member.current = current
+        self._emit(RecordType.CURRENT_ASSIGNMENT, member.member_id, current)
+        if current.state is not MemberState.UNREVOKED:
+            self.timers.cancel(("revoke", self.group_id, member.member_id))
+
+    def _install_target(self, epoch: int, target: dict[str, Items], error: int = 0) -> None:
+        for mid, items in target.items():
+            if self.target.get(mid) != items:
+                self._emit(RecordType.TARGET_MEMBER, mid, items)
+        for mid in list(self.target):
+            if mid not in target:
+                self._emit(RecordType.TARGET_MEMBER, mid, None)
+        self.target = dict(target)
+        self.target_metadata = TargetMetadata(epoch, error)
+        self._emit(RecordType.TARGET_METADATA, value=self.target_metadata)
+
+    # ------------------------------------------------------------------ replay
+    def apply(self, record: Record) -> None:
+        """Rebuild state from one record (the inverse of the ``_emit`` calls above)."""
+        t, mid, value = record.type, record.member_id, record.value
+        if t is RecordType.GROUP_METADATA:
+            self.metadata = value  # type: ignore[assignment]
+        elif t is RecordType.CONFIG:
+            self.view = value  # type: ignore[assignment]
+        elif t is RecordType.TARGET_METADATA:
+            self.target_metadata = value  # type: ignore[assignment]
+        elif t is RecordType.TARGET_MEMBER:
+            if value is None:
+                self.target.pop(mid, None)
+            else:
+                self.target[mid] = value  # type: ignore[assignment]
+        elif t is RecordType.MEMBER_METADATA:
+            if value is None:
+                self.members.pop(mid, None)
+            else:
+                member = self.members.get(mid)
+                if member is None:
+                    self.members[mid] = Member(mid, value, CurrentAssignment())  # type: ignore[arg-type]
+                else:
+                    member.metadata = value  # type: ignore[assignment]
+        elif t is RecordType.CURRENT_ASSIGNMENT:
+            member = self.members.get(mid)
+            if member is not None and value is not None:
+                member.current = value  # type: ignore[assignment]
+
+    def rebuild_after_load(self, now_ms: int) -> None:
+        """Derive the owner index and re-arm timers once all records are replayed."""
+        self.owners = {}
+        for mid, member in self.members.items():
+            for item in member.current.owned:
+                self.owners[item] = mid
+            self._arm_session(member, now_ms)
+            if member.current.state is MemberState.UNREVOKED:
+                self._arm_revocation(member, now_ms)
+        self._arm_held_timer()
+
+    def snapshot(self) -> dict:
+        """Everything persisted, in a comparable form (tests compare replayed state with live state)."""
+        return {
+            "metadata": self.metadata,
+            "view": self.view,
+            "target_metadata": self.target_metadata,
+            "target": dict(self.target),
+            "members": {
+                mid: (m.metadata, m.current) for mid, m in sorted(self.members.items())
+            },
+        }
+
+    # ------------------------------------------------------------------ timers
+    def _arm_session(self, member: Member, now_ms: int) -> None:
+        timeout = member.metadata.session_timeout_ms
+        self.timers.schedule(("session", self.group_id, member.member_id), now_ms + timeout)
+
+    def _arm_revocation(self, member: Member, now_ms: int) -> None:
+        key = ("revoke", self.group_id, member.member_id)
+        if key not in self.timers:
+            self.timers.schedule(key, now_ms + member.metadata.rebalance_timeout_ms)
+
+    def _arm_held_timer(self) -> None:
+        key = ("held", self.group_id)
+        if self.metadata.held:
+            self.timers.schedule(key, min(h.deadline_ms for h in self.metadata.held))
+        else:
+            self.timers.cancel(key)
+
+    def on_timer(self, key: tuple, now_ms: int) -> None:
+        kind = key[0]
+        if kind == "session":
+            member = self.members.get(key[2])
+            if member is not None:
+                self._remove_member(member, now_ms)
+        elif kind == "revoke":
+            member = self.members.get(key[2])
+            if member is not None and member.current.state is MemberState.UNREVOKED:
+                self._remove_member(member, now_ms)
+        elif kind == "compute":
+            if self.computing_member is not None and self.compute_notified:
+                self._choose_computing_member(exclude=self.computing_member)
+        elif kind == "held":
+            self._bump_group_epoch()
+        self._maybe_update_target(now_ms)
+
+    # ------------------------------------------------------------------ membership
+    def _new_member_id(self) -> str:
+        seq = self.metadata.member_seq + 1
+        self._set_metadata(member_seq=seq)
+        return str(uuid.uuid5(_MEMBER_ID_NAMESPACE, f"{self.group_id}/{seq}"))
+
+    def add_member(self, member_id: str, metadata: MemberMetadata, now_ms: int) -> Member:
+        member = Member(member_id, metadata, CurrentAssignment())
+        self.members[member_id] = member
+        self._emit(RecordType.MEMBER_METADATA, member_id, metadata)
+        self._emit(RecordType.CURRENT_ASSIGNMENT, member_id, member.current)
+        if not self.metadata.leader_id or self.metadata.leader_id not in self.members:
+            self._set_metadata(leader_id=member_id)
+        self._bump_group_epoch()
+        self._arm_session(member, now_ms)
+        return member
+
+    def _remove_member(self, member: Member, now_ms: int) -> None:
+        """Drop a member; its targeted work is held for the scheduled delay (Connect's lost work)."""
+        mid = member.member_id
+        self._set_current(member, CurrentAssignment())
+        del self.members[mid]
+        self._emit(RecordType.CURRENT_ASSIGNMENT, mid, None)
+        self._emit(RecordType.MEMBER_METADATA, mid, None)
+        for key in (("session", self.group_id, mid), ("revoke", self.group_id, mid)):
+            self.timers.cancel(key)
+        held = self.metadata.held
+        work = self.target.get(mid, EMPTY) & self.view.items()
+        delay = self.config.scheduled_rebalance_max_delay_ms
+        if work and delay > 0 and self.assignor_name() != assignors.EAGER and self.members:
+            held = (*held, HeldWork(work, member.metadata.url, member.metadata.instance_id, now_ms + delay))
+        leader = self.metadata.leader_id
+        if leader == mid:
+            leader = min(self.members) if self.members else ""
+        if self.computing_member == mid:
+            self.computing_member = None
+            self.compute_notified = False
+        self._set_metadata(group_epoch=self.metadata.group_epoch + 1, leader_id=leader, held=held)
+        self._arm_held_timer()
+
+    # ------------------------------------------------------------------ target assignment
+    def _maybe_update_target(self, now_ms: int) -> None:
+        if self.group_epoch <= self.assignment_epoch:
+            return
+        if not self.members:
+            self._install_target(self.group_epoch, {})
+            return
+        name = self.assignor_name()
+        server = assignors.SERVER_ASSIGNORS.get(name)
+        if server is not None:
+            spec = self._assignment_spec(now_ms)
+            self._install_target(self.group_epoch, server(spec))
+        elif self.computing_member is None:
+            self._choose_computing_member()
+
+    def _assignment_spec(self, now_ms: int) -> assignors.AssignmentSpec:
+        """Resolve held work (returned to its worker, expired, or still waiting) and build the input."""
+        waiting: list[HeldWork] = []
+        returned: dict[str, Items] = {}
+        by_url = {m.metadata.url: mid for mid, m in self.members.items() if m.metadata.url}
+        by_instance = {
+            m.metadata.instance_id: mid for mid, m in self.members.items() if m.metadata.instance_id
+        }
+        for h in self.metadata.held:
+            owner = (by_instance.get(h.instance_id) if h.instance_id else None) or by_url.get(h.url)
+            if owner is not None:
+                returned[owner] = returned.get(owner, EMPTY) | h.items
+            elif h.deadline_ms > now_ms:
+                waiting.append(h)
+        if tuple(waiting) != self.metadata.held:
+            self._set_metadata(held=tuple(waiting))
+            self._arm_held_timer()
+        held_items: set[ConnectorTaskId] = set()
+        for h in waiting:
+            held_items |= h.items
+        configured = self.view.items() - held_items
+        return assignors.AssignmentSpec(
+            members=tuple(sorted(self.members)),
+            configured=configured,
+            previous=self.target,
+            returned=returned,
+            holding=bool(waiting),
+        )
+
+    def _choose_computing_member(self, exclude: str | None = None) -> None:
+        """Pick the member whose client assignor version range covers everyone else's (seed 000)."""
+        name = self.assignor_name()
+        ranges: dict[str, tuple[int, int]] = {}
+        for mid, m in self.members.items():
+            for a in m.metadata.client_assignors:
+                if a.name == name:
+                    ranges[mid] = (a.minimum_version, a.maximum_version)
+        if not ranges:
+            self.computing_member = None
+            return
+        lo, hi = min(r[0] for r in ranges.values()), max(r[1] for r in ranges.values())
+        covering = [mid for mid, r in ranges.items() if r[0] <= lo and r[1] >= hi]
+        candidates = covering or list(ranges)
+        if exclude is not None and len(candidates) > 1:
+            candidates = [c for c in candidates if c != exclude]
+        leader = self.metadata.leader_id
+        self.computing_member = leader if leader in candidates else min(candidates)
+        self.compute_notified = False
+        self.compute_snapshot = None
+
+    # ------------------------------------------------------------------ heartbeat
+    def heartbeat(self, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
+        epoch = req.member_epoch
+        member = self.members.get(req.member_id)
+        # The steady-state fast path: a stable member with nothing to report.
+        if (
+            member is not None
+            and epoch == member.current.member_epoch
+            and epoch == self.target_metadata.assignment_epoch
+            and member.current.state is MemberState.STABLE
+            and self.metadata.group_epoch == epoch
+            and req.owned is None
+            and req.client_assignors is None
+            and req.server_assignor is None
+            and req.url is None
+            and req.config_offset is None
+            and req.instance_id is None
+            and req.rebalance_timeout_ms == -1
+            and self.computing_member != req.member_id
+        ):
+            self._arm_session(member, now_ms)
+            return HeartbeatResponse(
+                member_id=member.member_id,
+                member_epoch=epoch,
+                heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+            )
+        try:
+            return self._heartbeat(req, now_ms)
+        except RequestError as exc:
+            return HeartbeatResponse(
+                error_code=int(exc.code), error_message=exc.message, member_id=req.member_id,
+                member_epoch=req.member_epoch, heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+            )
+
+    def _validate(self, req: HeartbeatRequest, joining: bool) -> None:
+        bad = None
+        if not req.group_id:
+            bad = "GroupId must be non-empty"
+        elif not req.member_id and not joining:
+            bad = "MemberId must be non-empty"
+        elif req.member_epoch < TEMPORARY_LEAVE_EPOCH:
+            bad = f"MemberEpoch must be >= -2, got {req.member_epoch}"
+        elif req.instance_id is not None and not req.instance_id:
+            bad = "InstanceId, if provided, must be non-empty"
+        elif joining and req.rebalance_timeout_ms <= 0 and req.member_id not in self.members:
+            bad = "RebalanceTimeoutMs must be larger than zero when joining"
+        elif req.server_assignor is not None and req.client_assignors:
+            bad = "ServerAssignor and ClientAssignors cannot be used together"
+        elif req.member_epoch == TEMPORARY_LEAVE_EPOCH and not req.instance_id:
+            bad = "MemberEpoch -2 (temporary leave) requires InstanceId"
+        else:
+            for a in req.client_assignors or ():
+                if not a.name:
+                    bad = "Assignor.Name must be non-empty"
+                elif a.minimum_version < -1:
+                    bad = f"Assignor {a.name}: MinimumVersion must be >= -1"
+                elif a.maximum_version < 0 or a.maximum_version < a.minimum_version:
+                    bad = f"Assignor {a.name}: MaximumVersion must be >= 0 and >= MinimumVersion"
+                elif not a.minimum_version <= a.version <= a.maximum_version:
+                    bad = f"Assignor {a.name}: Version must be within [MinimumVersion, MaximumVersion]"
+                if bad:
+                    break
+        if bad:
+            raise RequestError(ErrorCode.INVALID_REQUEST, bad)
+        if req.server_assignor is not None and req.server_assignor not in assignors.SERVER_ASSIGNORS:
+            raise RequestError(
+                ErrorCode.UNSUPPORTED_ASSIGNOR, f"server assignor {req.server_assignor!r} is not supported"
+            )
+        if req.client_assignors:
+            self._check_client_ranges(req.member_id, req.client_assignors)
+
+    def _check_client_ranges(self, member_id: str, offered: tuple[ClientAssignor, ...]) -> None:
+        for a in offered:
+            for mid, m in self.members.items():
+                if mid == member_id:
+                    continue
+                for other in m.metadata.client_assignors:
+                    if other.name == a.name and (
+                        other.maximum_version < a.minimum_version or a.maximum_version < other.minimum_version
+                    ):
+                        raise RequestError(
+                            ErrorCode.UNSUPPORTED_ASSIGNOR,
+                            f"assignor {a.name} versions [{a.minimum_version}-{a.maximum_version}] do not "
+                            f"overlap member {mid}'s [{other.minimum_version}-{other.maximum_version}]",
+                        )
+
+    def _heartbeat(self, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
+        epoch = req.member_epoch
+        joining = epoch == 0
+        self._validate(req, joining)
+        if epoch == LEAVE_EPOCH:
+            return self._leave(req, now_ms)
+        if epoch == TEMPORARY_LEAVE_EPOCH:
+            return self._temporary_leave(req, now_ms)
+        member = self.members.get(req.member_id) if req.member_id else None
+        reported_owned = req.owned
+        if joining:
+            member = self._join(req, member, now_ms)
+            reported_owned = EMPTY  # a (re)joining worker has stopped everything
+        elif member is None:
+            raise RequestError(ErrorCode.UNKNOWN_MEMBER_ID, f"member {req.member_id} is not in the group")
+        else:
+            self._check_epoch(member, req, now_ms)
+        self._update_metadata(member, req)
+        self._arm_session(member, now_ms)
+        self._maybe_update_target(now_ms)
+        before = member.current
+        self._reconcile(member, reported_owned, now_ms)
+        return self._response(member, before, req, joining, now_ms)
+
+    def _check_epoch(self, member: Member, req: HeartbeatRequest, now_ms: int) -> None:
+        current = member.current
+        if req.member_epoch == current.member_epoch:
+            return
+        # Lost response: the member never saw its move to the new epoch. Accept if what it owns is
+        # a subset of what we gave it (seed 000 "edge case").
+        if (
+            req.member_epoch == current.previous_member_epoch
+            and req.owned is not None
+            and req.owned <= current.assigned
+        ):
+            return
+        self._remove_member(member, now_ms)
+        self._maybe_update_target(now_ms)
+        raise RequestError(
+            ErrorCode.FENCED_MEMBER_EPOCH,
+            f"member epoch {req.member_epoch} does not match the expected epoch {current.member_epoch}",
+        )
+
+    def _join(self, req: HeartbeatRequest, member: Member | None, now_ms: int) -> Member:
+        if req.instance_id:
+            static = self._member_by_instance(req.instance_id)
+            if static is not None and static is not member:
+                if not static.current.left_temporarily:
+                    raise RequestError(
+                        ErrorCode.UNRELEASED_INSTANCE_ID,
+                        f"instance id {req.instance_id} is still used by member {static.member_id}",
+                    )
+                return self._replace_static(static, req, now_ms)
+        if member is not None:
+            # A known member rejoining with epoch 0 (after being fenced): it owns nothing now.
+            if member.current.owned or member.current.member_epoch != 0:
+                self._set_current(member, replace(member.current, assigned=EMPTY, revoking=EMPTY,
+                                                  state=MemberState.STABLE, member_epoch=0))
+            return member
+        member_id = req.member_id or self._new_member_id()
+        if len(self.members) >= self.config.max_group_size:
+            raise RequestError(ErrorCode.GROUP_MAX_SIZE_REACHED, f"group {self.group_id} is full")
+        return self.add_member(member_id, self._metadata_from(req, MemberMetadata()), now_ms)
+
+    def _replace_static(self, old: Member, req: HeartbeatRequest, now_ms: int) -> Member:
+        """A static member coming back: the new member id takes the old member's epoch and work."""
+        new_id = req.member_id or self._new_member_id()
+        current = replace(old.current, left_temporarily=False)
+        metadata = self._metadata_from(req, old.metadata)
+        del self.members[old.member_id]
+        self._emit(RecordType.CURRENT_ASSIGNMENT, old.member_id, None)
+        self._emit(RecordType.MEMBER_METADATA, old.member_id, None)
+        self.timers.cancel(("session", self.group_id, old.member_id))
+        self.timers.cancel(("revoke", self.group_id, old.member_id))
+        member = Member(new_id, metadata, current)
+        self.members[new_id] = member
+        for item in current.owned:
+            self.owners[item] = new_id
+        self._emit(RecordType.MEMBER_METADATA, new_id, metadata)
+        self._emit(RecordType.CURRENT_ASSIGNMENT, new_id, current)
+        target = self.target.pop(old.member_id, None)
+        if target is not None:
+            self._emit(RecordType.TARGET_MEMBER, old.member_id, None)
+            self.target[new_id] = target
+            self._emit(RecordType.TARGET_MEMBER, new_id, target)
+        if self.metadata.leader_id == old.member_id:
+            self._set_metadata(leader_id=new_id)
+        if self.computing_member == old.member_id:
+            self.computing_member = None
+        if metadata != old.metadata:
+            self._bump_group_epoch()
+        self._arm_session(member, now_ms)
+        return member
+
+    def _member_by_instance(self, instance_id: str) -> Member | None:
+        for m in self.members.values():
+            if m.metadata.instance_id == instance_id:
+                return m
+        return None
+
+    def _metadata_from(self, req: HeartbeatRequest, base: MemberMetadata) -> MemberMetadata:
+        changes: dict[str, object] = {}
+        if req.instance_id is not None:
+            changes["instance_id"] = req.instance_id
+        if req.rebalance_timeout_ms > 0:
+            changes["rebalance_timeout_ms"] = req.rebalance_timeout_ms
+        if req.server_assignor is not None:
+            changes["server_assignor"] = req.server_assignor
+        if req.client_assignors is not None:
+            changes["client_assignors"] = tuple(req.client_assignors)
+        if req.url is not None:
+            changes["url"] = req.url
+        if req.config_offset is not None:
+            changes["config_offset"] = req.config_offset
+        if req.client_id:
+            changes["client_id"] = req.client_id
+        if req.client_host:
+            changes["client_host"] = req.client_host
+        changes["session_timeout_ms"] = self.config.session_timeout_ms
+        return replace(base, **changes) if changes else base
+
+    def _update_metadata(self, member: Member, req: HeartbeatRequest) -> None:
+        updated = self._metadata_from(req, member.metadata)
+        if updated != member.metadata:
+            bump = _epoch_relevant(updated) != _epoch_relevant(member.metadata)
+            self._set_member_metadata(member, updated)
+            if bump:
+                self._bump_group_epoch()
+
+    def _leave(self, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
+        member = self.members.get(req.member_id)
+        if member is None and req.instance_id:
+            member = self._member_by_instance(req.instance_id)
+        if member is None:
+            raise RequestError(ErrorCode.UNKNOWN_MEMBER_ID, f"member {req.member_id} is not in the group")
+        self._remove_member(member, now_ms)
+        self._maybe_update_target(now_ms)
+        return HeartbeatResponse(member_id=member.member_id, member_epoch=LEAVE_EPOCH,
+                                 heartbeat_interval_ms=0)
+
+    def _temporary_leave(self, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
+        member = self.members.get(req.member_id)
+        if member is None or member.metadata.instance_id != req.instance_id:
+            raise RequestError(ErrorCode.UNKNOWN_MEMBER_ID, f"static member {req.instance_id} is unknown")
+        self._set_current(member, replace(member.current, left_temporarily=True))
+        return HeartbeatResponse(member_id=member.member_id, member_epoch=TEMPORARY_LEAVE_EPOCH,
+                                 heartbeat_interval_ms=0)
+
+    def _reconcile(self, member: Member, owned: Items | None, now_ms: int) -> None:
+        c = member.current
+        target_epoch = self.assignment_epoch
+        nxt = next_assignment(
+            member.member_id, c.member_epoch, c.previous_member_epoch, c.state, c.assigned, c.revoking,
+            target_epoch, self.target.get(member.member_id, EMPTY), self.owners.get, owned,
+        )
+        if nxt is not None:
+            self._set_current(member, CurrentAssignment(
+                nxt.member_epoch, nxt.previous_member_epoch, nxt.state, nxt.assigned, nxt.revoking,
+                c.left_temporarily,
+            ))
+            if nxt.state is MemberState.UNREVOKED:
+                self._arm_revocation(member, now_ms)
+
+    def _response(
+        self, member: Member, before: CurrentAssignment, req: HeartbeatRequest, joining: bool, now_ms: int
+    ) -> HeartbeatResponse:
+        c = member.current
+        resp = HeartbeatResponse(
+            member_id=member.member_id,
+            member_epoch=c.member_epoch,
+            heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+        )
+        if (
+            joining
+            or c.member_epoch != before.member_epoch
+            or c.assigned != before.assigned
+            or c.revoking != before.revoking
+            or (req.owned is not None and req.owned != c.assigned)
+        ):
+            resp.assignment = self.assignment_for(member)
+        if self.computing_member == member.member_id and self.group_epoch > self.assignment_epoch:
+            resp.error_code = int(ErrorCode.COMPUTE_ASSIGNMENT)
+            resp.error_message = "compute the new target assignment of the group"
+            if not self.compute_notified:
+                self.compute_notified = True
+                self.timers.schedule(
+                    ("compute", self.group_id), now_ms + member.metadata.rebalance_timeout_ms
+                )
+        return resp
+
+    def assignment_for(self, member: Member) -> MemberAssignment:
+        return MemberAssignment(
+            items=member.current.assigned,
+            leader_id=self.metadata.leader_id,
+            leader_url=self.leader_url(),
+            config_offset=self.assignment_config_offset(),
+        )
+
+    # ------------------------------------------------------------------ config view
+    def set_config(self, view: ConfigView, now_ms: int) -> bool:
+        if view == self.view:
+            return False
+        changed_work = view.connectors != self.view.connectors
+        self.view = view
+        self._emit(RecordType.CONFIG, value=view)
+        if changed_work:
+            held = tuple(
+                replace(h, items=h.items & view.items()) for h in self.metadata.held
+            )
+            held = tuple(h for h in held if h.items)
+            if held != self.metadata.held:
+                self._set_metadata(held=held)
+                self._arm_held_timer()
+        self._bump_group_epoch()
+        self._maybe_update_target(now_ms)
+        return True
+
+    # ------------------------------------------------------------------ client-side assignment
+    def _check_chosen(self, member_id: str, member_epoch: int) -> Member:
+        member = self.members.get(member_id)
+        if member is None:
+            raise RequestError(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id} is not in the group")
+        if member.current.member_epoch != member_epoch:
+            raise RequestError(
+                ErrorCode.FENCED_MEMBER_EPOCH,
+                f"member epoch {member_epoch} does not match {member.current.member_epoch}",
+            )
+        if self.computing_member != member_id or not self.compute_notified:
+            raise RequestError(
+                ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id} is not chosen to compute the assignment"
+            )
+        return member
+
+    def prepare_assignment(self, req: PrepareAssignmentRequest, now_ms: int) -> PrepareAssignmentResponse:
+        try:
+            if not req.member_id or req.member_epoch < 0:
+                raise RequestError(ErrorCode.INVALID_REQUEST, "MemberId must be non-empty and MemberEpoch >= 0")
+            self._check_chosen(req.member_id, req.member_epoch)
+        except RequestError as exc:
+            return PrepareAssignmentResponse(error_code=int(exc.code), error_message=exc.message)
+        spec = self._assignment_spec(now_ms)
+        self.compute_snapshot = (self.group_epoch, frozenset(self.members), spec.configured)
+        name = self.assignor_name()
+        members = []
+        for mid in sorted(self.members):
+            m = self.members[mid]
+            chosen = next((a for a in m.metadata.client_assignors if a.name == name), None)
+            members.append(PreparedMember(
+                mid, m.current.member_epoch, m.metadata.instance_id, m.metadata.url,
+                m.metadata.config_offset, chosen,
+                self.target.get(mid, EMPTY) | spec.returned.get(mid, EMPTY),
+            ))
+        connectors = {
+            c.connector: 0 for c in spec.configured if c.is_connector
+        }
+        for item in spec.configured:
+            if not item.is_connector:
+                connectors[item.connector] = max(connectors.get(item.connector, 0), item.task + 1)
+        return PrepareAssignmentResponse(
+            group_epoch=self.group_epoch, assignor_name=name, config_offset=self.assignment_config_offset(),
+            connectors=connectors, members=tuple(members),
+        )
+
+    def install_assignment(self, req: InstallAssignmentRequest, now_ms: int) -> InstallAssignmentResponse:
+        try:
+            if not req.member_id or req.member_epoch < 0:
+                raise RequestError(ErrorCode.INVALID_REQUEST, "MemberId must be non-empty and MemberEpoch >= 0")
+            self._check_chosen(req.member_id, req.member_epoch)
+            snapshot = self.compute_snapshot
+            if snapshot is None or snapshot[0] != req.group_epoch:
+                raise RequestError(
+                    ErrorCode.INVALID_ASSIGNMENT,
+                    f"group epoch {req.group_epoch} is not the epoch the assignment was prepared for",
+                )
+            epoch, members, configured = snapshot
+            if req.error == 0:
+                _validate_assignment(req.members, members, configured)
+                target = {mid: items for mid, items in req.members.items() if mid in self.members}
+            else:
+                target = {mid: items for mid, items in self.target.items() if mid in self.members}
+        except RequestError as exc:
+            return InstallAssignmentResponse(error_code=int(exc.code), error_message=exc.message)
+        for mid in self.members:
+            target.setdefault(mid, EMPTY)
+        self._install_target(epoch, target, req.error)
+        self.computing_member = None
+        self.compute_notified = False
+        self.compute_snapshot = None
+        self.timers.cancel(("compute", self.group_id))
+        self._maybe_update_target(now_ms)
+        return InstallAssignmentResponse()
+
+    # ------------------------------------------------------------------ describe
+    def describe(self) -> DescribedGroup:
+        members = []
+        for mid in sorted(self.members):
+            m = self.members[mid]
+            members.append(DescribedMember(
+                mid, m.metadata.instance_id, m.metadata.protocol, m.current.member_epoch,
+                m.current.state.value, m.metadata.url, m.metadata.config_offset,
+                m.current.assigned, m.current.revoking, self.target.get(mid, EMPTY),
+            ))
+        return DescribedGroup(
+            group_id=self.group_id, group_type=GroupType.CONNECT.value, state=self.state.value,
+            group_epoch=self.group_epoch, assignment_epoch=self.assignment_epoch,
+            assignor=self.assignor_name(), leader_id=self.metadata.leader_id, leader_url=self.leader_url(),
+            config_offset=self.assignment_config_offset(), members=tuple(members),
+        )
+
+
+def _epoch_relevant(m: MemberMetadata) -> tuple:
+    """Metadata fields that feed the assignment: a change to any of them bumps the group epoch."""
+    return (m.instance_id, m.url, m.server_assignor, m.client_assignors, m.protocol)
+
+
+def _validate_assignment(
+    proposed: dict[str, Items], members: Iterable[str], configured: Items
+) -> None:
+    members = set(members)
+    unknown = sorted(set(proposed) - members)
+    if unknown:
+        raise RequestError(ErrorCode.INVALID_ASSIGNMENT, f"unknown members in assignment: {unknown}")
+    seen: set[ConnectorTaskId] = set()
+    for mid in sorted(proposed):
+        items = proposed[mid]
+        twice = seen & items
+        if twice:
+            raise RequestError(
+                ErrorCode.INVALID_ASSIGNMENT, f"{sorted(map(str, twice))[:5]} assigned more than once"
+            )
+        seen |= items
+    extra = seen - configured
+    if extra:
+        raise RequestError(
+            ErrorCode.INVALID_ASSIGNMENT, f"{sorted(map(str, extra))[:5]} are not configured work"
+        )
+    missing = configured - seen
+    if missing:
+        raise RequestError(
+            ErrorCode.INVALID_ASSIGNMENT, f"{sorted(map(str, missing))[:5]} are not assigned"
+        )

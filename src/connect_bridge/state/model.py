@@ -1,0 +1,148 @@
+"""The group data model of seed 000: members, target assignment, current assignments, config view.
+
+Everything here is plain data. The transitions live in ``connect_group`` and ``reconciliation``;
+keeping data and rules apart is what lets the record replay rebuild identical state.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from connect_bridge.codecs.ids import ConnectorTaskId, configured_items
+
+Items = frozenset[ConnectorTaskId]
+EMPTY: Items = frozenset()
+
+NEW_PROTOCOL = "new"
+"""Protocol name of members speaking ConnectGroupHeartbeat (the legacy ones use Connect's names)."""
+
+
+class GroupType(str, Enum):
+    CLASSIC = "classic"
+    CONNECT = "connect"
+
+
+class GroupState(str, Enum):
+    """KIP-848 group states, derived from epochs (never stored)."""
+
+    EMPTY = "EMPTY"
+    ASSIGNING = "ASSIGNING"
+    RECONCILING = "RECONCILING"
+    STABLE = "STABLE"
+    DEAD = "DEAD"
+
+
+class MemberState(str, Enum):
+    """Reconciliation state of one member (Kafka's ``MemberState``)."""
+
+    STABLE = "STABLE"
+    UNREVOKED = "UNREVOKED"
+    """Owns work that left its target; keeps its epoch until it acknowledges the revocation."""
+    UNRELEASED = "UNRELEASED"
+    """At the target epoch but waiting for other members to release newly targeted work."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigView:
+    """The group's view of the Connect config topic: what must run, and at which offset it was read."""
+
+    offset: int = -1
+    connectors: tuple[tuple[str, int], ...] = ()
+
+    @classmethod
+    def of(cls, offset: int, connectors: dict[str, int]) -> ConfigView:
+        return cls(offset, tuple(sorted(connectors.items())))
+
+    @property
+    def connector_tasks(self) -> dict[str, int]:
+        return dict(self.connectors)
+
+    def items(self) -> Items:
+        return configured_items(self.connector_tasks)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientAssignor:
+    """A client-side assignor a member advertises (seed 000 ``Assignor``)."""
+
+    name: str
+    minimum_version: int
+    maximum_version: int
+    reason: int = 0
+    version: int = 0
+    metadata: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class MemberMetadata:
+    """What a worker tells the coordinator about itself; a change bumps the group epoch."""
+
+    instance_id: str | None = None
+    rebalance_timeout_ms: int = 60000
+    session_timeout_ms: int = 10000
+    url: str = ""
+    config_offset: int = -1
+    client_id: str = ""
+    client_host: str = ""
+    server_assignor: str | None = None
+    client_assignors: tuple[ClientAssignor, ...] = ()
+    protocol: str = NEW_PROTOCOL
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentAssignment:
+    """Seed 000 "Current Assignment": the member's epoch and the work it owns."""
+
+    member_epoch: int = 0
+    previous_member_epoch: int = -1
+    state: MemberState = MemberState.STABLE
+    assigned: Items = EMPTY
+    """Work the member may run now."""
+    revoking: Items = EMPTY
+    """Work the member was told to stop and has not yet acknowledged stopping."""
+    left_temporarily: bool = False
+    """A static member that sent epoch -2: it keeps its assignment until its session expires."""
+
+    @property
+    def owned(self) -> Items:
+        return self.assigned | self.revoking
+
+
+@dataclass(slots=True)
+class Member:
+    member_id: str
+    metadata: MemberMetadata
+    current: CurrentAssignment
+
+
+@dataclass(frozen=True, slots=True)
+class HeldWork:
+    """Work of a departed worker held back for ``scheduled.rebalance.max.delay.ms``.
+
+    Connect's IncrementalCooperativeAssignor waits before reassigning lost work so that a bouncing
+    worker gets it back; the worker is recognised by its REST url or static instance id.
+    """
+
+    items: Items
+    url: str
+    instance_id: str | None
+    deadline_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMetadata:
+    """Group-level state persisted as one record (seed 000 "Group Metadata" plus our additions)."""
+
+    group_type: GroupType = GroupType.CONNECT
+    group_epoch: int = 0
+    leader_id: str = ""
+    member_seq: int = 0
+    """Counter behind server-generated member ids, so ids stay unique across restarts."""
+    held: tuple[HeldWork, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TargetMetadata:
+    assignment_epoch: int = 0
+    error: int = 0

@@ -1,0 +1,74 @@
+"""Deterministic timers for the pure coordinator.
+
+The coordinator never reads a clock: callers pass ``now_ms`` in and ask ``next_deadline()`` when to
+call back. Session timers are pushed back on every heartbeat, so extending a deadline only updates a
+dict; the heap entry is re-queued lazily when it surfaces. That keeps a heartbeat O(1).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Hashable
+
+
+class Timers:
+    def __init__(self) -> None:
+        self._deadline: dict[Hashable, int] = {}
+        self._queued: dict[Hashable, int] = {}
+        self._heap: list[tuple[int, int, Hashable]] = []
+        self._seq = 0
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._deadline
+
+    def deadline(self, key: Hashable) -> int | None:
+        return self._deadline.get(key)
+
+    def schedule(self, key: Hashable, deadline_ms: int) -> None:
+        self._deadline[key] = deadline_ms
+        queued = self._queued.get(key)
+        if queued is not None and queued <= deadline_ms:
+            return  # surfaces earlier and is re-queued then
+        self._push(key, deadline_ms)
+
+    def cancel(self, key: Hashable) -> None:
+        self._deadline.pop(key, None)
+
+    def _push(self, key: Hashable, deadline_ms: int) -> None:
+        self._queued[key] = deadline_ms
+        self._seq += 1
+        heapq.heappush(self._heap, (deadline_ms, self._seq, key))
+
+    def next_deadline(self) -> int | None:
+        heap = self._heap
+        while heap:
+            deadline, _, key = heap[0]
+            actual = self._deadline.get(key)
+            if self._queued.get(key) != deadline:
+                heapq.heappop(heap)  # a stale duplicate entry
+                continue
+            if actual is None:
+                heapq.heappop(heap)
+                del self._queued[key]
+                continue
+            if actual > deadline:
+                heapq.heappop(heap)
+                self._push(key, actual)
+                continue
+            return deadline
+        return None
+
+    def expired(self, now_ms: int) -> list[Hashable]:
+        """Remove and return the keys whose deadline is <= now, earliest first (ties: scheduling order)."""
+        out = []
+        while True:
+            deadline = self.next_deadline()
+            if deadline is None or deadline > now_ms:
+                return out
+            _, _, key = heapq.heappop(self._heap)
+            del self._queued[key]
+            del self._deadline[key]
+            out.append(key)
+
+    def keys(self) -> list[Hashable]:
+        return list(self._deadline)
