@@ -47,8 +47,16 @@ def coordinator(session_timeout_ms: int = 10_000) -> GroupCoordinator:
 
 def join(coord: GroupCoordinator, member_id: str, now: int = 0):
     return coord.connect_heartbeat(
-        HeartbeatRequest(G, member_id, 0, rebalance_timeout_ms=60_000, client_assignors=(ASSIGNOR,),
-                         owned=frozenset(), url=f"http://{member_id}:8083/", config_offset=10),
+        HeartbeatRequest(
+            G,
+            member_id,
+            0,
+            rebalance_timeout_ms=60_000,
+            client_assignors=(ASSIGNOR,),
+            owned=frozenset(),
+            url=f"http://{member_id}:8083/",
+            config_offset=10,
+        ),
         now,
     )
 
@@ -141,12 +149,19 @@ def epoch35(coord: GroupCoordinator) -> None:
     for mid, items in target.items():
         # W2 is the one whose session runs out; the others heartbeat rarely in this story.
         session = 10_000 if mid == "W2" else 10**9  # W1/W3 also get 10**9 from the coordinator config
-        meta = MemberMetadata(rebalance_timeout_ms=60_000, session_timeout_ms=session,
-                              url=f"http://{mid}:8083/", config_offset=10, client_assignors=(ASSIGNOR,))
+        meta = MemberMetadata(
+            rebalance_timeout_ms=60_000,
+            session_timeout_ms=session,
+            url=f"http://{mid}:8083/",
+            config_offset=10,
+            client_assignors=(ASSIGNOR,),
+        )
         records += [
             Record(RecordType.MEMBER_METADATA, G, mid, meta),
             Record(RecordType.TARGET_MEMBER, G, mid, items),
-            Record(RecordType.CURRENT_ASSIGNMENT, G, mid, CurrentAssignment(35, 34, MemberState.STABLE, items)),
+            Record(
+                RecordType.CURRENT_ASSIGNMENT, G, mid, CurrentAssignment(35, 34, MemberState.STABLE, items)
+            ),
         ]
     # The draft has W3 run the client assignor; the coordinator prefers the leader, so W3 leads.
     records.append(Record(RecordType.GROUP_METADATA, G, "", GroupMetadata(group_epoch=35, leader_id="W3")))
@@ -197,11 +212,17 @@ def test_worker_bounces_within_the_delay() -> None:
     prepared = coord.prepare_assignment(PrepareAssignmentRequest(G, "W3", 36), 20_001)
     # The coordinator shows W2's held work as W2's: the assignor gives back the original assignment.
     assert {m.member_id: m.target for m in prepared.members}["W2"] == frozenset({BC0, BT1})
-    install(coord, "W3", {"W1": frozenset({AC0, AT1}), "W2": frozenset({BC0, BT1}), "W3": frozenset({AT2})},
-            now=20_001)
+    install(
+        coord,
+        "W3",
+        {"W1": frozenset({AC0, AT1}), "W2": frozenset({BC0, BT1}), "W3": frozenset({AT2})},
+        now=20_001,
+    )
     beat(coord, "W1", 36, now=20_002)
     beat(coord, "W3", 36, now=20_002)
     beat(coord, "W2", group.members["W2"].current.member_epoch, now=20_002)
     assert current(coord) == {
-        "W1": (37, frozenset({AC0, AT1})), "W2": (37, frozenset({BC0, BT1})), "W3": (37, frozenset({AT2})),
+        "W1": (37, frozenset({AC0, AT1})),
+        "W2": (37, frozenset({BC0, BT1})),
+        "W3": (37, frozenset({AT2})),
     }

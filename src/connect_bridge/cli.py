@@ -59,6 +59,55 @@ def _cmd_codec(args: argparse.Namespace) -> int:
     return 0
 
 
+def _progress_printer(label: str) -> Callable[[int, int], None]:
+    """One self-overwriting progress line on stderr (only when stderr is a terminal)."""
+    tty = sys.stderr.isatty()
+
+    def show(done: int, total: int) -> None:
+        if tty:
+            pct = 100 * done // max(total, 1)
+            bar = "#" * (pct // 4)
+            print(f"\r{label} [{bar:<25}] {pct:3d}%", end="" if done < total else "\n", file=sys.stderr)
+
+    return show
+
+
+def _cmd_drill_run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from connect_bridge.drills.checker import check
+    from connect_bridge.drills.scenario import ScenarioError, load_scenario
+    from connect_bridge.drills.sim import UnsupportedScenario, run_scenario
+
+    try:
+        scenario = load_scenario(args.scenario)
+    except ScenarioError as exc:
+        return _fail(str(exc))
+    if args.mode != "sim":
+        return _fail(f"--mode {args.mode} is not available yet; use --mode sim")
+    try:
+        log = run_scenario(scenario, progress=_progress_printer(scenario.name))
+    except UnsupportedScenario as exc:
+        return _fail(str(exc))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    log.write_jsonl(out / "events.jsonl")
+    summary = check(log.events, name=scenario.name, end_ms=scenario.end_ms)
+    doc = summary.to_json()
+    (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
+    print(
+        json.dumps(
+            {
+                k: doc[k]
+                for k in ("name", "ok", "exclusive", "converged", "balanced", "moves", "rebalances", "events")
+            }
+        )
+    )
+    for line in getattr(summary, "violations", ())[:10]:
+        print(f"violation: {line}", file=sys.stderr)
+    return 0 if summary.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="connect-bridge",
@@ -72,6 +121,14 @@ def build_parser() -> argparse.ArgumentParser:
     codec.add_argument("--version", type=int, help="protocol version to encode at (encode only)")
     codec.add_argument("data", help="hex bytes (decode) or a JSON document (encode)")
     codec.set_defaults(func=_cmd_codec)
+
+    drill = sub.add_parser("drill", help="run migration drills")
+    drill_sub = drill.add_subparsers(dest="drill_command", metavar="DRILL_COMMAND", required=True)
+    run = drill_sub.add_parser("run", help="run one scenario file and check its invariants")
+    run.add_argument("scenario", help="scenario JSON file (DESIGN.md §4.2)")
+    run.add_argument("--out", required=True, help="output directory for events.jsonl and summary.json")
+    run.add_argument("--mode", choices=("sim", "live"), default="sim")
+    run.set_defaults(func=_cmd_drill_run)
     return parser
 
 

@@ -47,7 +47,9 @@ def _split(items: Iterable[ConnectorTaskId]) -> tuple[list[ConnectorTaskId], lis
 
 
 def _fill(
-    pool: list[ConnectorTaskId], members: tuple[str, ...], keep: dict[str, list[ConnectorTaskId]],
+    pool: list[ConnectorTaskId],
+    members: tuple[str, ...],
+    keep: dict[str, list[ConnectorTaskId]],
     other_load: dict[str, int],
 ) -> None:
     """Deal ``pool`` (sorted) to the least loaded members; ties go to the lighter member overall."""
@@ -60,8 +62,11 @@ def _fill(
 
 
 def _balance_kind(
-    wanted: list[ConnectorTaskId], members: tuple[str, ...], sticky: dict[str, list[ConnectorTaskId]],
-    revoke: bool, other_load: dict[str, int],
+    wanted: list[ConnectorTaskId],
+    members: tuple[str, ...],
+    sticky: dict[str, list[ConnectorTaskId]],
+    revoke: bool,
+    other_load: dict[str, int],
 ) -> dict[str, list[ConnectorTaskId]]:
     keep = {m: sorted(sticky.get(m, ())) for m in members}
     if revoke:

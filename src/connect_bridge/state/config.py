@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from connect_bridge.state.assignors import COOPERATIVE
 
 
-class MigrationPolicy(str, Enum):
+class MigrationPolicy(StrEnum):
     BIDIRECTIONAL = "bidirectional"
     UPGRADE = "upgrade"
     DOWNGRADE = "downgrade"

@@ -26,9 +26,9 @@ from connect_bridge.state.api import (
     InstallAssignmentRequest,
     InstallAssignmentResponse,
     MemberAssignment,
-    PreparedMember,
     PrepareAssignmentRequest,
     PrepareAssignmentResponse,
+    PreparedMember,
 )
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.model import (
@@ -51,6 +51,8 @@ from connect_bridge.state.records import Record, RecordType
 from connect_bridge.state.timers import Timers
 
 _MEMBER_ID_NAMESPACE = uuid.UUID("8a6f2b8e-5c1d-4b7a-9f3e-2d4c6b8a0e1f")
+_PLACEHOLDER = MemberMetadata(url="\0placeholder")
+"""Metadata of a member whose current-assignment record was replayed before its metadata record."""
 
 
 class RequestError(Exception):
@@ -211,8 +213,15 @@ class ConnectGroup:
                 else:
                     member.metadata = value  # type: ignore[assignment]
         elif t is RecordType.CURRENT_ASSIGNMENT:
+            # Records of one key are independent of other keys' order: a current assignment may
+            # arrive before its member's metadata after compaction.
             member = self.members.get(mid)
-            if member is not None and value is not None:
+            if value is None:
+                if member is not None and member.metadata is _PLACEHOLDER:
+                    del self.members[mid]
+            elif member is None:
+                self.members[mid] = Member(mid, _PLACEHOLDER, value)  # type: ignore[arg-type]
+            else:
                 member.current = value  # type: ignore[assignment]
 
     def rebuild_after_load(self, now_ms: int) -> None:
@@ -233,9 +242,7 @@ class ConnectGroup:
             "view": self.view,
             "target_metadata": self.target_metadata,
             "target": dict(self.target),
-            "members": {
-                mid: (m.metadata, m.current) for mid, m in sorted(self.members.items())
-            },
+            "members": {mid: (m.metadata, m.current) for mid, m in sorted(self.members.items())},
         }
 
     # ------------------------------------------------------------------ timers
@@ -407,8 +414,11 @@ class ConnectGroup:
             return self._heartbeat(req, now_ms)
         except RequestError as exc:
             return HeartbeatResponse(
-                error_code=int(exc.code), error_message=exc.message, member_id=req.member_id,
-                member_epoch=req.member_epoch, heartbeat_interval_ms=self.config.heartbeat_interval_ms,
+                error_code=int(exc.code),
+                error_message=exc.message,
+                member_id=req.member_id,
+                member_epoch=req.member_epoch,
+                heartbeat_interval_ms=self.config.heartbeat_interval_ms,
             )
 
     def _validate(self, req: HeartbeatRequest, joining: bool) -> None:
@@ -519,8 +529,16 @@ class ConnectGroup:
         if member is not None:
             # A known member rejoining with epoch 0 (after being fenced): it owns nothing now.
             if member.current.owned or member.current.member_epoch != 0:
-                self._set_current(member, replace(member.current, assigned=EMPTY, revoking=EMPTY,
-                                                  state=MemberState.STABLE, member_epoch=0))
+                self._set_current(
+                    member,
+                    replace(
+                        member.current,
+                        assigned=EMPTY,
+                        revoking=EMPTY,
+                        state=MemberState.STABLE,
+                        member_epoch=0,
+                    ),
+                )
             return member
         member_id = req.member_id or self._new_member_id()
         if len(self.members) >= self.config.max_group_size:
@@ -600,29 +618,46 @@ class ConnectGroup:
             raise RequestError(ErrorCode.UNKNOWN_MEMBER_ID, f"member {req.member_id} is not in the group")
         self._remove_member(member, now_ms)
         self._maybe_update_target(now_ms)
-        return HeartbeatResponse(member_id=member.member_id, member_epoch=LEAVE_EPOCH,
-                                 heartbeat_interval_ms=0)
+        return HeartbeatResponse(
+            member_id=member.member_id, member_epoch=LEAVE_EPOCH, heartbeat_interval_ms=0
+        )
 
     def _temporary_leave(self, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
         member = self.members.get(req.member_id)
         if member is None or member.metadata.instance_id != req.instance_id:
             raise RequestError(ErrorCode.UNKNOWN_MEMBER_ID, f"static member {req.instance_id} is unknown")
         self._set_current(member, replace(member.current, left_temporarily=True))
-        return HeartbeatResponse(member_id=member.member_id, member_epoch=TEMPORARY_LEAVE_EPOCH,
-                                 heartbeat_interval_ms=0)
+        return HeartbeatResponse(
+            member_id=member.member_id, member_epoch=TEMPORARY_LEAVE_EPOCH, heartbeat_interval_ms=0
+        )
 
     def _reconcile(self, member: Member, owned: Items | None, now_ms: int) -> None:
         c = member.current
         target_epoch = self.assignment_epoch
         nxt = next_assignment(
-            member.member_id, c.member_epoch, c.previous_member_epoch, c.state, c.assigned, c.revoking,
-            target_epoch, self.target.get(member.member_id, EMPTY), self.owners.get, owned,
+            member.member_id,
+            c.member_epoch,
+            c.previous_member_epoch,
+            c.state,
+            c.assigned,
+            c.revoking,
+            target_epoch,
+            self.target.get(member.member_id, EMPTY),
+            self.owners.get,
+            owned,
         )
         if nxt is not None:
-            self._set_current(member, CurrentAssignment(
-                nxt.member_epoch, nxt.previous_member_epoch, nxt.state, nxt.assigned, nxt.revoking,
-                c.left_temporarily,
-            ))
+            self._set_current(
+                member,
+                CurrentAssignment(
+                    nxt.member_epoch,
+                    nxt.previous_member_epoch,
+                    nxt.state,
+                    nxt.assigned,
+                    nxt.revoking,
+                    c.left_temporarily,
+                ),
+            )
             if nxt.state is MemberState.UNREVOKED:
                 self._arm_revocation(member, now_ms)
 
@@ -669,9 +704,7 @@ class ConnectGroup:
         self.view = view
         self._emit(RecordType.CONFIG, value=view)
         if changed_work:
-            held = tuple(
-                replace(h, items=h.items & view.items()) for h in self.metadata.held
-            )
+            held = tuple(replace(h, items=h.items & view.items()) for h in self.metadata.held)
             held = tuple(h for h in held if h.items)
             if held != self.metadata.held:
                 self._set_metadata(held=held)
@@ -699,7 +732,9 @@ class ConnectGroup:
     def prepare_assignment(self, req: PrepareAssignmentRequest, now_ms: int) -> PrepareAssignmentResponse:
         try:
             if not req.member_id or req.member_epoch < 0:
-                raise RequestError(ErrorCode.INVALID_REQUEST, "MemberId must be non-empty and MemberEpoch >= 0")
+                raise RequestError(
+                    ErrorCode.INVALID_REQUEST, "MemberId must be non-empty and MemberEpoch >= 0"
+                )
             self._check_chosen(req.member_id, req.member_epoch)
         except RequestError as exc:
             return PrepareAssignmentResponse(error_code=int(exc.code), error_message=exc.message)
@@ -710,26 +745,35 @@ class ConnectGroup:
         for mid in sorted(self.members):
             m = self.members[mid]
             chosen = next((a for a in m.metadata.client_assignors if a.name == name), None)
-            members.append(PreparedMember(
-                mid, m.current.member_epoch, m.metadata.instance_id, m.metadata.url,
-                m.metadata.config_offset, chosen,
-                self.target.get(mid, EMPTY) | spec.returned.get(mid, EMPTY),
-            ))
-        connectors = {
-            c.connector: 0 for c in spec.configured if c.is_connector
-        }
+            members.append(
+                PreparedMember(
+                    mid,
+                    m.current.member_epoch,
+                    m.metadata.instance_id,
+                    m.metadata.url,
+                    m.metadata.config_offset,
+                    chosen,
+                    self.target.get(mid, EMPTY) | spec.returned.get(mid, EMPTY),
+                )
+            )
+        connectors = {c.connector: 0 for c in spec.configured if c.is_connector}
         for item in spec.configured:
             if not item.is_connector:
                 connectors[item.connector] = max(connectors.get(item.connector, 0), item.task + 1)
         return PrepareAssignmentResponse(
-            group_epoch=self.group_epoch, assignor_name=name, config_offset=self.assignment_config_offset(),
-            connectors=connectors, members=tuple(members),
+            group_epoch=self.group_epoch,
+            assignor_name=name,
+            config_offset=self.assignment_config_offset(),
+            connectors=connectors,
+            members=tuple(members),
         )
 
     def install_assignment(self, req: InstallAssignmentRequest, now_ms: int) -> InstallAssignmentResponse:
         try:
             if not req.member_id or req.member_epoch < 0:
-                raise RequestError(ErrorCode.INVALID_REQUEST, "MemberId must be non-empty and MemberEpoch >= 0")
+                raise RequestError(
+                    ErrorCode.INVALID_REQUEST, "MemberId must be non-empty and MemberEpoch >= 0"
+                )
             self._check_chosen(req.member_id, req.member_epoch)
             snapshot = self.compute_snapshot
             if snapshot is None or snapshot[0] != req.group_epoch:
@@ -760,16 +804,31 @@ class ConnectGroup:
         members = []
         for mid in sorted(self.members):
             m = self.members[mid]
-            members.append(DescribedMember(
-                mid, m.metadata.instance_id, m.metadata.protocol, m.current.member_epoch,
-                m.current.state.value, m.metadata.url, m.metadata.config_offset,
-                m.current.assigned, m.current.revoking, self.target.get(mid, EMPTY),
-            ))
+            members.append(
+                DescribedMember(
+                    mid,
+                    m.metadata.instance_id,
+                    m.metadata.protocol,
+                    m.current.member_epoch,
+                    m.current.state.value,
+                    m.metadata.url,
+                    m.metadata.config_offset,
+                    m.current.assigned,
+                    m.current.revoking,
+                    self.target.get(mid, EMPTY),
+                )
+            )
         return DescribedGroup(
-            group_id=self.group_id, group_type=GroupType.CONNECT.value, state=self.state.value,
-            group_epoch=self.group_epoch, assignment_epoch=self.assignment_epoch,
-            assignor=self.assignor_name(), leader_id=self.metadata.leader_id, leader_url=self.leader_url(),
-            config_offset=self.assignment_config_offset(), members=tuple(members),
+            group_id=self.group_id,
+            group_type=GroupType.CONNECT.value,
+            state=self.state.value,
+            group_epoch=self.group_epoch,
+            assignment_epoch=self.assignment_epoch,
+            assignor=self.assignor_name(),
+            leader_id=self.metadata.leader_id,
+            leader_url=self.leader_url(),
+            config_offset=self.assignment_config_offset(),
+            members=tuple(members),
         )
 
 
@@ -778,9 +837,7 @@ def _epoch_relevant(m: MemberMetadata) -> tuple:
     return (m.instance_id, m.url, m.server_assignor, m.client_assignors, m.protocol)
 
 
-def _validate_assignment(
-    proposed: dict[str, Items], members: Iterable[str], configured: Items
-) -> None:
+def _validate_assignment(proposed: dict[str, Items], members: Iterable[str], configured: Items) -> None:
     members = set(members)
     unknown = sorted(set(proposed) - members)
     if unknown:
@@ -801,6 +858,4 @@ def _validate_assignment(
         )
     missing = configured - seen
     if missing:
-        raise RequestError(
-            ErrorCode.INVALID_ASSIGNMENT, f"{sorted(map(str, missing))[:5]} are not assigned"
-        )
+        raise RequestError(ErrorCode.INVALID_ASSIGNMENT, f"{sorted(map(str, missing))[:5]} are not assigned")

@@ -47,13 +47,17 @@ class GroupCoordinator:
     # ------------------------------------------------------------------ new protocol APIs
     def connect_heartbeat(self, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
         if not req.group_id:
-            return HeartbeatResponse(error_code=int(ErrorCode.INVALID_REQUEST),
-                                     error_message="GroupId must be non-empty")
+            return HeartbeatResponse(
+                error_code=int(ErrorCode.INVALID_REQUEST), error_message="GroupId must be non-empty"
+            )
         group = self.group(req.group_id, create=req.member_epoch == 0)
         if group is None:
-            return HeartbeatResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID),
-                                     error_message=f"group {req.group_id} does not exist",
-                                     member_id=req.member_id, member_epoch=req.member_epoch)
+            return HeartbeatResponse(
+                error_code=int(ErrorCode.UNKNOWN_MEMBER_ID),
+                error_message=f"group {req.group_id} does not exist",
+                member_id=req.member_id,
+                member_epoch=req.member_epoch,
+            )
         return group.heartbeat(req, now_ms)
 
     def prepare_assignment(self, req: PrepareAssignmentRequest, now_ms: int) -> PrepareAssignmentResponse:
@@ -73,8 +77,9 @@ class GroupCoordinator:
     def describe(self, group_id: str) -> DescribedGroup:
         group = self.groups.get(group_id)
         if group is None:
-            return DescribedGroup(group_id=group_id, error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
-                                  state="DEAD")
+            return DescribedGroup(
+                group_id=group_id, error_code=int(ErrorCode.GROUP_ID_NOT_FOUND), state="DEAD"
+            )
         return group.describe()
 
     # ------------------------------------------------------------------ time

@@ -7,7 +7,7 @@ keeping data and rules apart is what lets the record replay rebuild identical st
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 from connect_bridge.codecs.ids import ConnectorTaskId, configured_items
 
@@ -18,12 +18,12 @@ NEW_PROTOCOL = "new"
 """Protocol name of members speaking ConnectGroupHeartbeat (the legacy ones use Connect's names)."""
 
 
-class GroupType(str, Enum):
+class GroupType(StrEnum):
     CLASSIC = "classic"
     CONNECT = "connect"
 
 
-class GroupState(str, Enum):
+class GroupState(StrEnum):
     """KIP-848 group states, derived from epochs (never stored)."""
 
     EMPTY = "EMPTY"
@@ -33,7 +33,7 @@ class GroupState(str, Enum):
     DEAD = "DEAD"
 
 
-class MemberState(str, Enum):
+class MemberState(StrEnum):
     """Reconciliation state of one member (Kafka's ``MemberState``)."""
 
     STABLE = "STABLE"

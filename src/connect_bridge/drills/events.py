@@ -1,0 +1,141 @@
+"""The drill event log (DESIGN §4.3, a contract): what happened, in causal order.
+
+Runners append to an :class:`EventLog`; the checker and the PySpark pipeline read ``events.jsonl``.
+A simulated drill emits millions of events, so :meth:`EventLog.emit` does nothing but build one
+dict and append it; all judgement happens later, in :mod:`connect_bridge.drills.checker`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from connect_bridge.codecs.ids import ConnectorTaskId
+
+EVENT_TYPES = (
+    "run",
+    "release",
+    "worker_start",
+    "worker_stop",
+    "worker_crash",
+    "epoch",
+    "group",
+    "config",
+    "bridge_restart",
+    "drill_end",
+)
+"""The types §4.3 defines, plus ``drill_end`` (added here, see :meth:`EventLog.drill_end`).
+Readers must ignore any type they do not know (the log may grow new ones)."""
+
+
+class EventLogError(ValueError):
+    """A malformed event log; the message names the file and line (or event index)."""
+
+
+class EventLog:
+    """Events in the order they are emitted, which runners guarantee is causal order.
+
+    Timestamps must not go backwards: durations in the checker and the pipeline are differences
+    of consecutive ``t_ms``, so a runner bug that reorders time is rejected where it happens.
+    """
+
+    __slots__ = ("_events", "_last_t")
+
+    def __init__(self) -> None:
+        self._events: list[dict[str, Any]] = []
+        self._last_t = 0
+
+    def emit(self, t_ms: int, type: str, worker: str | None = None, **fields: Any) -> None:
+        """Append one event; ``t_ms``, ``type`` and ``worker`` are always its first keys."""
+        if t_ms < self._last_t:
+            raise EventLogError(f"event {len(self._events)} ({type}): t_ms {t_ms} < previous {self._last_t}")
+        self._last_t = t_ms
+        event = {"t_ms": t_ms, "type": type, "worker": worker}
+        if fields:
+            event.update(fields)
+        self._events.append(event)
+
+    # --- typed helpers: one per §4.3 type, so field names are spelt in exactly one place ---------
+
+    def run(self, t_ms: int, worker: str, item: ConnectorTaskId) -> None:
+        self.emit(t_ms, "run", worker, connector=item[0], task=item[1])
+
+    def release(self, t_ms: int, worker: str, item: ConnectorTaskId) -> None:
+        self.emit(t_ms, "release", worker, connector=item[0], task=item[1])
+
+    def worker_start(self, t_ms: int, worker: str, protocol: str) -> None:
+        self.emit(t_ms, "worker_start", worker, protocol=protocol)
+
+    def worker_stop(self, t_ms: int, worker: str, protocol: str | None = None) -> None:
+        self.emit(t_ms, "worker_stop", worker, protocol=protocol)
+
+    def worker_crash(self, t_ms: int, worker: str, protocol: str | None = None) -> None:
+        self.emit(t_ms, "worker_crash", worker, protocol=protocol)
+
+    def epoch(self, t_ms: int, worker: str, epoch: int) -> None:
+        self.emit(t_ms, "epoch", worker, epoch=epoch)
+
+    def group(self, t_ms: int, group_type: str, group_epoch: int) -> None:
+        self.emit(t_ms, "group", None, group_type=group_type, group_epoch=group_epoch)
+
+    def config(self, t_ms: int, connectors: Mapping[str, int], offset: int) -> None:
+        # Copied: the caller's dict keeps changing as the drill goes on.
+        self.emit(t_ms, "config", None, connectors=dict(connectors), offset=offset)
+
+    def bridge_restart(self, t_ms: int) -> None:
+        self.emit(t_ms, "bridge_restart", None)
+
+    def drill_end(self, t_ms: int) -> None:
+        """Mark the scenario's ``end_ms`` in the log.
+
+        The pipeline (§4.4) ends a drill at its largest ``t_ms``, while ``drill run`` knows the
+        scenario's ``end_ms``; this last line makes both see the same end and so the same
+        ``unassigned_item_ms`` and ``overlap_ms``. Other readers ignore the type.
+        """
+        self.emit(t_ms, "drill_end", None)
+
+    # --- access and output -----------------------------------------------------------------------
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """The underlying list (not a copy: logs are large). Do not mutate it."""
+        return self._events
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return iter(self._events)
+
+    def write_jsonl(self, path: str | Path) -> None:
+        """Write one compact JSON object per line (the ``events.jsonl`` of a drill directory)."""
+        dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+        with open(path, "w", encoding="utf-8") as out:
+            out.writelines(dumps(e) + "\n" for e in self._events)
+
+
+def iter_events(path: str | Path) -> Iterator[dict[str, Any]]:
+    """Stream the events of an ``events.jsonl`` file, skipping blank lines.
+
+    Raises :class:`EventLogError` naming the file and 1-based line number for a line that is not
+    a JSON object, so a truncated or hand-edited log points straight at the damage.
+    """
+    loads = json.loads
+    with open(path, encoding="utf-8") as src:
+        for lineno, line in enumerate(src, 1):
+            if not line.strip():
+                continue
+            try:
+                event = loads(line)
+            except json.JSONDecodeError as exc:
+                raise EventLogError(f"{path}:{lineno}: bad JSON: {exc.msg} (column {exc.colno})") from None
+            if not isinstance(event, dict):
+                raise EventLogError(f"{path}:{lineno}: expected a JSON object, got {type(event).__name__}")
+            yield event
+
+
+def read_events(path: str | Path) -> list[dict[str, Any]]:
+    """All events of an ``events.jsonl`` file (see :func:`iter_events` for the error contract)."""
+    return list(iter_events(path))

@@ -1,0 +1,299 @@
+"""The drill scenario file (DESIGN §4.2, a contract).
+
+A scenario is what a drill replays: the workers that come and go, the config changes, and how long
+to keep watching afterwards. It is validated up front, completely, so that a typo fails in one clear
+line before a drill spends minutes of (simulated or real) time, instead of surfacing as a confusing
+invariant failure at the end. Models are strict (``"5"`` is not an int, ``true`` is not an int) and
+forbid unknown fields, because a misspelt optional field silently taking its default is exactly the
+kind of drill that "passes" while testing nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+Protocol = Literal["eager", "compatible", "sessioned", "new"]
+MigrationPolicy = Literal["bidirectional", "upgrade", "downgrade", "disabled"]
+
+NonNegInt = Annotated[int, Field(ge=0)]
+PosInt = Annotated[int, Field(gt=0)]
+Name = Annotated[str, Field(min_length=1)]
+
+
+class ScenarioError(ValueError):
+    """A scenario that cannot be loaded. ``str(err)`` is one line: ``FILE: PATH: PROBLEM``."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Timing(_Model):
+    """Group timing, the same knobs a Connect worker has (defaults are Connect's)."""
+
+    session_timeout_ms: PosInt = 10000
+    rebalance_timeout_ms: NonNegInt = 60000
+    heartbeat_interval_ms: PosInt = 3000
+    scheduled_rebalance_max_delay_ms: NonNegInt = 300000
+
+
+class _Step(_Model):
+    at_ms: NonNegInt
+
+
+class StartStep(_Step):
+    """A worker process starts and joins the group speaking ``protocol``."""
+
+    action: Literal["start"]
+    worker: Name
+    protocol: Protocol
+
+
+class StopStep(_Step):
+    """Graceful shutdown: the worker stops its work and leaves the group."""
+
+    action: Literal["stop"]
+    worker: Name
+
+
+class CrashStep(_Step):
+    """The process dies: its work stops at once and it does not leave (the session expires)."""
+
+    action: Literal["crash"]
+    worker: Name
+
+
+class RestartStep(_Step):
+    """Graceful stop, back after ``down_ms``; a different ``protocol`` expresses up/downgrades."""
+
+    action: Literal["restart"]
+    worker: Name
+    down_ms: NonNegInt
+    protocol: Protocol | None = None
+
+
+class AddConnectorStep(_Step):
+    action: Literal["add_connector"]
+    connector: Name
+    tasks: NonNegInt
+
+
+class RemoveConnectorStep(_Step):
+    action: Literal["remove_connector"]
+    connector: Name
+
+
+class SetTasksStep(_Step):
+    action: Literal["set_tasks"]
+    connector: Name
+    tasks: NonNegInt
+
+
+class RestartBridgeStep(_Step):
+    """The bridge process restarts and is unreachable for ``down_ms``."""
+
+    action: Literal["restart_bridge"]
+    down_ms: NonNegInt
+
+
+Step = Annotated[
+    StartStep
+    | StopStep
+    | CrashStep
+    | RestartStep
+    | AddConnectorStep
+    | RemoveConnectorStep
+    | SetTasksStep
+    | RestartBridgeStep,
+    Field(discriminator="action"),
+]
+
+STEP_MODELS: dict[str, type[_Step]] = {
+    "start": StartStep,
+    "stop": StopStep,
+    "crash": CrashStep,
+    "restart": RestartStep,
+    "add_connector": AddConnectorStep,
+    "remove_connector": RemoveConnectorStep,
+    "set_tasks": SetTasksStep,
+    "restart_bridge": RestartBridgeStep,
+}
+"""Action name → step model, in the order the design lists them (used in error messages)."""
+
+
+class _CrossFieldError(ValueError):
+    """Raised by the cross-field validator; carries the field path so the one-line error can name it."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(f"{path}: {problem}")
+
+
+class Scenario(_Model):
+    """One drill. ``steps`` are in time order; the drill ends at ``end_ms``."""
+
+    name: Name
+    seed: int = 0
+    group: Name = "connect-cluster"
+    timing: Timing = Timing()
+    migration_policy: MigrationPolicy = "bidirectional"
+    connectors: dict[Name, NonNegInt]
+    steps: list[Step]
+    end_ms: NonNegInt
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Scenario:
+        """Replay the steps symbolically so impossible sequences fail before the drill runs."""
+        running: dict[str, int] = {}  # worker -> index of the step that (re)started it
+        gone: dict[str, int] = {}  # worker -> index of the step that stopped/crashed it
+        connectors = set(self.connectors)
+        prev_at = 0
+        for i, step in enumerate(self.steps):
+            here = f"steps[{i}]"
+            if step.at_ms < prev_at:
+                raise _CrossFieldError(
+                    f"{here}.at_ms",
+                    f"{step.at_ms} is before the previous step's {prev_at} (steps must be in time order)",
+                )
+            prev_at = step.at_ms
+            if isinstance(step, StartStep):
+                if step.worker in running:
+                    since = f"started at steps[{running[step.worker]}]"
+                    raise _CrossFieldError(
+                        f"{here}.worker", f"worker '{step.worker}' is already running ({since})"
+                    )
+                running[step.worker] = i
+                gone.pop(step.worker, None)
+            elif isinstance(step, StopStep | CrashStep | RestartStep):
+                if step.worker not in running:
+                    why = f"stopped at steps[{gone[step.worker]}]" if step.worker in gone else "never started"
+                    raise _CrossFieldError(
+                        f"{here}.worker",
+                        f"cannot {step.action} worker '{step.worker}': it is not running ({why})",
+                    )
+                if not isinstance(step, RestartStep):  # a restarting worker counts as running
+                    del running[step.worker]
+                    gone[step.worker] = i
+            elif isinstance(step, AddConnectorStep):
+                if step.connector in connectors:
+                    raise _CrossFieldError(
+                        f"{here}.connector", f"connector '{step.connector}' already exists"
+                    )
+                connectors.add(step.connector)
+            elif isinstance(step, RemoveConnectorStep | SetTasksStep):
+                if step.connector not in connectors:
+                    raise _CrossFieldError(f"{here}.connector", f"unknown connector '{step.connector}'")
+                if isinstance(step, RemoveConnectorStep):
+                    connectors.discard(step.connector)
+        if self.steps and self.end_ms < prev_at:
+            raise _CrossFieldError(
+                "end_ms",
+                f"{self.end_ms} is before the last step (steps[{len(self.steps) - 1}].at_ms = {prev_at})",
+            )
+        return self
+
+    @property
+    def workers(self) -> list[str]:
+        """Every worker the scenario mentions, in order of first appearance."""
+        seen: dict[str, None] = {}
+        for step in self.steps:
+            worker = getattr(step, "worker", None)
+            if worker is not None:
+                seen.setdefault(worker, None)
+        return list(seen)
+
+
+# --- loading -------------------------------------------------------------------------------------
+
+_MODEL_AT_TOP: dict[str, type[BaseModel]] = {"timing": Timing}
+
+
+def _format_loc(loc: tuple[Any, ...]) -> tuple[str, type[BaseModel]]:
+    """Turn pydantic's location into ``steps[3].worker`` and find the innermost model on the way.
+
+    Discriminated unions put the tag into the location (``('steps', 3, 'start', 'worker')``); that
+    is pydantic's bookkeeping, not a path in the file, so it is dropped.
+    """
+    parts: list[str] = []
+    model: type[BaseModel] = Scenario
+    i = 0
+    while i < len(loc):
+        part = loc[i]
+        if isinstance(part, int):
+            parts.append(f"[{part}]")
+        else:
+            parts.append(f".{part}" if parts else str(part))
+            if len(parts) == 1:
+                model = _MODEL_AT_TOP.get(str(part), Scenario)
+        if loc[:1] == ("steps",) and i == 1 and len(loc) > 2 and loc[2] in STEP_MODELS:
+            model = STEP_MODELS[loc[2]]
+            i += 1  # skip the tag
+        i += 1
+    return "".join(parts), model
+
+
+def _describe(err: Mapping[str, Any]) -> str:
+    """One ``path: problem`` phrase for one pydantic error."""
+    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
+    loc = tuple(err["loc"])
+    if kind == "value_error" and not loc and isinstance(ctx.get("error"), _CrossFieldError):
+        return str(ctx["error"])
+    path, _ = _format_loc(loc)
+    if kind == "extra_forbidden":
+        parent, owner = _format_loc(loc[:-1])
+        where = f"{parent}: " if parent else ""
+        return f"{where}unknown field '{loc[-1]}' (allowed: {', '.join(owner.model_fields)})"
+    if kind == "union_tag_invalid":
+        expected = ", ".join(STEP_MODELS)
+        return f"{path}.action: unknown action {ctx.get('tag')!r}; expected one of {expected}"
+    if kind == "union_tag_not_found":
+        return f"{path}.action: missing (every step needs an action: {', '.join(STEP_MODELS)})"
+    if kind == "missing":
+        return f"{path}: missing required field"
+    if kind == "literal_error":
+        expected = str(ctx.get("expected", "")).replace("'", "").replace(" or ", ", ")
+        field = path.rsplit(".", 1)[-1]
+        return f"{path}: unknown {field} {value!r}; expected one of {expected}"
+    where = path or "(top level)"
+    return f"{where}: {err['msg'][:1].lower()}{err['msg'][1:]} (got {json.dumps(value, default=str)[:60]})"
+
+
+def _one_line(source: str, exc: ValidationError) -> str:
+    errors = exc.errors()
+    more = f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
+    return f"{source}: {_describe(errors[0])}{more}".replace("\n", " ")
+
+
+def load_scenario(source: str | Path | Mapping[str, Any]) -> Scenario:
+    """Load and validate a scenario from a JSON file path or an already-parsed mapping.
+
+    Every failure (unreadable file, bad JSON, schema, impossible step sequence) raises
+    :class:`ScenarioError` with a single line naming the file, the field path and the problem.
+    """
+    if isinstance(source, Mapping):
+        label, data = "<scenario>", dict(source)
+    else:
+        label = str(source)
+        try:
+            text = Path(source).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ScenarioError(f"{label}: cannot read: {exc.strerror or exc}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ScenarioError(
+                f"{label}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
+            ) from None
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        raise ScenarioError(_one_line(label, exc)) from None
+
+
+def dump_scenario(scenario: Scenario, path: str | Path) -> None:
+    """Write ``scenario`` as JSON that :func:`load_scenario` reads back to an equal value."""
+    Path(path).write_text(scenario.model_dump_json(indent=2, exclude_none=True) + "\n", encoding="utf-8")

@@ -1,0 +1,100 @@
+"""A new-protocol Connect worker's group logic, free of I/O.
+
+It is what a worker does with ConnectGroupHeartbeat: join with epoch 0, send only what changed, stop
+revoked work before acknowledging (the next heartbeat goes out at once), start newly assigned work,
+and on FENCED_MEMBER_EPOCH / UNKNOWN_MEMBER_ID drop everything and rejoin with epoch 0. The simulated
+drills and the asyncio client drive the same object; they only differ in how requests travel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.state.api import LEAVE_EPOCH, HeartbeatRequest, HeartbeatResponse
+from connect_bridge.state.model import EMPTY, Items
+
+_REJOIN_ERRORS = frozenset({int(ErrorCode.FENCED_MEMBER_EPOCH), int(ErrorCode.UNKNOWN_MEMBER_ID)})
+
+
+@dataclass(slots=True)
+class Reaction:
+    """What the worker must do after a response: stop and start work, and when to heartbeat next."""
+
+    stop: Items = EMPTY
+    start: Items = EMPTY
+    epoch_changed: bool = False
+    heartbeat_now: bool = False
+    interval_ms: int = 0
+
+
+@dataclass(slots=True)
+class NewProtocolWorker:
+    group_id: str
+    url: str
+    rebalance_timeout_ms: int = 60000
+    instance_id: str | None = None
+    server_assignor: str | None = None
+    config_offset: int = -1
+    member_id: str = ""
+    member_epoch: int = 0
+    running: Items = EMPTY
+    _sent_owned: Items | None = None
+    _full: bool = True
+    leader_id: str = ""
+    leader_url: str = ""
+    _last_interval: int = 3000
+
+    def heartbeat_request(self) -> HeartbeatRequest:
+        """The next heartbeat: everything when (re)joining, otherwise only what changed."""
+        if self._full or self.member_epoch == 0:
+            self._sent_owned = self.running
+            return HeartbeatRequest(
+                self.group_id,
+                self.member_id,
+                self.member_epoch,
+                instance_id=self.instance_id,
+                rebalance_timeout_ms=self.rebalance_timeout_ms,
+                server_assignor=self.server_assignor,
+                owned=self.running,
+                url=self.url,
+                config_offset=self.config_offset,
+            )
+        owned = None
+        if self.running != self._sent_owned:
+            owned = self._sent_owned = self.running
+        return HeartbeatRequest(self.group_id, self.member_id, self.member_epoch, owned=owned)
+
+    def leave_request(self) -> HeartbeatRequest:
+        epoch = -2 if self.instance_id else LEAVE_EPOCH
+        return HeartbeatRequest(self.group_id, self.member_id, epoch, instance_id=self.instance_id)
+
+    def on_response(self, resp: HeartbeatResponse) -> Reaction:
+        if resp.error_code in _REJOIN_ERRORS:
+            stop = self.running
+            self.running = EMPTY
+            self.member_epoch = 0
+            self._full = True
+            return Reaction(stop=stop, epoch_changed=True, heartbeat_now=True, interval_ms=0)
+        if resp.error_code not in (0, int(ErrorCode.COMPUTE_ASSIGNMENT)):
+            self._full = True
+            return Reaction(interval_ms=self._last_interval)
+        self._full = False
+        if resp.member_id:
+            self.member_id = resp.member_id
+        self._last_interval = resp.heartbeat_interval_ms or self._last_interval
+        reaction = Reaction(interval_ms=self._last_interval)
+        if resp.member_epoch != self.member_epoch:
+            self.member_epoch = resp.member_epoch
+            reaction.epoch_changed = True
+        if resp.assignment is not None:
+            target = resp.assignment.items
+            self.leader_id = resp.assignment.leader_id
+            self.leader_url = resp.assignment.leader_url
+            self.config_offset = max(self.config_offset, resp.assignment.config_offset)
+            reaction.stop = self.running - target
+            reaction.start = target - self.running
+            self.running = target
+            if reaction.stop:
+                reaction.heartbeat_now = True  # acknowledge the revocation at once
+        return reaction

@@ -1,0 +1,359 @@
+"""The invariant checker on hand-written logs, with exact numbers (DESIGN §4.3, §4.4)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from connect_bridge.codecs.ids import ConnectorTaskId
+from connect_bridge.drills.checker import MAX_VIOLATIONS, Summary, check, check_file
+from connect_bridge.drills.events import EventLog, EventLogError, read_events
+
+A = ConnectorTaskId("A", -1)
+A0, A1, A2 = (ConnectorTaskId("A", i) for i in range(3))
+B = ConnectorTaskId("B", -1)
+B0 = ConnectorTaskId("B", 0)
+C, D = ConnectorTaskId("C", -1), ConnectorTaskId("D", -1)
+D0, D1, D2 = (ConnectorTaskId("D", i) for i in range(3))
+
+
+def _log(*workers: str, connectors: dict[str, int] | None = None) -> EventLog:
+    """A log that starts with a config and the given workers live, all at t=0."""
+    log = EventLog()
+    if connectors is not None:
+        log.config(0, connectors, offset=1)
+    for w in workers:
+        log.worker_start(0, w, "new")
+    return log
+
+
+def _numbers(s: Summary) -> dict[str, object]:
+    return {k: v for k, v in s.to_json().items() if k not in ("name", "violations")}
+
+
+def test_clean_handover() -> None:
+    log = _log("w1", "w2", connectors={"A": 1})
+    log.run(1000, "w1", A)
+    log.run(1000, "w1", A0)
+    log.epoch(1000, "w1", 1)
+    log.release(5000, "w1", A0)
+    log.run(5000, "w2", A0)
+    log.epoch(5000, "w2", 2)
+    s = check(log, name="handover", end_ms=10000)
+    assert _numbers(s) == {
+        "ok": True,
+        "exclusive": True,
+        "converged": True,
+        "balanced": True,
+        "overlaps": 0,
+        "moves": 1,
+        "rebalances": 2,
+        "unassigned_item_ms": 2000,  # A and A-0, each 0..1000
+        "events": 9,
+        "overlap_ms": 0,
+    }
+    assert s.name == "handover" and s.violations == ()
+
+
+def test_summary_json_has_the_contract_keys_in_order() -> None:
+    assert list(check([]).to_json()) == [
+        "name",
+        "ok",
+        "exclusive",
+        "converged",
+        "balanced",
+        "overlaps",
+        "moves",
+        "rebalances",
+        "unassigned_item_ms",
+        "events",
+        "overlap_ms",
+        "violations",
+    ]
+
+
+def test_injected_overlap() -> None:
+    log = _log("w1", "w2", "w3", connectors={"A": 0})
+    log.run(0, "w1", A)
+    log.run(2000, "w2", A)  # overlap 1 starts: 2 runners
+    log.run(3000, "w3", A)  # overlap 2: 3 runners
+    log.release(5000, "w1", A)  # still 2
+    log.release(6000, "w2", A)  # 1 runner: overlapping 2000..6000
+    s = check(log, end_ms=8000)
+    assert (s.exclusive, s.converged, s.balanced, s.ok) == (False, True, True, False)
+    assert (s.overlaps, s.overlap_ms, s.moves, s.unassigned_item_ms) == (2, 4000, 2, 0)
+    assert s.violations == (
+        "t_ms=2000: A started on w2 while w1 runs it",
+        "t_ms=3000: A started on w3 while w1, w2 runs it",
+    )
+
+
+def test_overlap_still_open_at_the_end_counts_until_the_end() -> None:
+    log = _log("w1", "w2", connectors={"A": 0})
+    log.run(0, "w1", A)
+    log.run(1000, "w2", A)
+    s = check(log, end_ms=4000)
+    assert (s.overlaps, s.overlap_ms, s.converged) == (1, 3000, False)
+    assert s.violations[-1] == "end (t_ms=4000): A runs on w1, w2"
+
+
+def test_release_then_run_at_same_time_is_not_an_overlap_but_run_then_release_is() -> None:
+    handover = _log("w1", "w2", connectors={"A": 0})
+    handover.run(0, "w1", A)
+    handover.release(1000, "w1", A)
+    handover.run(1000, "w2", A)
+    s = check(handover)
+    assert (s.exclusive, s.overlaps, s.overlap_ms, s.unassigned_item_ms, s.ok) == (True, 0, 0, 0, True)
+
+    racing = _log("w1", "w2", connectors={"A": 0})
+    racing.run(0, "w1", A)
+    racing.run(1000, "w2", A)
+    racing.release(1000, "w1", A)
+    s = check(racing)
+    assert (s.exclusive, s.overlaps, s.overlap_ms, s.ok) == (False, 1, 0, False)
+
+
+def test_gaps_and_crash_ending_work() -> None:
+    log = _log("w1", connectors={"A": 2})
+    log.run(100, "w1", A)
+    log.run(100, "w1", A0)
+    log.run(300, "w1", A1)  # unassigned so far: 100 + 100 + 300
+    log.worker_crash(1000, "w1", "new")  # all three run nowhere from 1000
+    log.worker_start(1500, "w2", "new")
+    for item in (A, A0, A1):
+        log.run(2000, "w2", item)  # + 3 * 1000, and no overlap: the crash ended w1's work
+    s = check(log, end_ms=2500)
+    assert _numbers(s) == {
+        "ok": True,
+        "exclusive": True,
+        "converged": True,
+        "balanced": True,  # only w2 is live
+        "overlaps": 0,
+        "moves": 3,
+        "rebalances": 0,
+        "unassigned_item_ms": 3500,
+        "events": 10,
+        "overlap_ms": 0,
+    }
+
+
+@pytest.mark.parametrize("ending", ["worker_stop", "worker_crash"])
+def test_stop_and_crash_end_every_item_of_the_worker(ending: str) -> None:
+    log = _log("w1", "w2", connectors={"A": 1})
+    log.run(0, "w1", A)
+    log.run(0, "w1", A0)
+    getattr(log, ending)(1000, "w1", "new")
+    log.run(1000, "w2", A0)
+    log.run(4000, "w2", A)
+    s = check(log)
+    assert (s.overlaps, s.moves, s.unassigned_item_ms, s.converged, s.ok) == (0, 2, 3000, True, True)
+
+
+def test_configured_item_never_run_is_unassigned_until_the_end() -> None:
+    s = check(_log("w1", connectors={"A": 0}), end_ms=7000)
+    assert (s.unassigned_item_ms, s.converged, s.ok) == (7000, False, False)
+    assert s.violations == ("end (t_ms=7000): A is configured but runs nowhere",)
+
+
+def test_removed_connector() -> None:
+    log = _log("w1", connectors={"A": 0, "B": 1})
+    for item in (A, B, B0):
+        log.run(0, "w1", item)
+    log.release(500, "w1", B0)
+    log.release(500, "w1", B)  # B and B-0 unassigned 500..1000
+    log.config(1000, {"A": 0}, offset=2)  # dropped: no unassigned time after this
+    s = check(log, end_ms=5000)
+    assert (s.unassigned_item_ms, s.converged, s.ok) == (1000, True, True)
+
+    log.config(2000, {"A": 0, "B": 0}, offset=3)  # B back, running nowhere until the end
+    s = check(log, end_ms=5000)
+    assert (s.unassigned_item_ms, s.converged) == (1000 + 3000, False)
+
+
+def test_removed_connector_still_running_at_the_end_is_not_converged() -> None:
+    log = _log("w1", "w2", connectors={"A": 0, "B": 1})
+    log.run(0, "w1", A)
+    log.run(0, "w2", B)
+    log.run(0, "w2", B0)
+    log.config(1000, {"A": 0, "B": 0}, offset=2)  # B-0 dropped by set_tasks, still running
+    s = check(log, end_ms=5000)
+    assert (s.unassigned_item_ms, s.exclusive, s.converged, s.balanced, s.ok) == (0, True, False, True, False)
+    assert s.violations == ("end (t_ms=5000): B-0 runs on w2 but is not configured",)
+
+
+def test_items_run_before_any_config_are_not_unassigned_and_not_converged() -> None:
+    log = _log("w1")
+    log.run(1000, "w1", A)
+    s = check(log, end_ms=2000)
+    assert (s.unassigned_item_ms, s.converged) == (0, False)
+
+
+def test_item_on_a_worker_that_is_not_live_is_not_converged() -> None:
+    log = _log(connectors={"A": 0})
+    log.run(0, "ghost", A)
+    s = check(log)
+    assert (s.converged, s.balanced) == (False, True)
+    assert s.violations == ("end (t_ms=0): A runs on ghost, which is not live",)
+
+
+def test_moves() -> None:
+    log = _log("w1", "w2", connectors={"A": 1})
+    log.run(0, "w1", A0)  # first run: not a move
+    log.release(10, "w1", A0)
+    log.run(20, "w1", A0)  # same worker again: not a move
+    log.run(20, "w1", A0)  # duplicate run: a no-op
+    log.release(30, "w1", A0)
+    log.run(30, "w2", A0)  # move 1
+    log.release(40, "w2", A0)
+    log.run(40, "w1", A0)  # move 2
+    log.run(40, "w2", A)  # first run of A: not a move
+    log.release(50, "w9", A)  # release by a worker that does not run it: a no-op
+    s = check(log, end_ms=100)
+    assert (s.moves, s.overlaps, s.unassigned_item_ms, s.ok) == (2, 0, 10 + 40, True)
+
+
+def test_unbalanced_end() -> None:
+    log = _log("w1", "w2", connectors={"A": 0, "B": 0, "C": 0, "D": 3})
+    for item in (A, B, C):
+        log.run(0, "w1", item)
+    for item in (D, D0, D1, D2):
+        log.run(0, "w2", item)
+    s = check(log)
+    assert (s.exclusive, s.converged, s.balanced, s.ok) == (True, True, False, False)
+    assert s.violations == (
+        "end (t_ms=0): unbalanced connectors per live worker: w1=3, w2=1",
+        "end (t_ms=0): unbalanced tasks per live worker: w1=0, w2=3",
+    )
+
+
+def test_off_by_one_is_balanced_and_idle_live_worker_counts() -> None:
+    log = _log("w1", "w2", "w3", connectors={"A": 2, "B": 0})
+    for w, item in (("w1", A), ("w1", B), ("w1", A0), ("w3", A1)):
+        log.run(0, w, item)
+    assert check(log).balanced is False  # connectors 2, 0, 0
+    log2 = _log("w1", "w2", "w3", connectors={"A": 2, "B": 0})
+    for w, item in (("w1", A), ("w1", A0), ("w2", B), ("w3", A1)):
+        log2.run(0, w, item)
+    s = check(log2)
+    assert (s.balanced, s.ok) == (True, True)
+
+
+def test_empty_log() -> None:
+    s = check([], name="empty")
+    assert s.to_json() == {
+        "name": "empty",
+        "ok": True,
+        "exclusive": True,
+        "converged": True,
+        "balanced": True,
+        "overlaps": 0,
+        "moves": 0,
+        "rebalances": 0,
+        "unassigned_item_ms": 0,
+        "events": 0,
+        "overlap_ms": 0,
+        "violations": [],
+    }
+
+
+def test_end_defaults_to_last_event_and_is_never_before_it() -> None:
+    log = _log(connectors={"A": 0})
+    log.bridge_restart(3000)
+    log.emit(4000, "something_new", "w1", detail=1)  # unknown types: counted, otherwise ignored
+    assert (check(log).unassigned_item_ms, check(log).events) == (4000, 3)
+    assert check(log, end_ms=10000).unassigned_item_ms == 10000
+    assert check(log, end_ms=1000).unassigned_item_ms == 4000
+
+
+def test_drill_end_marker_makes_the_default_end_equal_end_ms() -> None:
+    log = _log(connectors={"A": 0})
+    log.drill_end(9000)
+    assert check(log).unassigned_item_ms == check(log, end_ms=9000).unassigned_item_ms == 9000
+
+
+def test_violations_are_capped() -> None:
+    log = _log(*(f"w{i}" for i in range(31)), connectors={"A": 0})
+    for i in range(31):
+        log.run(i, f"w{i}", A)
+    s = check(log)
+    assert s.overlaps == 30
+    assert len(s.violations) == MAX_VIOLATIONS + 1
+    # 30 overlaps + "runs on w0, w1, ..." at the end (each live worker runs A once: balanced)
+    assert s.balanced
+    assert s.violations[-1] == f"... and {30 + 1 - MAX_VIOLATIONS} more"
+
+
+@pytest.mark.parametrize(
+    ("events", "message"),
+    [
+        ([{"t_ms": 5, "type": "epoch"}, {"t_ms": 4, "type": "epoch"}], "event 1 (epoch): t_ms 4 is before"),
+        ([{"type": "run"}], "event 0: missing field 't_ms'"),
+        ([{"t_ms": 0, "type": "run", "worker": "w1", "task": 0}], "event 0 (run): missing field 'connector'"),
+        (
+            [{"t_ms": 0, "type": "run", "worker": None, "connector": "A", "task": 0}],
+            "event 0 (run): worker is null",
+        ),
+        ([{"t_ms": 0, "type": "config", "connectors": None}], "event 0 (config): connectors"),
+    ],
+)
+def test_malformed_logs_are_rejected(events: list[dict[str, object]], message: str) -> None:
+    with pytest.raises(EventLogError) as info:
+        check(events)
+    assert str(info.value).startswith(message)
+
+
+def test_event_log_shape_and_order() -> None:
+    log = EventLog()
+    log.config(0, {"A": 1}, offset=7)
+    log.run(1, "w1", A0)
+    log.worker_stop(2, "w1")
+    log.group(3, "connect", 4)
+    assert log.events == [
+        {"t_ms": 0, "type": "config", "worker": None, "connectors": {"A": 1}, "offset": 7},
+        {"t_ms": 1, "type": "run", "worker": "w1", "connector": "A", "task": 0},
+        {"t_ms": 2, "type": "worker_stop", "worker": "w1", "protocol": None},
+        {"t_ms": 3, "type": "group", "worker": None, "group_type": "connect", "group_epoch": 4},
+    ]
+    with pytest.raises(EventLogError, match="t_ms 2 < previous 3"):
+        log.epoch(2, "w1", 1)
+
+
+def test_jsonl_round_trip_and_check_file(tmp_path: Path) -> None:
+    log = _log("w1", connectors={"A": 0})
+    log.run(500, "w1", A)
+    drill = tmp_path / "my-drill"
+    drill.mkdir()
+    log.write_jsonl(drill / "events.jsonl")
+    lines = (drill / "events.jsonl").read_text().splitlines()
+    assert lines[0] == '{"t_ms":0,"type":"config","worker":null,"connectors":{"A":0},"offset":1}'
+    assert read_events(drill / "events.jsonl") == log.events
+    assert check_file(drill) == check(log, name="my-drill")
+    (drill / "summary.json").write_text(json.dumps({"name": "named"}))
+    assert check_file(drill / "events.jsonl").name == "named"
+    assert check_file(drill, end_ms=1000).unassigned_item_ms == 500
+
+
+def test_read_events_skips_blank_lines_and_names_bad_lines(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    path.write_text('{"t_ms":0,"type":"epoch","worker":"w","epoch":1}\n\n  \n{"t_ms": 1, oops}\n')
+    with pytest.raises(EventLogError, match=r"events\.jsonl:4: bad JSON: "):
+        read_events(path)
+    path.write_text('{"t_ms":0,"type":"epoch","worker":"w","epoch":1}\n\n[1]\n')
+    with pytest.raises(EventLogError, match=r"events\.jsonl:3: expected a JSON object, got list"):
+        read_events(path)
+    path.write_text('\n{"t_ms":0,"type":"epoch","worker":"w","epoch":1}\n\n')
+    assert check_file(path).rebalances == 1
+
+
+def test_large_log_is_one_fast_pass() -> None:
+    """200k events of steady handovers: a smoke test that nothing is quadratic."""
+    log = _log("w1", "w2", connectors={"A": 0})
+    workers = ("w1", "w2")
+    for t in range(50_000):
+        log.run(t, workers[t % 2], A)
+        log.release(t, workers[t % 2], A)
+        log.epoch(t, "w1", t)
+    s = check(log)
+    assert (s.events, s.rebalances, s.moves, s.overlaps) == (150_003, 50_000, 49_999, 0)
