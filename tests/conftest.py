@@ -1,0 +1,41 @@
+"""Shared test fixtures.
+
+The golden vectors live outside the repository (``../shared/vectors`` next to the checkout) because
+several projects share them. A missing vector file is a broken checkout, so it fails the run instead
+of skipping the tests that need it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+CONNECT_VECTORS = "connect-embedded-protocol.json"
+
+
+def vectors_dir() -> Path:
+    """``<repo>/../shared/vectors``."""
+    return Path(__file__).resolve().parents[1].parent / "shared" / "vectors"
+
+
+def load_vectors(name: str = CONNECT_VECTORS) -> list[dict[str, Any]]:
+    path = vectors_dir() / name
+    if not path.is_file():
+        pytest.fail(f"golden vectors not found at {path}", pytrace=False)
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="session")
+def vectors() -> list[dict[str, Any]]:
+    """All Connect embedded-protocol golden vectors (``shared/vectors/README.md``)."""
+    return load_vectors()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Tests taking ``connect_vector`` run once per golden vector, with the vector id as test id."""
+    if "connect_vector" in metafunc.fixturenames:
+        cases = load_vectors()
+        metafunc.parametrize("connect_vector", cases, ids=[case["id"] for case in cases])
