@@ -1,0 +1,275 @@
+"""The Kafka wire messages the bridge itself speaks, by API key.
+
+The classic group APIs are kafka-python's own classes (generated from Apache Kafka's JSON specs); the
+Connect group APIs are our JSON specs in ``codecs/specs`` loaded by the same engine, so one decoder and
+one encoder cover both. The registry is a table rather than code so ApiVersions, the request decoder
+and the docs cannot disagree about what is supported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+from kafka.protocol.admin.groups import (
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
+from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.consumer.group import (
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
+
+from connect_bridge.codecs import specs
+from connect_bridge.codecs.errors import CodecError
+from connect_bridge.codecs.ids import CONNECTOR_TASK, ConnectorTaskId
+
+__all__ = [
+    "API_SPECS",
+    "ApiKey",
+    "ApiSpec",
+    "ApiVersionsRequest",
+    "ApiVersionsResponse",
+    "ConnectGroupDescribeRequest",
+    "ConnectGroupDescribeResponse",
+    "ConnectGroupHeartbeatRequest",
+    "ConnectGroupHeartbeatResponse",
+    "ConnectGroupInstallAssignmentRequest",
+    "ConnectGroupInstallAssignmentResponse",
+    "ConnectGroupPrepareAssignmentRequest",
+    "ConnectGroupPrepareAssignmentResponse",
+    "DescribeGroupsRequest",
+    "DescribeGroupsResponse",
+    "FindCoordinatorRequest",
+    "FindCoordinatorResponse",
+    "HeartbeatRequest",
+    "HeartbeatResponse",
+    "JoinGroupRequest",
+    "JoinGroupResponse",
+    "LeaveGroupRequest",
+    "LeaveGroupResponse",
+    "ListGroupsRequest",
+    "ListGroupsResponse",
+    "MetadataRequest",
+    "MetadataResponse",
+    "SyncGroupRequest",
+    "SyncGroupResponse",
+    "WireConnectorTasks",
+    "WireConnectorsAndTasks",
+    "api_spec",
+    "connectors_and_tasks",
+    "items_of",
+    "supported_api_versions",
+]
+
+
+# --- The Connect group APIs (specs/ConnectGroup*.json) ------------------------------------------
+
+
+class ConnectGroupHeartbeatRequest(ApiMessage, load_json=specs):
+    """Join, leave, heartbeat and report owned work in one call (the draft's core API)."""
+
+
+class ConnectGroupHeartbeatResponse(ApiMessage, load_json=specs):
+    """Epoch, heartbeat interval, and the assignment when it changed; COMPUTE_ASSIGNMENT as an error."""
+
+
+class ConnectGroupPrepareAssignmentRequest(ApiMessage, load_json=specs):
+    """Asks for the input of the client-side assignor after COMPUTE_ASSIGNMENT."""
+
+
+class ConnectGroupPrepareAssignmentResponse(ApiMessage, load_json=specs):
+    """The group state a client-side assignor computes the new target assignment from."""
+
+
+class ConnectGroupInstallAssignmentRequest(ApiMessage, load_json=specs):
+    """Installs a client-side assignor's result as the group's target assignment."""
+
+
+class ConnectGroupInstallAssignmentResponse(ApiMessage, load_json=specs):
+    """Success, or INVALID_ASSIGNMENT when the assignment breaks the draft's invariants."""
+
+
+class ConnectGroupDescribeRequest(ApiMessage, load_json=specs):
+    """Describes groups the bridge coordinates (``connect-bridge describe``)."""
+
+
+class ConnectGroupDescribeResponse(ApiMessage, load_json=specs):
+    """Group type, epochs, leader, config view and per-member current/target assignments."""
+
+
+# --- The registry ---------------------------------------------------------------------------------
+
+
+class ApiKey(IntEnum):
+    """API keys the bridge decodes itself (everything else is relayed upstream undecoded)."""
+
+    METADATA = 3
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    API_VERSIONS = 18
+    CONNECT_GROUP_HEARTBEAT = 1000
+    CONNECT_GROUP_PREPARE_ASSIGNMENT = 1001
+    CONNECT_GROUP_INSTALL_ASSIGNMENT = 1002
+    CONNECT_GROUP_DESCRIBE = 1003
+
+
+@dataclass(frozen=True)
+class ApiSpec:
+    """One API: its message classes and the versions the bridge accepts (and advertises)."""
+
+    api_key: ApiKey
+    request: type[ApiMessage]
+    response: type[ApiMessage]
+    min_version: int
+    max_version: int
+
+    @property
+    def name(self) -> str:
+        return self.request.name.removesuffix("Request")
+
+    def supports(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
+
+    def request_flexible(self, version: int) -> bool:
+        """Whether requests of this version use the flexible (v2) request header and compact fields."""
+        return bool(self.request.flexible_version_q(version))
+
+    def response_header_version(self, version: int) -> int:
+        """0 or 1. ApiVersions always answers with header v0 so any client can parse the answer."""
+        if self.api_key == ApiKey.API_VERSIONS:
+            return 0
+        return 1 if self.response.flexible_version_q(version) else 0
+
+
+# (key, request, response, min, max): versions are what we decode and advertise; the tests check
+# that each range is within what the spec itself declares.
+_TABLE: tuple[tuple[ApiKey, type[ApiMessage], type[ApiMessage], int, int], ...] = (
+    (ApiKey.METADATA, MetadataRequest, MetadataResponse, 0, 13),
+    (ApiKey.FIND_COORDINATOR, FindCoordinatorRequest, FindCoordinatorResponse, 0, 6),
+    (ApiKey.JOIN_GROUP, JoinGroupRequest, JoinGroupResponse, 0, 9),
+    (ApiKey.HEARTBEAT, HeartbeatRequest, HeartbeatResponse, 0, 4),
+    (ApiKey.LEAVE_GROUP, LeaveGroupRequest, LeaveGroupResponse, 0, 5),
+    (ApiKey.SYNC_GROUP, SyncGroupRequest, SyncGroupResponse, 0, 5),
+    (ApiKey.DESCRIBE_GROUPS, DescribeGroupsRequest, DescribeGroupsResponse, 0, 6),
+    (ApiKey.LIST_GROUPS, ListGroupsRequest, ListGroupsResponse, 0, 5),
+    (ApiKey.API_VERSIONS, ApiVersionsRequest, ApiVersionsResponse, 0, 4),
+    (ApiKey.CONNECT_GROUP_HEARTBEAT, ConnectGroupHeartbeatRequest, ConnectGroupHeartbeatResponse, 0, 0),
+    (
+        ApiKey.CONNECT_GROUP_PREPARE_ASSIGNMENT,
+        ConnectGroupPrepareAssignmentRequest,
+        ConnectGroupPrepareAssignmentResponse,
+        0,
+        0,
+    ),
+    (
+        ApiKey.CONNECT_GROUP_INSTALL_ASSIGNMENT,
+        ConnectGroupInstallAssignmentRequest,
+        ConnectGroupInstallAssignmentResponse,
+        0,
+        0,
+    ),
+    (ApiKey.CONNECT_GROUP_DESCRIBE, ConnectGroupDescribeRequest, ConnectGroupDescribeResponse, 0, 0),
+)
+
+API_SPECS: Mapping[int, ApiSpec] = MappingProxyType(
+    {key: ApiSpec(key, req, resp, lo, hi) for key, req, resp, lo, hi in _TABLE}
+)
+"""API key -> :class:`ApiSpec` for every API the bridge decodes."""
+
+
+def api_spec(api_key: int) -> ApiSpec | None:
+    return API_SPECS.get(api_key)
+
+
+def supported_api_versions() -> list[tuple[int, int, int]]:
+    """``(api_key, min_version, max_version)`` rows for the locally handled APIs, for ApiVersions."""
+    return [(int(s.api_key), s.min_version, s.max_version) for s in API_SPECS.values()]
+
+
+# --- Connectors and tasks on the wire ---------------------------------------------------------------
+#
+# The Connect APIs carry work as {Connectors: [name], Tasks: [{Connector, TaskIds: [int]}]} (the draft's
+# shape), while every other layer uses ConnectorTaskId with task -1 for the connector instance (the
+# embedded protocol's shape). These two helpers are the only place the two meet.
+
+
+class WireConnectorTasks(NamedTuple):
+    """One ``Tasks`` entry; field order is the spec's, so the encoder can read it as a tuple."""
+
+    connector: str
+    task_ids: list[int]
+
+
+class WireConnectorsAndTasks(NamedTuple):
+    """Any ``ConnectorsAndTasks``-shaped struct (also ``CurrentAssignment``, ``PendingRevocation``...)."""
+
+    connectors: list[str]
+    tasks: list[WireConnectorTasks]
+
+
+def connectors_and_tasks(items: Iterable[ConnectorTaskId]) -> WireConnectorsAndTasks:
+    """Work items in the wire shape, sorted so equal sets always encode to equal bytes."""
+    connectors: set[str] = set()
+    tasks: dict[str, set[int]] = {}
+    for item in items:
+        if item.task == CONNECTOR_TASK:
+            connectors.add(item.connector)
+        elif item.task >= 0:
+            tasks.setdefault(item.connector, set()).add(item.task)
+        else:
+            raise CodecError(f"task index {item.task} of connector {item.connector!r} is not encodable")
+    return WireConnectorsAndTasks(
+        sorted(connectors),
+        [WireConnectorTasks(name, sorted(ids)) for name, ids in sorted(tasks.items())],
+    )
+
+
+def items_of(value: Any, field: str = "ConnectorsAndTasks") -> frozenset[ConnectorTaskId]:
+    """The work items in a decoded (or constructed) ``ConnectorsAndTasks``-shaped value; null = none.
+
+    Task ids must be >= 0 (the connector instance is listed under ``Connectors``); anything else is a
+    request the coordinator should answer with INVALID_REQUEST, hence a :class:`CodecError` naming the
+    field rather than a silently conflated connector instance.
+    """
+    if value is None:
+        return frozenset()
+    out: set[ConnectorTaskId] = set()
+    for name in value.connectors or ():
+        if name is None:
+            raise CodecError("null connector name", field=f"{field}.Connectors")
+        out.add(ConnectorTaskId(name, CONNECTOR_TASK))
+    for i, entry in enumerate(value.tasks or ()):
+        connector, task_ids = entry.connector, entry.task_ids
+        if connector is None:
+            raise CodecError("null connector name", field=f"{field}.Tasks[{i}].Connector")
+        for task in task_ids or ():
+            if task < 0:
+                raise CodecError(f"negative task id {task}", field=f"{field}.Tasks[{i}].TaskIds")
+            out.add(ConnectorTaskId(connector, task))
+    return frozenset(out)
