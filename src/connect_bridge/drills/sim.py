@@ -20,7 +20,7 @@ from connect_bridge.state.config import CoordinatorConfig, MigrationPolicy
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.model import NEW_PROTOCOL, ConfigView, GroupType
 from connect_bridge.state.records import Record
-from connect_bridge.workers.new_protocol import NewProtocolWorker
+from connect_bridge.workers.new_protocol import NewProtocolWorker, Reaction
 
 SUPPORTED_PROTOCOLS = frozenset({NEW_PROTOCOL})
 
@@ -123,6 +123,7 @@ class SimulatedDrill:
             group_id=self.scenario.group,
             url=f"http://{name}:8083/",
             rebalance_timeout_ms=self.scenario.timing.rebalance_timeout_ms,
+            session_timeout_ms=self.scenario.timing.session_timeout_ms,
             config_offset=self.config_offset,
         )
         worker = _SimWorker(name, protocol, logic, self.incarnations)
@@ -131,7 +132,7 @@ class SimulatedDrill:
         self._send_heartbeat(now, worker)
 
     def _send_heartbeat(self, now: int, worker: _SimWorker) -> None:
-        req = worker.logic.heartbeat_request()
+        req = worker.logic.heartbeat_request(now)
         incarnation = worker.incarnation
 
         def arrive(t: int) -> None:
@@ -156,14 +157,27 @@ class SimulatedDrill:
         if not worker.alive or worker.incarnation != incarnation:
             return
         reaction = worker.logic.on_response(resp)
+        self._apply(now, worker, reaction)
+        delay = 0 if reaction.heartbeat_now else reaction.interval_ms
+        self.at(now + delay, lambda t: self._retry(t, worker, incarnation))
+        expiry = worker.logic.session_expiry_ms()
+        if expiry is not None:
+            self.at(expiry, lambda t: self._check_session(t, worker, incarnation))
+
+    def _apply(self, now: int, worker: _SimWorker, reaction: Reaction) -> None:
         for item in sorted(reaction.stop):
             self.log.release(now, worker.name, item)
         for item in sorted(reaction.start):
             self.log.run(now, worker.name, item)
         if reaction.epoch_changed:
             self.log.epoch(now, worker.name, worker.logic.member_epoch)
-        delay = 0 if reaction.heartbeat_now else reaction.interval_ms
-        self.at(now + delay, lambda t: self._retry(t, worker, incarnation))
+
+    def _check_session(self, now: int, worker: _SimWorker, incarnation: int) -> None:
+        """A worker cut off from the coordinator for a session timeout stops its work by itself."""
+        if worker.alive and worker.incarnation == incarnation:
+            reaction = worker.logic.expire_session(now)
+            if reaction is not None:
+                self._apply(now, worker, reaction)
 
     def _stop(self, now: int, name: str) -> None:
         worker = self.workers[name]

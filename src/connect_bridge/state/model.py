@@ -134,7 +134,6 @@ class HeldWork:
 class GroupMetadata:
     """Group-level state persisted as one record (seed 000 "Group Metadata" plus our additions)."""
 
-    group_type: GroupType = GroupType.CONNECT
     group_epoch: int = 0
     leader_id: str = ""
     member_seq: int = 0

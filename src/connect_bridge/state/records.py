@@ -11,15 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import IntEnum
 
+from connect_bridge.codecs.records import RecordType as WireRecordType
+
 
 class RecordType(IntEnum):
-    GROUP_METADATA = 1
-    CONFIG = 2
-    MEMBER_METADATA = 3
-    TARGET_METADATA = 4
-    TARGET_MEMBER = 5
-    CURRENT_ASSIGNMENT = 6
-    CLASSIC_GROUP = 7
+    """Record types by the engine's names; the values are the wire ids (key versions)."""
+
+    GROUP_METADATA = WireRecordType.CONNECT_GROUP_METADATA
+    CONFIG = WireRecordType.CONNECT_GROUP_CONFIG_METADATA
+    MEMBER_METADATA = WireRecordType.CONNECT_GROUP_MEMBER_METADATA
+    TARGET_METADATA = WireRecordType.CONNECT_GROUP_TARGET_ASSIGNMENT_METADATA
+    TARGET_MEMBER = WireRecordType.CONNECT_GROUP_TARGET_ASSIGNMENT_MEMBER
+    CURRENT_ASSIGNMENT = WireRecordType.CONNECT_GROUP_CURRENT_MEMBER_ASSIGNMENT
+    CLASSIC_GROUP = WireRecordType.CLASSIC_GROUP_METADATA
 
 
 @dataclass(frozen=True, slots=True)

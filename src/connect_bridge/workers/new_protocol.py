@@ -43,10 +43,15 @@ class NewProtocolWorker:
     _full: bool = True
     leader_id: str = ""
     leader_url: str = ""
+    session_timeout_ms: int = 10000
     _last_interval: int = 3000
+    _sent_at: int = 0
+    _session_start: int | None = None
+    """Send time of the last heartbeat the coordinator answered: our session runs from there."""
 
-    def heartbeat_request(self) -> HeartbeatRequest:
+    def heartbeat_request(self, now_ms: int = 0) -> HeartbeatRequest:
         """The next heartbeat: everything when (re)joining, otherwise only what changed."""
+        self._sent_at = now_ms
         if self._full or self.member_epoch == 0:
             self._sent_owned = self.running
             return HeartbeatRequest(
@@ -69,17 +74,37 @@ class NewProtocolWorker:
         epoch = -2 if self.instance_id else LEAVE_EPOCH
         return HeartbeatRequest(self.group_id, self.member_id, epoch, instance_id=self.instance_id)
 
+    def expire_session(self, now_ms: int) -> Reaction | None:
+        """Stop everything once the coordinator must consider our session expired.
+
+        The coordinator's session timer started when it processed our last answered heartbeat, which
+        is no earlier than when we sent it; so stopping at send time + session timeout stops our work
+        before the coordinator can hand it to someone else, even if we are cut off from it.
+        """
+        if self._session_start is None or now_ms - self._session_start < self.session_timeout_ms:
+            return None
+        return self._reset()
+
+    def session_expiry_ms(self) -> int | None:
+        return None if self._session_start is None else self._session_start + self.session_timeout_ms
+
+    def _reset(self) -> Reaction:
+        stop = self.running
+        self.running = EMPTY
+        changed = self.member_epoch != 0
+        self.member_epoch = 0
+        self._full = True
+        self._session_start = None
+        return Reaction(stop=stop, epoch_changed=changed, heartbeat_now=True, interval_ms=0)
+
     def on_response(self, resp: HeartbeatResponse) -> Reaction:
         if resp.error_code in _REJOIN_ERRORS:
-            stop = self.running
-            self.running = EMPTY
-            self.member_epoch = 0
-            self._full = True
-            return Reaction(stop=stop, epoch_changed=True, heartbeat_now=True, interval_ms=0)
+            return self._reset()
         if resp.error_code not in (0, int(ErrorCode.COMPUTE_ASSIGNMENT)):
             self._full = True
             return Reaction(interval_ms=self._last_interval)
         self._full = False
+        self._session_start = self._sent_at
         if resp.member_id:
             self.member_id = resp.member_id
         self._last_interval = resp.heartbeat_interval_ms or self._last_interval
