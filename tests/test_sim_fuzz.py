@@ -1,4 +1,4 @@
-"""Randomized new-protocol scenarios in simulated time: every one must stay exclusive, converge and balance."""
+"""Randomized new-protocol scenarios in simulated time: each must stay exclusive, converge, balance."""
 
 from __future__ import annotations
 
