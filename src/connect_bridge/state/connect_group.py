@@ -31,8 +31,10 @@ from connect_bridge.state.api import (
     PreparedMember,
 )
 from connect_bridge.state.config import CoordinatorConfig
+from connect_bridge.state.legacy_members import LegacyMembers
 from connect_bridge.state.model import (
     EMPTY,
+    NEW_PROTOCOL,
     ClientAssignor,
     ConfigView,
     CurrentAssignment,
@@ -82,6 +84,9 @@ class ConnectGroup:
         self.compute_notified = False
         self.compute_snapshot: tuple[int, frozenset[str], Items] | None = None
         self._records: list[Record] = []
+        self.legacy = LegacyMembers(self)
+        self.downgrade_pending = False
+        """Set when the last new-protocol member left a group that still has legacy members."""
 
     # ------------------------------------------------------------------ derived views
     @property
@@ -188,16 +193,51 @@ class ConnectGroup:
         self.target_metadata = TargetMetadata(epoch, error)
         self._emit(RecordType.TARGET_METADATA, value=self.target_metadata)
 
+    # ------------------------------------------------------------------ conversion
+    def install_converted(
+        self,
+        metadata: GroupMetadata,
+        target_metadata: TargetMetadata,
+        members: list[tuple[str, MemberMetadata, CurrentAssignment]],
+        now_ms: int,
+    ) -> None:
+        """Become the image of a converted classic group: target = current, nothing moves."""
+        for mid, member_metadata, current in members:
+            member = Member(mid, member_metadata, CurrentAssignment())
+            self.members[mid] = member
+            self._emit(RecordType.MEMBER_METADATA, mid, member_metadata)
+            self._set_current(member, current)
+            self.arm_session(member, now_ms)
+        self._install_target(target_metadata.assignment_epoch, {mid: c.assigned for mid, _, c in members})
+        self.metadata = metadata
+        self._emit(RecordType.GROUP_METADATA, value=metadata)
+
+    def tombstone_all(self) -> None:
+        """Delete every record of this group (it becomes a classic group); timers go with it."""
+        for mid in list(self.members):
+            for key in (("session", self.group_id, mid), ("revoke", self.group_id, mid)):
+                self.timers.cancel(key)
+            self.legacy.forget(mid)
+            self._emit(RecordType.CURRENT_ASSIGNMENT, mid, None)
+            self._emit(RecordType.MEMBER_METADATA, mid, None)
+        for mid in self.target:
+            self._emit(RecordType.TARGET_MEMBER, mid, None)
+        for key in (("held", self.group_id), ("compute", self.group_id)):
+            self.timers.cancel(key)
+        self._emit(RecordType.TARGET_METADATA, value=None)
+        self._emit(RecordType.GROUP_METADATA, value=None)
+        self.members.clear()
+        self.target.clear()
+        self.owners.clear()
+
     # ------------------------------------------------------------------ replay
     def apply(self, record: Record) -> None:
         """Rebuild state from one record (the inverse of the ``_emit`` calls above)."""
         t, mid, value = record.type, record.member_id, record.value
         if t is RecordType.GROUP_METADATA:
-            self.metadata = value  # type: ignore[assignment]
-        elif t is RecordType.CONFIG:
-            self.view = value  # type: ignore[assignment]
+            self.metadata = value if value is not None else GroupMetadata()  # type: ignore[assignment]
         elif t is RecordType.TARGET_METADATA:
-            self.target_metadata = value  # type: ignore[assignment]
+            self.target_metadata = value if value is not None else TargetMetadata()  # type: ignore[assignment]
         elif t is RecordType.TARGET_MEMBER:
             if value is None:
                 self.target.pop(mid, None)
@@ -230,7 +270,7 @@ class ConnectGroup:
         for mid, member in self.members.items():
             for item in member.current.owned:
                 self.owners[item] = mid
-            self._arm_session(member, now_ms)
+            self.arm_session(member, now_ms)
             if member.current.state is MemberState.UNREVOKED:
                 self._arm_revocation(member, now_ms)
         self._arm_held_timer()
@@ -246,7 +286,7 @@ class ConnectGroup:
         }
 
     # ------------------------------------------------------------------ timers
-    def _arm_session(self, member: Member, now_ms: int) -> None:
+    def arm_session(self, member: Member, now_ms: int) -> None:
         timeout = member.metadata.session_timeout_ms
         self.timers.schedule(("session", self.group_id, member.member_id), now_ms + timeout)
 
@@ -267,20 +307,22 @@ class ConnectGroup:
         if kind == "session":
             member = self.members.get(key[2])
             if member is not None:
-                self._remove_member(member, now_ms)
+                self.remove_member(member, now_ms)
         elif kind == "revoke":
             member = self.members.get(key[2])
             if member is not None and member.current.state is MemberState.UNREVOKED:
-                self._remove_member(member, now_ms)
+                self.remove_member(member, now_ms)
         elif kind == "compute":
             if self.computing_member is not None and self.compute_notified:
                 self._choose_computing_member(exclude=self.computing_member)
         elif kind == "held":
             self._bump_group_epoch()
-        self._maybe_update_target(now_ms)
+        elif kind in ("legacy-join", "legacy-sync"):
+            self.legacy.on_timer(key, now_ms)
+        self.maybe_update_target(now_ms)
 
     # ------------------------------------------------------------------ membership
-    def _new_member_id(self) -> str:
+    def new_member_id(self) -> str:
         seq = self.metadata.member_seq + 1
         self._set_metadata(member_seq=seq)
         return str(uuid.uuid5(_MEMBER_ID_NAMESPACE, f"{self.group_id}/{seq}"))
@@ -293,10 +335,10 @@ class ConnectGroup:
         if not self.metadata.leader_id or self.metadata.leader_id not in self.members:
             self._set_metadata(leader_id=member_id)
         self._bump_group_epoch()
-        self._arm_session(member, now_ms)
+        self.arm_session(member, now_ms)
         return member
 
-    def _remove_member(self, member: Member, now_ms: int) -> None:
+    def remove_member(self, member: Member, now_ms: int) -> None:
         """Drop a member; its targeted work is held for the scheduled delay (Connect's lost work)."""
         mid = member.member_id
         self._set_current(member, CurrentAssignment())
@@ -316,11 +358,19 @@ class ConnectGroup:
         if self.computing_member == mid:
             self.computing_member = None
             self.compute_notified = False
+        self.legacy.forget(mid)
         self._set_metadata(group_epoch=self.metadata.group_epoch + 1, leader_id=leader, held=held)
         self._arm_held_timer()
+        self._check_downgrade(member.metadata)
+
+    def _check_downgrade(self, departed: MemberMetadata) -> None:
+        if departed.is_legacy or not self.members:
+            return
+        if all(m.metadata.is_legacy for m in self.members.values()):
+            self.downgrade_pending = True
 
     # ------------------------------------------------------------------ target assignment
-    def _maybe_update_target(self, now_ms: int) -> None:
+    def maybe_update_target(self, now_ms: int) -> None:
         if self.group_epoch <= self.assignment_epoch:
             return
         if not self.members:
@@ -404,7 +454,7 @@ class ConnectGroup:
             and req.rebalance_timeout_ms == -1
             and self.computing_member != req.member_id
         ):
-            self._arm_session(member, now_ms)
+            self.arm_session(member, now_ms)
             return HeartbeatResponse(
                 member_id=member.member_id,
                 member_epoch=epoch,
@@ -490,11 +540,11 @@ class ConnectGroup:
             raise RequestError(ErrorCode.UNKNOWN_MEMBER_ID, f"member {req.member_id} is not in the group")
         else:
             self._check_epoch(member, req, now_ms)
-        self._update_metadata(member, req)
-        self._arm_session(member, now_ms)
-        self._maybe_update_target(now_ms)
+        self.update_from_heartbeat(member, req)
+        self.arm_session(member, now_ms)
+        self.maybe_update_target(now_ms)
         before = member.current
-        self._reconcile(member, reported_owned, now_ms)
+        self.reconcile(member, reported_owned, now_ms)
         return self._response(member, before, req, joining, now_ms)
 
     def _check_epoch(self, member: Member, req: HeartbeatRequest, now_ms: int) -> None:
@@ -509,8 +559,8 @@ class ConnectGroup:
             and req.owned <= current.assigned
         ):
             return
-        self._remove_member(member, now_ms)
-        self._maybe_update_target(now_ms)
+        self.remove_member(member, now_ms)
+        self.maybe_update_target(now_ms)
         raise RequestError(
             ErrorCode.FENCED_MEMBER_EPOCH,
             f"member epoch {req.member_epoch} does not match the expected epoch {current.member_epoch}",
@@ -518,14 +568,18 @@ class ConnectGroup:
 
     def _join(self, req: HeartbeatRequest, member: Member | None, now_ms: int) -> Member:
         if req.instance_id:
-            static = self._member_by_instance(req.instance_id)
+            static = self.member_by_instance(req.instance_id)
             if static is not None and static is not member:
-                if not static.current.left_temporarily:
+                # A new-protocol worker may take an instance id from a legacy member at once
+                # (KAFKA-17228); from another new-protocol member only after its -2 leave.
+                if not static.current.left_temporarily and not static.metadata.is_legacy:
                     raise RequestError(
                         ErrorCode.UNRELEASED_INSTANCE_ID,
                         f"instance id {req.instance_id} is still used by member {static.member_id}",
                     )
-                return self._replace_static(static, req, now_ms)
+                base = replace(static.metadata, protocol=NEW_PROTOCOL, classic_protocols=None)
+                metadata = self._metadata_from(req, base)
+                return self.take_over_static(static, req.member_id or self.new_member_id(), metadata, now_ms)
         if member is not None:
             # A known member rejoining with epoch 0 (after being fenced): it owns nothing now.
             if member.current.owned or member.current.member_epoch != 0:
@@ -540,17 +594,16 @@ class ConnectGroup:
                     ),
                 )
             return member
-        member_id = req.member_id or self._new_member_id()
+        member_id = req.member_id or self.new_member_id()
         if len(self.members) >= self.config.max_group_size:
             raise RequestError(ErrorCode.GROUP_MAX_SIZE_REACHED, f"group {self.group_id} is full")
         return self.add_member(member_id, self._metadata_from(req, MemberMetadata()), now_ms)
 
-    def _replace_static(self, old: Member, req: HeartbeatRequest, now_ms: int) -> Member:
+    def take_over_static(self, old: Member, new_id: str, metadata: MemberMetadata, now_ms: int) -> Member:
         """A static member coming back: the new member id takes the old member's epoch and work."""
-        new_id = req.member_id or self._new_member_id()
         current = replace(old.current, left_temporarily=False)
-        metadata = self._metadata_from(req, old.metadata)
         del self.members[old.member_id]
+        self.legacy.forget(old.member_id)
         self._emit(RecordType.CURRENT_ASSIGNMENT, old.member_id, None)
         self._emit(RecordType.MEMBER_METADATA, old.member_id, None)
         self.timers.cancel(("session", self.group_id, old.member_id))
@@ -570,12 +623,28 @@ class ConnectGroup:
             self._set_metadata(leader_id=new_id)
         if self.computing_member == old.member_id:
             self.computing_member = None
-        if metadata != old.metadata:
+        if _epoch_relevant(metadata) != _epoch_relevant(old.metadata):
             self._bump_group_epoch()
-        self._arm_session(member, now_ms)
+        self.arm_session(member, now_ms)
+        if metadata.is_legacy:
+            self._check_downgrade(old.metadata)
         return member
 
-    def _member_by_instance(self, instance_id: str) -> Member | None:
+    def update_member_metadata(self, member: Member, metadata: MemberMetadata) -> None:
+        if metadata != member.metadata:
+            bump = _epoch_relevant(metadata) != _epoch_relevant(member.metadata)
+            self._set_member_metadata(member, metadata)
+            if bump:
+                self._bump_group_epoch()
+
+    def release_unowned(self, member: Member, owned: Items) -> None:
+        """A legacy worker's JoinGroup allocation is what it runs: anything else it has given up."""
+        c = member.current
+        assigned, revoking = c.assigned & owned, c.revoking & owned
+        if assigned != c.assigned or revoking != c.revoking:
+            self._set_current(member, replace(c, assigned=assigned, revoking=revoking))
+
+    def member_by_instance(self, instance_id: str) -> Member | None:
         for m in self.members.values():
             if m.metadata.instance_id == instance_id:
                 return m
@@ -602,22 +671,17 @@ class ConnectGroup:
         changes["session_timeout_ms"] = self.config.session_timeout_ms
         return replace(base, **changes) if changes else base
 
-    def _update_metadata(self, member: Member, req: HeartbeatRequest) -> None:
-        updated = self._metadata_from(req, member.metadata)
-        if updated != member.metadata:
-            bump = _epoch_relevant(updated) != _epoch_relevant(member.metadata)
-            self._set_member_metadata(member, updated)
-            if bump:
-                self._bump_group_epoch()
+    def update_from_heartbeat(self, member: Member, req: HeartbeatRequest) -> None:
+        self.update_member_metadata(member, self._metadata_from(req, member.metadata))
 
     def _leave(self, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
         member = self.members.get(req.member_id)
         if member is None and req.instance_id:
-            member = self._member_by_instance(req.instance_id)
+            member = self.member_by_instance(req.instance_id)
         if member is None:
             raise RequestError(ErrorCode.UNKNOWN_MEMBER_ID, f"member {req.member_id} is not in the group")
-        self._remove_member(member, now_ms)
-        self._maybe_update_target(now_ms)
+        self.remove_member(member, now_ms)
+        self.maybe_update_target(now_ms)
         return HeartbeatResponse(
             member_id=member.member_id, member_epoch=LEAVE_EPOCH, heartbeat_interval_ms=0
         )
@@ -631,7 +695,7 @@ class ConnectGroup:
             member_id=member.member_id, member_epoch=TEMPORARY_LEAVE_EPOCH, heartbeat_interval_ms=0
         )
 
-    def _reconcile(self, member: Member, owned: Items | None, now_ms: int) -> None:
+    def reconcile(self, member: Member, owned: Items | None, now_ms: int) -> None:
         c = member.current
         target_epoch = self.assignment_epoch
         nxt = next_assignment(
@@ -702,7 +766,6 @@ class ConnectGroup:
             return False
         changed_work = view.connectors != self.view.connectors
         self.view = view
-        self._emit(RecordType.CONFIG, value=view)
         if changed_work:
             held = tuple(replace(h, items=h.items & view.items()) for h in self.metadata.held)
             held = tuple(h for h in held if h.items)
@@ -710,7 +773,7 @@ class ConnectGroup:
                 self._set_metadata(held=held)
                 self._arm_held_timer()
         self._bump_group_epoch()
-        self._maybe_update_target(now_ms)
+        self.maybe_update_target(now_ms)
         return True
 
     # ------------------------------------------------------------------ client-side assignment
@@ -796,7 +859,7 @@ class ConnectGroup:
         self.compute_notified = False
         self.compute_snapshot = None
         self.timers.cancel(("compute", self.group_id))
-        self._maybe_update_target(now_ms)
+        self.maybe_update_target(now_ms)
         return InstallAssignmentResponse()
 
     # ------------------------------------------------------------------ describe

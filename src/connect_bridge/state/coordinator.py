@@ -1,13 +1,16 @@
-"""The group coordinator: routes typed requests to groups by id, owns the shared timers.
+"""The group coordinator: routes typed requests to groups by id and type, converts groups between
+``classic`` and ``connect``, and owns the shared timers.
 
-Like Apache Kafka's GroupMetadataManager, it is one deterministic state machine for many groups:
-callers hand in requests and ``now_ms``, call ``advance(now_ms)`` at ``next_deadline()``, and persist
-what ``drain_records()`` returns before revealing responses.
+Like Apache Kafka's GroupMetadataManager it is one deterministic state machine for many groups:
+callers hand in requests and ``now_ms``, call ``advance(now_ms)`` at ``next_deadline()``, persist
+what ``drain_records()`` returns before revealing responses, and deliver parked classic responses
+from ``drain_responses()``.
 """
 
 from __future__ import annotations
 
 from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.state import classic_api as capi
 from connect_bridge.state.api import (
     DescribedGroup,
     HeartbeatRequest,
@@ -17,32 +20,105 @@ from connect_bridge.state.api import (
     PrepareAssignmentRequest,
     PrepareAssignmentResponse,
 )
+from connect_bridge.state.classic_group import ClassicGroup, ClassicGroupState
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.connect_group import ConnectGroup
+from connect_bridge.state.conversion import ConversionError, downgrade, upgrade
 from connect_bridge.state.model import ConfigView
 from connect_bridge.state.records import Record, RecordType
-from connect_bridge.state.timers import Timers
+
+Group = ConnectGroup | ClassicGroup
+_CONNECT_TIMERS = frozenset({"session", "revoke", "held", "compute", "legacy-join", "legacy-sync"})
 
 
 class GroupCoordinator:
     def __init__(self, config: CoordinatorConfig | None = None) -> None:
+        from connect_bridge.state.timers import Timers
+
         self.config = config or CoordinatorConfig()
         self.timers = Timers()
-        self.groups: dict[str, ConnectGroup] = {}
+        self.groups: dict[str, Group] = {}
+        self.views: dict[str, ConfigView] = {}
         self.default_view = ConfigView()
+        self._records: list[Record] = []
+        self._responses: list[tuple[object, object]] = []
 
     # ------------------------------------------------------------------ groups
-    def group(self, group_id: str, create: bool = False) -> ConnectGroup | None:
-        group = self.groups.get(group_id)
-        if group is None and create:
-            group = ConnectGroup(group_id, self.config, self.timers, self.default_view)
-            self.groups[group_id] = group
+    def view(self, group_id: str) -> ConfigView:
+        return self.views.get(group_id, self.default_view)
+
+    def _new_connect(self, group_id: str) -> ConnectGroup:
+        group = ConnectGroup(group_id, self.config, self.timers, self.view(group_id))
+        self.groups[group_id] = group
         return group
 
+    def _new_classic(self, group_id: str) -> ClassicGroup:
+        group = ClassicGroup(group_id, self.config, self.timers)
+        self.groups[group_id] = group
+        return group
+
+    def connect_group(self, group_id: str) -> ConnectGroup | None:
+        group = self.groups.get(group_id)
+        return group if isinstance(group, ConnectGroup) else None
+
     def set_config(self, group_id: str, view: ConfigView, now_ms: int) -> None:
-        group = self.group(group_id, create=True)
-        assert group is not None
-        group.set_config(view, now_ms)
+        if self.views.get(group_id) == view:
+            return
+        group = self.groups.get(group_id)
+        if group is None:
+            group = self._new_connect(group_id)
+        self.views[group_id] = view
+        self._records.append(Record(RecordType.CONFIG, group_id, "", view))
+        if isinstance(group, ConnectGroup):
+            group.set_config(view, now_ms)
+
+    def _flush(self, group: Group) -> None:
+        self._records.extend(group.drain_records())
+        if isinstance(group, ClassicGroup):
+            self._responses.extend(group.drain_responses())
+
+    # ------------------------------------------------------------------ conversions
+    def _upgrade(self, classic: ClassicGroup, now_ms: int) -> ConnectGroup | str:
+        """Convert ``classic`` for a joining new-protocol worker, or say why not."""
+        if classic.members:
+            if not self.config.migration_policy.allows_upgrade:
+                return f"migration policy {self.config.migration_policy.value} does not allow upgrades"
+            if len(classic.members) >= self.config.max_group_size:
+                return f"group {classic.group_id} is at its maximum size"
+            if classic.protocol_type not in (None, "connect"):
+                return f"group {classic.group_id} has protocol type {classic.protocol_type!r}"
+        group = ConnectGroup(classic.group_id, self.config, self.timers, self.view(classic.group_id))
+        try:
+            if classic.members:
+                upgrade(classic, group, now_ms)
+        except ConversionError as exc:
+            return str(exc)
+        self._flush(classic)
+        classic.delete(now_ms, parked_error=ErrorCode.REBALANCE_IN_PROGRESS)
+        self._flush(classic)
+        self.groups[classic.group_id] = group
+        self._flush(group)
+        return group
+
+    def _after(self, group_id: str, now_ms: int) -> None:
+        """Flush a group's effects and run a pending downgrade."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return
+        self._flush(group)
+        if isinstance(group, ConnectGroup) and group.downgrade_pending:
+            group.downgrade_pending = False
+            legacy_only = group.members and all(m.metadata.is_legacy for m in group.members.values())
+            if legacy_only and self.config.migration_policy.allows_downgrade:
+                classic = ClassicGroup(group_id, self.config, self.timers)
+                downgrade(group, classic, now_ms)
+                self._flush(group)
+                self.groups[group_id] = classic
+                self._flush(classic)
+        elif isinstance(group, ClassicGroup) and group.state is ClassicGroupState.DEAD:
+            del self.groups[group_id]
+        elif isinstance(group, ClassicGroup) and not group.persisted and not group.members:
+            del self.groups[group_id]
 
     # ------------------------------------------------------------------ new protocol APIs
     def connect_heartbeat(self, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
@@ -50,68 +126,194 @@ class GroupCoordinator:
             return HeartbeatResponse(
                 error_code=int(ErrorCode.INVALID_REQUEST), error_message="GroupId must be non-empty"
             )
-        group = self.group(req.group_id, create=req.member_epoch == 0)
-        if group is None:
-            return HeartbeatResponse(
-                error_code=int(ErrorCode.UNKNOWN_MEMBER_ID),
-                error_message=f"group {req.group_id} does not exist",
-                member_id=req.member_id,
-                member_epoch=req.member_epoch,
-            )
-        return group.heartbeat(req, now_ms)
+        group = self.groups.get(req.group_id)
+        if isinstance(group, ClassicGroup):
+            if req.member_epoch != 0:
+                return _not_found(req, f"group {req.group_id} is not a connect group")
+            converted = self._upgrade(group, now_ms)
+            if isinstance(converted, str):
+                return _not_found(req, converted)
+            group = converted
+        elif group is None:
+            if req.member_epoch != 0:
+                return HeartbeatResponse(
+                    error_code=int(ErrorCode.UNKNOWN_MEMBER_ID),
+                    error_message=f"group {req.group_id} does not exist",
+                    member_id=req.member_id,
+                    member_epoch=req.member_epoch,
+                )
+            group = self._new_connect(req.group_id)
+        response = group.heartbeat(req, now_ms)
+        self._after(req.group_id, now_ms)
+        return response
 
     def prepare_assignment(self, req: PrepareAssignmentRequest, now_ms: int) -> PrepareAssignmentResponse:
-        group = self.groups.get(req.group_id) if req.group_id else None
+        group = self.connect_group(req.group_id) if req.group_id else None
         if group is None:
             code = ErrorCode.INVALID_REQUEST if not req.group_id else ErrorCode.GROUP_ID_NOT_FOUND
             return PrepareAssignmentResponse(error_code=int(code), error_message=f"group {req.group_id!r}")
-        return group.prepare_assignment(req, now_ms)
+        response = group.prepare_assignment(req, now_ms)
+        self._after(req.group_id, now_ms)
+        return response
 
     def install_assignment(self, req: InstallAssignmentRequest, now_ms: int) -> InstallAssignmentResponse:
-        group = self.groups.get(req.group_id) if req.group_id else None
+        group = self.connect_group(req.group_id) if req.group_id else None
         if group is None:
             code = ErrorCode.INVALID_REQUEST if not req.group_id else ErrorCode.GROUP_ID_NOT_FOUND
             return InstallAssignmentResponse(error_code=int(code), error_message=f"group {req.group_id!r}")
-        return group.install_assignment(req, now_ms)
+        response = group.install_assignment(req, now_ms)
+        self._after(req.group_id, now_ms)
+        return response
 
     def describe(self, group_id: str) -> DescribedGroup:
-        group = self.groups.get(group_id)
+        group = self.connect_group(group_id)
         if group is None:
             return DescribedGroup(
                 group_id=group_id, error_code=int(ErrorCode.GROUP_ID_NOT_FOUND), state="DEAD"
             )
         return group.describe()
 
+    # ------------------------------------------------------------------ classic APIs
+    def classic_join(self, req: capi.JoinGroupRequest, now_ms: int) -> capi.JoinGroupResponse | None:
+        if not req.group_id:
+            return capi.JoinGroupResponse(error_code=int(ErrorCode.INVALID_GROUP_ID), member_id=req.member_id)
+        group = self.groups.get(req.group_id)
+        if isinstance(group, ConnectGroup) and not group.members:
+            # An empty connect group converts freely (Kafka's offline conversion).
+            group.tombstone_all()
+            self._flush(group)
+            group = None
+        if group is None:
+            group = self._new_classic(req.group_id)
+        if isinstance(group, ConnectGroup):
+            if (
+                not self.config.migration_policy.allows_upgrade
+                and not self.config.migration_policy.allows_downgrade
+            ):
+                response: capi.JoinGroupResponse | None = capi.JoinGroupResponse(
+                    error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
+                    member_id=req.member_id,
+                    error_message="migration policy disabled: classic members cannot join a connect group",
+                )
+            else:
+                response = group.legacy.join(req, now_ms)
+        else:
+            response = group.join(req, now_ms)
+        self._after(req.group_id, now_ms)
+        return response
+
+    def classic_sync(self, req: capi.SyncGroupRequest, now_ms: int) -> capi.SyncGroupResponse | None:
+        group = self.groups.get(req.group_id)
+        if group is None:
+            return capi.SyncGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
+        response = (
+            group.legacy.sync(req, now_ms) if isinstance(group, ConnectGroup) else group.sync(req, now_ms)
+        )
+        self._after(req.group_id, now_ms)
+        return response
+
+    def classic_heartbeat(self, req: capi.HeartbeatRequest, now_ms: int) -> capi.HeartbeatResponse:
+        group = self.groups.get(req.group_id)
+        if group is None:
+            return capi.HeartbeatResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
+        if isinstance(group, ConnectGroup):
+            response = group.legacy.heartbeat(req, now_ms)
+        else:
+            response = group.heartbeat(req, now_ms)
+        self._after(req.group_id, now_ms)
+        return response
+
+    def classic_leave(self, req: capi.LeaveGroupRequest, now_ms: int) -> capi.LeaveGroupResponse:
+        group = self.groups.get(req.group_id)
+        if group is None:
+            return capi.LeaveGroupResponse(
+                members=[
+                    (m.member_id, m.group_instance_id, int(ErrorCode.UNKNOWN_MEMBER_ID)) for m in req.members
+                ]
+            )
+        response = (
+            group.legacy.leave(req, now_ms) if isinstance(group, ConnectGroup) else group.leave(req, now_ms)
+        )
+        self._after(req.group_id, now_ms)
+        return response
+
+    def drain_responses(self) -> list[tuple[object, object]]:
+        """Parked JoinGroup/SyncGroup responses released since the last call: (token, response)."""
+        for group in self.groups.values():
+            if isinstance(group, ClassicGroup):
+                self._responses.extend(group.drain_responses())
+        out, self._responses = self._responses, []
+        return out
+
     # ------------------------------------------------------------------ time
     def next_deadline(self) -> int | None:
         return self.timers.next_deadline()
 
     def advance(self, now_ms: int) -> None:
-        """Fire every timer due at ``now_ms``."""
-        for key in self.timers.expired(now_ms):
+        """Fire every timer due at ``now_ms``, one at a time (a handler may cancel the next one)."""
+        while (key := self.timers.pop_due(now_ms)) is not None:
             group = self.groups.get(key[1])
-            if group is not None:
+            if group is None:
+                continue
+            if isinstance(group, ConnectGroup) == (key[0] in _CONNECT_TIMERS):
                 group.on_timer(key, now_ms)
+                self._after(key[1], now_ms)
 
     # ------------------------------------------------------------------ records
     def drain_records(self) -> list[Record]:
-        out: list[Record] = []
         for group in self.groups.values():
-            out.extend(group.drain_records())
+            self._records.extend(group.drain_records())
+        out, self._records = self._records, []
         return out
 
     def replay(self, records: list[Record], now_ms: int) -> None:
-        """Load state from records (a fresh coordinator), then re-arm timers from ``now_ms``."""
+        """Load state from records into a fresh coordinator, then re-arm timers from ``now_ms``.
+
+        A group's type is decided record by record, so a full (uncompacted) log with conversions in
+        both directions loads the same as its compacted form.
+        """
         for record in records:
-            group = self.group(record.group_id, create=True)
-            assert group is not None
+            gid = record.group_id
+            if record.type is RecordType.CONFIG:
+                if record.value is None:
+                    self.views.pop(gid, None)
+                else:
+                    self.views[gid] = record.value  # type: ignore[assignment]
+                continue
+            group = self.groups.get(gid)
+            if record.type is RecordType.CLASSIC_GROUP:
+                if record.value is None and not isinstance(group, ClassicGroup):
+                    continue
+                if not isinstance(group, ClassicGroup):
+                    group = self._new_classic(gid)
+            elif not isinstance(group, ConnectGroup):
+                if record.value is None:
+                    continue
+                group = self._new_connect(gid)
             group.apply(record)
-        for group in self.groups.values():
+        for gid, group in list(self.groups.items()):
+            if isinstance(group, ClassicGroup) and group.state is ClassicGroupState.DEAD:
+                del self.groups[gid]
+                continue
+            if isinstance(group, ConnectGroup):
+                group.view = self.view(gid)
             group.drain_records()
             group.rebuild_after_load(now_ms)
 
-    def snapshot(self) -> dict[str, dict]:
-        return {gid: g.snapshot() for gid, g in sorted(self.groups.items())}
+    def snapshot(self) -> dict[str, object]:
+        return {
+            "views": dict(sorted(self.views.items())),
+            "groups": {gid: (type(g).__name__, g.snapshot()) for gid, g in sorted(self.groups.items())},
+        }
 
 
-__all__ = ["GroupCoordinator", "RecordType"]
+def _not_found(req: HeartbeatRequest, message: str) -> HeartbeatResponse:
+    return HeartbeatResponse(
+        error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
+        error_message=message,
+        member_id=req.member_id,
+        member_epoch=req.member_epoch,
+    )
+
+
+__all__ = ["GroupCoordinator"]

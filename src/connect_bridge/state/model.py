@@ -88,6 +88,12 @@ class MemberMetadata:
     server_assignor: str | None = None
     client_assignors: tuple[ClientAssignor, ...] = ()
     protocol: str = NEW_PROTOCOL
+    classic_protocols: tuple[tuple[str, bytes], ...] | None = None
+    """A legacy member's JoinGroup protocols (name, Connect subscription), in its order; None for new members."""
+
+    @property
+    def is_legacy(self) -> bool:
+        return self.classic_protocols is not None
 
 
 @dataclass(frozen=True, slots=True)

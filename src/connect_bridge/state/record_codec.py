@@ -13,6 +13,7 @@ from typing import Any
 
 from connect_bridge.codecs import records as wire
 from connect_bridge.codecs.messages import connectors_and_tasks, items_of
+from connect_bridge.state.classic_group import ClassicGroupSnapshot, ClassicMemberSnapshot
 from connect_bridge.state.model import (
     ClientAssignor,
     ConfigView,
@@ -91,7 +92,13 @@ def _member_to(v: MemberMetadata) -> Any:
         protocol=v.protocol,
         server_assignor=v.server_assignor,
         client_assignors=assignors,
-        classic_member_metadata=None,
+        classic_member_metadata=None
+        if v.classic_protocols is None
+        else cls.ClassicMemberMetadata(
+            supported_protocols=[
+                cls.ClassicMemberMetadata.ClassicProtocol(name=n, metadata=m) for n, m in v.classic_protocols
+            ]
+        ),
     )
 
 
@@ -118,6 +125,9 @@ def _member_from(w: Any) -> MemberMetadata:
         server_assignor=w.server_assignor,
         client_assignors=assignors,
         protocol=w.protocol,
+        classic_protocols=None
+        if w.classic_member_metadata is None
+        else tuple((p.name, bytes(p.metadata)) for p in w.classic_member_metadata.supported_protocols or ()),
     )
 
 
@@ -166,6 +176,57 @@ def _current_from(w: Any) -> CurrentAssignment:
     )
 
 
+def _classic_to(v: ClassicGroupSnapshot) -> Any:
+    cls = wire.ClassicGroupMetadataValue
+    members = [
+        cls.ClassicMember(
+            member_id=m.member_id,
+            group_instance_id=m.group_instance_id,
+            client_id=m.client_id,
+            client_host=m.client_host,
+            rebalance_timeout_ms=m.rebalance_timeout_ms,
+            session_timeout_ms=m.session_timeout_ms,
+            protocols=[cls.ClassicMember.ClassicProtocol(name=n, metadata=b) for n, b in m.protocols],
+            assignment=m.assignment,
+        )
+        for m in v.members
+    ]
+    return cls(
+        protocol_type=v.protocol_type,
+        generation=v.generation,
+        protocol_name=v.protocol_name,
+        leader=v.leader,
+        current_state_timestamp=v.current_state_timestamp,
+        member_seq=v.member_seq,
+        members=members,
+    )
+
+
+def _classic_from(w: Any) -> ClassicGroupSnapshot:
+    members = tuple(
+        ClassicMemberSnapshot(
+            m.member_id,
+            m.group_instance_id,
+            m.client_id,
+            m.client_host,
+            m.rebalance_timeout_ms,
+            m.session_timeout_ms,
+            tuple((p.name, bytes(p.metadata)) for p in m.protocols or ()),
+            bytes(m.assignment or b""),
+        )
+        for m in w.members or ()
+    )
+    return ClassicGroupSnapshot(
+        w.generation,
+        w.protocol_type,
+        w.protocol_name,
+        w.leader,
+        w.member_seq,
+        members,
+        w.current_state_timestamp,
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class _Row:
     key: Callable[[str, str], Any]
@@ -196,14 +257,8 @@ _TABLE: dict[RecordType, _Row] = {
     RecordType.CURRENT_ASSIGNMENT: _Row(
         _member_key(wire.ConnectGroupCurrentMemberAssignmentKey), _current_to, _current_from
     ),
+    RecordType.CLASSIC_GROUP: _Row(_group_key(wire.ClassicGroupMetadataKey), _classic_to, _classic_from),
 }
-
-
-def register(
-    type_: RecordType, key: Callable[[str, str], Any], to_wire: Callable, from_wire: Callable
-) -> None:
-    """Let another state module (the classic group) add its record type without this module importing it."""
-    _TABLE[type_] = _Row(key, to_wire, from_wire)
 
 
 def encode_record(record: Record) -> tuple[bytes, bytes | None]:

@@ -58,6 +58,17 @@ class Timers:
             return deadline
         return None
 
+    def pop_due(self, now_ms: int) -> Hashable | None:
+        """Remove and return the earliest key due at ``now_ms`` (one at a time, so a handler that
+        cancels or re-arms another due timer is respected)."""
+        deadline = self.next_deadline()
+        if deadline is None or deadline > now_ms:
+            return None
+        _, _, key = heapq.heappop(self._heap)
+        del self._queued[key]
+        del self._deadline[key]
+        return key
+
     def expired(self, now_ms: int) -> list[Hashable]:
         """Remove and return the keys whose deadline is <= now, earliest first (ties: scheduling order)."""
         out = []

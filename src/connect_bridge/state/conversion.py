@@ -1,0 +1,166 @@
+"""Group conversion classic ⇄ connect (DESIGN.md §3.1, research/kafka-migration.md §1-§2).
+
+Upgrade: the first new-protocol worker joining a classic group turns it into a connect group whose
+group epoch, target epoch and every member epoch are the classic generation, with target = current =
+each member's last synced full assignment, so nothing moves. Downgrade: when the last new-protocol
+worker leaves, the legacy members become a classic group at generation = group epoch, each keeping
+what it runs, and a rebalance lets a legacy leader take over the assignment.
+"""
+
+from __future__ import annotations
+
+from connect_bridge.codecs.connect_protocol import (
+    CONNECT_PROTOCOL_NAMES,
+    Assignment,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+)
+from connect_bridge.codecs.errors import CodecError
+from connect_bridge.state.classic_group import (
+    ClassicGroup,
+    ClassicGroupSnapshot,
+    ClassicMember,
+    ClassicMemberSnapshot,
+    load_converted,
+)
+from connect_bridge.state.connect_group import ConnectGroup
+from connect_bridge.state.legacy_members import MODE_OF_PROTOCOL, PROTOCOL_TYPE
+from connect_bridge.state.model import (
+    EMPTY,
+    ConfigView,
+    CurrentAssignment,
+    GroupMetadata,
+    Items,
+    MemberMetadata,
+    MemberState,
+    TargetMetadata,
+)
+
+
+class ConversionError(ValueError):
+    """The classic group cannot be represented as a connect group (bad embedded metadata)."""
+
+
+def full_assignment(member: ClassicMember, protocol_name: str | None) -> Items:
+    """What a classic member runs after its last sync.
+
+    Eager (v0) assignments are complete sets. Cooperative (v1/v2) ones are deltas against the
+    allocation the member reported when it joined: full = (allocation - revoked) + assigned. If the
+    member joined again after that sync its allocation already contains the delta, and the formula
+    still gives its allocation.
+    """
+    if not protocol_name or protocol_name not in CONNECT_PROTOCOL_NAMES:
+        return EMPTY
+    try:
+        assignment = decode_assignment(member.assignment) if member.assignment else None
+        if CONNECT_PROTOCOL_NAMES[protocol_name] == 0:
+            return frozenset(assignment.items) if assignment else EMPTY
+        allocation = decode_subscription(member.metadata(protocol_name)).allocation
+    except CodecError as exc:
+        raise ConversionError(f"member {member.member_id}: {exc}") from exc
+    owned = frozenset(allocation.items) if isinstance(allocation, Assignment) else EMPTY
+    if assignment is None:
+        return owned
+    return (owned - frozenset(assignment.revoked_items)) | frozenset(assignment.items)
+
+
+def _legacy_metadata(member: ClassicMember) -> MemberMetadata:
+    name, metadata = member.protocols[0]
+    try:
+        subscription = decode_subscription(metadata)
+    except CodecError as exc:
+        raise ConversionError(f"member {member.member_id}: {exc}") from exc
+    return MemberMetadata(
+        instance_id=member.group_instance_id,
+        rebalance_timeout_ms=member.rebalance_timeout_ms,
+        session_timeout_ms=member.session_timeout_ms,
+        url=subscription.url,
+        config_offset=subscription.config_offset,
+        client_id=member.client_id,
+        client_host=member.client_host,
+        protocol=MODE_OF_PROTOCOL.get(name, "eager"),
+        classic_protocols=tuple(member.protocols),
+    )
+
+
+def upgrade(classic: ClassicGroup, group: ConnectGroup, now_ms: int) -> None:
+    """Fill the (fresh) connect ``group`` from ``classic``; raises ConversionError before any change."""
+    generation = classic.generation_id
+    members: list[tuple[str, MemberMetadata, CurrentAssignment]] = []
+    claimed: set = set()
+    for member in classic.members.values():
+        if member.protocol_type != PROTOCOL_TYPE:
+            raise ConversionError(f"member {member.member_id} has protocol type {member.protocol_type!r}")
+        full = full_assignment(member, classic.protocol_name) - claimed
+        claimed |= full
+        members.append(
+            (
+                member.member_id,
+                _legacy_metadata(member),
+                CurrentAssignment(generation, -1, MemberState.STABLE, full),
+            )
+        )
+    leader = classic.leader_id if classic.leader_id in classic.members else (members[0][0] if members else "")
+    group.install_converted(
+        GroupMetadata(group_epoch=generation, leader_id=leader or "", member_seq=classic.member_seq),
+        TargetMetadata(generation),
+        members,
+        now_ms,
+    )
+
+
+def _elect(group: ConnectGroup) -> str:
+    """Kafka's vote: every member votes for its most preferred protocol that all members support."""
+    supported: set[str] | None = None
+    for m in group.members.values():
+        names = {n for n, _ in m.metadata.classic_protocols or ()}
+        supported = names if supported is None else supported & names
+    votes: dict[str, int] = {}
+    for m in group.members.values():
+        for name, _ in m.metadata.classic_protocols or ():
+            if supported and name in supported:
+                votes[name] = votes.get(name, 0) + 1
+                break
+    if not votes:
+        return "default"
+    return max(votes, key=lambda n: (votes[n], CONNECT_PROTOCOL_NAMES.get(n, -1)))
+
+
+def downgrade(group: ConnectGroup, classic: ClassicGroup, now_ms: int) -> None:
+    """Load ``classic`` from the all-legacy ``group`` and start a rebalance."""
+    name = _elect(group)
+    version = CONNECT_PROTOCOL_NAMES.get(name, 0)
+    leader_id = group.metadata.leader_id if group.metadata.leader_id in group.members else ""
+    leader_url = group.leader_url()
+    offset = group.assignment_config_offset()
+    members = []
+    for mid, m in group.members.items():
+        # What it runs, as an allocation-neutral payload: applying it changes nothing on the worker.
+        payload = Assignment.build(0, leader_id, leader_url, offset, sorted(m.current.assigned), (), 0)
+        members.append(
+            ClassicMemberSnapshot(
+                member_id=mid,
+                group_instance_id=m.metadata.instance_id,
+                client_id=m.metadata.client_id,
+                client_host=m.metadata.client_host,
+                rebalance_timeout_ms=m.metadata.rebalance_timeout_ms,
+                session_timeout_ms=m.metadata.session_timeout_ms,
+                protocols=tuple(m.metadata.classic_protocols or ()),
+                assignment=encode_assignment(payload, version),
+            )
+        )
+    snapshot = ClassicGroupSnapshot(
+        generation=group.group_epoch,
+        protocol_type=PROTOCOL_TYPE,
+        protocol_name=name,
+        leader=leader_id or (members[0].member_id if members else None),
+        member_seq=group.metadata.member_seq,
+        members=tuple(members),
+        current_state_timestamp=now_ms,
+    )
+    group.tombstone_all()
+    load_converted(classic, snapshot, now_ms)
+
+
+__all__ = ["ConfigView", "ConversionError", "downgrade", "full_assignment", "upgrade"]

@@ -1,0 +1,298 @@
+"""Legacy (classic-protocol) workers inside a ``connect`` group (DESIGN.md §3.2-§3.4, seed 003).
+
+Each legacy worker is an ordinary member of the epoch engine whose generation *is* its member epoch.
+JoinGroup is answered at once (no barrier, empty leader, so no legacy worker runs its own assignor),
+reporting the worker's owned work from the allocation in its subscription; SyncGroup re-encodes the
+member's current assignment at the worker's own protocol version; Heartbeat tells it to rejoin when
+its reconciliation needs another round. Per-member classic states (PrepareRebalance /
+CompletingRebalance / Stable) are transient, like a broker's: after a restart members count as Stable.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from connect_bridge.codecs.connect_protocol import (
+    CONNECT_PROTOCOL_NAMES,
+    Assignment,
+    decode_subscription,
+    encode_assignment,
+)
+from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.codecs.errors import CodecError
+from connect_bridge.state import classic_api as api
+from connect_bridge.state.model import EMPTY, Items, Member, MemberMetadata, MemberState
+
+if TYPE_CHECKING:
+    from connect_bridge.state.connect_group import ConnectGroup
+
+PROTOCOL_TYPE = "connect"
+MODE_OF_PROTOCOL = {"default": "eager", "compatible": "compatible", "sessioned": "sessioned"}
+"""Connect's protocol names (JoinGroup) -> the worker's ``connect.protocol`` mode (event log names)."""
+
+
+class ClassicState(StrEnum):
+    PREPARE_REBALANCE = "PrepareRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+
+
+class Rejected(Exception):
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def first_protocol(metadata: MemberMetadata) -> str:
+    return (metadata.classic_protocols or (("default", b""),))[0][0]
+
+
+def owned_from_metadata(metadata: MemberMetadata) -> Items:
+    """What a legacy worker runs: the allocation in its preferred subscription (eager owns nothing)."""
+    protocols = metadata.classic_protocols or ()
+    if not protocols or CONNECT_PROTOCOL_NAMES.get(protocols[0][0], 0) == 0:
+        return EMPTY
+    try:
+        allocation = decode_subscription(protocols[0][1]).allocation
+    except CodecError:
+        return EMPTY
+    if not isinstance(allocation, Assignment):
+        return EMPTY
+    return frozenset(allocation.items)
+
+
+class LegacyMembers:
+    """The classic API of a connect group. It mutates the group only through the group's own steps."""
+
+    def __init__(self, group: ConnectGroup) -> None:
+        self.group = group
+        self.states: dict[str, ClassicState] = {}
+
+    # ------------------------------------------------------------------ helpers
+    def _timer(self, kind: str, member_id: str) -> tuple[str, str, str]:
+        return (kind, self.group.group_id, member_id)
+
+    def _set_state(self, member_id: str, state: ClassicState, now_ms: int, timeout_ms: int) -> None:
+        self.states[member_id] = state
+        timers = self.group.timers
+        timers.cancel(self._timer("legacy-join", member_id))
+        timers.cancel(self._timer("legacy-sync", member_id))
+        if state is ClassicState.PREPARE_REBALANCE:
+            timers.schedule(self._timer("legacy-join", member_id), now_ms + timeout_ms)
+        elif state is ClassicState.COMPLETING_REBALANCE:
+            timers.schedule(self._timer("legacy-sync", member_id), now_ms + timeout_ms)
+
+    def forget(self, member_id: str) -> None:
+        self.states.pop(member_id, None)
+        self.group.timers.cancel(self._timer("legacy-join", member_id))
+        self.group.timers.cancel(self._timer("legacy-sync", member_id))
+
+    def _member(self, member_id: str, instance_id: str | None) -> Member:
+        member = self.group.members.get(member_id)
+        if member is None or not member.metadata.is_legacy:
+            if instance_id and self.group.member_by_instance(instance_id) is not None:
+                raise Rejected(ErrorCode.FENCED_INSTANCE_ID, f"instance {instance_id} has another member id")
+            raise Rejected(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in the group")
+        if instance_id is not None and member.metadata.instance_id != instance_id:
+            raise Rejected(ErrorCode.FENCED_INSTANCE_ID, f"member {member_id} is not instance {instance_id}")
+        return member
+
+    def _check_generation(self, member: Member, generation_id: int) -> None:
+        if generation_id != member.current.member_epoch:
+            raise Rejected(
+                ErrorCode.ILLEGAL_GENERATION,
+                f"generation {generation_id} is not member {member.member_id}'s epoch {member.current.member_epoch}",
+            )
+
+    # ------------------------------------------------------------------ JoinGroup
+    def join(self, req: api.JoinGroupRequest, now_ms: int) -> api.JoinGroupResponse:
+        try:
+            return self._join(req, now_ms)
+        except Rejected as exc:
+            return api.JoinGroupResponse(
+                error_code=int(exc.code), member_id=req.member_id, error_message=exc.message
+            )
+
+    def _validate_join(self, req: api.JoinGroupRequest) -> MemberMetadata:
+        config = self.group.config
+        if (
+            not config.classic_min_session_timeout_ms
+            <= req.session_timeout_ms
+            <= config.classic_max_session_timeout_ms
+        ):
+            raise Rejected(ErrorCode.INVALID_SESSION_TIMEOUT, f"session timeout {req.session_timeout_ms} ms")
+        if req.protocol_type != PROTOCOL_TYPE or not req.protocols:
+            raise Rejected(
+                ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                f"protocol type {req.protocol_type!r} with {len(req.protocols)} protocols",
+            )
+        name, metadata = req.protocols[0]
+        if name not in MODE_OF_PROTOCOL:
+            raise Rejected(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"unknown Connect protocol {name!r}")
+        try:
+            subscription = decode_subscription(metadata)
+        except CodecError as exc:
+            raise Rejected(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"bad {name} subscription: {exc}") from exc
+        return MemberMetadata(
+            instance_id=req.group_instance_id,
+            rebalance_timeout_ms=req.rebalance_timeout_ms
+            if req.rebalance_timeout_ms > 0
+            else req.session_timeout_ms,
+            session_timeout_ms=req.session_timeout_ms,
+            url=subscription.url,
+            config_offset=subscription.config_offset,
+            client_id=req.client_id,
+            client_host=req.client_host,
+            protocol=MODE_OF_PROTOCOL[name],
+            classic_protocols=tuple(req.protocols),
+        )
+
+    def _join(self, req: api.JoinGroupRequest, now_ms: int) -> api.JoinGroupResponse:
+        group = self.group
+        metadata = self._validate_join(req)
+        member = group.members.get(req.member_id) if req.member_id else None
+        if req.group_instance_id:
+            static = group.member_by_instance(req.group_instance_id)
+            if static is not None and static is not member:
+                member = group.take_over_static(
+                    static, req.member_id or group.new_member_id(), metadata, now_ms
+                )
+        if member is None:
+            if not req.member_id and req.api_version >= 4 and not req.group_instance_id:
+                # MEMBER_ID_REQUIRED keeps no state: the id is admitted when the worker rejoins with it.
+                return api.JoinGroupResponse(
+                    error_code=int(ErrorCode.MEMBER_ID_REQUIRED), member_id=group.new_member_id()
+                )
+            if len(group.members) >= group.config.max_group_size:
+                raise Rejected(ErrorCode.GROUP_MAX_SIZE_REACHED, f"group {group.group_id} is full")
+            member = group.add_member(req.member_id or group.new_member_id(), metadata, now_ms)
+        elif not member.metadata.is_legacy:
+            raise Rejected(
+                ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"member {member.member_id} uses ConnectGroupHeartbeat"
+            )
+        else:
+            group.update_member_metadata(member, metadata)
+        owned = owned_from_metadata(metadata)
+        group.release_unowned(member, owned)
+        group.arm_session(member, now_ms)
+        group.maybe_update_target(now_ms)
+        group.reconcile(member, owned, now_ms)
+        self._set_state(
+            member.member_id, ClassicState.COMPLETING_REBALANCE, now_ms, member.metadata.rebalance_timeout_ms
+        )
+        return api.JoinGroupResponse(
+            generation_id=member.current.member_epoch,
+            protocol_type=PROTOCOL_TYPE,
+            protocol_name=req.protocols[0][0],
+            leader="",
+            member_id=member.member_id,
+        )
+
+    # ------------------------------------------------------------------ SyncGroup
+    def sync(self, req: api.SyncGroupRequest, now_ms: int) -> api.SyncGroupResponse:
+        try:
+            member = self._member(req.member_id, req.group_instance_id)
+            self._check_generation(member, req.generation_id)
+            name = first_protocol(member.metadata)
+            if (req.protocol_type is not None and req.protocol_type != PROTOCOL_TYPE) or (
+                req.protocol_name is not None and req.protocol_name != name
+            ):
+                raise Rejected(
+                    ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
+                    f"protocol {req.protocol_type}/{req.protocol_name} is not connect/{name}",
+                )
+            if self.states.get(member.member_id) is ClassicState.PREPARE_REBALANCE:
+                raise Rejected(ErrorCode.REBALANCE_IN_PROGRESS, "rejoin first")
+        except Rejected as exc:
+            return api.SyncGroupResponse(error_code=int(exc.code), error_message=exc.message)
+        self.group.arm_session(member, now_ms)
+        self._set_state(member.member_id, ClassicState.STABLE, now_ms, 0)
+        return api.SyncGroupResponse(
+            protocol_type=PROTOCOL_TYPE, protocol_name=name, assignment=self.encode_assignment(member)
+        )
+
+    def encode_assignment(self, member: Member) -> bytes:
+        """The SyncGroup payload: v0 the complete set; v1/v2 newly granted work + what to stop."""
+        group = self.group
+        version = CONNECT_PROTOCOL_NAMES[first_protocol(member.metadata)]
+        assigned = member.current.assigned
+        if version == 0:
+            granted, revoked = assigned, EMPTY
+        else:
+            owned = owned_from_metadata(member.metadata)
+            granted, revoked = assigned - owned, owned - assigned
+        payload = Assignment.build(
+            0,
+            group.metadata.leader_id,
+            group.leader_url(),
+            group.assignment_config_offset(),
+            sorted(granted),
+            sorted(revoked),
+            0,
+        )
+        return encode_assignment(payload, version)
+
+    # ------------------------------------------------------------------ Heartbeat
+    def heartbeat(self, req: api.HeartbeatRequest, now_ms: int) -> api.HeartbeatResponse:
+        try:
+            member = self._member(req.member_id, req.group_instance_id)
+            self._check_generation(member, req.generation_id)
+        except Rejected as exc:
+            return api.HeartbeatResponse(error_code=int(exc.code))
+        self.group.arm_session(member, now_ms)
+        state = self.states.get(member.member_id, ClassicState.STABLE)
+        if state is ClassicState.STABLE and self.needs_rejoin(member):
+            state = ClassicState.PREPARE_REBALANCE
+            self._set_state(member.member_id, state, now_ms, member.metadata.rebalance_timeout_ms)
+        if state is ClassicState.PREPARE_REBALANCE:
+            return api.HeartbeatResponse(error_code=int(ErrorCode.REBALANCE_IN_PROGRESS))
+        return api.HeartbeatResponse()
+
+    def needs_rejoin(self, member: Member) -> bool:
+        """Rejoin when the target moved on, to acknowledge a revocation, or to collect released work.
+
+        An UNRELEASED member is told only once everything it waits for is free, so it does not loop
+        through rebalances while other workers are still stopping that work (KAFKA-16793).
+        """
+        group = self.group
+        current = member.current
+        if current.state is MemberState.UNREVOKED:
+            return True
+        if current.state is MemberState.UNRELEASED:
+            awaited = group.target.get(member.member_id, EMPTY) - current.assigned
+            owners = group.owners
+            return all(owners.get(item) in (None, member.member_id) for item in awaited)
+        return current.member_epoch < group.assignment_epoch
+
+    # ------------------------------------------------------------------ LeaveGroup
+    def leave(self, req: api.LeaveGroupRequest, now_ms: int) -> api.LeaveGroupResponse:
+        group = self.group
+        results: list[tuple[str, str | None, int]] = []
+        for leaving in req.members:
+            member = group.members.get(leaving.member_id) if leaving.member_id else None
+            if member is None and leaving.group_instance_id:
+                member = group.member_by_instance(leaving.group_instance_id)
+            code = ErrorCode.NONE
+            if member is None:
+                code = ErrorCode.UNKNOWN_MEMBER_ID
+            elif leaving.group_instance_id and member.metadata.instance_id != leaving.group_instance_id:
+                code = ErrorCode.FENCED_INSTANCE_ID
+            elif leaving.member_id and member.member_id != leaving.member_id:
+                code = ErrorCode.FENCED_INSTANCE_ID
+            else:
+                group.remove_member(member, now_ms)
+            results.append((leaving.member_id, leaving.group_instance_id, int(code)))
+        group.maybe_update_target(now_ms)
+        return api.LeaveGroupResponse(members=results)
+
+    # ------------------------------------------------------------------ timers
+    def on_timer(self, key: tuple, now_ms: int) -> None:
+        member = self.group.members.get(key[2])
+        expected = {
+            "legacy-join": ClassicState.PREPARE_REBALANCE,
+            "legacy-sync": ClassicState.COMPLETING_REBALANCE,
+        }
+        if member is not None and self.states.get(member.member_id) is expected[key[0]]:
+            self.group.remove_member(member, now_ms)
