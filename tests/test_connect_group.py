@@ -332,11 +332,6 @@ def test_rebalance_timeout_is_optional_when_a_known_member_rejoins() -> None:
     assert sim.group.members["m1"].metadata.rebalance_timeout_ms == 60_000
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: an invalid first join (epoch 0) to an unknown group creates the (empty) group before "
-    "validation; the rejected request leaves a group behind (snapshot differs, describe finds it)",
-)
 def test_invalid_join_to_unknown_group_creates_nothing() -> None:
     coord = GroupCoordinator()
     resp = coord.connect_heartbeat(HeartbeatRequest("fresh", "m1", 0), 0)  # no rebalance timeout
@@ -346,24 +341,12 @@ def test_invalid_join_to_unknown_group_creates_nothing() -> None:
     assert coord.describe("fresh").error_code == ErrorCode.GROUP_ID_NOT_FOUND
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: GroupCoordinator.connect_heartbeat looks the group up before validating the request: an "
-    "invalid non-join heartbeat (epoch < -2, empty member id) to an unknown group gets UNKNOWN_MEMBER_ID "
-    "instead of INVALID_REQUEST (seed 000 validates before 'Lookups the group')",
-)
 @pytest.mark.parametrize("req", [HeartbeatRequest("fresh", "m1", -3), HeartbeatRequest("fresh", "", 4)])
 def test_invalid_heartbeat_to_unknown_group_is_invalid_request(req: HeartbeatRequest) -> None:
     coord = GroupCoordinator()
     assert coord.connect_heartbeat(req, 0).error_code == ErrorCode.INVALID_REQUEST
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a join rejected with GROUP_MAX_SIZE_REACHED still changes state: _join generates the "
-    "member id (bumping GroupMetadata.member_seq and emitting a GROUP_METADATA record) before the "
-    "size check raises",
-)
 def test_join_to_full_group_changes_nothing() -> None:
     sim = Sim(max_group_size=1)
     sim.join("m1")
@@ -766,13 +749,6 @@ def test_instance_id_in_use_is_unreleased_instance_id() -> None:
     assert resp.error_code == ErrorCode.UNRELEASED_INSTANCE_ID
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a static member that sent epoch -2 and rejoins (epoch 0) with the SAME member id keeps "
-    "CurrentAssignment.left_temporarily=True (_join's rejoin branch replaces the current assignment "
-    "without clearing it); another member joining with that instance id then silently takes over the "
-    "active member's work instead of getting UNRELEASED_INSTANCE_ID",
-)
 def test_static_member_rejoining_with_same_member_id_is_no_longer_left() -> None:
     sim = Sim(session=NO_SESSION_EXPIRY)
     sim.join("s1", instance="i1")
@@ -786,13 +762,6 @@ def test_static_member_rejoining_with_same_member_id_is_no_longer_left() -> None
     assert "s1" in sim.group.members
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a static member that sent epoch -2 and then heartbeats again with its old epoch is "
-    "accepted but stays marked left_temporarily (only _replace_static clears the flag); a second "
-    "member joining with the instance id then takes over the work of a member that is still active. "
-    "KIP-848 fences the old epoch after -2 (the member's epoch becomes -2)",
-)
 def test_heartbeat_after_temporary_leave_does_not_leave_the_instance_up_for_grabs() -> None:
     sim = Sim(session=NO_SESSION_EXPIRY)
     sim.join("s1", instance="i1")
@@ -807,13 +776,6 @@ def test_heartbeat_after_temporary_leave_does_not_leave_the_instance_up_for_grab
         assert resp.error_code == ErrorCode.FENCED_MEMBER_EPOCH
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: ConnectGroup._leave falls back to looking the member up by instance id when the member "
-    "id is unknown, so a -1 leave from a replaced (zombie) static member id removes the NEW member "
-    "holding that instance id; it should be rejected (UNKNOWN_MEMBER_ID, or FENCED_INSTANCE_ID as in "
-    "KIP-345) and leave the current holder alone",
-)
 def test_leave_from_a_replaced_static_member_id_does_not_remove_the_new_member() -> None:
     sim = Sim(session=NO_SESSION_EXPIRY)
     sim.join("s1", instance="i1", url="http://s1:8083/")
@@ -886,15 +848,7 @@ def test_changing_assignment_relevant_metadata_bumps_the_group_epoch(fields: dic
     [
         {"config_offset": 99},
         {"rebalance_timeout_ms": 5_000},
-        pytest.param(
-            {"client_id": "c", "client_host": "/1.2.3.4"},
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="BUG: the steady-state fast path of ConnectGroup.heartbeat does not look at "
-                "client_id/client_host, so a changed client id/host of a stable member is silently "
-                "dropped (no MEMBER_METADATA record), while the slow path persists it",
-            ),
-        ),
+        {"client_id": "c", "client_host": "/1.2.3.4"},
     ],
     ids=["config-offset", "rebalance-timeout", "client-id-host"],
 )

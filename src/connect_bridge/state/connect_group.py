@@ -444,6 +444,7 @@ class ConnectGroup:
             and epoch == member.current.member_epoch
             and epoch == self.target_metadata.assignment_epoch
             and member.current.state is MemberState.STABLE
+            and not member.current.left_temporarily
             and self.metadata.group_epoch == epoch
             and req.owned is None
             and req.client_assignors is None
@@ -452,6 +453,8 @@ class ConnectGroup:
             and req.config_offset is None
             and req.instance_id is None
             and req.rebalance_timeout_ms == -1
+            and (not req.client_id or req.client_id == member.metadata.client_id)
+            and (not req.client_host or req.client_host == member.metadata.client_host)
             and self.computing_member != req.member_id
         ):
             self.arm_session(member, now_ms)
@@ -472,35 +475,7 @@ class ConnectGroup:
             )
 
     def _validate(self, req: HeartbeatRequest, joining: bool) -> None:
-        bad = None
-        if not req.group_id:
-            bad = "GroupId must be non-empty"
-        elif not req.member_id and not joining:
-            bad = "MemberId must be non-empty"
-        elif req.member_epoch < TEMPORARY_LEAVE_EPOCH:
-            bad = f"MemberEpoch must be >= -2, got {req.member_epoch}"
-        elif req.instance_id is not None and not req.instance_id:
-            bad = "InstanceId, if provided, must be non-empty"
-        elif joining and req.rebalance_timeout_ms <= 0 and req.member_id not in self.members:
-            bad = "RebalanceTimeoutMs must be larger than zero when joining"
-        elif req.server_assignor is not None and req.client_assignors:
-            bad = "ServerAssignor and ClientAssignors cannot be used together"
-        elif req.member_epoch == TEMPORARY_LEAVE_EPOCH and not req.instance_id:
-            bad = "MemberEpoch -2 (temporary leave) requires InstanceId"
-        else:
-            for a in req.client_assignors or ():
-                if not a.name:
-                    bad = "Assignor.Name must be non-empty"
-                elif a.minimum_version < -1:
-                    bad = f"Assignor {a.name}: MinimumVersion must be >= -1"
-                elif a.maximum_version < 0 or a.maximum_version < a.minimum_version:
-                    bad = f"Assignor {a.name}: MaximumVersion must be >= 0 and >= MinimumVersion"
-                elif not a.minimum_version <= a.version <= a.maximum_version:
-                    bad = f"Assignor {a.name}: Version must be within [MinimumVersion, MaximumVersion]"
-                if bad:
-                    break
-        if bad:
-            raise RequestError(ErrorCode.INVALID_REQUEST, bad)
+        check_heartbeat(req, known_member=req.member_id in self.members)
         if req.server_assignor is not None and req.server_assignor not in assignors.SERVER_ASSIGNORS:
             raise RequestError(
                 ErrorCode.UNSUPPORTED_ASSIGNOR, f"server assignor {req.server_assignor!r} is not supported"
@@ -549,6 +524,11 @@ class ConnectGroup:
 
     def _check_epoch(self, member: Member, req: HeartbeatRequest, now_ms: int) -> None:
         current = member.current
+        if current.left_temporarily:
+            # After a -2 leave only a rejoin (epoch 0) with the instance id brings the member back.
+            raise RequestError(
+                ErrorCode.FENCED_MEMBER_EPOCH, f"member {member.member_id} left; rejoin with epoch 0"
+            )
         if req.member_epoch == current.member_epoch:
             return
         # Lost response: the member never saw its move to the new epoch. Accept if what it owns is
@@ -580,6 +560,11 @@ class ConnectGroup:
                 base = replace(static.metadata, protocol=NEW_PROTOCOL, classic_protocols=None)
                 metadata = self._metadata_from(req, base)
                 return self.take_over_static(static, req.member_id or self.new_member_id(), metadata, now_ms)
+        if member is not None and member.current.left_temporarily:
+            # The static member itself coming back after its -2 leave: it gets its work back.
+            return self.take_over_static(
+                member, member.member_id, self._metadata_from(req, member.metadata), now_ms
+            )
         if member is not None:
             # A known member rejoining with epoch 0 (after being fenced): it owns nothing now.
             if member.current.owned or member.current.member_epoch != 0:
@@ -594,9 +579,9 @@ class ConnectGroup:
                     ),
                 )
             return member
-        member_id = req.member_id or self.new_member_id()
         if len(self.members) >= self.config.max_group_size:
             raise RequestError(ErrorCode.GROUP_MAX_SIZE_REACHED, f"group {self.group_id} is full")
+        member_id = req.member_id or self.new_member_id()
         return self.add_member(member_id, self._metadata_from(req, MemberMetadata()), now_ms)
 
     def take_over_static(self, old: Member, new_id: str, metadata: MemberMetadata, now_ms: int) -> Member:
@@ -676,10 +661,12 @@ class ConnectGroup:
 
     def _leave(self, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
         member = self.members.get(req.member_id)
-        if member is None and req.instance_id:
-            member = self.member_by_instance(req.instance_id)
         if member is None:
             raise RequestError(ErrorCode.UNKNOWN_MEMBER_ID, f"member {req.member_id} is not in the group")
+        if req.instance_id is not None and member.metadata.instance_id != req.instance_id:
+            raise RequestError(
+                ErrorCode.FENCED_INSTANCE_ID, f"member {req.member_id} is not {req.instance_id}"
+            )
         self.remove_member(member, now_ms)
         self.maybe_update_target(now_ms)
         return HeartbeatResponse(
@@ -893,6 +880,40 @@ class ConnectGroup:
             config_offset=self.assignment_config_offset(),
             members=tuple(members),
         )
+
+
+def check_heartbeat(req: HeartbeatRequest, known_member: bool) -> None:
+    """Seed 000's INVALID_REQUEST rules: checks that need no group state (run before any lookup)."""
+    joining = req.member_epoch == 0
+    bad = None
+    if not req.group_id:
+        bad = "GroupId must be non-empty"
+    elif not req.member_id and not joining:
+        bad = "MemberId must be non-empty"
+    elif req.member_epoch < TEMPORARY_LEAVE_EPOCH:
+        bad = f"MemberEpoch must be >= -2, got {req.member_epoch}"
+    elif req.instance_id is not None and not req.instance_id:
+        bad = "InstanceId, if provided, must be non-empty"
+    elif joining and req.rebalance_timeout_ms <= 0 and not known_member:
+        bad = "RebalanceTimeoutMs must be larger than zero when joining"
+    elif req.server_assignor is not None and req.client_assignors:
+        bad = "ServerAssignor and ClientAssignors cannot be used together"
+    elif req.member_epoch == TEMPORARY_LEAVE_EPOCH and not req.instance_id:
+        bad = "MemberEpoch -2 (temporary leave) requires InstanceId"
+    else:
+        for a in req.client_assignors or ():
+            if not a.name:
+                bad = "Assignor.Name must be non-empty"
+            elif a.minimum_version < -1:
+                bad = f"Assignor {a.name}: MinimumVersion must be >= -1"
+            elif a.maximum_version < 0 or a.maximum_version < a.minimum_version:
+                bad = f"Assignor {a.name}: MaximumVersion must be >= 0 and >= MinimumVersion"
+            elif not a.minimum_version <= a.version <= a.maximum_version:
+                bad = f"Assignor {a.name}: Version must be within [MinimumVersion, MaximumVersion]"
+            if bad:
+                break
+    if bad:
+        raise RequestError(ErrorCode.INVALID_REQUEST, bad)
 
 
 def _epoch_relevant(m: MemberMetadata) -> tuple:

@@ -22,7 +22,7 @@ from connect_bridge.state.api import (
 )
 from connect_bridge.state.classic_group import ClassicGroup, ClassicGroupState
 from connect_bridge.state.config import CoordinatorConfig
-from connect_bridge.state.connect_group import ConnectGroup
+from connect_bridge.state.connect_group import ConnectGroup, RequestError, check_heartbeat
 from connect_bridge.state.conversion import ConversionError, downgrade, upgrade
 from connect_bridge.state.model import ConfigView
 from connect_bridge.state.records import Record, RecordType
@@ -127,6 +127,17 @@ class GroupCoordinator:
                 error_code=int(ErrorCode.INVALID_REQUEST), error_message="GroupId must be non-empty"
             )
         group = self.groups.get(req.group_id)
+        if group is None:
+            # Invalid requests never create or reveal anything (seed 000 validates first).
+            try:
+                check_heartbeat(req, known_member=False)
+            except RequestError as exc:
+                return HeartbeatResponse(
+                    error_code=int(exc.code),
+                    error_message=exc.message,
+                    member_id=req.member_id,
+                    member_epoch=req.member_epoch,
+                )
         if isinstance(group, ClassicGroup):
             if req.member_epoch != 0:
                 return _not_found(req, f"group {req.group_id} is not a connect group")
@@ -142,7 +153,14 @@ class GroupCoordinator:
                     member_id=req.member_id,
                     member_epoch=req.member_epoch,
                 )
-            group = self._new_connect(req.group_id)
+            group = ConnectGroup(req.group_id, self.config, self.timers, self.view(req.group_id))
+            response = group.heartbeat(req, now_ms)
+            if not group.members:
+                group.drain_records()  # a failed first join leaves no group behind
+                return response
+            self.groups[req.group_id] = group
+            self._after(req.group_id, now_ms)
+            return response
         response = group.heartbeat(req, now_ms)
         self._after(req.group_id, now_ms)
         return response

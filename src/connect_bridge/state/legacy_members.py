@@ -103,7 +103,7 @@ class LegacyMembers:
         if generation_id != member.current.member_epoch:
             raise Rejected(
                 ErrorCode.ILLEGAL_GENERATION,
-                f"generation {generation_id} is not member {member.member_id}'s epoch {member.current.member_epoch}",
+                f"generation {generation_id} is not the epoch {member.current.member_epoch} of {member.member_id}",
             )
 
     # ------------------------------------------------------------------ JoinGroup

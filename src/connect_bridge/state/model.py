@@ -89,7 +89,7 @@ class MemberMetadata:
     client_assignors: tuple[ClientAssignor, ...] = ()
     protocol: str = NEW_PROTOCOL
     classic_protocols: tuple[tuple[str, bytes], ...] | None = None
-    """A legacy member's JoinGroup protocols (name, Connect subscription), in its order; None for new members."""
+    """A legacy member's JoinGroup protocols (name, subscription) in its order; None for new members."""
 
     @property
     def is_legacy(self) -> bool:
