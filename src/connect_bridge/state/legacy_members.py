@@ -103,7 +103,7 @@ class LegacyMembers:
         if generation_id != member.current.member_epoch:
             raise Rejected(
                 ErrorCode.ILLEGAL_GENERATION,
-                f"generation {generation_id} is not the epoch {member.current.member_epoch} of {member.member_id}",
+                f"generation {generation_id} is not member epoch {member.current.member_epoch}",
             )
 
     # ------------------------------------------------------------------ JoinGroup
