@@ -310,7 +310,20 @@ def test_leader_on_the_default_protocol_deals_complete_sets_at_v0() -> None:
     w = make("compatible")
     _, req = join(w)
     own = JoinGroupMember("m1", None, dict(req.protocols)["default"])
-    sync = w.on_join_response(joined(1, "default", "m1", "m1", members=(own, other_member("default"))), 0)
+    members = (own, other_member("default"))
+    # A leader that did not complete the previous generation under eager cannot know that every
+    # member stopped its work before joining: KIP-415's downgrade round hands out nothing first.
+    sync = w.on_join_response(joined(1, "default", "m1", "m1", members=members), 0)
+    assignments = dict(sync.request.assignments)
+    assert {payload_version(b) for b in assignments.values()} == {0}
+    assert all(not decode_assignment(b).items for b in assignments.values())
+    w.on_sync_response(
+        SyncGroupResponse(protocol_type="connect", protocol_name="default", assignment=assignments["m1"]), 0
+    )
+    assert w.needs_rejoin(0)  # ... and asks for the second, regular eager rebalance
+    w.prepare_join(1)
+    w.join_request(1)
+    sync = w.on_join_response(joined(2, "default", "m1", "m1", members=members), 1)
     assignments = dict(sync.request.assignments)
     assert {payload_version(b) for b in assignments.values()} == {0}
     assert frozenset(decode_assignment(assignments["m1"]).items) == ids("A", "A-0", "B-0")
@@ -320,6 +333,7 @@ def test_leader_on_the_default_protocol_deals_complete_sets_at_v0() -> None:
 def test_perform_assignment_hook_accepts_a_mapping() -> None:
     w = make("eager")
     w.protocols()
+    w.last_completed_generation = 0  # it led generation 0 eagerly: no downgrade round needed
     out = w.perform_assignment("m1", "default", {"m1": encode_subscription(Subscription(URL, 5), 0)}, 1, 0)
     assert frozenset(decode_assignment(out["m1"]).items) == ids("A", "A-0", "A-1", "B", "B-0")
 

@@ -77,7 +77,7 @@ def _cmd_drill_run(args: argparse.Namespace) -> int:
 
     from connect_bridge.drills.checker import check
     from connect_bridge.drills.scenario import ScenarioError, load_scenario
-    from connect_bridge.drills.sim import UnsupportedScenario, run_scenario
+    from connect_bridge.drills.sim import run_scenario
 
     try:
         scenario = load_scenario(args.scenario)
@@ -85,10 +85,7 @@ def _cmd_drill_run(args: argparse.Namespace) -> int:
         return _fail(str(exc))
     if args.mode != "sim":
         return _fail(f"--mode {args.mode} is not available yet; use --mode sim")
-    try:
-        log = run_scenario(scenario, progress=_progress_printer(scenario.name))
-    except UnsupportedScenario as exc:
-        return _fail(str(exc))
+    log = run_scenario(scenario, progress=_progress_printer(scenario.name))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log.write_jsonl(out / "events.jsonl")

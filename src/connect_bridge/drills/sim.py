@@ -3,7 +3,11 @@
 One priority queue of timed actions drives everything; latencies come from a generator seeded by
 the scenario, so a run is a pure function of its scenario file. The coordinator is the production
 ``GroupCoordinator``; its records go to an in-memory compacted store, which is what a
-``restart_bridge`` step replays into a fresh coordinator.
+``restart_bridge`` step replays into a fresh coordinator. Workers are the I/O-free worker objects of
+``connect_bridge.workers`` (the live clients drive the same ones): ``NewProtocolWorker`` through
+ConnectGroupHeartbeat, ``LegacyWorker`` through JoinGroup / SyncGroup / Heartbeat / LeaveGroup.
+While the bridge is down every request is answered COORDINATOR_NOT_AVAILABLE, as a refused
+connection would be, and the workers retry.
 """
 
 from __future__ import annotations
@@ -12,30 +16,55 @@ import heapq
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
+from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.drills.events import EventLog
 from connect_bridge.drills.scenario import Scenario
-from connect_bridge.state.api import HeartbeatResponse
+from connect_bridge.state import api, classic_api
+from connect_bridge.state.classic_group import ClassicGroup
 from connect_bridge.state.config import CoordinatorConfig, MigrationPolicy
 from connect_bridge.state.coordinator import GroupCoordinator
-from connect_bridge.state.model import NEW_PROTOCOL, ConfigView, GroupType
+from connect_bridge.state.model import NEW_PROTOCOL, ConfigView, Items
 from connect_bridge.state.records import Record
-from connect_bridge.workers.new_protocol import NewProtocolWorker, Reaction
+from connect_bridge.workers.legacy import ActionKind, LegacyWorker
+from connect_bridge.workers.new_protocol import NewProtocolWorker
 
-SUPPORTED_PROTOCOLS = frozenset({NEW_PROTOCOL})
+Logic = NewProtocolWorker | LegacyWorker
+_UNAVAILABLE = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
 
-
-class UnsupportedScenario(ValueError):
-    """A scenario this runner cannot play yet (legacy protocols arrive with the translation layer)."""
+# kind -> (coordinator method name, error response factory, worker response handler name)
+_LEGACY_CALLS: dict[str, tuple[str, Callable[[], Any], str]] = {
+    "join": (
+        "classic_join",
+        lambda: classic_api.JoinGroupResponse(error_code=_UNAVAILABLE),
+        "on_join_response",
+    ),
+    "sync": (
+        "classic_sync",
+        lambda: classic_api.SyncGroupResponse(error_code=_UNAVAILABLE),
+        "on_sync_response",
+    ),
+    "heartbeat": (
+        "classic_heartbeat",
+        lambda: classic_api.HeartbeatResponse(error_code=_UNAVAILABLE),
+        "on_heartbeat_response",
+    ),
+}
 
 
 @dataclass(slots=True)
 class _SimWorker:
     name: str
     protocol: str
-    logic: NewProtocolWorker
+    logic: Logic
     incarnation: int
     alive: bool = True
+    step_seq: int = 0
+
+    @property
+    def running(self) -> Items:
+        return self.logic.running
 
 
 @dataclass
@@ -47,19 +76,13 @@ class SimulatedDrill:
 
     def __post_init__(self) -> None:
         sc = self.scenario
-        for step in sc.steps:
-            protocol = getattr(step, "protocol", None)
-            if protocol is not None and protocol not in SUPPORTED_PROTOCOLS:
-                raise UnsupportedScenario(
-                    f"protocol {protocol!r} (step at {step.at_ms} ms) is not supported by --mode sim yet; "
-                    f"supported: {sorted(SUPPORTED_PROTOCOLS)}"
-                )
         t = sc.timing
         self.config = CoordinatorConfig(
             session_timeout_ms=t.session_timeout_ms,
             heartbeat_interval_ms=t.heartbeat_interval_ms,
             scheduled_rebalance_max_delay_ms=t.scheduled_rebalance_max_delay_ms,
             migration_policy=MigrationPolicy(sc.migration_policy),
+            classic_min_session_timeout_ms=min(6000, t.session_timeout_ms),
         )
         self.rng = random.Random(sc.seed)
         self.queue: list[tuple[int, int, Callable[[int], None]]] = []
@@ -93,12 +116,20 @@ class SimulatedDrill:
         return self.rng.randint(lo, hi)
 
     def _after_coordinator(self, now: int) -> None:
-        """Persist records, report the group epoch, and make sure the next timer tick is queued."""
+        """Persist records, deliver parked responses, report the group, queue the next timer tick."""
         for record in self.coordinator.drain_records():
             self.store[record.key] = record
+        for token, resp in self.coordinator.drain_responses():
+            name, incarnation, kind = token  # type: ignore[misc]
+            worker = self.workers.get(name)
+            if worker is not None:
+                self.at(now + self.latency(), self._legacy_response_cb(worker, incarnation, kind, resp))
         group = self.coordinator.groups.get(self.scenario.group)
         if group is not None:
-            current = (GroupType.CONNECT.value, group.group_epoch)
+            if isinstance(group, ClassicGroup):
+                current = ("classic", group.generation_id)
+            else:
+                current = ("connect", group.group_epoch)
             if current != self.last_group:
                 self.last_group = current
                 self.log.group(now, current[0], current[1])
@@ -116,81 +147,71 @@ class SimulatedDrill:
         self.coordinator.advance(now)
         self._after_coordinator(now)
 
-    # ------------------------------------------------------------------ workers
+    def _apply(self, now: int, worker: _SimWorker, stop: Items, start: Items, epoch: int | None) -> None:
+        for item in sorted(stop):
+            self.log.release(now, worker.name, item)
+        for item in sorted(start):
+            self.log.run(now, worker.name, item)
+        if epoch is not None:
+            self.log.epoch(now, worker.name, epoch)
+
+    def _current(self, worker: _SimWorker, incarnation: int) -> bool:
+        return worker.alive and worker.incarnation == incarnation
+
+    # ------------------------------------------------------------------ lifecycle
     def _start(self, now: int, name: str, protocol: str) -> None:
         self.incarnations += 1
-        logic = NewProtocolWorker(
-            group_id=self.scenario.group,
-            url=f"http://{name}:8083/",
-            rebalance_timeout_ms=self.scenario.timing.rebalance_timeout_ms,
-            session_timeout_ms=self.scenario.timing.session_timeout_ms,
-            config_offset=self.config_offset,
-        )
+        timing = self.scenario.timing
+        url = f"http://{name}:8083/"
+        logic: Logic
+        if protocol == NEW_PROTOCOL:
+            logic = NewProtocolWorker(
+                group_id=self.scenario.group,
+                url=url,
+                rebalance_timeout_ms=timing.rebalance_timeout_ms,
+                session_timeout_ms=timing.session_timeout_ms,
+                config_offset=self.config_offset,
+            )
+        else:
+            logic = LegacyWorker(
+                self.scenario.group,
+                url,
+                protocol,
+                session_timeout_ms=timing.session_timeout_ms,
+                rebalance_timeout_ms=timing.rebalance_timeout_ms,
+                heartbeat_interval_ms=timing.heartbeat_interval_ms,
+                config_provider=self.view,
+                max_delay_ms=timing.scheduled_rebalance_max_delay_ms,
+            )
         worker = _SimWorker(name, protocol, logic, self.incarnations)
         self.workers[name] = worker
         self.log.worker_start(now, name, protocol)
-        self._send_heartbeat(now, worker)
-
-    def _send_heartbeat(self, now: int, worker: _SimWorker) -> None:
-        req = worker.logic.heartbeat_request(now)
-        incarnation = worker.incarnation
-
-        def arrive(t: int) -> None:
-            if not self.bridge_up:
-                # No answer: the worker's request times out and it tries again.
-                self.at(
-                    t + self.scenario.timing.heartbeat_interval_ms,
-                    lambda t2: self._retry(t2, worker, incarnation),
-                )
-                return
-            resp = self.coordinator.connect_heartbeat(req, t)
-            self._after_coordinator(t)
-            self.at(t + self.latency(), lambda t2: self._on_response(t2, worker, incarnation, resp))
-
-        self.at(now + self.latency(), arrive)
-
-    def _retry(self, now: int, worker: _SimWorker, incarnation: int) -> None:
-        if worker.alive and worker.incarnation == incarnation:
-            self._send_heartbeat(now, worker)
-
-    def _on_response(self, now: int, worker: _SimWorker, incarnation: int, resp: HeartbeatResponse) -> None:
-        if not worker.alive or worker.incarnation != incarnation:
-            return
-        reaction = worker.logic.on_response(resp)
-        self._apply(now, worker, reaction)
-        delay = 0 if reaction.heartbeat_now else reaction.interval_ms
-        self.at(now + delay, lambda t: self._retry(t, worker, incarnation))
-        expiry = worker.logic.session_expiry_ms()
-        if expiry is not None:
-            self.at(expiry, lambda t: self._check_session(t, worker, incarnation))
-
-    def _apply(self, now: int, worker: _SimWorker, reaction: Reaction) -> None:
-        for item in sorted(reaction.stop):
-            self.log.release(now, worker.name, item)
-        for item in sorted(reaction.start):
-            self.log.run(now, worker.name, item)
-        if reaction.epoch_changed:
-            self.log.epoch(now, worker.name, worker.logic.member_epoch)
-
-    def _check_session(self, now: int, worker: _SimWorker, incarnation: int) -> None:
-        """A worker cut off from the coordinator for a session timeout stops its work by itself."""
-        if worker.alive and worker.incarnation == incarnation:
-            reaction = worker.logic.expire_session(now)
-            if reaction is not None:
-                self._apply(now, worker, reaction)
+        if isinstance(logic, NewProtocolWorker):
+            self._new_heartbeat(now, worker)
+        else:
+            self._legacy_step(now, worker)
 
     def _stop(self, now: int, name: str) -> None:
         worker = self.workers[name]
         worker.alive = False
-        for item in sorted(worker.logic.running):
-            self.log.release(now, name, item)
-        req = worker.logic.leave_request()
-        worker.logic.running = frozenset()
+        logic = worker.logic
+        if isinstance(logic, NewProtocolWorker):
+            self._apply(now, worker, logic.running, frozenset(), None)
+            request: Any = logic.leave_request()
+            logic.running = frozenset()
+            call = "connect_heartbeat"
+        else:
+            reaction = logic.shutdown(now)
+            self._apply(now, worker, reaction.stop, frozenset(), None)
+            request = reaction.request
+            call = "classic_leave"
         self.log.worker_stop(now, name, worker.protocol)
+        if request is None:
+            return
 
         def arrive(t: int) -> None:
             if self.bridge_up:
-                self.coordinator.connect_heartbeat(req, t)
+                getattr(self.coordinator, call)(request, t)
                 self._after_coordinator(t)
 
         self.at(now + self.latency(), arrive)
@@ -199,6 +220,124 @@ class SimulatedDrill:
         worker = self.workers[name]
         worker.alive = False
         self.log.worker_crash(now, name, worker.protocol)
+
+    # ------------------------------------------------------------------ new-protocol workers
+    def _new_heartbeat(self, now: int, worker: _SimWorker) -> None:
+        logic = worker.logic
+        assert isinstance(logic, NewProtocolWorker)
+        req = logic.heartbeat_request(now)
+        incarnation = worker.incarnation
+
+        def arrive(t: int) -> None:
+            if self.bridge_up:
+                resp = self.coordinator.connect_heartbeat(req, t)
+                self._after_coordinator(t)
+            else:
+                resp = api.HeartbeatResponse(error_code=_UNAVAILABLE)
+            self.at(t + self.latency(), lambda t2: self._new_response(t2, worker, incarnation, resp))
+
+        self.at(now + self.latency(), arrive)
+
+    def _new_response(
+        self, now: int, worker: _SimWorker, incarnation: int, resp: api.HeartbeatResponse
+    ) -> None:
+        if not self._current(worker, incarnation):
+            return
+        logic = worker.logic
+        assert isinstance(logic, NewProtocolWorker)
+        reaction = logic.on_response(resp)
+        self._apply(
+            now, worker, reaction.stop, reaction.start, logic.member_epoch if reaction.epoch_changed else None
+        )
+        delay = 0 if reaction.heartbeat_now else reaction.interval_ms
+        self.at(now + delay, lambda t: self._new_retry(t, worker, incarnation))
+        expiry = logic.session_expiry_ms()
+        if expiry is not None:
+            self.at(expiry, lambda t: self._check_session(t, worker, incarnation))
+
+    def _new_retry(self, now: int, worker: _SimWorker, incarnation: int) -> None:
+        if self._current(worker, incarnation):
+            self._new_heartbeat(now, worker)
+
+    def _check_session(self, now: int, worker: _SimWorker, incarnation: int) -> None:
+        """A worker cut off from the coordinator for a session timeout stops its work by itself."""
+        if self._current(worker, incarnation):
+            assert isinstance(worker.logic, NewProtocolWorker)
+            reaction = worker.logic.expire_session(now)
+            if reaction is not None:
+                self._apply(now, worker, reaction.stop, reaction.start, 0 if reaction.epoch_changed else None)
+
+    # ------------------------------------------------------------------ legacy workers
+    def _schedule_step(self, at: int, worker: _SimWorker) -> None:
+        """Only the latest scheduled step of a worker runs, so retries never pile up."""
+        worker.step_seq += 1
+        seq, incarnation = worker.step_seq, worker.incarnation
+        self.at(at, lambda t: self._legacy_step(t, worker, seq, incarnation))
+
+    def _legacy_step(
+        self, now: int, worker: _SimWorker, seq: int | None = None, incarnation: int | None = None
+    ) -> None:
+        if not worker.alive or (
+            seq is not None and (seq != worker.step_seq or incarnation != worker.incarnation)
+        ):
+            return
+        logic = worker.logic
+        assert isinstance(logic, LegacyWorker)
+        action = logic.next_action(now)
+        if action.kind in (ActionKind.WAIT, ActionKind.STOPPED) or action.at_ms is None:
+            return
+        if action.at_ms > now:
+            self._schedule_step(action.at_ms, worker)
+            return
+        if action.kind is ActionKind.JOIN:
+            reaction = logic.prepare_join(now)
+            self._apply(now, worker, reaction.stop, reaction.start, None)
+            self._legacy_send(now, worker, "join", logic.join_request(now))
+        else:
+            self._legacy_send(now, worker, "heartbeat", logic.heartbeat_request(now))
+
+    def _legacy_send(self, now: int, worker: _SimWorker, kind: str, request: Any) -> None:
+        incarnation = worker.incarnation
+        method, unavailable, _ = _LEGACY_CALLS[kind]
+        if kind in ("join", "sync"):
+            request = _with_token(request, (worker.name, incarnation, kind))
+
+        def arrive(t: int) -> None:
+            if self.bridge_up:
+                resp = getattr(self.coordinator, method)(request, t)
+                self._after_coordinator(t)
+            else:
+                resp = unavailable()
+            if resp is not None:
+                self.at(t + self.latency(), self._legacy_response_cb(worker, incarnation, kind, resp))
+
+        self.at(now + self.latency(), arrive)
+
+    def _legacy_response_cb(
+        self, worker: _SimWorker, incarnation: int, kind: str, resp: Any
+    ) -> Callable[[int], None]:
+        return lambda t: self._legacy_response(t, worker, incarnation, kind, resp)
+
+    def _legacy_response(self, now: int, worker: _SimWorker, incarnation: int, kind: str, resp: Any) -> None:
+        if not self._current(worker, incarnation):
+            return
+        logic = worker.logic
+        assert isinstance(logic, LegacyWorker)
+        reaction = getattr(logic, _LEGACY_CALLS[kind][2])(resp, now)
+        self._apply(
+            now,
+            worker,
+            reaction.stop,
+            reaction.start,
+            reaction.generation if reaction.generation_changed else None,
+        )
+        if reaction.fatal is not None:
+            worker.alive = False
+            self.log.worker_crash(now, worker.name, worker.protocol)
+            return
+        if isinstance(reaction.request, classic_api.SyncGroupRequest):
+            self._legacy_send(now, worker, "sync", reaction.request)
+        self._schedule_step(now, worker)
 
     # ------------------------------------------------------------------ config and bridge
     def _config_changed(self, now: int) -> None:
@@ -209,6 +348,11 @@ class SimulatedDrill:
         if self.bridge_up:
             self.coordinator.set_config(self.scenario.group, view, now)
             self._after_coordinator(now)
+        # Legacy workers read the config topic too; their herders ask for a rebalance.
+        for worker in self.workers.values():
+            if worker.alive and isinstance(worker.logic, LegacyWorker):
+                worker.logic.request_rejoin()
+                self._schedule_step(now, worker)
 
     def _restart_bridge(self, now: int, down_ms: int) -> None:
         self.bridge_up = False
@@ -226,7 +370,7 @@ class SimulatedDrill:
 
         self.at(now + down_ms, up)
 
-    def _step(self, step) -> Callable[[int], None]:
+    def _step(self, step: Any) -> Callable[[int], None]:
         action = step.action
         if action == "start":
             return lambda t: self._start(t, step.worker, step.protocol)
@@ -242,7 +386,7 @@ class SimulatedDrill:
                 self.at(t + step.down_ms, lambda t2: self._start(t2, step.worker, protocol))
 
             return restart
-        if action == "add_connector" or action == "set_tasks":
+        if action in ("add_connector", "set_tasks"):
 
             def set_tasks(t: int) -> None:
                 self.connectors[step.connector] = step.tasks
@@ -258,7 +402,7 @@ class SimulatedDrill:
             return remove
         if action == "restart_bridge":
             return lambda t: self._restart_bridge(t, step.down_ms)
-        raise UnsupportedScenario(f"unknown action {action!r}")
+        raise ValueError(f"unknown action {action!r}")
 
     # ------------------------------------------------------------------ run
     def run(self) -> EventLog:
@@ -279,6 +423,12 @@ class SimulatedDrill:
         if self.progress is not None:
             self.progress(sc.end_ms, sc.end_ms)
         return self.log
+
+
+def _with_token(request: Any, token: object) -> Any:
+    from dataclasses import replace
+
+    return replace(request, token=token)
 
 
 def run_scenario(scenario: Scenario, progress: Callable[[int, int], None] | None = None) -> EventLog:

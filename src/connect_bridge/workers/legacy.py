@@ -280,6 +280,7 @@ class LegacyWorker:
         self.current_protocol = MODE_PROTOCOLS[mode][0]
         """``currentConnectProtocol``: the last elected protocol; decides eager vs cooperative."""
         self.last_completed_generation = NO_GENERATION
+        self._rejoin_after_sync = False
         self.held_generation = NO_GENERATION
         """The generation last reported in a Reaction (the worker's epoch)."""
         self.snapshot: Assignment | None = None
@@ -382,6 +383,10 @@ class LegacyWorker:
 
     def _request_rejoin(self) -> None:
         self._rejoin_requested = True
+
+    def request_rejoin(self) -> None:
+        """The herder asks for a rebalance (e.g. a connector was added or removed in the config topic)."""
+        self._request_rejoin()
 
     def _reset_generation(self, reset_member_id: bool) -> None:
         """``resetStateAndRejoin``: the next join starts a new rebalance (onJoinPrepare runs again)."""
@@ -540,7 +545,16 @@ class LegacyWorker:
         )
         subscriptions = {member_id: decode_subscription(metadata) for member_id, metadata in raw}
         version = CONNECT_PROTOCOL_NAMES[protocol]
-        if version == 0:
+        if version == 0 and self._downgrading(generation):
+            # KIP-415: on a downgrade to eager the leader first hands out empty assignments, so the
+            # cooperative workers (which did not stop their work before joining) stop everything,
+            # then a second, regular eager rebalance follows.
+            offset = max([self._config_snapshot.offset, *(s.config_offset for s in subscriptions.values())])
+            leader_url = subscriptions[leader_id].url if leader_id in subscriptions else ""
+            empty = Assignment.build(NO_ERROR, leader_id, leader_url, offset, ())
+            assignments = dict.fromkeys(subscriptions, empty)
+            self._rejoin_after_sync = True
+        elif version == 0:
             assignments = self._eager.assign(
                 subscriptions, leader_id, None, self._config_snapshot, refresh_config=self._refresh_snapshot
             )
@@ -556,6 +570,17 @@ class LegacyWorker:
                 refresh_config=self._refresh_snapshot,
             )
         return {member_id: encode_assignment(asg, version) for member_id, asg in assignments.items()}
+
+    def _downgrading(self, generation: int) -> bool:
+        """Whether members of this eager generation may still run work they did not revoke.
+
+        Only a leader that completed the previous generation under the eager protocol knows that
+        every member stopped everything before joining; in any other case (it ran cooperatively,
+        or it was not there) the group may just have been downgraded.
+        """
+        return not (
+            self.current_protocol == EAGER_PROTOCOL and self.last_completed_generation == generation - 1
+        )
 
     def _refresh_snapshot(self) -> ConfigView:
         """``configFreshSnapshot`` + ``configSnapshot(updated)``: a lagging leader catches up."""
@@ -596,7 +621,8 @@ class LegacyWorker:
             self.state = MemberState.STABLE
         self.generation, self.member_id, self.protocol = generation, member_id, protocol
         self._rejoin_needed = False
-        self._rejoin_requested = False
+        self._rejoin_requested = self._rejoin_after_sync  # the downgrade's second rebalance
+        self._rejoin_after_sync = False
         self._needs_join_prepare = True
         self.current_protocol = protocol
 
