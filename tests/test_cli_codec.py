@@ -74,31 +74,64 @@ def test_decode_ignores_whitespace_in_hex(
     vectors: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     vector = next(v for v in vectors if v["id"] == "asg-v1-many")
-    spaced = " ".join(vector["hex"][i:i + 8] for i in range(0, len(vector["hex"]), 8))
+    spaced = " ".join(vector["hex"][i : i + 8] for i in range(0, len(vector["hex"]), 8))
     code, out, _ = run(capsys, "codec", "decode", "--kind", "assignment", f"\n{spaced}\n")
     assert code == 0
     assert json.loads(out) == vector["input"]
 
 
-@pytest.mark.parametrize(("argv", "fragments"), [
-    (["decode", "--kind", "assignment", "zz"], ["invalid hex"]),
-    (["decode", "--kind", "subscription", ""], ["'version'", "offset 0"]),
-    (["decode", "--kind", "subscription", "0001000161000000000000000100000010"],
-     ["'allocation'", "offset 13"]),
-    (["decode", "--kind", "assignment", "0001000000016c0001750000000000000001ffffffff00000001000163fffffffe"],
-     ["'revoked[0].tasks'", "offset 29"]),
-    (["encode", "--kind", "assignment", '{"error": 0}'], ["--version"]),
-    (["encode", "--kind", "assignment", "--version", "1", "{not json"], ["invalid JSON"]),
-    (["encode", "--kind", "subscription", "--version", "1", '{"url": "u", "config_offset": "1"}'],
-     ["'config_offset'"]),
-    (["encode", "--kind", "subscription", "--version", "0",
-      '{"url": "u", "config_offset": 1, "allocation": {"error": 0, "leader": "", "leader_url": "", '
-      '"config_offset": 0}}'], ["'allocation'", "version 0"]),
-    (["encode", "--kind", "assignment", "--version", "-1",
-      '{"error": 0, "leader": "", "leader_url": "", "config_offset": 0}'], ["'version'"]),
-])
-def test_failures_are_one_stderr_line(argv: list[str], fragments: list[str],
-                                      capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("argv", "fragments"),
+    [
+        (["decode", "--kind", "assignment", "zz"], ["invalid hex"]),
+        (["decode", "--kind", "subscription", ""], ["'version'", "offset 0"]),
+        (
+            ["decode", "--kind", "subscription", "0001000161000000000000000100000010"],
+            ["'allocation'", "offset 13"],
+        ),
+        (
+            [
+                "decode",
+                "--kind",
+                "assignment",
+                "0001000000016c0001750000000000000001ffffffff00000001000163fffffffe",
+            ],
+            ["'revoked[0].tasks'", "offset 29"],
+        ),
+        (["encode", "--kind", "assignment", '{"error": 0}'], ["--version"]),
+        (["encode", "--kind", "assignment", "--version", "1", "{not json"], ["invalid JSON"]),
+        (
+            ["encode", "--kind", "subscription", "--version", "1", '{"url": "u", "config_offset": "1"}'],
+            ["'config_offset'"],
+        ),
+        (
+            [
+                "encode",
+                "--kind",
+                "subscription",
+                "--version",
+                "0",
+                '{"url": "u", "config_offset": 1, "allocation": {"error": 0, "leader": "", "leader_url": "", '
+                '"config_offset": 0}}',
+            ],
+            ["'allocation'", "version 0"],
+        ),
+        (
+            [
+                "encode",
+                "--kind",
+                "assignment",
+                "--version",
+                "-1",
+                '{"error": 0, "leader": "", "leader_url": "", "config_offset": 0}',
+            ],
+            ["'version'"],
+        ),
+    ],
+)
+def test_failures_are_one_stderr_line(
+    argv: list[str], fragments: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, err = run(capsys, "codec", *argv)
     assert (code, out) == (1, "")
     assert_one_error_line(err, *fragments)
@@ -113,8 +146,15 @@ def _console_command() -> list[str]:
 
 def _run_console(*argv: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONUTF8": "1"}
-    return subprocess.run([*_console_command(), *argv], capture_output=True, text=True, encoding="utf-8",
-                          env=env, timeout=60, check=False)
+    return subprocess.run(
+        [*_console_command(), *argv],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        env=env,
+        timeout=60,
+        check=False,
+    )
 
 
 def test_installed_console_script(vectors: list[dict[str, Any]]) -> None:

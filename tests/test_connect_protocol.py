@@ -131,19 +131,26 @@ def _java_rewrite(value: Any) -> Any:
     """What Java's writer makes of a decoded value: groups rebuilt from the item lists, defaults filled."""
     if isinstance(value, Subscription):
         allocation = value.allocation
-        return dataclasses.replace(value, allocation=_java_rewrite(allocation)
-                                   if isinstance(allocation, Assignment) else None)
+        return dataclasses.replace(
+            value, allocation=_java_rewrite(allocation) if isinstance(allocation, Assignment) else None
+        )
 
     def items(connectors: tuple[str, ...], tasks: tuple[ConnectorTaskId, ...]) -> list[ConnectorTaskId]:
         return [ConnectorTaskId(c, -1) for c in connectors] + list(tasks)
 
-    return Assignment.build(value.error, value.leader, value.leader_url, value.config_offset,
-                            items(value.connectors, value.tasks),
-                            items(value.revoked_connectors, value.revoked_tasks), value.delay_ms)
+    return Assignment.build(
+        value.error,
+        value.leader,
+        value.leader_url,
+        value.config_offset,
+        items(value.connectors, value.tasks),
+        items(value.revoked_connectors, value.revoked_tasks),
+        value.delay_ms,
+    )
 
 
 # Java's bytes for the decoded object of each non-roundtrip vector, by note.
-_REWRITE_DEFAULTS = {"assignment": "00000000" "00000000", "config_offset": "ffffffff"}
+_REWRITE_DEFAULTS = {"assignment": "0000000000000000", "config_offset": "ffffffff"}
 
 
 def test_vector_rebuilt_like_javas_writer(connect_vector: dict[str, Any]) -> None:
@@ -189,61 +196,141 @@ INNER = 17
 
 def _patch(data: bytes, offset: int, hex_bytes: str) -> bytes:
     new = bytes.fromhex(hex_bytes)
-    return data[:offset] + new + data[offset + len(new):]
+    return data[:offset] + new + data[offset + len(new) :]
 
 
 ERROR_CASES = [
     # (id, kind, bytes, field, offset, message fragment)
     ("empty", "assignment", b"", "version", 0, "missing value"),
     ("cut-version", "assignment", b"\x00", "version", 0, "truncated int16"),
-    ("negative-version", "assignment", _patch(ASG_BYTES, 0, "fffe"), "version", 0,
-     "Unsupported subscription version: -2"),
+    (
+        "negative-version",
+        "assignment",
+        _patch(ASG_BYTES, 0, "fffe"),
+        "version",
+        0,
+        "Unsupported subscription version: -2",
+    ),
     ("missing-error", "assignment", ASG_BYTES[:2], "error", 2, "no default value"),
     ("negative-string", "assignment", _patch(ASG_BYTES, 4, "ffff"), "leader", 4, "cannot be negative"),
     ("long-string", "assignment", _patch(ASG_BYTES, 4, "7fff"), "leader", 4, "Error reading string"),
     ("bad-utf8", "assignment", _patch(ASG_BYTES, 6, "ff"), "leader", 4, "UTF-8"),
     ("cut-offset", "assignment", ASG_BYTES[:14], "config_offset", 10, "truncated int64"),
-    ("count-over-remaining", "assignment", _patch(ASG_BYTES, 18, "7fffffff"), "assignment", 18,
-     "Error reading array of size 2147483647"),
+    (
+        "count-over-remaining",
+        "assignment",
+        _patch(ASG_BYTES, 18, "7fffffff"),
+        "assignment",
+        18,
+        "Error reading array of size 2147483647",
+    ),
     ("count-no-bytes-left", "assignment", ASG_BYTES[:22], "assignment", 18, "only 0 bytes"),
-    ("group-string", "assignment", _patch(ASG_BYTES, 38, "ffff"), "assignment[1].connector", 38,
-     "cannot be negative"),
+    (
+        "group-string",
+        "assignment",
+        _patch(ASG_BYTES, 38, "ffff"),
+        "assignment[1].connector",
+        38,
+        "cannot be negative",
+    ),
     ("group-cut-before-tasks", "assignment", ASG_BYTES[:26], "assignment[0].tasks", 26, "truncated"),
-    ("group-cut-before-connector", "assignment", ASG_BYTES[:38], "assignment[1].connector", 38,
-     "truncated"),
-    ("tasks-negative", "assignment", _patch(ASG_BYTES, 26, "fffffffe"), "assignment[0].tasks", 26,
-     "Array size -2 cannot be negative"),
-    ("tasks-null-not-allowed", "assignment", _patch(ASG_BYTES, 26, "ffffffff"), "assignment[0].tasks", 26,
-     "cannot be negative"),
-    ("tasks-over-remaining", "assignment", _patch(ASG_BYTES, 26, "000003e8"), "assignment[0].tasks", 26,
-     "Error reading array of size 1000"),
+    ("group-cut-before-connector", "assignment", ASG_BYTES[:38], "assignment[1].connector", 38, "truncated"),
+    (
+        "tasks-negative",
+        "assignment",
+        _patch(ASG_BYTES, 26, "fffffffe"),
+        "assignment[0].tasks",
+        26,
+        "Array size -2 cannot be negative",
+    ),
+    (
+        "tasks-null-not-allowed",
+        "assignment",
+        _patch(ASG_BYTES, 26, "ffffffff"),
+        "assignment[0].tasks",
+        26,
+        "cannot be negative",
+    ),
+    (
+        "tasks-over-remaining",
+        "assignment",
+        _patch(ASG_BYTES, 26, "000003e8"),
+        "assignment[0].tasks",
+        26,
+        "Error reading array of size 1000",
+    ),
     ("task-element-cut", "assignment", ASG_BYTES[:48], "assignment[1].tasks[0]", 46, "truncated int32"),
     ("revoked-count-cut", "assignment", ASG_BYTES[:52], "revoked", 50, "truncated"),
     ("revoked-over-remaining", "assignment", ASG_BYTES[:54], "revoked", 50, "only 0 bytes"),
     ("delay-cut", "assignment", ASG_BYTES[:82], "delay", 80, "truncated int32"),
     ("sub-empty", "subscription", b"", "version", 0, "missing"),
-    ("sub-negative-version", "subscription", _patch(SUB_BYTES, 0, "ffff"), "version", 0,
-     "Unsupported subscription version: -1"),
+    (
+        "sub-negative-version",
+        "subscription",
+        _patch(SUB_BYTES, 0, "ffff"),
+        "version",
+        0,
+        "Unsupported subscription version: -1",
+    ),
     ("sub-bad-utf8", "subscription", _patch(SUB_BYTES, 4, "c3"), "url", 2, "UTF-8"),
     ("sub-missing-offset", "subscription", SUB_BYTES[:5], "config_offset", 5, "no default value"),
     ("allocation-length-cut", "subscription", SUB_BYTES[:15], "allocation", 13, "truncated"),
-    ("allocation-over-remaining", "subscription", _patch(SUB_BYTES, 13, "7fffffff"), "allocation", 13,
-     "Error reading bytes of size"),
-    ("allocation-empty", "subscription", _patch(SUB_BYTES, 13, "00000000")[:INNER], "allocation.version",
-     INNER, "missing"),
-    ("allocation-negative-version", "subscription", _patch(SUB_BYTES, INNER, "ffff"), "allocation.version",
-     INNER, "Unsupported subscription version: -1"),
-    ("allocation-nested-tasks", "subscription", _patch(SUB_BYTES, INNER + 68, "ffffffff"),
-     "allocation.revoked[1].tasks", INNER + 68, "cannot be negative"),
-    ("allocation-cut-inside-delay", "subscription", _patch(SUB_BYTES, 13, "00000052"), "allocation.delay",
-     INNER + 80, "truncated int32"),
-    ("allocation-cut-inside-group", "subscription", _patch(SUB_BYTES, 13, "00000024"),
-     "allocation.assignment[0].tasks[1]", INNER + 34, "truncated int32"),
+    (
+        "allocation-over-remaining",
+        "subscription",
+        _patch(SUB_BYTES, 13, "7fffffff"),
+        "allocation",
+        13,
+        "Error reading bytes of size",
+    ),
+    (
+        "allocation-empty",
+        "subscription",
+        _patch(SUB_BYTES, 13, "00000000")[:INNER],
+        "allocation.version",
+        INNER,
+        "missing",
+    ),
+    (
+        "allocation-negative-version",
+        "subscription",
+        _patch(SUB_BYTES, INNER, "ffff"),
+        "allocation.version",
+        INNER,
+        "Unsupported subscription version: -1",
+    ),
+    (
+        "allocation-nested-tasks",
+        "subscription",
+        _patch(SUB_BYTES, INNER + 68, "ffffffff"),
+        "allocation.revoked[1].tasks",
+        INNER + 68,
+        "cannot be negative",
+    ),
+    (
+        "allocation-cut-inside-delay",
+        "subscription",
+        _patch(SUB_BYTES, 13, "00000052"),
+        "allocation.delay",
+        INNER + 80,
+        "truncated int32",
+    ),
+    (
+        "allocation-cut-inside-group",
+        "subscription",
+        _patch(SUB_BYTES, 13, "00000024"),
+        "allocation.assignment[0].tasks[1]",
+        INNER + 34,
+        "truncated int32",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("kind", "data", "field", "offset", "fragment"),
-                         [case[1:] for case in ERROR_CASES], ids=[case[0] for case in ERROR_CASES])
+@pytest.mark.parametrize(
+    ("kind", "data", "field", "offset", "fragment"),
+    [case[1:] for case in ERROR_CASES],
+    ids=[case[0] for case in ERROR_CASES],
+)
 def test_error_location(kind: str, data: bytes, field: str, offset: int, fragment: str) -> None:
     decode, _, _ = KINDS[kind]
     with pytest.raises(CodecError) as info:
@@ -255,7 +342,8 @@ def test_error_location(kind: str, data: bytes, field: str, offset: int, fragmen
 
 def test_boundaries_give_absent_fields() -> None:
     assert decode_assignment(ASG_BYTES[:18]) == dataclasses.replace(
-        ASG, assignment=ABSENT, revoked=ABSENT, delay=ABSENT)
+        ASG, assignment=ABSENT, revoked=ABSENT, delay=ABSENT
+    )
     assert decode_assignment(ASG_BYTES[:50]) == dataclasses.replace(ASG, revoked=ABSENT, delay=ABSENT)
     assert decode_assignment(ASG_BYTES[:80]) == dataclasses.replace(ASG, delay=ABSENT)
     assert decode_subscription(SUB_BYTES[:13]) == dataclasses.replace(SUB, allocation=ABSENT)
@@ -335,28 +423,40 @@ ENCODE_ERRORS = [
     ("connector-type", dataclasses.replace(ASG, assignment=(G(None, ()),)), 1, "assignment[0].connector"),
     ("delay-range", dataclasses.replace(ASG, delay=-(1 << 31) - 1), 1, "delay"),
     ("delay-null", dataclasses.replace(ASG, delay=None), 1, "delay"),
-    ("group-type", dataclasses.replace(ASG, assignment=({"connector": "c", "tasks": []},)), 1,
-     "assignment[0]"),
+    (
+        "group-type",
+        dataclasses.replace(ASG, assignment=({"connector": "c", "tasks": []},)),
+        1,
+        "assignment[0]",
+    ),
     ("groups-type", dataclasses.replace(ASG, revoked=5), 1, "revoked"),
 ]
 
 
-@pytest.mark.parametrize(("value", "version", "field"), [c[1:] for c in ENCODE_ERRORS],
-                         ids=[c[0] for c in ENCODE_ERRORS])
+@pytest.mark.parametrize(
+    ("value", "version", "field"), [c[1:] for c in ENCODE_ERRORS], ids=[c[0] for c in ENCODE_ERRORS]
+)
 def test_assignment_encode_errors(value: Assignment, version: int, field: str) -> None:
     with pytest.raises(CodecError) as info:
         encode_assignment(value, version)
     assert info.value.field == field
 
 
-@pytest.mark.parametrize(("value", "version", "field"), [
-    (SUB, 0, "allocation"),
-    (dataclasses.replace(SUB, allocation=dataclasses.replace(ASG, revoked=ABSENT)), 1, "allocation.delay"),
-    (dataclasses.replace(SUB, allocation=dataclasses.replace(ASG, error=-40000)), 2, "allocation.error"),
-    (dataclasses.replace(SUB, url=b"http://x"), 1, "url"),
-    (dataclasses.replace(SUB, config_offset=1 << 63), 1, "config_offset"),
-    (SUB, -3, "version"),
-])
+@pytest.mark.parametrize(
+    ("value", "version", "field"),
+    [
+        (SUB, 0, "allocation"),
+        (
+            dataclasses.replace(SUB, allocation=dataclasses.replace(ASG, revoked=ABSENT)),
+            1,
+            "allocation.delay",
+        ),
+        (dataclasses.replace(SUB, allocation=dataclasses.replace(ASG, error=-40000)), 2, "allocation.error"),
+        (dataclasses.replace(SUB, url=b"http://x"), 1, "url"),
+        (dataclasses.replace(SUB, config_offset=1 << 63), 1, "config_offset"),
+        (SUB, -3, "version"),
+    ],
+)
 def test_subscription_encode_errors(value: Subscription, version: int, field: str) -> None:
     with pytest.raises(CodecError) as info:
         encode_subscription(value, version)
@@ -385,8 +485,11 @@ def test_embedded_allocation_gets_the_outer_version() -> None:
 
 
 BUILD_CASES = [
-    ("java-order", [("b", 0), ("a", -1), ("a", 1), ("b", -1), ("c", 2), ("a", -1), ("c", 0)],
-     (G("a", (-1, 1)), G("b", (-1, 0)), G("c", (2, 0)))),
+    (
+        "java-order",
+        [("b", 0), ("a", -1), ("a", 1), ("b", -1), ("c", 2), ("a", -1), ("c", 0)],
+        (G("a", (-1, 1)), G("b", (-1, 0)), G("c", (2, 0))),
+    ),
     ("tasks-only-after-connectors", [("t", 3), ("x", -1)], (G("x", (-1,)), G("t", (3,)))),
     ("duplicate-tasks-kept", [("a", 1), ("a", 1)], (G("a", (1, 1)),)),
     ("empty", [], ()),
@@ -424,8 +527,15 @@ def test_json_keys_follow_presence() -> None:
     assert Assignment.from_json(doc) == Assignment(0, "l", "u", 1, None, ABSENT, ABSENT)
 
 
-_GOOD_ALLOCATION = {"error": 0, "leader": "l", "leader_url": "u", "config_offset": 1,
-                    "assignment": [{"connector": "c", "tasks": [-1, 0]}], "revoked": [], "delay": 0}
+_GOOD_ALLOCATION = {
+    "error": 0,
+    "leader": "l",
+    "leader_url": "u",
+    "config_offset": 1,
+    "assignment": [{"connector": "c", "tasks": [-1, 0]}],
+    "revoked": [],
+    "delay": 0,
+}
 
 
 def _sub_doc(**allocation: Any) -> dict[str, Any]:
@@ -448,13 +558,22 @@ JSON_ERRORS = [
     ("assignment-type", _sub_doc(assignment={}), "allocation.assignment"),
     ("group-type", _sub_doc(assignment=["c"]), "allocation.assignment[0]"),
     ("group-missing-tasks", _sub_doc(assignment=[{"connector": "c"}]), "allocation.assignment[0].tasks"),
-    ("group-extra-key", _sub_doc(revoked=[{"connector": "c", "tasks": [], "x": 1}]),
-     "allocation.revoked[0].x"),
+    (
+        "group-extra-key",
+        _sub_doc(revoked=[{"connector": "c", "tasks": [], "x": 1}]),
+        "allocation.revoked[0].x",
+    ),
     ("tasks-type", _sub_doc(revoked=[{"connector": "c", "tasks": 3}]), "allocation.revoked[0].tasks"),
-    ("task-range", _sub_doc(revoked=[{"connector": "c", "tasks": [0, 1 << 31]}]),
-     "allocation.revoked[0].tasks[1]"),
-    ("connector-type", _sub_doc(assignment=[{"connector": 5, "tasks": []}]),
-     "allocation.assignment[0].connector"),
+    (
+        "task-range",
+        _sub_doc(revoked=[{"connector": "c", "tasks": [0, 1 << 31]}]),
+        "allocation.revoked[0].tasks[1]",
+    ),
+    (
+        "connector-type",
+        _sub_doc(assignment=[{"connector": 5, "tasks": []}]),
+        "allocation.assignment[0].connector",
+    ),
     ("delay-range", _sub_doc(delay=1 << 31), "allocation.delay"),
     ("delay-null", _sub_doc(delay=None), "allocation.delay"),
 ]
@@ -492,8 +611,11 @@ def assignments(draw: st.DrawFn, version: int) -> Assignment:
     """Any assignment encodable at ``version`` (absent fields only at the end)."""
     head = (draw(INT16), draw(TEXT), draw(TEXT), draw(INT64))
     if version == 0:
-        tail = [draw(st.one_of(st.just(ABSENT), NULLABLE_GROUPS)), draw(st.sampled_from([ABSENT, None, ()])),
-                draw(st.sampled_from([ABSENT, 0]))]
+        tail = [
+            draw(st.one_of(st.just(ABSENT), NULLABLE_GROUPS)),
+            draw(st.sampled_from([ABSENT, None, ()])),
+            draw(st.sampled_from([ABSENT, 0])),
+        ]
     else:
         present = draw(st.integers(0, 3))
         tail = [draw(NULLABLE_GROUPS), draw(NULLABLE_GROUPS), draw(INT32)][:present]
@@ -582,7 +704,8 @@ def test_extended_payloads(case: tuple[str, Any, int, bytes], extra: bytes) -> N
     kind, value, version, data = case
     decoded = _decode_or_codec_error(kind, data + extra)
     complete = version > 0 and ABSENT not in (
-        (value.allocation,) if kind == "subscription" else (value.assignment, value.revoked, value.delay))
+        (value.allocation,) if kind == "subscription" else (value.assignment, value.revoked, value.delay)
+    )
     if complete:
         assert decoded == value  # trailing bytes after the last known field are ignored
 
@@ -613,19 +736,41 @@ def test_plausible_headers_with_garbage(kind: str, tail: bytes) -> None:
     _decode_or_codec_error(kind, prefix[:-4] + len(tail).to_bytes(4, "big") + tail)
 
 
-ANY_SCALAR = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False),
-                       st.text(max_size=3), st.binary(max_size=3), st.just(ABSENT))
-ANY_GROUPS = st.one_of(ANY_SCALAR, st.lists(st.one_of(
-    ANY_SCALAR, st.builds(ConnectorGroup, st.one_of(TEXT, ANY_SCALAR),
-                          st.one_of(ANY_SCALAR, st.lists(ANY_SCALAR, max_size=3)))), max_size=3).map(tuple))
-ANY_ASSIGNMENT = st.builds(Assignment, ANY_SCALAR, ANY_SCALAR, ANY_SCALAR, ANY_SCALAR, ANY_GROUPS, ANY_GROUPS,
-                           ANY_SCALAR)
+ANY_SCALAR = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=False),
+    st.text(max_size=3),
+    st.binary(max_size=3),
+    st.just(ABSENT),
+)
+ANY_GROUPS = st.one_of(
+    ANY_SCALAR,
+    st.lists(
+        st.one_of(
+            ANY_SCALAR,
+            st.builds(
+                ConnectorGroup,
+                st.one_of(TEXT, ANY_SCALAR),
+                st.one_of(ANY_SCALAR, st.lists(ANY_SCALAR, max_size=3)),
+            ),
+        ),
+        max_size=3,
+    ).map(tuple),
+)
+ANY_ASSIGNMENT = st.builds(
+    Assignment, ANY_SCALAR, ANY_SCALAR, ANY_SCALAR, ANY_SCALAR, ANY_GROUPS, ANY_GROUPS, ANY_SCALAR
+)
 
 
 @given(ANY_ASSIGNMENT, st.one_of(st.integers(-2, 3), ANY_SCALAR))
 def test_encoding_any_value_only_raises_codec_error(value: Assignment, version: Any) -> None:
-    for encode, item in ((encode_assignment, value), (encode_subscription, Subscription("u", 0, value)),
-                         (encode_subscription, Subscription(value.leader, value.error, value.delay))):
+    for encode, item in (
+        (encode_assignment, value),
+        (encode_subscription, Subscription("u", 0, value)),
+        (encode_subscription, Subscription(value.leader, value.error, value.delay)),
+    ):
         try:
             data = encode(item, version)
         except CodecError:

@@ -230,14 +230,19 @@ def test_lagging_worker_without_provider_trusts_the_leaders_offset_and_starts() 
     assert w.config.offset == 8 and done.start == ids("A") and not done.rejoin
 
 
-def test_switch_to_the_eager_protocol_stops_what_the_complete_set_drops() -> None:
+def test_switch_to_the_eager_protocol_stops_everything_on_the_eager_election() -> None:
     w = make("compatible")
     rebalance(w, 1, "compatible", assigned=ids("A", "B"))
     w.heartbeat_request(3_000)
     w.on_heartbeat_response(HeartbeatResponse(ErrorCode.REBALANCE_IN_PROGRESS), 3_000)
-    prepared, done = rebalance(w, 2, "default", now=3_000, assigned=ids("B", "A-0"))
-    assert not prepared.stop  # the last elected protocol was cooperative
-    assert done.stop == ids("A") and done.start == ids("A-0") and w.running == ids("B", "A-0")
+    prepared, _ = join(w, 3_000)
+    assert not prepared.stop  # the last elected protocol was cooperative: nothing stops before joining
+    joined_eager = w.on_join_response(joined(2, "default"), 3_000)
+    assert joined_eager.stop == ids("A", "B") and w.running == frozenset()  # the eager election stops all
+    done = w.on_sync_response(
+        SyncGroupResponse(0, "connect", "default", payload("default", assigned=ids("B", "A-0"))), 3_000
+    )
+    assert not done.stop and done.start == ids("B", "A-0") and w.running == ids("B", "A-0")
     w.heartbeat_request(6_000)
     w.on_heartbeat_response(HeartbeatResponse(ErrorCode.REBALANCE_IN_PROGRESS), 6_000)
     prepared, _ = join(w, 6_000)
@@ -333,7 +338,7 @@ def test_leader_on_the_default_protocol_deals_complete_sets_at_v0() -> None:
 def test_perform_assignment_hook_accepts_a_mapping() -> None:
     w = make("eager")
     w.protocols()
-    w.last_completed_generation = 0  # it led generation 0 eagerly: no downgrade round needed
+    w._led = (0, "default", frozenset({"m1"}))  # it led generation 0 eagerly: no downgrade round
     out = w.perform_assignment("m1", "default", {"m1": encode_subscription(Subscription(URL, 5), 0)}, 1, 0)
     assert frozenset(decode_assignment(out["m1"]).items) == ids("A", "A-0", "A-1", "B", "B-0")
 

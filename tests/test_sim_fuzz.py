@@ -1,4 +1,9 @@
-"""Randomized new-protocol scenarios in simulated time: each must stay exclusive, converge, balance."""
+"""Randomized scenarios in simulated time: each must stay exclusive, converge and balance.
+
+New-protocol-only clusters exercise the epoch engine alone; mixed clusters of all four protocols
+exercise classic groups, the translation of legacy workers inside connect groups, conversions in
+both directions and bridge restarts.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +14,22 @@ from connect_bridge.drills.generate import random_scenario
 from connect_bridge.drills.sim import run_scenario
 
 
-@pytest.mark.parametrize("seed", range(80))
-def test_random_new_protocol_scenario(seed: int) -> None:
-    scenario = random_scenario(seed, protocols=("new",))
+def _assert_ok(seed: int, protocols: tuple[str, ...]) -> None:
+    scenario = random_scenario(seed, protocols=protocols)
     summary = check(run_scenario(scenario).events, name=scenario.name, end_ms=scenario.end_ms)
     assert summary.ok, (scenario.model_dump_json(), summary.violations)
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_random_new_protocol_scenario(seed: int) -> None:
+    _assert_ok(seed, ("new",))
+
+
+@pytest.mark.parametrize("seed", range(10_000, 10_200))
+def test_random_mixed_protocol_scenario(seed: int) -> None:
+    _assert_ok(seed, ("eager", "compatible", "sessioned", "new"))
+
+
+@pytest.mark.parametrize("seed", range(20_000, 20_060))
+def test_random_legacy_only_scenario(seed: int) -> None:
+    _assert_ok(seed, ("eager", "compatible", "sessioned"))

@@ -185,9 +185,11 @@ class Assignment:
         for key in ("assignment", "revoked"):
             groups = getattr(self, key)
             if groups is not ABSENT:
-                doc[key] = None if groups is None else [
-                    {"connector": g.connector, "tasks": list(g.tasks)} for g in groups
-                ]
+                doc[key] = (
+                    None
+                    if groups is None
+                    else [{"connector": g.connector, "tasks": list(g.tasks)} for g in groups]
+                )
         if self.delay is not ABSENT:
             doc["delay"] = self.delay
         return doc
@@ -223,7 +225,8 @@ class Subscription:
         return cls(
             url=_check_string(fields["url"], "url"),
             config_offset=_check_int(fields["config_offset"], "int64", "config_offset"),
-            allocation=allocation if allocation in (None, ABSENT)
+            allocation=allocation
+            if allocation in (None, ABSENT)
             else _assignment_from_json(allocation, "allocation."),
         )
 
@@ -273,10 +276,12 @@ def _check_groups(value: Any, path: str, from_json: bool) -> Groups | AbsentType
             raise CodecError(f"expected a ConnectorGroup, got {type(group).__name__}", field=where)
         if not isinstance(tasks, tuple | list):
             raise CodecError(f"expected a list of int32, got {type(tasks).__name__}", field=f"{where}.tasks")
-        groups.append(ConnectorGroup(
-            _check_string(connector, f"{where}.connector"),
-            tuple(_check_int(t, "int32", f"{where}.tasks[{i}]") for i, t in enumerate(tasks)),
-        ))
+        groups.append(
+            ConnectorGroup(
+                _check_string(connector, f"{where}.connector"),
+                tuple(_check_int(t, "int32", f"{where}.tasks[{i}]") for i, t in enumerate(tasks)),
+            )
+        )
     return tuple(groups)
 
 
@@ -293,8 +298,9 @@ def _json_object(doc: Any, prefix: str, required: set[str], optional: set[str]) 
 
 
 def _assignment_from_json(doc: Any, prefix: str) -> Assignment:
-    fields = _json_object(doc, prefix, {"error", "leader", "leader_url", "config_offset"},
-                          {"assignment", "revoked", "delay"})
+    fields = _json_object(
+        doc, prefix, {"error", "leader", "leader_url", "config_offset"}, {"assignment", "revoked", "delay"}
+    )
     delay = fields.get("delay", ABSENT)
     return Assignment(
         error=_check_int(fields["error"], "int16", f"{prefix}error"),
@@ -355,8 +361,15 @@ def _parse(fast: Any, checked: Struct, data: bytes, kind: str) -> Any:
 
 
 def _assignment_from_raw(raw: Any) -> Assignment:
-    return Assignment(raw["error"], raw["leader"], raw["leader_url"], raw["config_offset"],
-                      raw["assignment"], raw["revoked"], raw["delay"])
+    return Assignment(
+        raw["error"],
+        raw["leader"],
+        raw["leader_url"],
+        raw["config_offset"],
+        raw["assignment"],
+        raw["revoked"],
+        raw["delay"],
+    )
 
 
 def decode_assignment(data: bytes) -> Assignment:
@@ -376,8 +389,9 @@ def decode_subscription(data: bytes) -> Subscription:
 def payload_version(data: bytes) -> int:
     """The int16 header of a subscription or assignment payload (negative versions are rejected)."""
     if len(data) < 2:
-        raise CodecError(f"truncated int16: needs 2 bytes, only {len(data)} available", field="version",
-                         offset=0)
+        raise CodecError(
+            f"truncated int16: needs 2 bytes, only {len(data)} available", field="version", offset=0
+        )
     version = int.from_bytes(data[:2], "big", signed=True)
     if version < 0:
         raise CodecError(f"Unsupported subscription version: {version}", field="version", offset=0)
@@ -397,8 +411,9 @@ def _tail(values: dict[str, Any], names: tuple[str, ...], prefix: str) -> None:
         if values[name] is ABSENT:
             gap = gap or name
         elif gap is not None:
-            raise CodecError(f"field is present but the earlier field '{prefix}{gap}' is absent",
-                             field=f"{prefix}{name}")
+            raise CodecError(
+                f"field is present but the earlier field '{prefix}{gap}' is absent", field=f"{prefix}{name}"
+            )
 
 
 def _assignment_wire(asg: Assignment, version: int, prefix: str) -> dict[str, Any]:
@@ -406,8 +421,13 @@ def _assignment_wire(asg: Assignment, version: int, prefix: str) -> dict[str, An
     if not isinstance(asg, Assignment):
         raise CodecError(f"expected an Assignment, got {type(asg).__name__}", field=prefix.rstrip("."))
     wire = {
-        "version": version, "error": asg.error, "leader": asg.leader, "leader_url": asg.leader_url,
-        "config_offset": asg.config_offset, "assignment": asg.assignment, "revoked": asg.revoked,
+        "version": version,
+        "error": asg.error,
+        "leader": asg.leader,
+        "leader_url": asg.leader_url,
+        "config_offset": asg.config_offset,
+        "assignment": asg.assignment,
+        "revoked": asg.revoked,
         "delay": asg.delay,
     }
     if version == 0:
@@ -449,4 +469,3 @@ def encode_subscription(sub: Subscription, version: int) -> bytes:
         allocation = _assignment_wire(allocation, version, "allocation.")
     wire = {"version": version, "url": sub.url, "config_offset": sub.config_offset, "allocation": allocation}
     return _build(_SUBSCRIPTION_FAST, wire, lambda: _validate_subscription(sub), "subscription")
-

@@ -281,18 +281,23 @@ def _read_exact(
     field = _dotted(path)
     if not data and not element:
         name = field.rsplit(".", 1)[-1]
-        raise CodecError(f"missing value for field '{name}' which has no default value", field=field,
-                         offset=start)
-    raise CodecError(f"truncated {what}: needs {size} bytes, only {len(data)} available", field=field,
-                     offset=start)
+        raise CodecError(
+            f"missing value for field '{name}' which has no default value", field=field, offset=start
+        )
+    raise CodecError(
+        f"truncated {what}: needs {size} bytes, only {len(data)} available", field=field, offset=start
+    )
 
 
 def _check_count(stream: io.BytesIO, count: int, kind: str, path: str, start: int) -> None:
     """Java's sanity check: an element count may not exceed the bytes left (element size ignored)."""
     left = _remaining(stream)
     if count > left:
-        raise CodecError(f"Error reading {kind} of size {count}, only {left} bytes available",
-                         field=_dotted(path), offset=start)
+        raise CodecError(
+            f"Error reading {kind} of size {count}, only {left} bytes available",
+            field=_dotted(path),
+            offset=start,
+        )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -325,8 +330,9 @@ class Version(Int):
         version = super()._parse(stream, context, path)
         if version < 0:
             # Java uses this text for subscriptions and assignments alike.
-            raise CodecError(f"Unsupported subscription version: {version}", field=_dotted(path),
-                             offset=start)
+            raise CodecError(
+                f"Unsupported subscription version: {version}", field=_dotted(path), offset=start
+            )
         return version
 
     def _emitparse(self, code: Any) -> str:
@@ -349,13 +355,17 @@ class KafkaString(Construct):
             raise CodecError(f"String length {length} cannot be negative", field=_dotted(path), offset=start)
         left = _remaining(stream)
         if length > left:
-            raise CodecError(f"Error reading string of length {length}, only {left} bytes available",
-                             field=_dotted(path), offset=start)
+            raise CodecError(
+                f"Error reading string of length {length}, only {left} bytes available",
+                field=_dotted(path),
+                offset=start,
+            )
         try:
             return stream.read(length).decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise CodecError(f"invalid UTF-8 in string at byte {exc.start} of {length}",
-                             field=_dotted(path), offset=start) from None
+            raise CodecError(
+                f"invalid UTF-8 in string at byte {exc.start} of {length}", field=_dotted(path), offset=start
+            ) from None
 
     def _build(self, obj: str, stream: io.BytesIO, context: Any, path: str) -> str:
         return write_string(obj, stream)
@@ -385,9 +395,12 @@ class Int32Array(Construct):
         body = stream.read(4 * count)
         if len(body) != 4 * count:
             index = len(body) // 4
-            raise CodecError(f"truncated int32 array: element {index} of {count} needs 4 bytes, only "
-                             f"{len(body) % 4} available", field=f"{_dotted(path)}[{index}]",
-                             offset=start + 4 + 4 * index)
+            raise CodecError(
+                f"truncated int32 array: element {index} of {count} needs 4 bytes, only "
+                f"{len(body) % 4} available",
+                field=f"{_dotted(path)}[{index}]",
+                offset=start + 4 + 4 * index,
+            )
         return unpack_int32s(count, body)
 
     def _build(self, obj: tuple[int, ...], stream: io.BytesIO, context: Any, path: str) -> tuple[int, ...]:
@@ -453,14 +466,18 @@ class NullableSized(Subconstruct):
             return None
         left = _remaining(stream)
         if length > left:
-            raise CodecError(f"Error reading bytes of size {length}, only {left} bytes available",
-                             field=_dotted(path), offset=start)
+            raise CodecError(
+                f"Error reading bytes of size {length}, only {left} bytes available",
+                field=_dotted(path),
+                offset=start,
+            )
         inner = Window(stream.read(length), base=start + 4)
         return self.subcon._parsereport(inner, context, path)
 
     def _build(self, obj: Any, stream: io.BytesIO, context: Any, path: str) -> Any:
-        return write_nullable_sized(obj, stream, lambda value, inner: self.subcon._build(value, inner,
-                                                                                           context, path))
+        return write_nullable_sized(
+            obj, stream, lambda value, inner: self.subcon._build(value, inner, context, path)
+        )
 
     def _emitparse(self, code: Any) -> str:
         code.append(_FAST_IMPORT)

@@ -61,6 +61,11 @@ class _SimWorker:
     incarnation: int
     alive: bool = True
     step_seq: int = 0
+    last_answer_ms: int = 0
+    """When the coordinator last answered this worker (KAFKA-9184: silence for a heartbeat interval
+    makes a legacy worker revoke everything)."""
+    in_flight: set[str] = field(default_factory=set)
+    """Kinds of classic requests sent and not yet answered (a bridge restart drops them)."""
 
     @property
     def running(self) -> Items:
@@ -301,6 +306,7 @@ class SimulatedDrill:
         method, unavailable, _ = _LEGACY_CALLS[kind]
         if kind in ("join", "sync"):
             request = _with_token(request, (worker.name, incarnation, kind))
+        worker.in_flight.add(kind)
 
         def arrive(t: int) -> None:
             if self.bridge_up:
@@ -319,10 +325,16 @@ class SimulatedDrill:
         return lambda t: self._legacy_response(t, worker, incarnation, kind, resp)
 
     def _legacy_response(self, now: int, worker: _SimWorker, incarnation: int, kind: str, resp: Any) -> None:
-        if not self._current(worker, incarnation):
+        if not self._current(worker, incarnation) or kind not in worker.in_flight:
             return
+        worker.in_flight.discard(kind)
         logic = worker.logic
         assert isinstance(logic, LegacyWorker)
+        if resp.error_code != _UNAVAILABLE:
+            worker.last_answer_ms = now
+        elif now - worker.last_answer_ms >= self.scenario.timing.heartbeat_interval_ms:
+            lost = logic.coordinator_lost(now)
+            self._apply(now, worker, lost.stop, frozenset(), None)
         reaction = getattr(logic, _LEGACY_CALLS[kind][2])(resp, now)
         self._apply(
             now,
@@ -359,6 +371,13 @@ class SimulatedDrill:
         self.bridge_incarnation += 1
         self.tick_at = None
         self.log.bridge_restart(now)
+        # Connections drop: parked JoinGroup/SyncGroup requests fail and their workers retry.
+        for worker in self.workers.values():
+            for kind in sorted(worker.in_flight & {"join", "sync"}):
+                resp = _LEGACY_CALLS[kind][1]()
+                self.at(
+                    now + self.latency(), self._legacy_response_cb(worker, worker.incarnation, kind, resp)
+                )
 
         def up(t: int) -> None:
             self.coordinator = self._new_coordinator()

@@ -50,13 +50,15 @@ def full_assignment(member: ClassicMember, protocol_name: str | None) -> Items:
     member joined again after that sync its allocation already contains the delta, and the formula
     still gives its allocation.
     """
-    if not protocol_name or protocol_name not in CONNECT_PROTOCOL_NAMES:
-        return EMPTY
+    advertised = dict(member.protocols)
     try:
         assignment = decode_assignment(member.assignment) if member.assignment else None
-        if CONNECT_PROTOCOL_NAMES[protocol_name] == 0:
+        if CONNECT_PROTOCOL_NAMES.get(protocol_name or "") == 0:
             return frozenset(assignment.items) if assignment else EMPTY
-        allocation = decode_subscription(member.metadata(protocol_name)).allocation
+        # A member that joined during the rebalance may not advertise the last elected protocol:
+        # its own preferred subscription says what it runs.
+        metadata = advertised.get(protocol_name or "", member.protocols[0][1] if member.protocols else b"")
+        allocation = decode_subscription(metadata).allocation if metadata else None
     except CodecError as exc:
         raise ConversionError(f"member {member.member_id}: {exc}") from exc
     owned = frozenset(allocation.items) if isinstance(allocation, Assignment) else EMPTY

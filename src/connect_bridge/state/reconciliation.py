@@ -48,7 +48,7 @@ def next_assignment(
         if owned is None or (owned & revoking):
             return None  # still running revoked work: wait for the acknowledgement
         acknowledged = True
-    elif state is MemberState.STABLE and member_epoch == target_epoch:
+    elif state is MemberState.STABLE and member_epoch == target_epoch and assigned == target:
         return None
 
     kept = assigned & target

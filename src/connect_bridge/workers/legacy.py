@@ -281,6 +281,8 @@ class LegacyWorker:
         """``currentConnectProtocol``: the last elected protocol; decides eager vs cooperative."""
         self.last_completed_generation = NO_GENERATION
         self._rejoin_after_sync = False
+        self._led: tuple[int, str, frozenset[str]] = (NO_GENERATION, "", frozenset())
+        """(generation, protocol, member ids) of the last assignment this worker computed as leader."""
         self.held_generation = NO_GENERATION
         """The generation last reported in a Reaction (the worker's epoch)."""
         self.snapshot: Assignment | None = None
@@ -508,6 +510,12 @@ class LegacyWorker:
         self.protocol = resp.protocol_name
         self._heartbeat_base_ms = now_ms  # the heartbeat thread is enabled: timeouts reset
         self._heartbeat_retry = False
+        stopped = EMPTY
+        if resp.protocol_name == EAGER_PROTOCOL and self.current_protocol != EAGER_PROTOCOL:
+            # Deviation from Java (docs/legacy-workers.md): a cooperative worker learning that the
+            # group went eager stops everything now, as eager workers did before joining, so no
+            # eager assignment can hand its work to someone else while it still runs it.
+            stopped, self.running = self.running, EMPTY
         assignments: Mapping[str, bytes] = {}
         if resp.leader == resp.member_id and resp.members:
             if resp.skip_assignment:
@@ -528,7 +536,7 @@ class LegacyWorker:
             protocol_name=self.protocol,
             assignments=tuple(sorted(assignments.items())),
         )
-        return Reaction(request=request, generation=self.generation)
+        return Reaction(stop=stopped, request=request, generation=self.generation)
 
     def perform_assignment(
         self,
@@ -545,7 +553,9 @@ class LegacyWorker:
         )
         subscriptions = {member_id: decode_subscription(metadata) for member_id, metadata in raw}
         version = CONNECT_PROTOCOL_NAMES[protocol]
-        if version == 0 and self._downgrading(generation):
+        downgrading = version == 0 and self._downgrading(generation, subscriptions)
+        self._led = (generation, protocol, frozenset(subscriptions))
+        if downgrading:
             # KIP-415: on a downgrade to eager the leader first hands out empty assignments, so the
             # cooperative workers (which did not stop their work before joining) stop everything,
             # then a second, regular eager rebalance follows.
@@ -571,15 +581,19 @@ class LegacyWorker:
             )
         return {member_id: encode_assignment(asg, version) for member_id, asg in assignments.items()}
 
-    def _downgrading(self, generation: int) -> bool:
-        """Whether members of this eager generation may still run work they did not revoke.
+    def _downgrading(self, generation: int, members: Mapping[str, Subscription]) -> bool:
+        """Whether a member of this eager generation may still run work it did not stop.
 
-        Only a leader that completed the previous generation under the eager protocol knows that
-        every member stopped everything before joining; in any other case (it ran cooperatively,
-        or it was not there) the group may just have been downgraded.
+        Every member of an eager generation has stopped everything by the time it got that
+        generation's JoinGroup response (eager workers before joining, cooperative ones on seeing
+        the eager election). So a regular eager assignment is safe only when this leader led the
+        previous generation under eager and every member now was a member then.
         """
+        led_generation, led_protocol, led_members = self._led
         return not (
-            self.current_protocol == EAGER_PROTOCOL and self.last_completed_generation == generation - 1
+            led_generation == generation - 1
+            and led_protocol == EAGER_PROTOCOL
+            and set(members) <= led_members
         )
 
     def _refresh_snapshot(self) -> ConfigView:
