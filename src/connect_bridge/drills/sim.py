@@ -90,6 +90,7 @@ class SimulatedDrill:
             classic_min_session_timeout_ms=min(6000, t.session_timeout_ms),
         )
         self.rng = random.Random(sc.seed)
+        self.now = 0
         self.queue: list[tuple[int, int, Callable[[int], None]]] = []
         self.seq = 0
         self.store: dict[tuple[int, str, str], Record] = {}
@@ -113,8 +114,9 @@ class SimulatedDrill:
         return ConfigView.of(self.config_offset, self.connectors)
 
     def at(self, t_ms: int, action: Callable[[int], None]) -> None:
+        """Queue ``action``; a deadline already in the past (a timer re-armed on load) runs now."""
         self.seq += 1
-        heapq.heappush(self.queue, (t_ms, self.seq, action))
+        heapq.heappush(self.queue, (max(t_ms, self.now), self.seq, action))
 
     def latency(self) -> int:
         lo, hi = self.latency_ms
@@ -434,6 +436,7 @@ class SimulatedDrill:
         last_report = 0
         while self.queue and self.queue[0][0] <= sc.end_ms:
             t, _, action = heapq.heappop(self.queue)
+            self.now = t
             action(t)
             if self.progress is not None and t - last_report >= 10_000:
                 last_report = t
