@@ -217,8 +217,8 @@ def test_config_mismatch_rejoins_after_reading_the_config() -> None:
 
 
 def test_config_provider_is_read_and_a_lagging_worker_does_not_start() -> None:
-    views = iter([(5, {"A": 1}), (5, {"A": 1}), (6, {"A": 1})])
-    w = make("compatible", config_provider=lambda: next(views))
+    views = [(5, {"A": 1}), (5, {"A": 1}), (6, {"A": 1})]
+    w = make("compatible", config_provider=lambda: views.pop(0) if len(views) > 1 else views[0])
     _, done = rebalance(w, 1, "compatible", assigned=ids("A"), offset=7)
     # Read to the end: offset 6, still not the leader's 7 -> start nothing, rejoin.
     assert w.config.offset == 6 and not done.start and done.rejoin and w.running == frozenset()

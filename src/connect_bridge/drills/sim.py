@@ -365,7 +365,8 @@ class SimulatedDrill:
         # Legacy workers read the config topic too; their herders ask for a rebalance.
         for worker in self.workers.values():
             if worker.alive and isinstance(worker.logic, LegacyWorker):
-                worker.logic.request_rejoin()
+                reaction = worker.logic.on_config_change()
+                self._apply(now, worker, reaction.stop, frozenset(), None)
                 self._schedule_step(now, worker)
 
     def _restart_bridge(self, now: int, down_ms: int) -> None:

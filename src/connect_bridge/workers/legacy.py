@@ -281,6 +281,7 @@ class LegacyWorker:
         """``currentConnectProtocol``: the last elected protocol; decides eager vs cooperative."""
         self.last_completed_generation = NO_GENERATION
         self._rejoin_after_sync = False
+        self._reconfig_pending = False
         self._led: tuple[int, str, frozenset[str]] = (NO_GENERATION, "", frozenset())
         """(generation, protocol, member ids) of the last assignment this worker computed as leader."""
         self.held_generation = NO_GENERATION
@@ -386,9 +387,25 @@ class LegacyWorker:
     def _request_rejoin(self) -> None:
         self._rejoin_requested = True
 
+    def on_config_change(self) -> Reaction:
+        """The config topic changed: stop work of removed connectors and dropped tasks at once (the
+        herder does this itself, whatever the group says), then ask for a rebalance."""
+        configured = self._read_config().items()
+        stop = self.running - configured
+        self.running = self.running - stop
+        self.request_rejoin()
+        return Reaction(stop=stop, generation=self.generation)
+
     def request_rejoin(self) -> None:
-        """The herder asks for a rebalance (e.g. a connector was added or removed in the config topic)."""
-        self._request_rejoin()
+        """The herder asks for a rebalance (a connector was added or removed in the config topic).
+
+        Like ``DistributedHerder.needsReconfigRebalance``: a request that arrives during a rebalance
+        is acted on once that rebalance completes (its assignment may predate the change).
+        """
+        if self.state is MemberState.STABLE:
+            self._request_rejoin()
+        else:
+            self._reconfig_pending = True
 
     def _reset_generation(self, reset_member_id: bool) -> None:
         """``resetStateAndRejoin``: the next join starts a new rebalance (onJoinPrepare runs again)."""
@@ -635,8 +652,9 @@ class LegacyWorker:
             self.state = MemberState.STABLE
         self.generation, self.member_id, self.protocol = generation, member_id, protocol
         self._rejoin_needed = False
-        self._rejoin_requested = self._rejoin_after_sync  # the downgrade's second rebalance
-        self._rejoin_after_sync = False
+        # the downgrade's second rebalance, or a config change that arrived mid-rebalance
+        self._rejoin_requested = self._rejoin_after_sync or self._reconfig_pending
+        self._rejoin_after_sync = self._reconfig_pending = False
         self._needs_join_prepare = True
         self.current_protocol = protocol
 
@@ -664,6 +682,8 @@ class LegacyWorker:
     def _resolve(self, now_ms: int, reaction: Reaction) -> None:
         """``handleRebalanceCompleted``: catch up on config, start the work, rejoin when needed."""
         assert self.snapshot is not None
+        if self.config_provider is not None:
+            self._read_config()  # the herder's config state follows the config topic on its own
         target = self.snapshot.config_offset
         needs_read = needs_rejoin = False
         if self.snapshot.error != NO_ERROR:
@@ -678,7 +698,11 @@ class LegacyWorker:
             self._request_rejoin()
             reaction.rejoin = True
             return
-        items = frozenset(self.snapshot.items)
+        # The herder never starts a connector or task missing from its config (it was removed).
+        items = frozenset(self.snapshot.items) & self.config.items()
+        if len(items) != len(self.snapshot.items):
+            # ... and does not report it as running in its next allocation (docs/legacy-workers.md).
+            self.snapshot = _full_assignment(self.snapshot, [i for i in self.snapshot.items if i in items])
         reaction.stop |= self.running - items  # only ever non-empty after a protocol switch
         reaction.start = items - self.running
         self.running = items
