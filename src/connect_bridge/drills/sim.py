@@ -141,6 +141,8 @@ class SimulatedDrill:
                 self.last_group = current
                 self.log.group(now, current[0], current[1])
         deadline = self.coordinator.next_deadline()
+        if self.tick_at is not None and self.tick_at < self.now:
+            self.tick_at = None  # that tick has run (or was dropped with an old bridge incarnation)
         if deadline is not None and (self.tick_at is None or deadline < self.tick_at):
             self.tick_at = deadline
             incarnation = self.bridge_incarnation
