@@ -9,6 +9,8 @@ from ``drain_responses()``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state import classic_api as capi
 from connect_bridge.state.api import (
@@ -166,20 +168,18 @@ class GroupCoordinator:
         return response
 
     def prepare_assignment(self, req: PrepareAssignmentRequest, now_ms: int) -> PrepareAssignmentResponse:
-        group = self.connect_group(req.group_id) if req.group_id else None
-        if group is None:
-            code = ErrorCode.INVALID_REQUEST if not req.group_id else ErrorCode.GROUP_ID_NOT_FOUND
-            return PrepareAssignmentResponse(error_code=int(code), error_message=f"group {req.group_id!r}")
-        response = group.prepare_assignment(req, now_ms)
-        self._after(req.group_id, now_ms)
-        return response
+        return self._client_side(req, now_ms, "prepare_assignment", PrepareAssignmentResponse)
 
     def install_assignment(self, req: InstallAssignmentRequest, now_ms: int) -> InstallAssignmentResponse:
+        return self._client_side(req, now_ms, "install_assignment", InstallAssignmentResponse)
+
+    def _client_side(self, req: Any, now_ms: int, method: str, response_type: type) -> Any:
+        """PrepareAssignment / InstallAssignment: only for existing connect groups (seed 000)."""
         group = self.connect_group(req.group_id) if req.group_id else None
         if group is None:
             code = ErrorCode.INVALID_REQUEST if not req.group_id else ErrorCode.GROUP_ID_NOT_FOUND
-            return InstallAssignmentResponse(error_code=int(code), error_message=f"group {req.group_id!r}")
-        response = group.install_assignment(req, now_ms)
+            return response_type(error_code=int(code), error_message=f"group {req.group_id!r}")
+        response = getattr(group, method)(req, now_ms)
         self._after(req.group_id, now_ms)
         return response
 
