@@ -33,8 +33,9 @@ VERSION = 1
 def sample_assignment() -> Assignment:
     """50 connector groups, each ``-1`` then tasks 0..19 (the size of a busy worker's allocation)."""
     groups = tuple(ConnectorGroup(f"connector-{i:03d}", (-1, *range(TASKS))) for i in range(CONNECTORS))
-    return Assignment(0, "connect-1-5b2e6c1a-0c3d-4f1e-9a1b-2f7c8d9e0a1b", "http://worker-1:8083/", 1234,
-                      groups, (), 0)
+    return Assignment(
+        0, "connect-1-5b2e6c1a-0c3d-4f1e-9a1b-2f7c8d9e0a1b", "http://worker-1:8083/", 1234, groups, (), 0
+    )
 
 
 # --- baseline: the same v1 layout with nothing but the struct module (no tolerance, no checks) ---
@@ -44,7 +45,7 @@ _H, _I, _Q = struct.Struct(">h"), struct.Struct(">i"), struct.Struct(">q")
 
 def _b_read_str(buf: bytes, pos: int) -> tuple[str, int]:
     (n,) = _H.unpack_from(buf, pos)
-    return buf[pos + 2:pos + 2 + n].decode(), pos + 2 + n
+    return buf[pos + 2 : pos + 2 + n].decode(), pos + 2 + n
 
 
 def _b_read_groups(buf: bytes, pos: int) -> tuple[list[tuple[str, tuple[int, ...]]] | None, int]:
@@ -78,7 +79,7 @@ def baseline_decode_subscription(buf: bytes) -> tuple:
     url, pos = _b_read_str(buf, 2)
     (offset,) = _Q.unpack_from(buf, pos)
     (size,) = _I.unpack_from(buf, pos + 8)
-    allocation = None if size < 0 else baseline_decode_assignment(buf[pos + 12:pos + 12 + size])
+    allocation = None if size < 0 else baseline_decode_assignment(buf[pos + 12 : pos + 12 + size])
     return version, url, offset, allocation
 
 
@@ -99,8 +100,18 @@ def _b_groups(groups: list[tuple[str, tuple[int, ...]]] | None) -> bytes:
 
 def baseline_encode_assignment(value: tuple) -> bytes:
     version, error, leader, url, offset, assigned, revoked, delay = value
-    return b"".join((_H.pack(version), _H.pack(error), _b_str(leader), _b_str(url), _Q.pack(offset),
-                     _b_groups(assigned), _b_groups(revoked), _I.pack(delay)))
+    return b"".join(
+        (
+            _H.pack(version),
+            _H.pack(error),
+            _b_str(leader),
+            _b_str(url),
+            _Q.pack(offset),
+            _b_groups(assigned),
+            _b_groups(revoked),
+            _I.pack(delay),
+        )
+    )
 
 
 def baseline_encode_subscription(value: tuple) -> bytes:
@@ -185,8 +196,10 @@ def main() -> None:
         ours_ops, base_ops = compare(ours, baseline, args.seconds)
         ratio = ours_ops / base_ops
         ratios.append(ratio)
-        print(f"{name:12s} ({size} bytes): construct {ours_ops:10.0f} ops/s   struct baseline "
-              f"{base_ops:10.0f} ops/s   ratio {ratio:.2f}")
+        print(
+            f"{name:12s} ({size} bytes): construct {ours_ops:10.0f} ops/s   struct baseline "
+            f"{base_ops:10.0f} ops/s   ratio {ratio:.2f}"
+        )
         result[f"{name}_ops"] = round(ours_ops, 1)
         result[f"{name}_baseline_ops"] = round(base_ops, 1)
         result[f"{name}_ratio"] = round(ratio, 3)

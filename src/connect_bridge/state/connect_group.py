@@ -565,6 +565,14 @@ class ConnectGroup:
             return self.take_over_static(
                 member, member.member_id, self._metadata_from(req, member.metadata), now_ms
             )
+        if member is not None and member.metadata.is_legacy:
+            # A legacy worker coming back on ConnectGroupHeartbeat with its member id: it is a
+            # new-protocol member from now on (Kafka drops the classic metadata the same way).
+            self.legacy.forget(member.member_id)
+            self._set_member_metadata(
+                member, replace(member.metadata, protocol=NEW_PROTOCOL, classic_protocols=None)
+            )
+            self._bump_group_epoch()
         if member is not None:
             # A known member rejoining with epoch 0 (after being fenced): it owns nothing now.
             if member.current.owned or member.current.member_epoch != 0:

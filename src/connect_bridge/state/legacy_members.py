@@ -92,7 +92,7 @@ class LegacyMembers:
     def _member(self, member_id: str, instance_id: str | None) -> Member:
         member = self.group.members.get(member_id)
         if member is None or not member.metadata.is_legacy:
-            if instance_id and self.group.member_by_instance(instance_id) is not None:
+            if member is None and instance_id and self.group.member_by_instance(instance_id) is not None:
                 raise Rejected(ErrorCode.FENCED_INSTANCE_ID, f"instance {instance_id} has another member id")
             raise Rejected(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in the group")
         if instance_id is not None and member.metadata.instance_id != instance_id:
