@@ -105,6 +105,47 @@ def _cmd_drill_run(args: argparse.Namespace) -> int:
     return 0 if summary.ok else 1
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from connect_bridge.bridge import app
+    from connect_bridge.bridge.settings import SettingsError, load_settings
+
+    overrides = {
+        "listen": args.listen,
+        "state_dir": args.state_dir,
+        "upstream": args.upstream,
+        "metrics_listen": args.metrics_listen,
+        "config_view.file": args.config_view,
+    }
+    try:
+        settings = load_settings(Path(args.config) if args.config else None, overrides)
+    except SettingsError as exc:
+        return _fail(str(exc))
+    return app.main(settings)
+
+
+def _cmd_describe(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from connect_bridge.bridge.describe import describe, render_table
+    from connect_bridge.bridge.settings import SettingsError, parse_host_port
+
+    try:
+        host, port = parse_host_port(args.bootstrap)
+    except SettingsError as exc:
+        return _fail(f"--bootstrap: {exc}")
+    try:
+        groups = asyncio.run(describe(host, port, args.group))
+    except (OSError, TimeoutError) as exc:
+        return _fail(f"cannot describe through {args.bootstrap}: {exc}")
+    if args.json:
+        print(json.dumps(groups, indent=2))
+    else:
+        print(render_table(groups))
+    return 0 if all(g.get("error_code", 0) == 0 for g in groups) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="connect-bridge",
@@ -118,6 +159,21 @@ def build_parser() -> argparse.ArgumentParser:
     codec.add_argument("--version", type=int, help="protocol version to encode at (encode only)")
     codec.add_argument("data", help="hex bytes (decode) or a JSON document (encode)")
     codec.set_defaults(func=_cmd_codec)
+
+    serve = sub.add_parser("serve", help="run the bridge (embedded default: no upstream, state in ./state)")
+    serve.add_argument("--config", help="YAML settings file (docs/serve.md)")
+    serve.add_argument("--listen", help="HOST:PORT to listen on (default 127.0.0.1:9092)")
+    serve.add_argument("--upstream", help="HOST:PORT[,...] of the real brokers (not yet used)")
+    serve.add_argument("--state-dir", help="directory of the record store (default ./state)")
+    serve.add_argument("--metrics-listen", help="HOST:PORT for /metrics, /livez, /readyz, or 'off'")
+    serve.add_argument("--config-view", help='watched JSON file {"offset": N, "connectors": {"name": tasks}}')
+    serve.set_defaults(func=_cmd_serve)
+
+    desc = sub.add_parser("describe", help="describe groups through a running bridge")
+    desc.add_argument("--bootstrap", required=True, help="HOST:PORT of the bridge")
+    desc.add_argument("group", nargs="?", help="group id (default: every group)")
+    desc.add_argument("--json", action="store_true", help="machine-readable output")
+    desc.set_defaults(func=_cmd_describe)
 
     drill = sub.add_parser("drill", help="run migration drills")
     drill_sub = drill.add_subparsers(dest="drill_command", metavar="DRILL_COMMAND", required=True)

@@ -22,7 +22,7 @@ from connect_bridge.state.api import (
     PrepareAssignmentRequest,
     PrepareAssignmentResponse,
 )
-from connect_bridge.state.classic_group import ClassicGroup, ClassicGroupState
+from connect_bridge.state.classic_group import ClassicDescribedGroup, ClassicGroup, ClassicGroupState
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.connect_group import ConnectGroup, RequestError, check_heartbeat
 from connect_bridge.state.conversion import ConversionError, downgrade, upgrade
@@ -190,6 +190,23 @@ class GroupCoordinator:
                 group_id=group_id, error_code=int(ErrorCode.GROUP_ID_NOT_FOUND), state="DEAD"
             )
         return group.describe()
+
+    def describe_any(self, group_id: str) -> DescribedGroup | ClassicDescribedGroup:
+        """DescribeGroups: a classic group's own view, or a connect group's."""
+        group = self.groups.get(group_id)
+        if isinstance(group, ClassicGroup):
+            return group.describe()
+        return self.describe(group_id)
+
+    def list_groups(self) -> list[tuple[str, str, str, str]]:
+        """(group id, protocol type, state, group type) of every group, for ListGroups."""
+        out = []
+        for gid, group in sorted(self.groups.items()):
+            if isinstance(group, ClassicGroup):
+                out.append((gid, group.protocol_type or "", group.state.value, "classic"))
+            else:
+                out.append((gid, "connect", group.state.value, "connect"))
+        return out
 
     # ------------------------------------------------------------------ classic APIs
     def classic_join(self, req: capi.JoinGroupRequest, now_ms: int) -> capi.JoinGroupResponse | None:

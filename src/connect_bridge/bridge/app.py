@@ -1,0 +1,71 @@
+"""``connect-bridge serve``: wire settings, record store, server, metrics and config view together."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+
+from connect_bridge.bridge.config_source import ConfigViewWatcher
+from connect_bridge.bridge.metrics import Metrics, start_http
+from connect_bridge.bridge.server import BridgeServer, ServerOptions
+from connect_bridge.bridge.settings import BridgeSettings
+from connect_bridge.bridge.store import FileRecordStore
+
+log = logging.getLogger("connect_bridge.app")
+
+
+def server_options(settings: BridgeSettings) -> ServerOptions:
+    host, port = settings.listen_address
+    view = settings.config_view
+    return ServerOptions(
+        host=host,
+        port=port,
+        advertised_host=settings.advertised_host,
+        advertised_port=settings.advertised_port,
+        max_frame_bytes=settings.max_frame_bytes,
+        max_connections=settings.max_connections,
+        idle_timeout_ms=settings.idle_timeout_ms,
+        config_group=view.group if view is not None else None,
+        coordinator=settings.coordinator.to_config(),
+    )
+
+
+async def run(settings: BridgeSettings) -> None:
+    """Serve until SIGTERM/SIGINT; the first stdout line says where it listens (tools read it)."""
+    store = FileRecordStore.open(settings.state_dir)
+    metrics = Metrics()
+    server = BridgeServer(server_options(settings), store, metrics)
+    await server.start()
+    server.install_signal_handlers()
+    http = None
+    if settings.metrics_address is not None:
+        mhost, mport = settings.metrics_address
+        http = await start_http(mhost, mport, metrics, lambda: server.loaded)
+        log.info("metrics on http://%s:%d/metrics", mhost, http.sockets[0].getsockname()[1])
+    watcher = None
+    watch_task = None
+    if settings.config_view is not None:
+        watcher = ConfigViewWatcher(settings.config_view.file, settings.config_view.poll_interval_ms)
+        watch_task = asyncio.get_running_loop().create_task(watcher.watch(server.set_config_view))
+    print(f"connect-bridge listening on {server.options.host}:{server.port}", flush=True)
+    try:
+        await server.serve_until_stopped()
+    finally:
+        if watcher is not None:
+            watcher.stop()
+        if watch_task is not None:
+            watch_task.cancel()
+            with contextlib.suppress(BaseException):
+                await watch_task
+        if http is not None:
+            http.close()
+
+
+def main(settings: BridgeSettings) -> int:
+    logging.basicConfig(
+        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    asyncio.run(run(settings))
+    return 0

@@ -1,0 +1,83 @@
+"""A small asyncio Kafka-protocol client: one connection, pipelined requests, typed responses.
+
+Used by ``connect-bridge describe``, the new-protocol worker client, tests and benchmarks. Requests
+are encoded and responses decoded by the same JSON-spec engine the server uses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+from typing import Any
+
+from connect_bridge.codecs.requests import decode_response, encode_request
+
+_SIZE = struct.Struct(">i")
+
+
+class ClientError(ConnectionError):
+    """The connection failed or closed before the response arrived."""
+
+
+class KafkaConnection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_id: str) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.client_id = client_id
+        self._correlation = 0
+        self._pending: dict[int, tuple[int, int, asyncio.Future[Any]]] = {}
+        self._reader_task = asyncio.get_running_loop().create_task(self._read_loop())
+
+    @classmethod
+    async def connect(
+        cls, host: str, port: int, client_id: str = "connect-bridge", timeout: float = 10.0
+    ) -> KafkaConnection:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        return cls(reader, writer, client_id)
+
+    async def request(self, message: Any, version: int, timeout: float | None = 30.0) -> Any:
+        """Send ``message`` at ``version`` and wait for its response."""
+        if self._reader_task.done():
+            raise ClientError("connection closed")
+        self._correlation += 1
+        correlation = self._correlation
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[correlation] = (message.API_KEY, version, future)
+        self.writer.write(encode_request(message, version, correlation, self.client_id))
+        await self.writer.drain()
+        return await asyncio.wait_for(future, timeout)
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                (size,) = _SIZE.unpack(await self.reader.readexactly(4))
+                frame = await self.reader.readexactly(size)
+                (correlation,) = _SIZE.unpack_from(frame, 0)
+                entry = self._pending.pop(correlation, None)
+                if entry is None:
+                    raise ClientError(f"unexpected correlation id {correlation}")
+                api_key, version, future = entry
+                if not future.done():
+                    try:
+                        future.set_result(decode_response(api_key, version, frame, framed=False))
+                    except Exception as exc:  # a malformed response fails that request only
+                        future.set_exception(exc)
+        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
+            self._fail(ClientError(f"connection closed: {exc}"))
+        except ClientError as exc:
+            self._fail(exc)
+
+    def _fail(self, exc: Exception) -> None:
+        for _, _, future in self._pending.values():
+            if not future.done():
+                future.set_exception(exc)
+        self._pending.clear()
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(Exception):
+            await self.writer.wait_closed()
+        self._reader_task.cancel()
+        with contextlib.suppress(BaseException):
+            await self._reader_task

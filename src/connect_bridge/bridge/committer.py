@@ -1,0 +1,99 @@
+"""Group commit: records become durable before any response that could reveal them leaves.
+
+Every coordinator step hands its records to the committer and gets a sequence number; a response is
+released once everything up to that number is fsynced. Writes of one event-loop turn are batched
+into a single fsync, run in a worker thread so the loop keeps serving meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from connect_bridge.state.records import Record
+
+log = logging.getLogger(__name__)
+
+
+class RecordSink(Protocol):
+    def append(self, records: Sequence[Record]) -> None: ...
+    def sync(self) -> None: ...
+
+
+class Committer:
+    def __init__(self, store: RecordSink, on_fsync: Callable[[float], None] | None = None) -> None:
+        self.store = store
+        self.on_fsync = on_fsync
+        self._written = 0  # sequence of the last record batch handed to the store
+        self._durable = 0  # sequence of the last batch known to be on disk
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.failed: BaseException | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="committer")
+
+    @property
+    def written(self) -> int:
+        """The sequence of the last batch handed to the store (what a response computed now awaits)."""
+        return self._written
+
+    def submit(self, records: Sequence[Record]) -> int:
+        """Write ``records`` (buffered) and return the sequence a response must wait for."""
+        if records:
+            self.store.append(records)
+            self._written += 1
+            self._wake.set()
+        return self._written
+
+    async def durable(self, seq: int) -> None:
+        """Wait until every batch up to ``seq`` is fsynced."""
+        if self.failed is not None:
+            raise RuntimeError("the record store failed") from self.failed
+        if seq <= self._durable:
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((seq, future))
+        self._wake.set()
+        await future
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            target = self._written
+            if target > self._durable:
+                started = loop.time()
+                try:
+                    await loop.run_in_executor(None, self.store.sync)
+                except BaseException as exc:  # a failing disk must not be hidden: fail every waiter
+                    log.exception("record store fsync failed")
+                    self.failed = exc
+                    for _, future in self._waiters:
+                        if not future.done():
+                            future.set_exception(RuntimeError("the record store failed"))
+                    self._waiters.clear()
+                    return
+                if self.on_fsync is not None:
+                    self.on_fsync(loop.time() - started)
+                self._durable = target
+            ready = [w for w in self._waiters if w[0] <= self._durable]
+            self._waiters = [w for w in self._waiters if w[0] > self._durable]
+            for _, future in ready:
+                if not future.done():
+                    future.set_result(None)
+
+    async def close(self) -> None:
+        """Flush what is pending, then stop."""
+        if self._written > self._durable and self.failed is None:
+            await self.durable(self._written)
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass

@@ -1,0 +1,127 @@
+"""``connect-bridge describe``: ask a running bridge, over the wire, what its groups look like.
+
+Connect groups come from ConnectGroupDescribe; classic groups (all members legacy) from ListGroups +
+DescribeGroups, whose member assignments are decoded with the Connect codec.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin.groups import DescribeGroupsRequest
+
+from connect_bridge.bridge import wire_map as wm
+from connect_bridge.bridge.client import KafkaConnection
+from connect_bridge.codecs.connect_protocol import decode_assignment
+from connect_bridge.codecs.errors import CodecError
+from connect_bridge.codecs.ids import ConnectorTaskId
+from connect_bridge.state.legacy_members import MODE_OF_PROTOCOL
+
+DESCRIBE_GROUPS_VERSION = 5
+LIST_GROUPS_VERSION = 5
+
+
+def _items(items: Any) -> list[str]:
+    return sorted(str(ConnectorTaskId(*i)) if isinstance(i, tuple) else str(i) for i in items)
+
+
+def _connect_group(g: Any) -> dict[str, Any]:
+    return {
+        "group_id": g.group_id,
+        "error_code": g.error_code,
+        "group_type": g.group_type or "connect",
+        "state": g.state,
+        "group_epoch": g.group_epoch,
+        "assignment_epoch": g.assignment_epoch,
+        "assignor": g.assignor,
+        "leader_id": g.leader_id,
+        "leader_url": g.leader_url,
+        "config_offset": g.config_offset,
+        "members": [
+            {
+                "member_id": m.member_id,
+                "instance_id": m.instance_id,
+                "protocol": m.protocol,
+                "member_epoch": m.member_epoch,
+                "state": m.state,
+                "url": m.url,
+                "current": _items(m.current),
+                "target": _items(m.target),
+            }
+            for m in g.members
+        ],
+    }
+
+
+def _classic_group(g: Any) -> dict[str, Any]:
+    members = []
+    for m in g.members:
+        try:
+            assignment = decode_assignment(m.assignment) if m.assignment else None
+        except CodecError:
+            assignment = None
+        members.append(
+            {
+                "member_id": m.member_id,
+                "instance_id": m.group_instance_id,
+                "protocol": MODE_OF_PROTOCOL.get(g.protocol_data or "", g.protocol_data or ""),
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                "last_assignment": _items(assignment.items) if assignment else [],
+                "last_revoked": _items(assignment.revoked_items) if assignment else [],
+            }
+        )
+    return {
+        "group_id": g.group_id,
+        "error_code": g.error_code,
+        "group_type": "classic",
+        "state": g.state,
+        "protocol": g.protocol_data,
+        "members": members,
+    }
+
+
+async def describe(host: str, port: int, group: str | None = None) -> list[dict[str, Any]]:
+    conn = await KafkaConnection.connect(host, port, client_id="connect-bridge-describe")
+    try:
+        listed = wm.list_groups_response_from_wire(
+            await conn.request(wm.list_groups_to_wire(LIST_GROUPS_VERSION), LIST_GROUPS_VERSION)
+        )
+        types = {entry[0]: entry[3] for entry in listed}
+        wanted = [group] if group else sorted(types)
+        out: list[dict[str, Any]] = []
+        connect_ids = [g for g in wanted if types.get(g, "connect") == "connect"]
+        classic_ids = [g for g in wanted if types.get(g) == "classic"]
+        if connect_ids:
+            resp = await conn.request(wm.describe_to_wire(connect_ids), 0)
+            out += [_connect_group(g) for g in wm.describe_response_from_wire(resp)]
+        if classic_ids:
+            request = DescribeGroupsRequest(groups=classic_ids, include_authorized_operations=False)
+            resp = await conn.request(request, DESCRIBE_GROUPS_VERSION)
+            out += [_classic_group(g) for g in wm.describe_groups_response_from_wire(resp)]
+        return out
+    finally:
+        await conn.close()
+
+
+def render_table(groups: list[dict[str, Any]]) -> str:
+    lines = []
+    for g in groups:
+        if g["group_type"] == "classic":
+            lines.append(f"group {g['group_id']}  type classic  state {g['state']}  protocol {g['protocol']}")
+            for m in g["members"]:
+                last = ",".join(m["last_assignment"])
+                lines.append(f"  {m['member_id']:<44} {m['protocol']:<10} last assignment {last}")
+            continue
+        lines.append(
+            f"group {g['group_id']}  type {g['group_type']}  state {g['state']}  epoch {g['group_epoch']}"
+            f"  assignment epoch {g['assignment_epoch']}  assignor {g['assignor']}"
+        )
+        lines.append(f"  leader {g['leader_id']} ({g['leader_url']})  config offset {g['config_offset']}")
+        lines.append(f"  {'MEMBER':<44} {'PROTOCOL':<10} {'EPOCH':>5} {'STATE':<10} CURRENT | TARGET")
+        for m in g["members"]:
+            lines.append(
+                f"  {m['member_id']:<44} {m['protocol']:<10} {m['member_epoch']:>5} {m['state']:<10} "
+                f"{','.join(m['current']) or '-'} | {','.join(m['target']) or '-'}"
+            )
+    return "\n".join(lines) if lines else "(no groups)"

@@ -1,0 +1,245 @@
+"""Observability: Prometheus metrics, the /metrics /livez /readyz endpoint, structured event logs.
+
+Each ``Metrics`` owns its registry instead of using prometheus_client's global one, so several
+bridges (tests, drills in live mode) can run in one process without "duplicated timeseries" errors.
+The HTTP endpoint is a few lines over ``asyncio.start_server``: it serves three fixed paths to a
+scraper and a kubelet, which does not justify an HTTP framework dependency.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+from connect_bridge.codecs.error_codes import error_name
+
+NAMESPACE = "connect_bridge"
+
+LATENCY_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+)
+"""100 µs .. 10 s: a local coordinator answer is sub-millisecond, a relayed or durable one is not."""
+
+HTTP_READ_TIMEOUT_S = 5.0
+HTTP_MAX_LINE = 8192
+HTTP_MAX_HEADERS = 100
+
+log = logging.getLogger(__name__)
+
+
+class Metrics:
+    """The bridge's metrics, in a registry of their own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.request_latency = Histogram(
+            "request_latency_seconds",
+            "Time from a request frame's arrival to its response being queued, by API.",
+            ["api"],
+            namespace=NAMESPACE,
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.requests = Counter(
+            "requests",
+            "Requests answered, by API and top-level error code name (NONE = success).",
+            ["api", "error"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.group_epoch = Gauge(
+            "group_epoch",
+            "Current group epoch (classic groups: generation).",
+            ["group"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.members = Gauge(
+            "group_members",
+            "Members by protocol (eager/compatible/sessioned/new) and reconciliation state.",
+            ["group", "protocol", "state"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.rebalances = Counter(
+            "rebalances",
+            "Group epoch bumps observed (each one starts a rebalance).",
+            ["group"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.fsync_latency = Histogram(
+            "record_store_fsync_seconds",
+            "Record store fsync latency (every state-revealing response waits for one).",
+            namespace=NAMESPACE,
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.connections = Gauge("connections", "Open client connections.", namespace=NAMESPACE, registry=r)
+        self._epochs: dict[str, int] = {}
+        self._member_series: dict[str, set[tuple[str, str]]] = {}
+
+    def observe_request(self, api: str, seconds: float, error: int | str = 0) -> None:
+        """Record one answered request; ``error`` is a Kafka error code or its name."""
+        name = error_name(error) if isinstance(error, int) else error
+        self.request_latency.labels(api=api).observe(seconds)
+        self.requests.labels(api=api, error=name).inc()
+
+    def observe_fsync(self, seconds: float) -> None:
+        self.fsync_latency.observe(seconds)
+
+    def observe_group(self, group_id: str, group_epoch: int, members: Iterable[tuple[str, str]]) -> None:
+        """Publish a group's state after a coordinator step.
+
+        ``members`` yields (protocol, state) per member. A rebalance is counted when the epoch grows
+        past the last one seen; the first sighting of a group (e.g. after replay at start) only sets
+        the baseline, and a lower epoch (group deleted and recreated) resets it. Member series that
+        no longer occur are removed, not left at their last value.
+        """
+        previous = self._epochs.get(group_id)
+        if previous is not None and group_epoch > previous:
+            self.rebalances.labels(group=group_id).inc()
+        self._epochs[group_id] = group_epoch
+        self.group_epoch.labels(group=group_id).set(group_epoch)
+
+        counts: dict[tuple[str, str], int] = {}
+        for protocol, state in members:
+            key = (str(protocol), str(state))
+            counts[key] = counts.get(key, 0) + 1
+        for protocol, state in self._member_series.get(group_id, set()) - counts.keys():
+            self.members.remove(group_id, protocol, state)
+        for (protocol, state), count in counts.items():
+            self.members.labels(group=group_id, protocol=protocol, state=state).set(count)
+        self._member_series[group_id] = set(counts)
+
+    def forget_group(self, group_id: str) -> None:
+        """Drop a deleted group's gauges (its rebalance counter stays: counters never go back)."""
+        for protocol, state in self._member_series.pop(group_id, set()):
+            self.members.remove(group_id, protocol, state)
+        if self._epochs.pop(group_id, None) is not None:
+            self.group_epoch.remove(group_id)
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of this registry."""
+        return generate_latest(self.registry)
+
+
+def log_event(logger: logging.Logger, event: str, /, **fields: Any) -> None:
+    """Log one JSON object ``{"event": ..., **fields}`` at INFO, e.g. a rebalance decision.
+
+    One object per line with fixed keys (group, member, epoch, ...) lets log pipelines filter a
+    group's history without parsing prose. Values JSON cannot encode are logged with ``str``.
+    """
+    if logger.isEnabledFor(logging.INFO):
+        logger.info(json.dumps({"event": event, **fields}, default=str, separators=(",", ":")))
+
+
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    503: "Service Unavailable",
+}
+
+
+async def start_http(
+    host: str, port: int, metrics: Metrics, ready: Callable[[], bool]
+) -> asyncio.AbstractServer:
+    """Serve GET/HEAD /metrics, /livez and /readyz on ``host:port`` (port 0 = any free port).
+
+    /livez answers 200 while the event loop runs (so a wedged loop fails it); /readyz answers 200
+    only when ``ready()`` is true (state replayed, listener up), otherwise 503. One request per
+    connection (``Connection: close``): scrapers and probes open a new connection each time anyway.
+    """
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            status, content_type, body, head_only = await _respond(reader, metrics, ready)
+            reason = _REASONS.get(status, "")
+            headers = [
+                f"HTTP/1.1 {status} {reason}",
+                f"Content-Type: {content_type}",
+                f"Content-Length: {len(body)}",
+                "Connection: close",
+            ]
+            if status == 405:
+                headers.append("Allow: GET, HEAD")
+            writer.write(("\r\n".join(headers) + "\r\n\r\n").encode("ascii"))
+            if not head_only:
+                writer.write(body)
+            await writer.drain()
+        except (ConnectionError, TimeoutError, asyncio.IncompleteReadError):
+            pass  # the client went away or stalled; nothing to answer
+        finally:
+            writer.close()
+            try:
+                await writer.wait_closed()
+            except ConnectionError:
+                pass
+
+    return await asyncio.start_server(handle, host, port, limit=HTTP_MAX_LINE)
+
+
+async def _respond(
+    reader: asyncio.StreamReader, metrics: Metrics, ready: Callable[[], bool]
+) -> tuple[int, str, bytes, bool]:
+    text = "text/plain; charset=utf-8"
+    try:
+        request_line = await asyncio.wait_for(reader.readline(), HTTP_READ_TIMEOUT_S)
+        for _ in range(HTTP_MAX_HEADERS):  # headers are read and ignored
+            line = await asyncio.wait_for(reader.readline(), HTTP_READ_TIMEOUT_S)
+            if line in (b"\r\n", b"\n", b""):
+                break
+        else:
+            return 400, text, b"too many headers\n", False
+    except (ValueError, asyncio.LimitOverrunError):  # a line longer than the stream limit
+        return 400, text, b"line too long\n", False
+    parts = request_line.decode("latin-1").split()
+    if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+        return 400, text, b"bad request line\n", False
+    method, target = parts[0], parts[1]
+    if method not in ("GET", "HEAD"):
+        return 405, text, b"method not allowed\n", False
+    head_only = method == "HEAD"
+    path = target.split("?", 1)[0]
+    if path == "/metrics":
+        return 200, CONTENT_TYPE_LATEST, metrics.render(), head_only
+    if path == "/livez":
+        return 200, text, b"ok\n", head_only
+    if path == "/readyz":
+        try:
+            is_ready = bool(ready())
+        except Exception:
+            log.exception("readiness check failed")
+            is_ready = False
+        return (200, text, b"ready\n", head_only) if is_ready else (503, text, b"not ready\n", head_only)
+    return 404, text, b"not found\n", head_only

@@ -1,0 +1,367 @@
+"""Settings of ``connect-bridge serve``: one YAML file, validated by pydantic, plus CLI overrides.
+
+Everything an operator can get wrong is checked here, before a socket is opened, and reported as one
+line naming the file and the field path, so a bad deploy fails at start with an actionable message
+instead of misbehaving under load. The coordinator's knobs mirror ``state.config.CoordinatorConfig``
+(whose defaults are taken from that class, so the two cannot drift); ``to_config`` hands them to the
+pure engine.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_args
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from connect_bridge.state.config import CoordinatorConfig, MigrationPolicy
+
+MiB = 1024 * 1024
+DEFAULT_MAX_FRAME_BYTES = 100 * MiB
+MAX_INT32 = 2**31 - 1
+
+_DEFAULTS = CoordinatorConfig()
+_WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_HOST_PORT = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.%\w]+)\]|(?P<host>[^\s:\[\]]+)):(?P<port>\d{1,5})$")
+
+
+class SettingsError(ValueError):
+    """A settings problem, already formatted as one line: ``<source>: <field.path>: <message>``."""
+
+
+def parse_host_port(value: str, *, allow_zero_port: bool = False) -> tuple[str, int]:
+    """Split ``HOST:PORT`` (``[v6addr]:PORT`` for IPv6) and check the port range.
+
+    Port 0 ("any free port") only makes sense for our own listeners (tests bind to it), never for an
+    address we connect to, hence ``allow_zero_port``.
+    """
+    match = _HOST_PORT.match(value)
+    if match is None:
+        raise ValueError(f"expected HOST:PORT (IPv6 as [ADDR]:PORT), got {value!r}")
+    host = match.group("v6") or match.group("host")
+    port = int(match.group("port"))
+    low = 0 if allow_zero_port else 1
+    if not low <= port <= 65535:
+        raise ValueError(f"port must be in {low}..65535, got {port}")
+    return host, port
+
+
+def _listen_address(value: str) -> str:
+    parse_host_port(value, allow_zero_port=True)
+    return value
+
+
+def _remote_address(value: str) -> str:
+    parse_host_port(value)
+    return value
+
+
+ListenAddress = Annotated[str, AfterValidator(_listen_address)]
+"""An address we bind: port 0 allowed."""
+RemoteAddress = Annotated[str, AfterValidator(_remote_address)]
+"""An address we connect to."""
+
+
+class _Strict(BaseModel):
+    """Unknown keys are errors: a typo in a YAML key must not silently fall back to a default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CoordinatorSettings(_Strict):
+    """The group coordinator's configs (Kafka's ``group.*`` broker configs and Connect's delay)."""
+
+    session_timeout_ms: int = Field(_DEFAULTS.session_timeout_ms, gt=0)
+    heartbeat_interval_ms: int = Field(_DEFAULTS.heartbeat_interval_ms, gt=0)
+    scheduled_rebalance_max_delay_ms: int = Field(_DEFAULTS.scheduled_rebalance_max_delay_ms, ge=0)
+    default_assignor: Literal["connect-cooperative", "connect-eager"] = "connect-cooperative"
+    max_group_size: int = Field(_DEFAULTS.max_group_size, gt=0, le=MAX_INT32)
+    migration_policy: MigrationPolicy = _DEFAULTS.migration_policy
+    classic_initial_rebalance_delay_ms: int = Field(_DEFAULTS.classic_initial_rebalance_delay_ms, ge=0)
+    classic_min_session_timeout_ms: int = Field(_DEFAULTS.classic_min_session_timeout_ms, gt=0)
+    classic_max_session_timeout_ms: int = Field(_DEFAULTS.classic_max_session_timeout_ms, gt=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CoordinatorSettings:
+        # Same rules Kafka enforces at broker start: a heartbeat interval not below the session
+        # timeout would expire every member, and an empty classic timeout window rejects every join.
+        if self.heartbeat_interval_ms >= self.session_timeout_ms:
+            raise ValueError(
+                f"heartbeat_interval_ms ({self.heartbeat_interval_ms}) must be below "
+                f"session_timeout_ms ({self.session_timeout_ms})"
+            )
+        if self.classic_min_session_timeout_ms > self.classic_max_session_timeout_ms:
+            raise ValueError(
+                f"classic_min_session_timeout_ms ({self.classic_min_session_timeout_ms}) must not exceed "
+                f"classic_max_session_timeout_ms ({self.classic_max_session_timeout_ms})"
+            )
+        return self
+
+    def to_config(self) -> CoordinatorConfig:
+        """The engine's own (pydantic-free) config: ``state`` must not depend on settings parsing."""
+        return CoordinatorConfig(**self.model_dump())
+
+
+class ConfigViewSource(_Strict):
+    """A JSON file holding the config view (``config_source.read_config_view`` describes the format).
+
+    It stands in for the Connect config topic when the bridge runs without an upstream cluster.
+    """
+
+    file: Path
+    group: str | None = Field(None, min_length=1)
+    """The group id the view applies to; None applies it to every Connect group the bridge hosts."""
+    poll_interval_ms: int = Field(1000, gt=0)
+
+    def applies_to(self, group_id: str) -> bool:
+        return self.group is None or self.group == group_id
+
+
+class BridgeSettings(_Strict):
+    """Everything ``connect-bridge serve`` needs. Relative paths are relative to the working directory."""
+
+    listen: ListenAddress = "127.0.0.1:9092"
+    advertised_host: str | None = Field(None, min_length=1)
+    """Host workers are told to connect to; defaults to the listen host (see ``advertised``)."""
+    advertised_port: int | None = Field(None, ge=1, le=65535)
+    state_dir: Path = Path("state")
+    metrics_listen: ListenAddress | None = "127.0.0.1:9404"
+    """HTTP listener for /metrics, /livez, /readyz; None (or "off") disables it."""
+    max_frame_bytes: int = Field(DEFAULT_MAX_FRAME_BYTES, gt=0, le=MAX_INT32)
+    """Largest request frame accepted; checked on the 4-byte length prefix, before buffering."""
+    max_connections: int = Field(10000, gt=0)
+    idle_timeout_ms: int = Field(600000, gt=0)
+    coordinator: CoordinatorSettings = CoordinatorSettings()
+    config_view: ConfigViewSource | None = None
+    upstream: list[RemoteAddress] = []
+    """Bootstrap brokers of the real cluster (HOST:PORT); not used yet (DESIGN.md §5)."""
+
+    @field_validator("metrics_listen", mode="before")
+    @classmethod
+    def _check_metrics_listen(cls, value: Any) -> Any:
+        # A CLI override cannot pass None, so the usual spellings of "disabled" mean None too; and
+        # YAML 1.1 reads a bare ``off``/``no``/``false`` as False.
+        if value is False:
+            return None
+        if isinstance(value, str) and value.strip().lower() in {"", "off", "none", "null", "disabled"}:
+            return None
+        return value
+
+    @field_validator("upstream", mode="before")
+    @classmethod
+    def _split_upstream(cls, value: Any) -> Any:
+        # ``--upstream a:1,b:2`` arrives as one string.
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        return parse_host_port(self.listen, allow_zero_port=True)
+
+    @property
+    def metrics_address(self) -> tuple[str, int] | None:
+        return (
+            None
+            if self.metrics_listen is None
+            else parse_host_port(self.metrics_listen, allow_zero_port=True)
+        )
+
+    @property
+    def upstream_addresses(self) -> list[tuple[str, int]]:
+        return [parse_host_port(address) for address in self.upstream]
+
+    def advertised(self, bound_port: int | None = None) -> tuple[str, int]:
+        """The address put in FindCoordinator/Metadata responses.
+
+        Defaults to the listen address, except that a wildcard listen host is replaced by this
+        machine's host name (workers cannot connect to 0.0.0.0) and a listen port of 0 by the port
+        actually bound (``bound_port``), which is only known once the server is up.
+        """
+        listen_host, listen_port = self.listen_address
+        host = self.advertised_host
+        if host is None:
+            host = socket.gethostname() if listen_host in _WILDCARD_HOSTS else listen_host
+        port = self.advertised_port
+        if port is None:
+            port = bound_port if listen_port == 0 and bound_port is not None else listen_port
+        return host, port
+
+
+def format_validation_error(
+    source: str, error: ValidationError, override_keys: frozenset[str] = frozenset()
+) -> str:
+    """One line for all of a ValidationError's problems: ``source: a.b: message; c: message``.
+
+    Problems in a field that came from the command line are attributed to it, not to the file, so
+    the operator looks in the right place. Shared with ``config_source``.
+    """
+    parts = []
+    for detail in error.errors(include_url=False):
+        path = _loc_path(detail["loc"])
+        message = str(detail["msg"]).removeprefix("Value error, ")
+        parts.append(f"{_origin(path, source, override_keys)}: {path or '(top level)'}: {message}")
+    return "; ".join(parts)
+
+
+def _loc_path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if part == "[key]":  # pydantic's marker for "the dict key itself", already in the path
+            continue
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif not _PLAIN_KEY.match(part):  # a user-chosen key (connector name) that needs quoting
+            out += f"[{json.dumps(part)}]"
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+def _origin(path: str, source: str, override_keys: frozenset[str]) -> str:
+    if any(path == key or path.startswith((key + ".", key + "[")) for key in override_keys):
+        return "command line"
+    # A cross-field check on a section (heartbeat vs session timeout) may involve both sources.
+    if any(not path or key.startswith(path + ".") for key in override_keys) and source != "command line":
+        return f"{source} + command line"
+    return source
+
+
+def _check_override_key(dotted: str) -> None:
+    """Reject unknown names here: pydantic would blame a made-up section's shape, not the name."""
+    keys = dotted.split(".")
+    model: type[BaseModel] | None = BridgeSettings
+    for index, key in enumerate(keys):
+        parent = ".".join(keys[:index])
+        if model is None:
+            raise SettingsError(f"command line: {dotted}: {parent} is a value, not a section")
+        field = model.model_fields.get(key)
+        if field is None:
+            raise SettingsError(f"command line: {dotted}: no setting {key!r} in {parent or 'the top level'}")
+        model = _section_model(field.annotation)
+
+
+def _section_model(annotation: Any) -> type[BaseModel] | None:
+    """The settings section a field holds (``X`` or ``X | None``), or None for a plain value."""
+    for candidate in (annotation, *get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def _apply_override(data: dict[str, Any], dotted: str, value: Any) -> None:
+    _check_override_key(dotted)
+    keys = dotted.split(".")
+    node = data
+    for index, key in enumerate(keys[:-1]):
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        if not isinstance(child, dict):
+            section = ".".join(keys[: index + 1])
+            raise SettingsError(f"command line: {dotted}: {section} is not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SettingsError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise SettingsError(f"{path}: not UTF-8 text: {exc.reason} at byte {exc.start}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise SettingsError(f"{path}: invalid YAML: {where}{exc.problem or exc}") from None
+    except yaml.YAMLError as exc:
+        raise SettingsError(f"{path}: invalid YAML: {' '.join(str(exc).split())}") from None
+    if data is None:  # an empty (or all-comments) file means "all defaults"
+        return {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"{path}: the top level must be a mapping of settings, got {type(data).__name__}")
+    return data
+
+
+def load_settings(path: Path | None = None, overrides: Mapping[str, Any] | None = None) -> BridgeSettings:
+    """Read ``path`` (YAML; None = defaults only), apply ``overrides``, validate.
+
+    Override keys are dotted setting paths (``listen``, ``coordinator.session_timeout_ms``); values
+    may be strings (they are converted like YAML scalars would be by pydantic). A None value means
+    "not given" so an argparse namespace can be passed through unfiltered. Raises SettingsError.
+    """
+    data = _read_yaml(path) if path is not None else {}
+    given = {key: value for key, value in (overrides or {}).items() if value is not None}
+    for key, value in given.items():
+        _apply_override(data, key, value)
+    try:
+        return BridgeSettings.model_validate(data)
+    except ValidationError as exc:
+        source = str(path) if path is not None else "command line"
+        raise SettingsError(format_validation_error(source, exc, frozenset(given))) from None
+
+
+_EXAMPLE_YAML = """\
+# connect-bridge serve --config bridge.yaml
+# Every key is optional; the values shown are the defaults unless marked "example".
+
+# Where workers connect (their bootstrap.servers). HOST:PORT, IPv6 as [ADDR]:PORT.
+listen: "127.0.0.1:9092"
+# What FindCoordinator tells workers; defaults to the listen host and port.
+# advertised_host: bridge-1.example.internal   # example
+# advertised_port: 9092                        # example
+
+# Durable group state (the record store's log files).
+state_dir: state
+
+# HTTP endpoint for /metrics, /livez and /readyz; off (or null) disables it.
+metrics_listen: "127.0.0.1:9404"
+
+# Network limits. A frame larger than max_frame_bytes closes the connection before it is read.
+max_frame_bytes: 104857600      # 100 MiB
+max_connections: 10000
+idle_timeout_ms: 600000         # close connections silent for 10 minutes
+
+coordinator:
+  session_timeout_ms: 10000
+  heartbeat_interval_ms: 3000
+  scheduled_rebalance_max_delay_ms: 300000   # Connect's scheduled.rebalance.max.delay.ms
+  default_assignor: connect-cooperative      # or connect-eager
+  max_group_size: 2147483647
+  migration_policy: bidirectional            # upgrade | downgrade | disabled
+  classic_initial_rebalance_delay_ms: 3000
+  classic_min_session_timeout_ms: 6000
+  classic_max_session_timeout_ms: 1800000
+
+# The config view (connectors and task counts), read from a JSON file that is watched for changes:
+#   {"offset": 42, "connectors": {"orders-sink": 4, "users-source": 1}}
+config_view:                     # example; omit the section when there is no file
+  file: connect-config.json
+  group: connect-cluster         # the group id it applies to; omit for every group
+  poll_interval_ms: 1000
+
+# Brokers of the real Kafka cluster (not used yet).
+upstream: []
+"""
+
+
+def example_yaml() -> str:
+    """A commented example config (docs/serve.md embeds it; a test keeps the two identical)."""
+    return _EXAMPLE_YAML
