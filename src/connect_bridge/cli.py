@@ -83,11 +83,17 @@ def _cmd_drill_run(args: argparse.Namespace) -> int:
         scenario = load_scenario(args.scenario)
     except ScenarioError as exc:
         return _fail(str(exc))
-    if args.mode != "sim":
-        return _fail(f"--mode {args.mode} is not available yet; use --mode sim")
-    log = run_scenario(scenario, progress=_progress_printer(scenario.name))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.mode == "live":
+        from connect_bridge.drills.live import run_live
+
+        try:
+            log = run_live(scenario, out)
+        except (OSError, RuntimeError) as exc:
+            return _fail(f"live drill failed: {exc}")
+    else:
+        log = run_scenario(scenario, progress=_progress_printer(scenario.name))
     log.write_jsonl(out / "events.jsonl")
     summary = check(log.events, name=scenario.name, end_ms=scenario.end_ms)
     doc = summary.to_json()

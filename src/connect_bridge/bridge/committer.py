@@ -41,6 +41,9 @@ class Committer:
         """The sequence of the last batch handed to the store (what a response computed now awaits)."""
         return self._written
 
+    def is_durable(self, seq: int) -> bool:
+        return seq <= self._durable
+
     def submit(self, records: Sequence[Record]) -> int:
         """Write ``records`` (buffered) and return the sequence a response must wait for."""
         if records:

@@ -15,14 +15,17 @@ import contextlib
 import logging
 import signal
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from connect_bridge.bridge.committer import Committer
+from connect_bridge.bridge.fastpath import SteadyHeartbeats
 from connect_bridge.bridge.handlers import Client, LocalApis, Parked, now_ms
 from connect_bridge.codecs.messages import api_spec
 from connect_bridge.codecs.requests import (
+    DecodedRequest,
     RequestDecodeError,
     decode_request,
     encode_response,
@@ -34,6 +37,17 @@ from connect_bridge.state.model import ConfigView
 
 log = logging.getLogger("connect_bridge.server")
 _SIZE = struct.Struct(">i")
+
+
+@dataclass(slots=True)
+class _Connection:
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    host: str
+    queue: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
+    pending: int = 0
+    last_read: float = field(default_factory=time.monotonic)
+    """Responses queued or being written: a new one may skip the queue only when this is 0."""
 
 
 @dataclass
@@ -83,6 +97,7 @@ class BridgeServer:
             self.options.advertised_port or self.port,
         )
         self.apis = LocalApis(self.coordinator, advertised, self.after_step, lambda: self.loaded, self.clock)
+        self.steady = SteadyHeartbeats(lambda: self.coordinator, self.clock)
         self._tasks.append(asyncio.get_running_loop().create_task(self._load(), name="load"))
         log.info("listening on %s:%d (advertised %s:%d)", self.options.host, self.port, *advertised)
 
@@ -173,15 +188,16 @@ class BridgeServer:
         if self.metrics is not None:
             self.metrics.connections.inc()
         peer = writer.get_extra_info("peername")
-        host = f"/{peer[0]}" if peer else ""
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-        sender = asyncio.get_running_loop().create_task(self._send_loop(queue, writer))
+        conn = _Connection(reader, writer, f"/{peer[0]}" if peer else "")
+        sender = asyncio.get_running_loop().create_task(self._send_loop(conn))
+        watchdog = asyncio.get_running_loop().create_task(self._idle_watchdog(conn))
         try:
-            await self._read_loop(reader, queue, host)
+            await self._read_loop(conn)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
-            await queue.put(None)
+            watchdog.cancel()
+            await conn.queue.put(None)
             with contextlib.suppress(Exception):
                 await sender
             writer.close()
@@ -192,70 +208,108 @@ class BridgeServer:
             if self.metrics is not None:
                 self.metrics.connections.dec()
 
-    async def _read_loop(self, reader: asyncio.StreamReader, queue: asyncio.Queue[Any], host: str) -> None:
-        idle = self.options.idle_timeout_ms / 1000
+    async def _read_loop(self, conn: _Connection) -> None:
+        reader = conn.reader
         while True:
             try:
-                size_bytes = await asyncio.wait_for(reader.readexactly(4), idle)
-            except TimeoutError:
-                log.info("closing idle connection from %s", host)
-                return
+                size_bytes = await reader.readexactly(4)
             except asyncio.IncompleteReadError:
                 return
+            conn.last_read = time.monotonic()
             (size,) = _SIZE.unpack(size_bytes)
             if size < 0 or size > self.options.max_frame_bytes:
                 log.warning(
-                    "closing %s: frame of %d bytes (limit %d)", host, size, self.options.max_frame_bytes
+                    "closing %s: frame of %d bytes (limit %d)", conn.host, size, self.options.max_frame_bytes
                 )
                 return
             payload = await reader.readexactly(size)
-            started = self.clock()
+            started = time.perf_counter()
+            if self.loaded and len(payload) >= 8:
+                try:
+                    frame = self.steady.answer(payload)
+                except Exception:  # anything odd takes the full path, which reports it properly
+                    frame = None
+                if frame is not None:
+                    self.after_step()
+                    await self._respond(conn, None, frame, self.committer.written, started)
+                    continue
             try:
                 request = decode_request(payload, framed=False)
             except RequestDecodeError as exc:
                 if exc.answerable and exc.correlation_id is not None:
                     assert self.apis is not None
+                    conn.pending += 1
                     frame = encode_response_frame(
                         18, 0, exc.correlation_id, _unsupported_api_versions(self.apis)
                     )
-                    await queue.put(frame)
+                    await conn.queue.put(frame)
                     continue
-                log.warning("closing %s: %s", host, exc)
+                log.warning("closing %s: %s", conn.host, exc)
                 return
             try:
                 assert self.apis is not None
-                outcome = self.apis.handle(request, Client(request.client_id or "", host))
+                outcome = self.apis.handle(request, Client(request.client_id or "", conn.host))
             except Exception as exc:  # bad input must never kill the server
                 log.warning(
                     "closing %s: cannot handle %s v%d: %s",
-                    host,
+                    conn.host,
                     api_spec(request.api_key).name,
                     request.api_version,
                     exc,
                 )
                 return
-            await queue.put((request, outcome, self.committer.written, started))
+            await self._respond(conn, request, outcome, self.committer.written, started)
 
-    async def _send_loop(self, queue: asyncio.Queue[Any], writer: asyncio.StreamWriter) -> None:
+    async def _respond(
+        self, conn: _Connection, request: DecodedRequest | None, outcome: Any, seq: int, started: float
+    ) -> None:
+        """Answer in request order: directly when nothing is queued ahead and nothing must be
+        waited for, else through the connection's sender task."""
+        if conn.pending == 0 and not isinstance(outcome, asyncio.Future) and self.committer.is_durable(seq):
+            conn.writer.write(self._encode(request, outcome, started))
+            await conn.writer.drain()  # backpressure: stop reading while the client lags
+            return
+        conn.pending += 1
+        await conn.queue.put((request, outcome, seq, started))
+
+    async def _idle_watchdog(self, conn: _Connection) -> None:
+        """Close a connection that sent nothing for the idle timeout (one timer per connection,
+        not one per read: a timeout around every read costs more than the heartbeat itself)."""
+        idle = self.options.idle_timeout_ms / 1000
         while True:
-            item = await queue.get()
+            remaining = conn.last_read + idle - time.monotonic()
+            if remaining <= 0:
+                log.info("closing idle connection from %s", conn.host)
+                conn.writer.close()
+                return
+            await asyncio.sleep(remaining)
+
+    async def _send_loop(self, conn: _Connection) -> None:
+        writer = conn.writer
+        while True:
+            item = await conn.queue.get()
             if item is None:
                 return
             if isinstance(item, bytes):
                 writer.write(item)
-                await writer.drain()
-                continue
-            request, outcome, seq, started = item
-            if isinstance(outcome, asyncio.Future):
-                outcome = await outcome
-                seq = self.committer.written
-            await self.committer.durable(seq)
-            if self.metrics is not None:
-                self.metrics.observe_request(
-                    api_spec(request.api_key).name, self.clock() - started, getattr(outcome, "error_code", 0)
-                )
-            writer.write(encode_response(request, outcome))
+            else:
+                request, outcome, seq, started = item
+                if isinstance(outcome, asyncio.Future):
+                    outcome = await outcome
+                    seq = self.committer.written
+                await self.committer.durable(seq)
+                writer.write(self._encode(request, outcome, started))
+            conn.pending -= 1
             await writer.drain()
+
+    def _encode(self, request: DecodedRequest | None, outcome: Any, started: float) -> bytes:
+        """``outcome`` is a response message, or an already framed response (``request`` None)."""
+        name = "ConnectGroupHeartbeat" if request is None else api_spec(request.api_key).name
+        if self.metrics is not None:
+            self.metrics.observe_request(
+                name, time.perf_counter() - started, getattr(outcome, "error_code", 0)
+            )
+        return outcome if request is None else encode_response(request, outcome)
 
     # ------------------------------------------------------------------ metrics
     def _observe_fsync(self, seconds: float) -> None:

@@ -232,9 +232,17 @@ def encode_response_frame(api_key: int, api_version: int, correlation_id: int, r
     if response.is_request():
         raise TypeError(f"{type(response).__name__} is not a response")
     header_version = _response_header_version(api_key, api_version, response)
-    body = response.encode(version=api_version)
-    header = ResponseHeader(correlation_id=correlation_id).encode(flexible=header_version == 1)
-    return _frame(header, body)
+    return response_frame(correlation_id, header_version, response.encode(version=api_version))
+
+
+def response_frame(correlation_id: int, header_version: int, body: bytes | bytearray) -> bytes:
+    """Frame an encoded response body: the response header is only the correlation id (v0), plus an
+    empty tagged-field section (v1), so it is packed directly rather than through the spec engine."""
+    header = _RESPONSE_HEADER.pack(correlation_id, 0)[: 4 + header_version]
+    return b"".join((_SIZE.pack(len(header) + len(body)), header, bytes(body)))
+
+
+_RESPONSE_HEADER = struct.Struct(">ib")
 
 
 def decode_response(

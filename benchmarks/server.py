@@ -1,0 +1,185 @@
+"""Heartbeat round trips through ``connect-bridge serve`` against a canned-response asyncio server.
+
+Both servers run as subprocesses on loopback; the same client sends the same ConnectGroupHeartbeat
+frame. The canned server answers every frame with the bridge's own response bytes (correlation id
+patched), so the difference is what the bridge does per request. Also: heartbeats per second with
+200 members on 200 concurrent connections. The last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+from connect_bridge.bridge import wire_map as wm
+from connect_bridge.codecs.requests import encode_request
+from connect_bridge.state.api import HeartbeatRequest
+
+SIZE = struct.Struct(">i")
+GROUP = "bench"
+
+
+def start_bridge(state_dir: str) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "connect_bridge.cli",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--state-dir",
+            state_dir,
+            "--metrics-listen",
+            "off",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    return proc, int(line.rsplit(":", 1)[1])
+
+
+async def canned_server(port_file: str) -> None:
+    """Answer every request frame with the canned response in $CANNED_HEX (correlation id patched)."""
+    canned = bytes.fromhex(os.environ["CANNED_HEX"])
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                (size,) = SIZE.unpack(await reader.readexactly(4))
+                frame = await reader.readexactly(size)
+                correlation = frame[4:8]
+                writer.write(canned[:4] + correlation + canned[8:])
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    with open(port_file, "w") as f:
+        f.write(str(server.sockets[0].getsockname()[1]))
+    await server.serve_forever()
+
+
+async def rpc(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, frame: bytes) -> bytes:
+    writer.write(frame)
+    await writer.drain()
+    (size,) = SIZE.unpack(await reader.readexactly(4))
+    return await reader.readexactly(size)
+
+
+async def join(port: int, url: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes, bytes]:
+    """Join one member; return its connection, a steady heartbeat frame and its framed response."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    req = HeartbeatRequest(GROUP, "", 0, rebalance_timeout_ms=60_000, url=url, owned=frozenset())
+    payload = await rpc(reader, writer, encode_request(wm.heartbeat_to_wire(req), 0, 1, "bench"))
+    from connect_bridge.codecs.requests import decode_response
+
+    resp = wm.heartbeat_response_from_wire(decode_response(1000, 0, payload, framed=False))
+    steady = encode_request(
+        wm.heartbeat_to_wire(HeartbeatRequest(GROUP, resp.member_id, resp.member_epoch)), 0, 2, "bench"
+    )
+    answer = await rpc(reader, writer, steady)
+    return reader, writer, steady, SIZE.pack(len(answer)) + answer
+
+
+async def latencies(port: int, frame: bytes, count: int) -> list[float]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    out = []
+    for _ in range(200):  # warm-up
+        await rpc(reader, writer, frame)
+    for _ in range(count):
+        started = time.perf_counter()
+        await rpc(reader, writer, frame)
+        out.append((time.perf_counter() - started) * 1e6)
+    writer.close()
+    return out
+
+
+async def throughput(port: int, members: int, seconds: float) -> float:
+    conns = [await join(port, f"http://w{i}:8083/") for i in range(members)]
+    # let the group settle so every heartbeat takes the steady path
+    await asyncio.sleep(0.5)
+    steady = []
+    for reader, writer, _, _ in conns:
+        steady.append((reader, writer))
+    frames = [c[2] for c in conns]
+    done = 0
+    deadline = time.perf_counter() + seconds
+
+    async def loop(i: int) -> None:
+        nonlocal done
+        reader, writer = steady[i]
+        while time.perf_counter() < deadline:
+            await rpc(reader, writer, frames[i])
+            done += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(loop(i) for i in range(members)))
+    elapsed = time.perf_counter() - started
+    for _, writer in steady:
+        writer.close()
+    return done / elapsed
+
+
+def pct(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100)[int(q) - 1]
+
+
+def main() -> None:
+    count = int(os.environ.get("BENCH_HEARTBEATS", "3000"))
+    with tempfile.TemporaryDirectory() as tmp:
+        bridge, port = start_bridge(tmp + "/state")
+        try:
+            _, _, frame, canned = asyncio.run(join(port, "http://w0:8083/"))
+            bridge_lat = asyncio.run(latencies(port, frame, count))
+            port_file = tmp + "/canned.port"
+            canned_proc = subprocess.Popen(
+                [sys.executable, __file__, "--canned", port_file],
+                env={**os.environ, "CANNED_HEX": canned.hex()},
+            )
+            try:
+                for _ in range(100):
+                    if os.path.exists(port_file) and open(port_file).read():
+                        break
+                    time.sleep(0.05)
+                canned_port = int(open(port_file).read())
+                canned_lat = asyncio.run(latencies(canned_port, frame, count))
+            finally:
+                canned_proc.terminate()
+            hb_per_s = asyncio.run(throughput(port, 200, 3.0))
+        finally:
+            bridge.send_signal(signal.SIGTERM)
+            bridge.wait(10)
+    result = {
+        "bridge_p50_us": round(pct(bridge_lat, 50), 1),
+        "bridge_p99_us": round(pct(bridge_lat, 99), 1),
+        "canned_p50_us": round(pct(canned_lat, 50), 1),
+        "canned_p99_us": round(pct(canned_lat, 99), 1),
+    }
+    result["p50_ratio"] = round(result["bridge_p50_us"] / result["canned_p50_us"], 3)
+    result["p99_ratio"] = round(result["bridge_p99_us"] / result["canned_p99_us"], 3)
+    result["heartbeats_per_s_200_connections"] = round(hb_per_s)
+    print(
+        f"heartbeat p50 {result['bridge_p50_us']} us vs canned {result['canned_p50_us']} us "
+        f"(ratio {result['p50_ratio']}, target <= 1.5); p99 ratio {result['p99_ratio']}"
+    )
+    print(f"heartbeats/s with 200 member connections: {result['heartbeats_per_s_200_connections']:,}")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--canned":
+        asyncio.run(canned_server(sys.argv[2]))
+    else:
+        main()

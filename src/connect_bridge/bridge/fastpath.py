@@ -1,0 +1,91 @@
+"""The steady-state heartbeat path: skip the spec engine for a frame the bridge has seen before.
+
+A stable member sends the same ConnectGroupHeartbeat bytes every interval, but for the correlation
+id; the answer is the same bytes too while nothing changes (no assignment, no error). So the decoded
+engine request is cached by the request bytes without the correlation id, and the encoded response
+body by the fields it is made of. The coordinator still handles every heartbeat (sessions are
+renewed, epochs checked); only decoding and encoding are saved. Anything unusual takes the full path.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+from connect_bridge.bridge import wire_map as wm
+from connect_bridge.codecs.messages import ApiKey
+from connect_bridge.codecs.requests import decode_request, response_frame
+from connect_bridge.state.api import HeartbeatRequest, HeartbeatResponse
+from connect_bridge.state.coordinator import GroupCoordinator
+
+_KEY = struct.Struct(">hhi")
+_HEARTBEAT = int(ApiKey.CONNECT_GROUP_HEARTBEAT)
+_FLEXIBLE_RESPONSE_HEADER = 1
+
+
+class _Lru(OrderedDict):
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def put(self, key: Any, value: Any) -> None:
+        self[key] = value
+        if len(self) > self.limit:
+            self.popitem(last=False)
+
+
+class SteadyHeartbeats:
+    def __init__(
+        self, coordinator: Callable[[], GroupCoordinator], clock: Callable[[], int], limit: int = 50_000
+    ) -> None:
+        self.coordinator = coordinator
+        self.clock = clock
+        self.requests: _Lru = _Lru(limit)
+        self.bodies: _Lru = _Lru(limit)
+
+    def answer(self, payload: bytes) -> bytes | None:
+        """The framed response, or None when this frame needs the full path."""
+        api_key, version, correlation = _KEY.unpack_from(payload, 0)
+        if api_key != _HEARTBEAT or version != 0:
+            return None
+        key = payload[:4] + payload[8:]
+        req: HeartbeatRequest | None = self.requests.get(key)
+        if req is None:
+            decoded = decode_request(payload, framed=False)
+            req = wm.heartbeat_from_wire(decoded.body, decoded.client_id or "", "")
+            if not _steady_request(req):
+                return None
+            self.requests.put(key, req)
+        resp = self.coordinator().connect_heartbeat(req, self.clock())
+        if resp.assignment is not None or resp.error_code != 0:
+            # Not steady after all: the caller must not have changed state twice, so answer here.
+            return response_frame(
+                correlation,
+                _FLEXIBLE_RESPONSE_HEADER,
+                wm.heartbeat_response_to_wire(resp, 0).encode(version=0),
+            )
+        return response_frame(correlation, _FLEXIBLE_RESPONSE_HEADER, self._body(resp))
+
+    def _body(self, resp: HeartbeatResponse) -> bytes:
+        key = (resp.member_id, resp.member_epoch, resp.heartbeat_interval_ms)
+        body = self.bodies.get(key)
+        if body is None:
+            body = bytes(wm.heartbeat_response_to_wire(resp, 0).encode(version=0))
+            self.bodies.put(key, body)
+        return body
+
+
+def _steady_request(req: HeartbeatRequest) -> bool:
+    """Only partial heartbeats that report nothing new are cached (they change no state by themselves)."""
+    return (
+        req.member_epoch > 0
+        and req.owned is None
+        and req.client_assignors is None
+        and req.server_assignor is None
+        and req.url is None
+        and req.config_offset is None
+        and req.instance_id is None
+        and req.rebalance_timeout_ms == -1
+    )
