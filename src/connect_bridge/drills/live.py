@@ -1,0 +1,380 @@
+"""Live drills: a real ``connect-bridge serve`` process, real worker clients, real time.
+
+:func:`run_live` replays a scenario (DESIGN §4.2) against a bridge subprocess and writes the same
+event log (§4.3) as the simulator, so ``check()`` and the pipeline judge both alike:
+
+* the bridge runs as ``python -m connect_bridge.cli serve`` with the scenario's timing as coordinator
+  settings (a YAML file in ``out_dir``), its record store in ``out_dir/state`` and the config view in
+  ``out_dir/config.json`` (rewritten, offset + 1, on every config step);
+* ``new`` workers are :class:`~connect_bridge.workers.live_new.LiveNewWorker` (asyncio, on this
+  event loop); ``eager`` / ``compatible`` / ``sessioned`` workers are
+  :class:`~connect_bridge.workers.live_legacy.LiveLegacyWorker` (kafka-python's group coordinator,
+  its own threads); legacy workers read the config view straight from the runner, as a herder reads
+  the config topic;
+* ``restart_bridge`` SIGKILLs the bridge and starts it again after ``down_ms`` on the same port and
+  state directory;
+* at ``end_ms`` the log is closed (``drill_end``) and everything is torn down; nothing that happens
+  after ``end_ms`` is logged.
+
+``t_ms`` is wall-clock milliseconds since the drill started (the bridge was up); one lock stamps and
+appends every event, so the file order is the order things happened across threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from connect_bridge.drills.events import EventLog
+from connect_bridge.drills.scenario import Scenario
+from connect_bridge.state.model import NEW_PROTOCOL, ConfigView
+from connect_bridge.workers.live_legacy import LiveLegacyWorker
+from connect_bridge.workers.live_new import LiveNewWorker
+
+__all__ = ["LiveDrill", "bridge_settings_yaml", "run_live"]
+
+log = logging.getLogger("connect_bridge.drills.live")
+
+HOST = "127.0.0.1"
+BRIDGE_START_TIMEOUT_S = 30.0
+
+
+def bridge_settings_yaml(scenario: Scenario, config_file: Path) -> str:
+    """The bridge's settings for a drill: the scenario's timing as coordinator settings."""
+    t = scenario.timing
+    coordinator = {
+        "session_timeout_ms": t.session_timeout_ms,
+        "heartbeat_interval_ms": t.heartbeat_interval_ms,
+        "scheduled_rebalance_max_delay_ms": t.scheduled_rebalance_max_delay_ms,
+        "migration_policy": scenario.migration_policy,
+        # the classic group waits this long for more members on its first rebalance: keep it short
+        "classic_initial_rebalance_delay_ms": min(3000, t.heartbeat_interval_ms),
+        "classic_min_session_timeout_ms": min(6000, t.session_timeout_ms),
+    }
+    doc = {
+        "coordinator": coordinator,
+        "config_view": {
+            "file": str(config_file),
+            "group": scenario.group,
+            "poll_interval_ms": max(20, min(100, t.heartbeat_interval_ms // 3)),
+        },
+    }
+    # JSON is YAML: no YAML writer needed.
+    return json.dumps(doc, indent=2) + "\n"
+
+
+class _Recorder:
+    """The thread-safe front of the EventLog: stamps ``t_ms`` and appends under one lock."""
+
+    def __init__(self, end_ms: int) -> None:
+        self.log = EventLog()
+        self.lock = threading.Lock()
+        self.end_ms = end_ms
+        self.t0 = time.monotonic()
+        self.closed = False
+
+    def now(self) -> int:
+        return int((time.monotonic() - self.t0) * 1000)
+
+    def emit(self, type: str, worker: str | None = None, **fields: Any) -> None:
+        with self.lock:
+            self._emit(type, worker, **fields)
+
+    def _emit(self, type: str, worker: str | None, **fields: Any) -> None:
+        if self.closed:
+            return
+        t = self.now()
+        if t > self.end_ms:
+            return  # after the drill's end: not part of the drill
+        self.log.emit(max(t, self.log._last_t), type, worker, **fields)
+
+    def close(self) -> None:
+        with self.lock:
+            if not self.closed:
+                self.closed = True
+                self.log.drill_end(max(self.end_ms, self.log._last_t))
+
+
+@dataclass(eq=False)
+class _Handle:
+    """One incarnation of a worker process."""
+
+    name: str
+    protocol: str
+    worker: LiveNewWorker | LiveLegacyWorker | None = None
+    alive: bool = True
+
+
+@dataclass
+class LiveDrill:
+    scenario: Scenario
+    out_dir: Path
+    python: str = sys.executable
+    rec: _Recorder = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.out_dir = Path(self.out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.config_file = (self.out_dir / "config.json").resolve()
+        self.settings_file = (self.out_dir / "bridge.yaml").resolve()
+        self.state_dir = (self.out_dir / "state").resolve()
+        self.bridge_log = (self.out_dir / "bridge.log").resolve()
+        self.connectors = dict(self.scenario.connectors)
+        self.offset = 0
+        self.view = ConfigView.of(self.offset, self.connectors)
+        self.handles: dict[str, _Handle] = {}
+        self.proc: asyncio.subprocess.Process | None = None
+        self.port = 0
+        self.rec = _Recorder(self.scenario.end_ms)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._bridge_lock = asyncio.Lock()
+
+    # ------------------------------------------------------------------ the bridge process
+    def _write_config(self) -> None:
+        tmp = self.config_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"offset": self.offset, "connectors": self.connectors}) + "\n")
+        os.replace(tmp, self.config_file)
+
+    async def _start_bridge(self) -> None:
+        listen = f"{HOST}:{self.port}"
+        with open(self.bridge_log, "ab") as err:
+            self.proc = await asyncio.create_subprocess_exec(
+                self.python,
+                "-m",
+                "connect_bridge.cli",
+                "serve",
+                "--config",
+                str(self.settings_file),
+                "--listen",
+                listen,
+                "--state-dir",
+                str(self.state_dir),
+                "--metrics-listen",
+                "off",
+                "--config-view",
+                str(self.config_file),
+                stdout=asyncio.subprocess.PIPE,
+                stderr=err,
+                stdin=asyncio.subprocess.DEVNULL,
+            )
+        assert self.proc.stdout is not None
+        try:
+            line = await asyncio.wait_for(self.proc.stdout.readline(), BRIDGE_START_TIMEOUT_S)
+        except TimeoutError:
+            line = b""
+        text = line.decode(errors="replace").strip()
+        prefix = "connect-bridge listening on "
+        if not text.startswith(prefix):
+            await self._kill_bridge()
+            tail = self.bridge_log.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"the bridge did not start (stdout {text!r}); {self.bridge_log}:\n{tail}")
+        self.port = int(text[len(prefix) :].rsplit(":", 1)[1])
+        self._spawn(self._drain(self.proc.stdout))
+
+    async def _drain(self, stream: asyncio.StreamReader) -> None:
+        with contextlib.suppress(Exception):
+            while await stream.read(65536):
+                pass
+
+    async def _kill_bridge(self, sig: int = signal.SIGKILL) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.returncode is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+        try:
+            await asyncio.wait_for(proc.wait(), 5)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+
+    # ------------------------------------------------------------------ workers
+    def _sink(self, handle: _Handle) -> Any:
+        def on_event(type: str, **fields: Any) -> None:
+            with self.rec.lock:
+                if not handle.alive:
+                    return  # an old incarnation's late news
+                if type == "fatal":
+                    log.warning("worker %s died: %s", handle.name, fields.get("reason"))
+                    self.rec._emit("worker_crash", handle.name, protocol=handle.protocol)
+                    handle.alive = False
+                    return
+                self.rec._emit(type, handle.name, **fields)
+
+        return on_event
+
+    def _start_worker(self, name: str, protocol: str) -> None:
+        old = self.handles.get(name)
+        if old is not None and old.alive:
+            log.warning("start %s: already running; ignored", name)
+            return
+        t = self.scenario.timing
+        handle = _Handle(name, protocol)
+        sink = self._sink(handle)
+        url = f"http://{name}:8083/"
+        worker: LiveNewWorker | LiveLegacyWorker
+        if protocol == NEW_PROTOCOL:
+            worker = LiveNewWorker(
+                HOST,
+                self.port,
+                self.scenario.group,
+                url,
+                sink,
+                session_timeout_ms=t.session_timeout_ms,
+                rebalance_timeout_ms=t.rebalance_timeout_ms,
+                heartbeat_interval_ms=t.heartbeat_interval_ms,
+                config_offset=self.offset,
+                client_id=name,
+            )
+        else:
+            worker = LiveLegacyWorker(
+                f"{HOST}:{self.port}",
+                self.scenario.group,
+                url,
+                protocol,  # type: ignore[arg-type]
+                sink,
+                session_timeout_ms=t.session_timeout_ms,
+                rebalance_timeout_ms=t.rebalance_timeout_ms,
+                heartbeat_interval_ms=t.heartbeat_interval_ms,
+                max_delay_ms=t.scheduled_rebalance_max_delay_ms,
+                config_provider=lambda: self.view,
+                client_id=name,
+            )
+        handle.worker = worker
+        self.handles[name] = handle
+        self.rec.emit("worker_start", name, protocol=protocol)
+        worker.start()
+
+    async def _stop_worker(self, name: str) -> None:
+        handle = self.handles.get(name)
+        if handle is None or not handle.alive or handle.worker is None:
+            return
+        worker = handle.worker
+        if isinstance(worker, LiveNewWorker):
+            await worker.stop()
+        else:
+            await asyncio.to_thread(worker.stop)
+        with self.rec.lock:
+            if handle.alive:
+                self.rec._emit("worker_stop", name, protocol=handle.protocol)
+                handle.alive = False
+
+    async def _crash_worker(self, name: str, log_it: bool = True) -> None:
+        handle = self.handles.get(name)
+        if handle is None or handle.worker is None:
+            return
+        with self.rec.lock:
+            if handle.alive and log_it:
+                self.rec._emit("worker_crash", name, protocol=handle.protocol)
+            handle.alive = False
+        worker = handle.worker
+        if isinstance(worker, LiveNewWorker):
+            await worker.crash()
+        else:
+            await asyncio.to_thread(worker.crash)
+
+    # ------------------------------------------------------------------ config and steps
+    def _config_changed(self) -> None:
+        self.offset += 1
+        self.view = ConfigView.of(self.offset, self.connectors)
+        self.rec.emit("config", None, connectors=dict(self.connectors), offset=self.offset)
+        self._write_config()
+        for handle in list(self.handles.values()):
+            if handle.alive and isinstance(handle.worker, LiveLegacyWorker):
+                handle.worker.on_config_change()
+
+    async def _restart_bridge(self, down_ms: int) -> None:
+        async with self._bridge_lock:
+            await self._kill_bridge(signal.SIGKILL)
+            self.rec.emit("bridge_restart")
+            await asyncio.sleep(down_ms / 1000)
+            await self._start_bridge()
+
+    async def _restart_worker(self, name: str, down_ms: int, protocol: str | None) -> None:
+        handle = self.handles.get(name)
+        protocol = protocol or (handle.protocol if handle else NEW_PROTOCOL)
+        await self._stop_worker(name)
+        await asyncio.sleep(down_ms / 1000)
+        self._start_worker(name, protocol)
+
+    async def _step(self, step: Any) -> None:
+        action = step.action
+        if action == "start":
+            self._start_worker(step.worker, step.protocol)
+        elif action == "stop":
+            await self._stop_worker(step.worker)
+        elif action == "crash":
+            await self._crash_worker(step.worker)
+        elif action == "restart":
+            self._spawn(self._restart_worker(step.worker, step.down_ms, step.protocol))
+        elif action in ("add_connector", "set_tasks"):
+            self.connectors[step.connector] = step.tasks
+            self._config_changed()
+        elif action == "remove_connector":
+            self.connectors.pop(step.connector, None)
+            self._config_changed()
+        elif action == "restart_bridge":
+            self._spawn(self._restart_bridge(step.down_ms))
+        else:
+            raise ValueError(f"unknown action {action!r}")
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("live drill step failed", exc_info=task.exception())
+
+    async def _sleep_until(self, t_ms: int) -> None:
+        delay = t_ms - self.rec.now()
+        if delay > 0:
+            await asyncio.sleep(delay / 1000)
+
+    # ------------------------------------------------------------------ run
+    async def run(self) -> EventLog:
+        self.settings_file.write_text(bridge_settings_yaml(self.scenario, self.config_file))
+        self._write_config()
+        await self._start_bridge()
+        try:
+            self.rec = _Recorder(self.scenario.end_ms)  # t = 0: the bridge is up
+            self.rec.emit("config", None, connectors=dict(self.connectors), offset=self.offset)
+            steps = sorted(self.scenario.steps, key=lambda s: s.at_ms)
+            for step in steps:
+                await self._sleep_until(step.at_ms)
+                if step.at_ms > self.scenario.end_ms:
+                    break
+                await self._step(step)
+            await self._sleep_until(self.scenario.end_ms)
+            self.rec.close()
+        finally:
+            self.rec.close()
+            await self._teardown()
+        return self.rec.log
+
+    async def _teardown(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(
+            *(self._crash_worker(name, log_it=False) for name in list(self.handles)), return_exceptions=True
+        )
+        await self._kill_bridge(signal.SIGTERM)
+
+
+def run_live(scenario: Scenario, out_dir: str | Path) -> EventLog:
+    """Run ``scenario`` live (real bridge process, real workers, wall-clock time); see the module doc."""
+    return asyncio.run(LiveDrill(scenario, Path(out_dir)).run())
