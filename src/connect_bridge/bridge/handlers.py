@@ -22,6 +22,7 @@ from connect_bridge.codecs.messages import ApiKey, supported_api_versions
 from connect_bridge.codecs.requests import DecodedRequest
 from connect_bridge.state import api as napi
 from connect_bridge.state import classic_api as capi
+from connect_bridge.state.classic_group import ClassicDescribedGroup
 from connect_bridge.state.coordinator import GroupCoordinator
 
 BRIDGE_NODE_ID = 0
@@ -232,12 +233,18 @@ class LocalApis:
         )
 
     # ------------------------------------------------------------------ describe
+    # While loading, the coordinator's (empty) state must not be revealed as "no such group".
     def describe_groups(self, body: Any, version: int) -> Any:
+        if not self.loaded():
+            loading = [ClassicDescribedGroup(gid, _LOADING, state="") for gid in body.groups]
+            return wm.describe_groups_response_to_wire(loading, version)
         return wm.describe_groups_response_to_wire(
             [self.coordinator.describe_any(group_id) for group_id in body.groups], version
         )
 
     def list_groups(self, body: Any, version: int) -> Any:
+        if not self.loaded():
+            return wm.list_groups_response_to_wire([], body, version, error_code=_LOADING)
         return wm.list_groups_response_to_wire(self.coordinator.list_groups(), body, version)
 
     def connect_describe(self, body: Any, version: int) -> Any:
@@ -246,6 +253,9 @@ class LocalApis:
             for gid, g in self.coordinator.groups.items()
             if self.coordinator.connect_group(gid) is not None
         )
+        if not self.loaded():
+            loading = [napi.DescribedGroup(gid, error_code=_LOADING) for gid in ids]
+            return wm.describe_response_to_wire(loading, version)
         return wm.describe_response_to_wire([self.coordinator.describe(gid) for gid in ids], version)
 
 

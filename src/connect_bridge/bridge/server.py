@@ -197,8 +197,11 @@ class BridgeServer:
             pass
         finally:
             watchdog.cancel()
-            await conn.queue.put(None)
-            with contextlib.suppress(Exception):
+            # The connection is going away (peer gone, idle, stop(), or a frame we close on): drop
+            # what is still queued, as Kafka does. Waiting instead would hang on a parked
+            # JoinGroup/SyncGroup whose rebalance may never end (stop() cancels the timers).
+            sender.cancel()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
                 await sender
             writer.close()
             with contextlib.suppress(Exception):
