@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from connect_bridge.bridge.committer import Committer
+from connect_bridge.bridge.decisions import log_decisions
 from connect_bridge.bridge.fastpath import SteadyHeartbeats
 from connect_bridge.bridge.handlers import Client, LocalApis, Parked, now_ms
 from connect_bridge.codecs.messages import api_spec
@@ -144,6 +145,8 @@ class BridgeServer:
         """After any coordinator call: persist records, release parked responses, re-arm timers."""
         records = self.coordinator.drain_records()
         self.committer.submit(records)
+        if records:
+            log_decisions(records)
         for token, response in self.coordinator.drain_responses():
             if isinstance(token, Parked) and not token.future.done():
                 token.future.set_result(token.to_wire(response, token.version))
