@@ -29,6 +29,9 @@ def server_options(settings: BridgeSettings) -> ServerOptions:
         idle_timeout_ms=settings.idle_timeout_ms,
         config_group=view.group if view is not None else None,
         coordinator=settings.coordinator.to_config(),
+        upstream=list(settings.upstream_addresses),
+        proxy_base_port=settings.proxy_base_port,
+        coordinated_groups=settings.coordinated_groups,
     )
 
 

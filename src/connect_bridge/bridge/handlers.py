@@ -134,9 +134,13 @@ class LocalApis:
         after_step: Callable[[], None],
         loaded: Callable[[], bool],
         clock: Callable[[], int] = now_ms,
+        node_id: int = BRIDGE_NODE_ID,
+        api_versions: Callable[[], Any] | None = None,
     ) -> None:
         self.coordinator = coordinator
         self.advertised = advertised
+        self.node_id = node_id
+        self._api_versions = api_versions
         self.after_step = after_step
         self.loaded = loaded
         self.clock = clock
@@ -178,6 +182,8 @@ class LocalApis:
 
     # ------------------------------------------------------------------ cluster APIs
     def api_versions(self) -> Any:
+        if self._api_versions is not None:
+            return self._api_versions()
         keys = [
             ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
             for k, lo, hi in supported_api_versions()
@@ -190,7 +196,7 @@ class LocalApis:
             coordinators = [
                 FindCoordinatorResponse.Coordinator(
                     key=key,
-                    node_id=BRIDGE_NODE_ID if body.key_type == 0 else -1,
+                    node_id=self.node_id if body.key_type == 0 else -1,
                     host=host if body.key_type == 0 else "",
                     port=port if body.key_type == 0 else -1,
                     error_code=0 if body.key_type == 0 else int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
@@ -210,7 +216,7 @@ class LocalApis:
                 port=-1,
             )
         return FindCoordinatorResponse(
-            throttle_time_ms=0, error_code=0, error_message=None, node_id=BRIDGE_NODE_ID, host=host, port=port
+            throttle_time_ms=0, error_code=0, error_message=None, node_id=self.node_id, host=host, port=port
         )
 
     def metadata(self, body: Any) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import signal
 import struct
@@ -24,7 +25,16 @@ from connect_bridge.bridge.committer import Committer
 from connect_bridge.bridge.decisions import log_decisions
 from connect_bridge.bridge.fastpath import SteadyHeartbeats
 from connect_bridge.bridge.handlers import Client, LocalApis, Parked, now_ms
-from connect_bridge.codecs.messages import api_spec
+from connect_bridge.bridge.proxy import (
+    GROUP_KEYED,
+    REWRITTEN,
+    UpstreamCluster,
+    UpstreamLink,
+    api_versions_response,
+    group_matcher,
+    produce_acks,
+)
+from connect_bridge.codecs.messages import ApiKey, api_spec
 from connect_bridge.codecs.requests import (
     DecodedRequest,
     RequestDecodeError,
@@ -38,6 +48,15 @@ from connect_bridge.state.model import ConfigView
 
 log = logging.getLogger("connect_bridge.server")
 _SIZE = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+_PEEK = struct.Struct(">hhi")
+LOCAL_ONLY = {
+    ApiKey.API_VERSIONS,
+    ApiKey.CONNECT_GROUP_HEARTBEAT,
+    ApiKey.CONNECT_GROUP_PREPARE_ASSIGNMENT,
+    ApiKey.CONNECT_GROUP_INSTALL_ASSIGNMENT,
+    ApiKey.CONNECT_GROUP_DESCRIBE,
+}
 
 
 @dataclass(slots=True)
@@ -45,6 +64,9 @@ class _Connection:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     host: str
+    node_id: int = 0
+    """The upstream broker this listener stands for (proxy mode)."""
+    links: dict[int, UpstreamLink] = field(default_factory=dict)
     queue: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     pending: int = 0
     last_read: float = field(default_factory=time.monotonic)
@@ -63,6 +85,12 @@ class ServerOptions:
     config_group: str | None = None
     """Group the watched config view applies to (None: every group)."""
     coordinator: CoordinatorConfig = field(default_factory=CoordinatorConfig)
+    upstream: list[tuple[str, int]] = field(default_factory=list)
+    """Bootstrap brokers of the real cluster; empty = embedded mode (the bridge is the only broker)."""
+    proxy_base_port: int | None = None
+    """Listener port of upstream broker N is base + N (default: the listen port + 1)."""
+    coordinated_groups: list[str] | None = None
+    """Regexes of the groups the bridge coordinates; None = all (embedded) / 'connect.*' (proxy)."""
 
 
 class BridgeServer:
@@ -85,6 +113,9 @@ class BridgeServer:
         self.port = options.port
         self.apis: LocalApis | None = None
         self._pending_view: ConfigView | None = None
+        self.proxy: UpstreamCluster | None = None
+        self._listeners: list[asyncio.AbstractServer] = []
+        self._bootstrap_node = 0
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -97,10 +128,49 @@ class BridgeServer:
             self.options.advertised_host or self.options.host,
             self.options.advertised_port or self.port,
         )
-        self.apis = LocalApis(self.coordinator, advertised, self.after_step, lambda: self.loaded, self.clock)
+        node = 0
+        if self.options.upstream:
+            node = await self._start_proxy(advertised[0])
+            advertised = (advertised[0], self.proxy.listener_port(node))
+        self.apis = LocalApis(
+            self.coordinator,
+            advertised,
+            self.after_step,
+            lambda: self.loaded,
+            self.clock,
+            node_id=node,
+            api_versions=(lambda: api_versions_response(self.proxy)) if self.proxy else None,
+        )
         self.steady = SteadyHeartbeats(lambda: self.coordinator, self.clock)
         self._tasks.append(asyncio.get_running_loop().create_task(self._load(), name="load"))
         log.info("listening on %s:%d (advertised %s:%d)", self.options.host, self.port, *advertised)
+
+    async def _start_proxy(self, advertised_host: str) -> int:
+        """Discover the upstream brokers and open one listener per broker (base port + node id)."""
+        patterns = self.options.coordinated_groups
+        base = self.options.proxy_base_port or self.port + 1
+        self.proxy = UpstreamCluster(
+            self.options.upstream,
+            base,
+            advertised_host,
+            coordinated=group_matcher(patterns if patterns is not None else ["connect.*"]),
+        )
+        await self.proxy.discover()
+        for node_id in sorted(self.proxy.brokers):
+            server = await asyncio.start_server(
+                functools.partial(self._on_connection, node_id=node_id),
+                self.options.host,
+                self.proxy.listener_port(node_id),
+                limit=64 * 1024,
+            )
+            self._listeners.append(server)
+        self._bootstrap_node = min(self.proxy.brokers)
+        log.info(
+            "proxying %d upstream brokers on ports %s",
+            len(self.proxy.brokers),
+            [self.proxy.listener_port(n) for n in sorted(self.proxy.brokers)],
+        )
+        return self._bootstrap_node
 
     async def _load(self) -> None:
         records = await asyncio.get_running_loop().run_in_executor(None, self.store.load)
@@ -127,9 +197,10 @@ class BridgeServer:
 
     async def stop(self) -> None:
         """Graceful shutdown: stop accepting, finish in-flight writes, flush the store."""
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
+        for server in [self._server, *self._listeners]:
+            if server is not None:
+                server.close()
+                await server.wait_closed()
         for writer in list(self._writers):
             writer.close()  # readers see EOF and their connection tasks finish on their own
         for task in self._tasks:
@@ -179,7 +250,9 @@ class BridgeServer:
             self.after_step()
 
     # ------------------------------------------------------------------ connections
-    async def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _on_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, node_id: int | None = None
+    ) -> None:
         if len(self._connections) >= self.options.max_connections:
             log.warning("connection limit %d reached: closing a new connection", self.options.max_connections)
             writer.close()
@@ -192,6 +265,7 @@ class BridgeServer:
             self.metrics.connections.inc()
         peer = writer.get_extra_info("peername")
         conn = _Connection(reader, writer, f"/{peer[0]}" if peer else "")
+        conn.node_id = self._bootstrap_node if node_id is None else node_id
         sender = asyncio.get_running_loop().create_task(self._send_loop(conn))
         watchdog = asyncio.get_running_loop().create_task(self._idle_watchdog(conn))
         try:
@@ -200,6 +274,8 @@ class BridgeServer:
             pass
         finally:
             watchdog.cancel()
+            for link in conn.links.values():
+                await link.close()
             # The connection is going away (peer gone, idle, stop(), or a frame we close on): drop
             # what is still queued, as Kafka does. Waiting instead would hang on a parked
             # JoinGroup/SyncGroup whose rebalance may never end (stop() cancels the timers).
@@ -239,6 +315,10 @@ class BridgeServer:
                     self.after_step()
                     await self._respond(conn, None, frame, self.committer.written, started)
                     continue
+            if self.proxy is not None and len(payload) >= 10 and not self._answers_locally(payload):
+                if not await self._forward(conn, payload, started):
+                    return
+                continue
             try:
                 request = decode_request(payload, framed=False)
             except RequestDecodeError as exc:
@@ -265,6 +345,56 @@ class BridgeServer:
                 )
                 return
             await self._respond(conn, request, outcome, self.committer.written, started)
+
+    def _answers_locally(self, payload: bytes) -> bool:
+        """In proxy mode: the bridge's own APIs, and group APIs of the groups it coordinates."""
+        assert self.proxy is not None
+        api_key = _I16.unpack_from(payload, 0)[0]
+        if api_key in LOCAL_ONLY:
+            return True
+        if api_key not in GROUP_KEYED and api_key not in (ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_GROUPS):
+            return False
+        try:
+            body = decode_request(payload, framed=False).body
+        except RequestDecodeError:
+            return True  # the local path answers or closes with the right error
+        if api_key == ApiKey.FIND_COORDINATOR:
+            keys = list(getattr(body, "coordinator_keys", None) or ()) or [body.key]
+            return (getattr(body, "key_type", 0) or 0) == 0 and all(self.proxy.coordinated(k) for k in keys)
+        if api_key == ApiKey.DESCRIBE_GROUPS:
+            return all(self.proxy.coordinated(g) for g in body.groups)
+        return self.proxy.coordinated(body.group_id)
+
+    async def _forward(self, conn: _Connection, payload: bytes, started: float) -> bool:
+        """Relay to the upstream broker behind this listener; False when the upstream is gone."""
+        assert self.proxy is not None
+        api_key, version, correlation = _PEEK.unpack_from(payload, 0)
+        link = conn.links.get(conn.node_id)
+        if link is None:
+            broker = self.proxy.brokers.get(conn.node_id)
+            if broker is None:
+                log.warning("no upstream broker %s for %s", conn.node_id, conn.host)
+                return False
+            link = conn.links[conn.node_id] = UpstreamLink(broker)
+        expects = not (api_key == 0 and produce_acks(payload, version) == 0)
+        try:
+            future = await link.send(_SIZE.pack(len(payload)) + payload, correlation, expects)
+        except OSError as exc:
+            log.warning("closing %s: upstream broker %s unreachable: %s", conn.host, conn.node_id, exc)
+            return False
+        if future is not None:
+            loop = asyncio.get_running_loop()
+            done = loop.create_task(self._finish_forward(future, api_key, version, correlation))
+            await self._respond(conn, None, done, 0, started)
+        return True
+
+    async def _finish_forward(
+        self, upstream: asyncio.Future[bytes], api_key: int, version: int, correlation: int
+    ) -> bytes:
+        payload = await upstream
+        if api_key in REWRITTEN and self.proxy is not None:
+            return self.proxy.rewrite(api_key, version, correlation, payload, 0)
+        return _SIZE.pack(len(payload)) + payload
 
     async def _respond(
         self, conn: _Connection, request: DecodedRequest | None, outcome: Any, seq: int, started: float
@@ -301,7 +431,12 @@ class BridgeServer:
             else:
                 request, outcome, seq, started = item
                 if isinstance(outcome, asyncio.Future):
-                    outcome = await outcome
+                    try:
+                        outcome = await outcome
+                    except (ConnectionError, OSError) as exc:
+                        log.warning("closing a client connection: %s", exc)
+                        writer.close()
+                        return
                     seq = self.committer.written
                 await self.committer.durable(seq)
                 writer.write(self._encode(request, outcome, started))

@@ -148,6 +148,11 @@ class BridgeSettings(_Strict):
     coordinator: CoordinatorSettings = CoordinatorSettings()
     config_view: ConfigViewSource | None = None
     upstream: list[RemoteAddress] = []
+    proxy_base_port: int | None = Field(None, ge=1, le=65535)
+    """With ``upstream``: the listener of upstream broker N is on this port + N (default: listen port + 1)."""
+    coordinated_groups: list[str] | None = None
+    """Regexes of the group ids the bridge coordinates (default: every group embedded, ``connect.*``
+    in front of an upstream cluster; other groups go to the real coordinator)."""
     """Bootstrap brokers of the real cluster (HOST:PORT); not used yet (DESIGN.md §5)."""
 
     @field_validator("metrics_listen", mode="before")
