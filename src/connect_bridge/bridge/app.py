@@ -8,10 +8,12 @@ import logging
 import sys
 
 from connect_bridge.bridge.config_source import ConfigViewWatcher
+from connect_bridge.bridge.config_topic import ConfigTopicWatcher
 from connect_bridge.bridge.metrics import Metrics, start_http
 from connect_bridge.bridge.server import BridgeServer, ServerOptions
 from connect_bridge.bridge.settings import BridgeSettings
 from connect_bridge.bridge.store import FileRecordStore
+from connect_bridge.bridge.topic_store import TopicRecordStore
 
 log = logging.getLogger("connect_bridge.app")
 
@@ -37,7 +39,11 @@ def server_options(settings: BridgeSettings) -> ServerOptions:
 
 async def run(settings: BridgeSettings) -> None:
     """Serve until SIGTERM/SIGINT; the first stdout line says where it listens (tools read it)."""
-    store = FileRecordStore.open(settings.state_dir)
+    if settings.state_topic and settings.upstream:
+        bootstrap = ",".join(f"{h}:{p}" for h, p in settings.upstream_addresses)
+        store = TopicRecordStore.open(bootstrap, settings.state_topic)
+    else:
+        store = FileRecordStore.open(settings.state_dir)
     metrics = Metrics()
     server = BridgeServer(server_options(settings), store, metrics)
     await server.start()
@@ -49,8 +55,13 @@ async def run(settings: BridgeSettings) -> None:
         log.info("metrics on http://%s:%d/metrics", mhost, http.sockets[0].getsockname()[1])
     watcher = None
     watch_task = None
-    if settings.config_view is not None:
-        watcher = ConfigViewWatcher(settings.config_view.file, settings.config_view.poll_interval_ms)
+    view = settings.config_view
+    if view is not None and view.topic is not None:
+        bootstrap = ",".join(f"{h}:{p}" for h, p in settings.upstream_addresses)
+        watcher = ConfigTopicWatcher(bootstrap, view.topic, view.poll_interval_ms)
+    elif view is not None and view.file is not None:
+        watcher = ConfigViewWatcher(view.file, view.poll_interval_ms)
+    if watcher is not None:
         watch_task = asyncio.get_running_loop().create_task(watcher.watch(server.set_config_view))
     print(f"connect-bridge listening on {server.options.host}:{server.port}", flush=True)
     try:

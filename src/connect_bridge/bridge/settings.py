@@ -122,10 +122,18 @@ class ConfigViewSource(_Strict):
     It stands in for the Connect config topic when the bridge runs without an upstream cluster.
     """
 
-    file: Path
+    file: Path | None = None
+    topic: str | None = Field(None, min_length=1)
+    """The Connect config topic on the upstream cluster (``config.storage.topic``), instead of a file."""
     group: str | None = Field(None, min_length=1)
     """The group id the view applies to; None applies it to every Connect group the bridge hosts."""
     poll_interval_ms: int = Field(1000, gt=0)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ConfigViewSource:
+        if (self.file is None) == (self.topic is None):
+            raise ValueError("config_view needs exactly one of 'file' or 'topic'")
+        return self
 
     def applies_to(self, group_id: str) -> bool:
         return self.group is None or self.group == group_id
@@ -148,6 +156,8 @@ class BridgeSettings(_Strict):
     coordinator: CoordinatorSettings = CoordinatorSettings()
     config_view: ConfigViewSource | None = None
     upstream: list[RemoteAddress] = []
+    state_topic: str | None = Field(None, min_length=1)
+    """With ``upstream``: keep the state records on this compacted topic instead of ``state_dir``."""
     proxy_base_port: int | None = Field(None, ge=1, le=65535)
     """With ``upstream``: the listener of upstream broker N is on this port + N (default: listen port + 1)."""
     coordinated_groups: list[str] | None = None
