@@ -39,3 +39,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "connect_vector" in metafunc.fixturenames:
         cases = load_vectors()
         metafunc.parametrize("connect_vector", cases, ids=[case["id"] for case in cases])
+
+
+@pytest.fixture(scope="session")
+def spark():  # type: ignore[no-untyped-def]
+    """One local SparkSession for the whole run (never stopped per test; see tests/conftest_spark.py)."""
+    from conftest_spark import make_spark
+
+    return make_spark()

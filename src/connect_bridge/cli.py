@@ -152,6 +152,21 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     return 0 if all(g.get("error_code", 0) == 0 for g in groups) else 1
 
 
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from connect_bridge.drills.events import EventLogError
+    from connect_bridge.pipeline.analyze import AnalyzeError, analyze, find_inputs, progress_to_stderr
+
+    try:
+        find_inputs(args.paths)  # fail fast, before starting Spark
+        doc = analyze(
+            args.paths, args.out, master=args.master, chart_drills=args.charts, progress=progress_to_stderr
+        )
+    except (AnalyzeError, EventLogError) as exc:
+        return _fail(f"analyze: {exc}")
+    print(json.dumps({k: v for k, v in doc["totals"].items() if k != "not_ok"}))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="connect-bridge",
@@ -188,6 +203,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", required=True, help="output directory for events.jsonl and summary.json")
     run.add_argument("--mode", choices=("sim", "live"), default="sim")
     run.set_defaults(func=_cmd_drill_run)
+
+    analyze = sub.add_parser("analyze", help="analyze drill event logs with PySpark (docs/pipeline.md)")
+    analyze.add_argument(
+        "paths", nargs="+", metavar="PATH", help="events.jsonl files, drill directories, fleet Parquet"
+    )
+    analyze.add_argument(
+        "--out", required=True, help="output directory (summary.json, Parquet, charts, index.html)"
+    )
+    analyze.add_argument("--master", help="Spark master URL (default local[*])")
+    analyze.add_argument(
+        "--charts", type=int, default=10, metavar="N", help="drills to chart, worst first (default 10)"
+    )
+    analyze.set_defaults(func=_cmd_analyze)
     return parser
 
 

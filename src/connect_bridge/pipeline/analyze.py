@@ -1,0 +1,330 @@
+"""``connect-bridge analyze``: drill event logs → summary.json, Parquet tables, charts, index.html.
+
+Inputs (DESIGN §4.4) are ``events.jsonl`` files, directories searched recursively for them, and
+fleet Parquet (the table of :mod:`.schema`). A JSON-lines drill is named by the ``name`` of a
+``summary.json`` next to its log, else by the log's directory (as
+:func:`connect_bridge.drills.checker.check_file` does); a Parquet drill by its ``drill`` column.
+
+File order is event order. All logs are read in one text scan whose rows get
+``monotonically_increasing_id()`` as ``seq``: Spark splits a file into byte ranges kept in offset
+order (``FileSourceScanExec`` sorts splits by length, stably, and only a file's last split is
+shorter), packs them into partitions in that order, and the id is ``partition << 33 | row``, so
+``seq`` increases along each file. The drill key of a row is its file (``_metadata.file_path``),
+mapped to the drill's name only on the small per-drill results. A ``t_ms`` going backwards in
+``seq`` order is reported as a malformed log, as the checker does.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from connect_bridge.drills.events import EventLogError
+from connect_bridge.pipeline.schema import EVENT_COLUMNS, EVENT_FIELDS, LOG_FIELDS, spark_schema
+
+DRILL_KEYS = (
+    "name",
+    "events",
+    "overlaps",
+    "overlap_ms",
+    "converged",
+    "balanced",
+    "moves",
+    "rebalances",
+    "unassigned_item_ms",
+)
+"""The keys of a drill entry in ``summary.json`` (§4.4), in order."""
+
+SUM_KEYS = ("events", "overlaps", "overlap_ms", "moves", "rebalances", "unassigned_item_ms")
+LOG_NAME = "events.jsonl"
+DEFAULT_CHART_DRILLS = 10
+CHART_BINS = 400
+
+
+class AnalyzeError(ValueError):
+    """Bad input to ``analyze`` (no logs found, unreadable Parquet, duplicate inputs)."""
+
+
+@dataclass
+class Inputs:
+    """What :func:`find_inputs` found."""
+
+    logs: dict[Path, str] = field(default_factory=dict)
+    """Resolved ``events.jsonl`` path → drill name (before de-duplication)."""
+    parquet: list[Path] = field(default_factory=list)
+
+
+def _drill_name(log: Path) -> str:
+    name = log.parent.name
+    summary = log.parent / "summary.json"
+    if summary.is_file():
+        try:
+            name = str(json.loads(summary.read_text(encoding="utf-8")).get("name") or name)
+        except (ValueError, AttributeError, OSError):
+            pass
+    return name
+
+
+def _is_parquet_dir(path: Path) -> bool:
+    return path.suffix == ".parquet" or any(
+        p.suffix == ".parquet" and p.is_file() for p in path.iterdir() if not p.name.startswith((".", "_"))
+    )
+
+
+def find_inputs(paths: Iterable[str | Path]) -> Inputs:
+    """Expand the command-line paths: logs (any ``*.jsonl`` file given, ``events.jsonl`` files
+    found in directories) and Parquet datasets (a ``*.parquet`` file or directory, or a directory
+    holding ``*.parquet`` files; not searched further)."""
+    found = Inputs()
+
+    def add_log(path: Path) -> None:
+        found.logs.setdefault(path.resolve(), _drill_name(path))
+
+    def walk(directory: Path) -> None:
+        if _is_parquet_dir(directory):
+            found.parquet.append(directory.resolve())
+            return
+        for child in sorted(directory.iterdir()):
+            if child.name.startswith((".", "_")):
+                continue
+            if child.is_dir():
+                walk(child)
+            elif child.name == LOG_NAME:
+                add_log(child)
+
+    for raw in paths:
+        path = Path(raw)
+        if not path.exists():
+            raise AnalyzeError(f"{path}: no such file or directory")
+        if path.is_dir():
+            walk(path)
+        elif path.suffix == ".parquet":
+            found.parquet.append(path.resolve())
+        else:
+            add_log(path)
+    if not found.logs and not found.parquet:
+        raise AnalyzeError("no events.jsonl or Parquet input found in " + ", ".join(map(str, paths)))
+    return found
+
+
+def _local_path(uri: str) -> Path:
+    """A ``file:`` URI from Spark (``file:/a%20b/x``) → the local path."""
+    parsed = urlparse(uri)
+    return Path(unquote(parsed.path if parsed.scheme else uri))
+
+
+def load_events(spark: Any, inputs: Inputs) -> Any:
+    """The event table (:mod:`.schema` columns) of every input; ``drill`` of a JSON-lines row is
+    its file's URI as Spark reports it (see :func:`drill_names`)."""
+    from pyspark.sql import functions as F
+
+    frames = []
+    if inputs.logs:
+        text = spark.read.text([str(p) for p in inputs.logs])
+        rows = text.select(
+            F.col("_metadata.file_path").alias("drill"),
+            F.monotonically_increasing_id().alias("seq"),
+            "value",
+        ).where(F.col("value").rlike(r"\S"))  # iter_events skips blank lines
+        parsed = rows.select("drill", "seq", F.from_json("value", spark_schema(LOG_FIELDS)).alias("e"))
+        frames.append(parsed.select("drill", "seq", *(f"e.{name}" for name, _ in LOG_FIELDS)))
+    for path in inputs.parquet:
+        df = spark.read.parquet(str(path))
+        missing = [c for c in EVENT_COLUMNS if c not in df.columns]
+        if missing:
+            raise AnalyzeError(f"{path}: not an event table (missing columns {', '.join(missing)})")
+        frames.append(df.select(*(F.col(name).cast(kind).alias(name) for name, kind in EVENT_FIELDS)))
+    events = frames[0]
+    for frame in frames[1:]:
+        events = events.unionByName(frame)
+    return events
+
+
+def drill_names(keys: Iterable[str], inputs: Inputs) -> dict[str, str]:
+    """Drill key (file URI of a log, or a Parquet ``drill`` value) → unique drill name.
+
+    Names that collide get `` (2)``, `` (3)``… in key order, so every drill stays separate."""
+    by_path = {str(p): name for p, name in inputs.logs.items()}
+    base: dict[str, str] = {}
+    for key in keys:
+        if key.startswith("file:"):
+            local = str(_local_path(key).resolve())
+            if local not in by_path:
+                raise AnalyzeError(f"Spark read {key}, which is not one of the inputs")
+            base[key] = by_path[local]
+        else:
+            base[key] = key
+    taken: set[str] = set()
+    names: dict[str, str] = {}
+    for key in sorted(base, key=lambda k: (base[k], k)):
+        name, n = base[key], 1
+        while name in taken:
+            n += 1
+            name = f"{base[key]} ({n})"
+        names[key] = name
+        taken.add(name)
+    return names
+
+
+def _summary_entry(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: row[k] for k in DRILL_KEYS}
+
+
+def totals(drills: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The ``totals`` object: sums of the numbers and counts of drills by verdict."""
+    out: dict[str, Any] = {"drills": len(drills)}
+    for flag in ("ok", "exclusive", "converged", "balanced"):
+        out[flag] = sum(1 for d in drills if d[flag])
+    for key in SUM_KEYS:
+        out[key] = sum(int(d[key]) for d in drills)
+    out["not_ok"] = sorted(d["name"] for d in drills if not d["ok"])[:50]
+    return out
+
+
+@dataclass
+class Result:
+    """What :func:`run` computed: the collected per-drill rows and the lazy DataFrames."""
+
+    drills: list[dict[str, Any]]
+    """One dict per drill, sorted by name: the §4.4 keys plus exclusive, ok, end_ms, items, live_workers."""
+    metrics: Any
+    events: Any
+    names: dict[str, str]
+    """Drill key → name."""
+    inputs: Inputs
+
+
+def run(spark: Any, paths: Iterable[str | Path], progress: Callable[[str], None] | None = None) -> Result:
+    """Find inputs, load, validate and compute; collects only the per-drill rows."""
+    from pyspark import StorageLevel
+
+    from connect_bridge.pipeline import metrics
+
+    say = progress or (lambda _msg: None)
+    inputs = find_inputs(paths)
+    say(f"reading {len(inputs.logs)} event logs and {len(inputs.parquet)} Parquet inputs")
+    events = load_events(spark, inputs).persist(StorageLevel.MEMORY_AND_DISK)
+
+    say("checking the logs")
+    bad = metrics.problems(events).collect()
+    if bad:
+        names = drill_names([r["drill"] for r in bad], inputs)
+        first = min(bad, key=lambda r: names[r["drill"]])
+        more = sum(r["n"] for r in bad) - 1
+        raise EventLogError(
+            f"drill {names[first['drill']]!r}: event {first['index']} ({first['type']}): {first['reason']}"
+            + (f" (and {more} more malformed events)" if more else "")
+        )
+
+    say("computing metrics")
+    m = metrics.compute(events)
+    for df in (m.effective, m.items, m.intervals):
+        df.persist(StorageLevel.MEMORY_AND_DISK)
+    rows = [r.asDict() for r in m.drills.collect()]
+    # An events.jsonl without events is an (ok, empty) drill too, but it yields no rows.
+    read = {str(_local_path(r["drill"]).resolve()) for r in rows if r["drill"].startswith("file:")}
+    for path in sorted(set(map(str, inputs.logs)) - read):
+        rows.append(
+            {
+                "drill": Path(path).as_uri(),
+                "events": 0,
+                "overlaps": 0,
+                "overlap_ms": 0,
+                "converged": True,
+                "balanced": True,
+                "moves": 0,
+                "rebalances": 0,
+                "unassigned_item_ms": 0,
+                "end_ms": 0,
+                "items": 0,
+                "live_workers": 0,
+                "exclusive": True,
+                "ok": True,
+            }
+        )
+    names = drill_names([r["drill"] for r in rows], inputs)
+    for row in rows:
+        row["name"] = names[row["drill"]]
+    rows.sort(key=lambda r: r["name"])
+    return Result(drills=rows, metrics=m, events=events, names=names, inputs=inputs)
+
+
+def summary_doc(result: Result) -> dict[str, Any]:
+    """``summary.json``: ``{"drills": [§4.4 entries], "totals": {...}}``."""
+    return {"drills": [_summary_entry(r) for r in result.drills], "totals": totals(result.drills)}
+
+
+def analyze(
+    paths: Sequence[str | Path],
+    out: str | Path,
+    *,
+    master: str | None = None,
+    spark: Any = None,
+    chart_drills: int = DEFAULT_CHART_DRILLS,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Analyze drill logs into ``out`` and return the ``summary.json`` document.
+
+    Writes ``summary.json``, ``drills.parquet``, ``items.parquet``, ``intervals.parquet``, PNG
+    charts under ``charts/`` (per drill for ``chart_drills`` drills, worst first; fleet
+    histograms) and ``index.html``. Uses ``spark`` if given, else :func:`.session.get_spark`.
+    Raises :class:`AnalyzeError` or :class:`EventLogError` for bad input.
+    """
+    from pyspark.sql import functions as F
+
+    from connect_bridge.pipeline import charts, metrics, report
+    from connect_bridge.pipeline.session import get_spark
+
+    say = progress or (lambda _msg: None)
+    spark = spark or get_spark(master)
+    result = run(spark, paths, progress=say)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = summary_doc(result)
+
+    say(f"writing tables for {len(result.drills)} drills")
+    mapping = F.broadcast(spark.createDataFrame(list(result.names.items()), "key string, name string"))
+
+    def named(df: Any) -> Any:
+        cols = [c for c in df.columns if c != "drill"]
+        return df.join(mapping, df["drill"] == mapping["key"]).select(F.col("name").alias("drill"), *cols)
+
+    drill_cols = ["name", *DRILL_KEYS[1:], "exclusive", "ok", "end_ms", "items", "live_workers"]
+    drills_df = spark.createDataFrame(
+        [tuple(r[c] for c in drill_cols) for r in result.drills],
+        "drill string, events long, overlaps long, overlap_ms long, converged boolean, balanced boolean, "
+        "moves long, rebalances long, unassigned_item_ms long, exclusive boolean, ok boolean, end_ms long, "
+        "items long, live_workers long",
+    )
+    drills_df.coalesce(1).write.mode("overwrite").parquet(str(out / "drills.parquet"))
+    named(result.metrics.items).write.mode("overwrite").parquet(str(out / "items.parquet"))
+    named(result.metrics.intervals).write.mode("overwrite").parquet(str(out / "intervals.parquet"))
+
+    say("drawing charts")
+    chosen = charts.pick_drills(result.drills, chart_drills)
+    keys = [r["drill"] for r in chosen]
+    series: dict[str, dict[str, Any]] = {}
+    if keys:
+        parts = {
+            "load": metrics.worker_load(result.metrics, keys),
+            "states": metrics.item_states(result.metrics, keys),
+            "epochs": metrics.epochs(result.events, keys),
+        }
+        series = metrics.collect_series(parts, result.metrics.ends, CHART_BINS)
+    pictures = charts.draw_all(out / "charts", result.drills, chosen, series, CHART_BINS)
+
+    (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    report.write_index(out, doc, result.drills, pictures)
+    for df in (result.metrics.effective, result.metrics.items, result.metrics.intervals, result.events):
+        df.unpersist()
+    say(f"done: {out / 'index.html'}")
+    return doc
+
+
+def progress_to_stderr(message: str) -> None:
+    print(f"analyze: {message}", file=sys.stderr, flush=True)

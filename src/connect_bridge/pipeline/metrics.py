@@ -1,0 +1,409 @@
+"""The §4.4 metrics as DataFrame jobs: exactly :func:`connect_bridge.drills.checker.check`.
+
+Input: the event table of :mod:`.schema` (``drill``, ``seq``, event columns), any number of drills.
+Nothing here collects events to the driver; :func:`compute` returns DataFrames, and only the
+per-drill table (one row per drill) and the binned chart series are meant to be collected.
+
+How the checker's one pass becomes window functions (docs/pipeline.md has the long version):
+
+1. **Ownership toggles** per ``(drill, item, worker)``: ``run`` = +1, ``release`` = -1, and every
+   ``worker_stop`` / ``worker_crash`` = -1 for each item the worker ever ran (a join with the
+   ``(item, worker)`` pairs of ``run`` events). Each toggle sets the state absolutely, so over the
+   partition ordered by ``seq`` a +1 is an *effective start* iff the previous toggle is not +1,
+   and a -1 an *effective stop* iff the previous one is +1 (the checker's no-op rules).
+2. **Configured changes** per ``(drill, item)``: ``config`` events numbered ``k`` within the drill,
+   exploded to items (instance task -1, tasks ``0..n-1``); an item enters at ``k`` when it was not
+   in ``k-1`` and leaves at ``k+1`` when it is not in ``k+1``.
+3. **Item timeline** = effective toggles ∪ configured changes, per ``(drill, item)`` by ``seq``:
+   running sums give the number of runners ``cnt`` and configured flag ``cfg`` after each row; the
+   time to the next row (or the drill's end, its largest ``t_ms``) is overlap time when
+   ``cnt >= 2`` and unassigned time when ``cfg = 1`` and ``cnt = 0``. A start with ``cnt >= 2``
+   is an overlap; a start by another worker than the previous start is a move.
+4. **End state**: open ownership intervals, the last configured flag per item and the last
+   ``worker_start``/``stop``/``crash`` per worker give converged and balanced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from connect_bridge.codecs.ids import CONNECTOR_TASK
+
+CONNECTORS_TYPE = T.MapType(T.StringType(), T.LongType())
+ITEM = ("drill", "connector", "task")
+_UNBOUNDED = Window.unboundedPreceding
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """The result DataFrames, keyed by the ``drill`` column of the input."""
+
+    drills: DataFrame
+    """drill, events, overlaps, overlap_ms, converged, balanced, moves, rebalances,
+    unassigned_item_ms, exclusive, ok, end_ms, items, live_workers (at the end)."""
+    items: DataFrame
+    """drill, connector, task, runs, moves, overlaps, overlap_ms, unassigned_item_ms,
+    workers_at_end, live_workers_at_end, configured_at_end, converged."""
+    intervals: DataFrame
+    """drill, connector, task, worker, start_ms, end_ms, open (still running at the end)."""
+    effective: DataFrame
+    """Effective ownership changes: drill, connector, task, worker, seq, t_ms, d (+1 / -1)."""
+    timeline: DataFrame
+    """Per-item timeline rows: drill, connector, task, seq, t_ms, cnt, cfg (state after the row)."""
+    ends: DataFrame
+    """drill, end_ms."""
+
+
+def _int(cond: Column) -> Column:
+    return F.when(cond, F.lit(1)).otherwise(F.lit(0))
+
+
+def problems(events: DataFrame) -> DataFrame:
+    """Per drill with malformed events: the first problem, as the checker would report it.
+
+    Columns: drill, n (malformed events), index (0-based event index in the drill), type, reason.
+    The checker raises on the first of these; :func:`connect_bridge.pipeline.analyze.analyze` too.
+    """
+    by_drill = Window.partitionBy("drill").orderBy("seq")
+    t, kind = F.col("t_ms"), F.col("type")
+    prev_t = F.lag("t_ms").over(by_drill)
+    ownership = kind.isin("run", "release")
+    reason = (
+        F.when(t.isNull(), F.lit("missing field 't_ms' (or not a JSON object)"))
+        .when(kind.isNull(), F.lit("missing field 'type'"))
+        .when(
+            prev_t > t,
+            F.concat(
+                F.lit("t_ms "),
+                t.cast("string"),
+                F.lit(" is before the previous event's "),
+                prev_t.cast("string"),
+            ),
+        )
+        .when(ownership & F.col("connector").isNull(), F.lit("missing field 'connector'"))
+        .when(ownership & F.col("task").isNull(), F.lit("missing field 'task'"))
+        .when((kind == "run") & F.col("worker").isNull(), F.lit("worker is null"))
+        .when(
+            (kind == "config") & F.from_json(F.col("connectors"), CONNECTORS_TYPE).isNull(),
+            F.lit("connectors must be an object"),
+        )
+    )
+    checked = events.select(
+        "drill", (F.row_number().over(by_drill) - 1).alias("index"), "type", reason.alias("reason")
+    )
+    return (
+        checked.where(F.col("reason").isNotNull())
+        .groupBy("drill")
+        .agg(F.count(F.lit(1)).alias("n"), F.min(F.struct("index", "type", "reason")).alias("first"))
+        .select("drill", "n", "first.index", "first.type", "first.reason")
+    )
+
+
+def compute(events: DataFrame) -> Metrics:
+    """Every metric of §4.4 per drill, plus the item and interval tables (lazy DataFrames).
+
+    ``events`` must be valid (see :func:`problems`). The caller may persist the results.
+    """
+    ev = events
+    kind = F.col("type")
+
+    # --- drill base: events, rebalances, end -------------------------------------------------------
+    base = ev.groupBy("drill").agg(
+        F.count(F.lit(1)).alias("events"),
+        F.sum(_int(kind == "epoch")).cast("long").alias("rebalances"),
+        F.coalesce(F.max("t_ms"), F.lit(0)).cast("long").alias("end_ms"),
+    )
+    ends = base.select("drill", "end_ms")
+
+    # --- 1. ownership toggles → effective starts / stops ------------------------------------------
+    own = ev.where(kind.isin("run", "release")).select(
+        "drill",
+        "seq",
+        "t_ms",
+        "worker",
+        "connector",
+        "task",
+        F.when(kind == "run", F.lit(1)).otherwise(F.lit(-1)).alias("d"),
+    )
+    pairs = ev.where(kind == "run").select("drill", "worker", "connector", "task").distinct()
+    stops = ev.where(kind.isin("worker_stop", "worker_crash") & F.col("worker").isNotNull()).select(
+        "drill", "seq", "t_ms", "worker"
+    )
+    ended = stops.join(pairs, ["drill", "worker"]).select(
+        "drill", "seq", "t_ms", "worker", "connector", "task", F.lit(-1).alias("d")
+    )
+    by_holder = Window.partitionBy("drill", "connector", "task", "worker").orderBy("seq")
+    prev = F.lag("d").over(by_holder)
+    toggles = own.unionByName(ended).withColumn("prev", prev)
+    d = F.col("d")
+    effective = toggles.where(
+        ((d == 1) & (F.col("prev").isNull() | (F.col("prev") == -1))) | ((d == -1) & (F.col("prev") == 1))
+    ).drop("prev")
+
+    intervals = (
+        effective.withColumn("next_t", F.lead("t_ms").over(by_holder))
+        .where(d == 1)
+        .join(F.broadcast(ends), "drill")
+        .select(
+            "drill",
+            "connector",
+            "task",
+            "worker",
+            F.col("t_ms").alias("start_ms"),
+            F.coalesce("next_t", "end_ms").alias("end_ms"),
+            F.col("next_t").isNull().alias("open"),
+        )
+    )
+
+    # --- 2. configured changes per item ------------------------------------------------------------
+    configs = ev.where(kind == "config").select(
+        "drill",
+        "seq",
+        "t_ms",
+        F.row_number().over(Window.partitionBy("drill").orderBy("seq")).alias("k"),
+        F.from_json(F.col("connectors"), CONNECTORS_TYPE).alias("m"),
+    )
+    listed = configs.select("drill", "k", F.explode("m").alias("connector", "n")).select(
+        "drill",
+        "k",
+        "connector",
+        F.explode(F.sequence(F.lit(CONNECTOR_TASK).cast("long"), F.greatest("n", F.lit(0)) - 1)).alias(
+            "task"
+        ),
+    )
+    by_cfg = Window.partitionBy(*ITEM).orderBy("k")
+    listed = listed.select(
+        "drill",
+        "connector",
+        "task",
+        "k",
+        F.lag("k").over(by_cfg).alias("pk"),
+        F.lead("k").over(by_cfg).alias("nk"),
+    )
+    at = configs.select("drill", "k", "seq", "t_ms")
+    k = F.col("k")
+    enters = (
+        listed.where(F.col("pk").isNull() | (F.col("pk") != k - 1))
+        .join(at, ["drill", "k"])
+        .select(*ITEM, "seq", "t_ms", F.lit(1).alias("d_cfg"))
+    )
+    leaves = (
+        listed.where(F.col("nk").isNull() | (F.col("nk") != k + 1))
+        .select(*ITEM, (k + 1).alias("k"))
+        .join(at, ["drill", "k"])  # the config event that drops the item; none after the last one
+        .select(*ITEM, "seq", "t_ms", F.lit(-1).alias("d_cfg"))
+    )
+    cfg_changes = enters.unionByName(leaves).select(
+        *ITEM, "seq", "t_ms", F.lit(None).cast("string").alias("worker"), F.lit(0).alias("d_own"), "d_cfg"
+    )
+
+    # --- 3. item timeline --------------------------------------------------------------------------
+    by_item = Window.partitionBy(*ITEM).orderBy("seq")
+    so_far = by_item.rowsBetween(_UNBOUNDED, Window.currentRow)
+    before = by_item.rowsBetween(_UNBOUNDED, -1)
+    d_own = F.col("d_own")
+    timeline = (
+        effective.select(*ITEM, "seq", "t_ms", "worker", F.col("d").alias("d_own"), F.lit(0).alias("d_cfg"))
+        .unionByName(cfg_changes)
+        .select(
+            *ITEM,
+            "seq",
+            "t_ms",
+            "worker",
+            "d_own",
+            F.sum("d_own").over(so_far).alias("cnt"),
+            F.sum("d_cfg").over(so_far).alias("cfg"),
+            F.lead("t_ms").over(by_item).alias("next_t"),
+            F.last(F.when(d_own == 1, F.col("worker")), ignorenulls=True).over(before).alias("prev_runner"),
+        )
+        .join(F.broadcast(ends), "drill")
+        .withColumn("dur", F.coalesce("next_t", "end_ms") - F.col("t_ms"))
+    )
+    cnt, cfg, dur = F.col("cnt"), F.col("cfg"), F.col("dur")
+    starts = d_own == 1
+    per_item = timeline.groupBy(*ITEM).agg(
+        F.sum(_int(starts)).cast("long").alias("runs"),
+        F.sum(_int(starts & F.col("prev_runner").isNotNull() & (F.col("prev_runner") != F.col("worker"))))
+        .cast("long")
+        .alias("moves"),
+        F.sum(_int(starts & (cnt >= 2))).cast("long").alias("overlaps"),
+        F.sum(F.when(cnt >= 2, dur).otherwise(0)).cast("long").alias("overlap_ms"),
+        F.sum(F.when((cfg > 0) & (cnt == 0), dur).otherwise(0)).cast("long").alias("unassigned_item_ms"),
+        F.max_by("cnt", "seq").cast("long").alias("workers_at_end"),
+        (F.max_by("cfg", "seq") > 0).alias("configured_at_end"),
+    )
+
+    # --- 4. end state ------------------------------------------------------------------------------
+    last_state = (
+        ev.where(kind.isin("worker_start", "worker_stop", "worker_crash"))
+        .groupBy("drill", "worker")
+        .agg(F.max_by("type", "seq").alias("last"))
+    )
+    live = last_state.where(F.col("last") == "worker_start").select("drill", "worker")
+    running_at_end = intervals.where(F.col("open")).select("drill", "connector", "task", "worker")
+    live_runners = (
+        running_at_end.join(live.withColumn("is_live", F.lit(1)), ["drill", "worker"], "left")
+        .groupBy(*ITEM)
+        .agg(F.sum(F.coalesce("is_live", F.lit(0))).cast("long").alias("live_workers_at_end"))
+    )
+    items = per_item.join(live_runners, list(ITEM), "left").fillna(0, subset=["live_workers_at_end"])
+    item_ok = F.when(
+        F.col("configured_at_end"),
+        (F.col("workers_at_end") == 1) & (F.col("live_workers_at_end") == 1),
+    ).otherwise(F.col("workers_at_end") == 0)
+    items = items.withColumn("converged", item_ok)
+
+    load = running_at_end.groupBy("drill", "worker").agg(
+        F.sum(_int(F.col("task") == CONNECTOR_TASK)).alias("conns"),
+        F.sum(_int(F.col("task") != CONNECTOR_TASK)).alias("tasks"),
+    )
+    balance = (
+        live.join(load, ["drill", "worker"], "left")
+        .fillna(0, subset=["conns", "tasks"])
+        .groupBy("drill")
+        .agg(
+            ((F.max("conns") - F.min("conns") <= 1) & (F.max("tasks") - F.min("tasks") <= 1)).alias(
+                "balanced"
+            ),
+            F.count(F.lit(1)).alias("live_workers"),
+        )
+    )
+    item_totals = items.groupBy("drill").agg(
+        F.sum("overlaps").alias("overlaps"),
+        F.sum("overlap_ms").alias("overlap_ms"),
+        F.sum("moves").alias("moves"),
+        F.sum("unassigned_item_ms").alias("unassigned_item_ms"),
+        F.sum(_int(~F.col("converged"))).alias("bad_items"),
+        F.count(F.lit(1)).alias("items"),
+    )
+    zero = F.lit(0).cast("long")
+    drills = (
+        base.join(item_totals, "drill", "left")
+        .join(balance, "drill", "left")
+        .select(
+            "drill",
+            F.col("events").cast("long").alias("events"),
+            F.coalesce(F.col("overlaps").cast("long"), zero).alias("overlaps"),
+            F.coalesce(F.col("overlap_ms").cast("long"), zero).alias("overlap_ms"),
+            (F.coalesce("bad_items", F.lit(0)) == 0).alias("converged"),
+            F.coalesce("balanced", F.lit(True)).alias("balanced"),
+            F.coalesce(F.col("moves").cast("long"), zero).alias("moves"),
+            F.col("rebalances"),
+            F.coalesce(F.col("unassigned_item_ms").cast("long"), zero).alias("unassigned_item_ms"),
+            "end_ms",
+            F.coalesce(F.col("items").cast("long"), zero).alias("items"),
+            F.coalesce(F.col("live_workers").cast("long"), zero).alias("live_workers"),
+        )
+        .withColumn("exclusive", F.col("overlaps") == 0)
+        .withColumn("ok", F.col("exclusive") & F.col("converged") & F.col("balanced"))
+    )
+    return Metrics(
+        drills=drills,
+        items=items,
+        intervals=intervals,
+        effective=effective,
+        timeline=timeline.select(*ITEM, "seq", "t_ms", "cnt", "cfg"),
+        ends=ends,
+    )
+
+
+# --- chart series: (drill, series, seq, t_ms, value = the series' value from this event on) ------
+
+
+def worker_load(m: Metrics, drills: list[str]) -> DataFrame:
+    """Items each worker runs, after each of its effective changes (series = worker)."""
+    by_worker = Window.partitionBy("drill", "worker").orderBy("seq")  # RANGE: a stop's rows together
+    eff = m.effective.where(F.col("drill").isin(drills))
+    return eff.select(
+        "drill", F.col("worker").alias("series"), "seq", "t_ms", F.sum("d").over(by_worker).alias("value")
+    )
+
+
+def item_states(m: Metrics, drills: list[str]) -> DataFrame:
+    """Unassigned configured items and items on ≥ 2 workers, drill-wide, after each change."""
+    by_item = Window.partitionBy(*ITEM).orderBy("seq")
+    by_drill = Window.partitionBy("drill").orderBy("seq")  # RANGE: rows of one event together
+    tl = m.timeline.where(F.col("drill").isin(drills))
+    u = _int((F.col("cfg") > 0) & (F.col("cnt") == 0))
+    o = _int(F.col("cnt") >= 2)
+    tl = tl.select(
+        "drill",
+        "seq",
+        "t_ms",
+        (u - F.lag(u, 1, 0).over(by_item)).alias("du"),
+        (o - F.lag(o, 1, 0).over(by_item)).alias("do"),
+    )
+    tl = tl.select(
+        "drill",
+        "seq",
+        "t_ms",
+        F.sum("du").over(by_drill).alias("unassigned"),
+        F.sum("do").over(by_drill).alias("overlapping"),
+    )
+    return tl.select(
+        "drill",
+        "seq",
+        "t_ms",
+        F.explode(
+            F.array(
+                F.struct(F.lit("unassigned items").alias("series"), F.col("unassigned").alias("value")),
+                F.struct(F.lit("items on >= 2 workers").alias("series"), F.col("overlapping").alias("value")),
+            )
+        ).alias("s"),
+    ).select("drill", "s.series", "seq", "t_ms", "s.value")
+
+
+def epochs(events: DataFrame, drills: list[str]) -> DataFrame:
+    """Member epochs per worker and the coordinator's group epoch (series ``group <type>``)."""
+    ev = events.where(F.col("drill").isin(drills))
+    member = ev.where(F.col("type") == "epoch").select(
+        "drill",
+        F.coalesce("worker", F.lit("?")).alias("series"),
+        "seq",
+        "t_ms",
+        F.col("epoch").alias("value"),
+    )
+    group = ev.where(F.col("type") == "group").select(
+        "drill",
+        F.concat(F.lit("group "), F.coalesce("group_type", F.lit("?"))).alias("series"),
+        "seq",
+        "t_ms",
+        F.col("group_epoch").alias("value"),
+    )
+    return member.unionByName(group).where(F.col("value").isNotNull())
+
+
+def collect_series(
+    parts: dict[str, DataFrame], ends: DataFrame, bins: int
+) -> dict[str, dict[str, dict[str, list[Any]]]]:
+    """Bin and collect several series frames in one job:
+    ``{part: {drill: {series: [(bin, peak, last), ...]}}}``, points sorted by bin."""
+    frames = [
+        df.select(F.lit(part).alias("part"), "drill", "series", "seq", "t_ms", F.col("value").cast("long"))
+        for part, df in parts.items()
+    ]
+    union = frames[0]
+    for frame in frames[1:]:
+        union = union.unionByName(frame)
+    b = F.floor(F.col("t_ms") * F.lit(bins) / (F.col("end_ms") + F.lit(1))).cast("int")
+    binned = (
+        union.join(F.broadcast(ends), "drill")
+        .withColumn("bin", b)
+        .groupBy("part", "drill", "series", "bin")
+        .agg(F.max("value").alias("peak"), F.max_by("value", "seq").alias("last"))
+    )
+    out: dict[str, dict[str, dict[str, list[Any]]]] = {part: {} for part in parts}
+    for row in binned.collect():
+        out[row["part"]].setdefault(row["drill"], {}).setdefault(row["series"], []).append(
+            (row["bin"], row["peak"], row["last"])
+        )
+    for drills in out.values():
+        for series in drills.values():
+            for points in series.values():
+                points.sort()
+    return out

@@ -1,0 +1,420 @@
+"""The PySpark pipeline (``analyze``) computes exactly the checker's numbers (DESIGN §4.4).
+
+One Spark session, few pipeline runs: every drill (sim runs of the examples and of random scenarios,
+hand-made logs with injected faults) goes through one ``analyze`` call, and its per-drill numbers
+must equal ``drills.checker.check(events, name)``. Files are split into many small partitions in
+that run, so event order across splits is exercised too.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("matplotlib")
+
+from connect_bridge.cli import main as cli_main
+from connect_bridge.codecs.ids import ConnectorTaskId
+from connect_bridge.drills.checker import check
+from connect_bridge.drills.events import EventLog, EventLogError
+from connect_bridge.drills.generate import random_scenario
+from connect_bridge.drills.scenario import load_scenario
+from connect_bridge.drills.sim import run_scenario
+from connect_bridge.pipeline import analyze as pipeline
+from connect_bridge.pipeline.schema import EVENT_COLUMNS, write_events_parquet
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+A = ConnectorTaskId("A", -1)
+A0, A1, A2 = (ConnectorTaskId("A", i) for i in range(3))
+B = ConnectorTaskId("B", -1)
+B0, B1 = ConnectorTaskId("B", 0), ConnectorTaskId("B", 1)
+C, D = ConnectorTaskId("C", -1), ConnectorTaskId("D", -1)
+D0, D1, D2 = (ConnectorTaskId("D", i) for i in range(3))
+NUMBERS = (
+    "events",
+    "overlaps",
+    "overlap_ms",
+    "converged",
+    "balanced",
+    "moves",
+    "rebalances",
+    "unassigned_item_ms",
+)
+
+
+def _log(*workers: str, connectors: dict[str, int] | None = None) -> EventLog:
+    log = EventLog()
+    if connectors is not None:
+        log.config(0, connectors, offset=1)
+    for w in workers:
+        log.worker_start(0, w, "new")
+    return log
+
+
+def _hand_made() -> dict[str, list[dict[str, Any]]]:
+    """The checker's hand-written cases (tests/test_checker.py) and a few more, by drill name."""
+    logs: dict[str, EventLog] = {}
+
+    log = logs["handover"] = _log("w1", "w2", connectors={"A": 1})
+    log.run(1000, "w1", A)
+    log.run(1000, "w1", A0)
+    log.epoch(1000, "w1", 1)
+    log.release(5000, "w1", A0)
+    log.run(5000, "w2", A0)
+    log.epoch(5000, "w2", 2)
+    log.drill_end(10000)
+
+    log = logs["injected-overlap"] = _log("w1", "w2", "w3", connectors={"A": 0})
+    log.run(0, "w1", A)
+    log.run(2000, "w2", A)
+    log.run(3000, "w3", A)
+    log.release(5000, "w1", A)
+    log.release(6000, "w2", A)
+    log.drill_end(8000)
+
+    log = logs["overlap-open-at-end"] = _log("w1", "w2", connectors={"A": 0})
+    log.run(0, "w1", A)
+    log.run(1000, "w2", A)
+    log.drill_end(4000)
+
+    log = logs["release-then-run"] = _log("w1", "w2", connectors={"A": 0})
+    log.run(0, "w1", A)
+    log.release(1000, "w1", A)
+    log.run(1000, "w2", A)
+
+    log = logs["run-then-release"] = _log("w1", "w2", connectors={"A": 0})
+    log.run(0, "w1", A)
+    log.run(1000, "w2", A)
+    log.release(1000, "w1", A)
+
+    log = logs["gaps-and-crash"] = _log("w1", connectors={"A": 2})
+    log.run(100, "w1", A)
+    log.run(100, "w1", A0)
+    log.run(300, "w1", A1)
+    log.worker_crash(1000, "w1", "new")
+    log.worker_start(1500, "w2", "new")
+    for item in (A, A0, A1):
+        log.run(2000, "w2", item)
+    log.drill_end(2500)
+
+    for ending in ("worker_stop", "worker_crash"):
+        log = logs[f"{ending}-ends-items"] = _log("w1", "w2", connectors={"A": 1})
+        log.run(0, "w1", A)
+        log.run(0, "w1", A0)
+        getattr(log, ending)(1000, "w1", "new")
+        log.run(1000, "w2", A0)
+        log.run(4000, "w2", A)
+
+    log = logs["crash-during-overlap"] = _log("w1", "w2", "w3", connectors={"A": 1})
+    log.run(0, "w1", A)
+    log.run(0, "w1", A0)
+    log.run(500, "w2", A0)  # overlap 500..800 (w1 crashes)
+    log.worker_crash(800, "w1", "new")  # A unassigned from 800
+    log.run(900, "w3", A)
+    log.worker_crash(900, "w3", "new")  # and again from 900 (same t_ms: order matters)
+    log.worker_start(1200, "w1", "new")
+    log.run(1200, "w1", A)  # not a move? w3 ran it last: a move
+    log.run(1300, "w2", A)  # overlap open until the end
+    log.drill_end(2000)
+
+    logs["configured-never-run"] = _log("w1", connectors={"A": 0})
+    logs["configured-never-run"].drill_end(7000)
+
+    log = logs["removed-connector"] = _log("w1", connectors={"A": 0, "B": 1})
+    for item in (A, B, B0):
+        log.run(0, "w1", item)
+    log.release(500, "w1", B0)
+    log.release(500, "w1", B)
+    log.config(1000, {"A": 0}, offset=2)
+    log.drill_end(5000)
+
+    log = logs["removed-and-re-added"] = _log("w1", connectors={"A": 0, "B": 1})
+    for item in (A, B, B0):
+        log.run(0, "w1", item)
+    log.release(500, "w1", B0)
+    log.release(500, "w1", B)
+    log.config(1000, {"A": 0}, offset=2)
+    log.config(2000, {"A": 0, "B": 0}, offset=3)
+    log.config(2500, {"A": 0, "B": 2}, offset=4)  # B-0, B-1 enter
+    log.run(3000, "w1", B0)
+    log.config(3500, {"A": 0, "B": 2}, offset=5)  # same config again: no change
+    log.config(4000, {"A": 1}, offset=6)  # B and its tasks leave (B-0 still running), A-0 enters
+    log.drill_end(5000)
+
+    log = logs["removed-still-running"] = _log("w1", "w2", connectors={"A": 0, "B": 1})
+    log.run(0, "w1", A)
+    log.run(0, "w2", B)
+    log.run(0, "w2", B0)
+    log.config(1000, {"A": 0, "B": 0}, offset=2)
+    log.drill_end(5000)
+
+    log = logs["run-before-config"] = _log("w1")
+    log.run(1000, "w1", A)
+    log.config(1500, {"A": 0, "C": 0}, offset=1)
+    log.drill_end(2000)
+
+    log = logs["not-live-worker"] = _log(connectors={"A": 0})
+    log.run(0, "ghost", A)
+
+    log = logs["moves"] = _log("w1", "w2", connectors={"A": 1})
+    log.run(0, "w1", A0)
+    log.release(10, "w1", A0)
+    log.run(20, "w1", A0)
+    log.run(20, "w1", A0)
+    log.release(30, "w1", A0)
+    log.run(30, "w2", A0)
+    log.release(40, "w2", A0)
+    log.run(40, "w1", A0)
+    log.run(40, "w2", A)
+    log.release(50, "w9", A)
+    log.drill_end(100)
+
+    log = logs["repeated-run-while-overlapping"] = _log("w1", "w2", connectors={"A": 0})
+    log.run(0, "w1", A)
+    log.run(10, "w2", A)
+    log.run(20, "w1", A)  # no-op: w1 runs it (last runner stays w2)
+    log.release(30, "w2", A)
+    log.run(40, "w2", A)  # a move (last runner w2? no: w2 itself), overlap again
+    log.worker_stop(50, "w2")
+    log.worker_stop(60, "w2")  # stopping twice: nothing more
+
+    log = logs["unbalanced"] = _log("w1", "w2", connectors={"A": 0, "B": 0, "C": 0, "D": 3})
+    for item in (A, B, C):
+        log.run(0, "w1", item)
+    for item in (D, D0, D1, D2):
+        log.run(0, "w2", item)
+
+    log = logs["off-by-one-unbalanced"] = _log("w1", "w2", "w3", connectors={"A": 2, "B": 0})
+    for w, item in (("w1", A), ("w1", B), ("w1", A0), ("w3", A1)):
+        log.run(0, w, item)
+    log = logs["off-by-one-balanced"] = _log("w1", "w2", "w3", connectors={"A": 2, "B": 0})
+    for w, item in (("w1", A), ("w1", A0), ("w2", B), ("w3", A1)):
+        log.run(0, w, item)
+
+    log = logs["unknown-types"] = _log(connectors={"A": 0})
+    log.bridge_restart(3000)
+    log.emit(4000, "something_new", "w1", detail=1)
+    log.group(4000, "connect", 3)
+
+    log = logs["thirty-one-overlaps"] = _log(*(f"w{i}" for i in range(31)), connectors={"A": 0})
+    for i in range(31):
+        log.run(i, f"w{i}", A)
+
+    log = logs["restarted-worker"] = _log("w1", "w2", connectors={"A": 1, "B": 1})
+    for w, item in (("w1", A), ("w1", A0), ("w2", B), ("w2", B0)):
+        log.run(0, w, item)
+    log.worker_stop(100, "w2", "new")
+    log.worker_start(200, "w2", "new")
+    log.run(300, "w2", B)
+    log.run(300, "w2", B0)
+    log.epoch(300, "w2", 5)
+    log.drill_end(1000)
+
+    # Big enough to be split across many partitions; same-t_ms release/run order decides overlaps.
+    log = logs["large-handover"] = _log("w1", "w2", connectors={"A": 0})
+    for t in range(6000):
+        log.run(t, ("w1", "w2")[t % 2], A)
+        log.release(t, ("w1", "w2")[t % 2], A)
+        log.epoch(t, "w1", t)
+    log.run(6000, "w1", A)
+
+    out = {name: list(log.events) for name, log in logs.items()}
+    out["empty"] = []
+    return out
+
+
+def _all_drills() -> dict[str, list[dict[str, Any]]]:
+    drills: dict[str, list[dict[str, Any]]] = {}
+    for path in sorted(EXAMPLES.glob("*.json")):
+        scenario = load_scenario(path)
+        drills[scenario.name] = list(run_scenario(scenario).events)
+    for seed in range(12):
+        drills[f"random-{seed}"] = list(run_scenario(random_scenario(seed)).events)
+    drills.update(_hand_made())
+    return drills
+
+
+def _write_tree(root: Path, drills: dict[str, list[dict[str, Any]]]) -> None:
+    """Drill directories in a nested tree; some named by summary.json, some by their directory."""
+    for i, (name, events) in enumerate(drills.items()):
+        directory = root / f"batch{i % 3}" / (name if i % 2 else f"dir-{i}")
+        directory.mkdir(parents=True)
+        log = EventLog()
+        log.events.extend(events)
+        log.write_jsonl(directory / "events.jsonl")
+        if not i % 2:
+            (directory / "summary.json").write_text(json.dumps({"name": name, "ok": None}))
+    # Blank lines are skipped, as by iter_events.
+    blank = root / "blank-lines"
+    blank.mkdir()
+    (blank / "events.jsonl").write_text(
+        '\n{"t_ms":0,"type":"config","worker":null,"connectors":{"A":0},"offset":1}\n\n  \n'
+        '{"t_ms":5,"type":"run","worker":"w1","connector":"A","task":-1}\n\n'
+    )
+
+
+def _expected(name: str, events: list[dict[str, Any]]) -> dict[str, Any]:
+    doc = check(events, name=name).to_json()
+    return {"name": name, **{k: doc[k] for k in NUMBERS}}
+
+
+@pytest.fixture(scope="module")
+def drills() -> dict[str, list[dict[str, Any]]]:
+    return _all_drills()
+
+
+@pytest.fixture(scope="module")
+def analyzed(spark, drills, tmp_path_factory) -> tuple[dict[str, Any], Path, float]:  # type: ignore[no-untyped-def]
+    root = tmp_path_factory.mktemp("logs")
+    _write_tree(root, drills)
+    out = tmp_path_factory.mktemp("analysis")
+    # Small splits: the large logs are read as many partitions, so order across splits matters.
+    spark.conf.set("spark.sql.files.maxPartitionBytes", str(64 * 1024))
+    spark.conf.set("spark.sql.files.openCostInBytes", "0")
+    started = time.monotonic()
+    try:
+        doc = pipeline.analyze([root], out, spark=spark, chart_drills=4)
+    finally:
+        spark.conf.unset("spark.sql.files.maxPartitionBytes")
+        spark.conf.unset("spark.sql.files.openCostInBytes")
+    return doc, out, time.monotonic() - started
+
+
+def test_every_drill_matches_the_checker(analyzed, drills) -> None:  # type: ignore[no-untyped-def]
+    doc, _, _ = analyzed
+    expected = {name: _expected(name, events) for name, events in drills.items()}
+    expected["blank-lines"] = _expected(
+        "blank-lines",
+        [
+            {"t_ms": 0, "type": "config", "worker": None, "connectors": {"A": 0}, "offset": 1},
+            {"t_ms": 5, "type": "run", "worker": "w1", "connector": "A", "task": -1},
+        ],
+    )
+    got = {d["name"]: d for d in doc["drills"]}
+    assert sorted(got) == sorted(expected)
+    mismatches = {n: (got[n], expected[n]) for n in expected if got[n] != expected[n]}
+    assert not mismatches
+    # The hand-made faults really are in there (the comparison is not vacuous).
+    assert got["injected-overlap"]["overlaps"] == 2 and got["injected-overlap"]["overlap_ms"] == 4000
+    assert got["run-then-release"]["overlaps"] == 1 and got["release-then-run"]["overlaps"] == 0
+    assert got["gaps-and-crash"]["unassigned_item_ms"] == 3500
+    assert got["removed-still-running"]["converged"] is False
+    assert got["large-handover"]["overlaps"] == 0 and got["large-handover"]["moves"] == 6000
+
+
+def test_summary_json_and_totals(analyzed, drills) -> None:  # type: ignore[no-untyped-def]
+    doc, out, _ = analyzed
+    assert json.loads((out / "summary.json").read_text()) == doc
+    assert set(doc) == {"drills", "totals"}
+    for entry in doc["drills"]:
+        assert list(entry) == list(pipeline.DRILL_KEYS)
+    totals = doc["totals"]
+    checked = [check(events, name=name) for name, events in drills.items()]
+    assert totals["drills"] == len(drills) + 1
+    assert totals["moves"] == sum(d["moves"] for d in doc["drills"]) == sum(s.moves for s in checked)
+    assert totals["ok"] == sum(s.ok for s in checked)  # blank-lines runs A on a worker never started
+    assert totals["converged"] == sum(s.converged for s in checked)
+    assert totals["events"] == sum(s.events for s in checked) + 2
+
+
+def test_outputs_exist_and_link(analyzed) -> None:  # type: ignore[no-untyped-def]
+    import pandas as pd
+
+    doc, out, _ = analyzed
+    drills = pd.read_parquet(out / "drills.parquet")
+    assert sorted(drills["drill"]) == sorted(d["name"] for d in doc["drills"])
+    items = pd.read_parquet(out / "items.parquet")
+    assert {"drill", "connector", "task", "moves", "unassigned_item_ms", "converged"} <= set(items.columns)
+    by_drill = items.groupby("drill")["unassigned_item_ms"].sum()
+    assert by_drill["gaps-and-crash"] == 3500
+    intervals = pd.read_parquet(out / "intervals.parquet")
+    assert list(intervals.columns) == ["drill", "connector", "task", "worker", "start_ms", "end_ms", "open"]
+    handover = intervals[intervals["drill"] == "handover"].sort_values(["task", "start_ms"])
+    assert handover[["task", "worker", "start_ms", "end_ms", "open"]].values.tolist() == [
+        [-1, "w1", 1000, 10000, True],
+        [0, "w1", 1000, 5000, False],
+        [0, "w2", 5000, 10000, True],
+    ]
+    pngs = sorted((out / "charts").glob("*.png"))
+    assert len(pngs) == 2 + 3 * 4
+    for png in pngs:
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 1000
+    page = (out / "index.html").read_text()
+    links = re.findall(r'(?:href|src)="([^"#]+)"', page)
+    assert "summary.json" in links and "charts/fleet-moves.png" in links
+    for link in links:
+        assert (out / link).exists(), link
+    assert page.count("<img ") == len(pngs)
+    assert "injected-overlap" in page
+
+
+def test_parquet_input_gives_the_same_numbers(spark, analyzed, drills, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    doc, _, _ = analyzed
+    names = sorted(drills)
+    fleet = tmp_path / "fleet"
+    write_events_parquet({n: drills[n] for n in names[::2]}, fleet / "part-0.parquet")
+    write_events_parquet({n: drills[n] for n in names[1::2]}, fleet / "part-1.parquet")
+    result = pipeline.run(spark, [fleet])
+    got = {r["name"]: {k: r[k] for k in pipeline.DRILL_KEYS} for r in result.drills}
+    want = {d["name"]: d for d in doc["drills"] if d["name"] in drills and d["name"] != "empty"}
+    assert got == want  # an empty drill has no rows in a table, so it is not a drill there
+
+
+def test_schema_is_the_fleet_table() -> None:
+    assert EVENT_COLUMNS == (
+        "drill",
+        "seq",
+        "t_ms",
+        "type",
+        "worker",
+        "connector",
+        "task",
+        "protocol",
+        "epoch",
+        "group_type",
+        "group_epoch",
+        "connectors",
+        "offset",
+    )
+
+
+def test_malformed_log_is_rejected_like_the_checker(spark, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    bad = tmp_path / "backwards"
+    bad.mkdir()
+    (bad / "events.jsonl").write_text(
+        '{"t_ms":5,"type":"epoch","worker":"w","epoch":1}\n{"t_ms":4,"type":"epoch","worker":"w","epoch":2}\n'
+    )
+    with pytest.raises(EventLogError, match=r"drill 'backwards': event 1 \(epoch\): t_ms 4 is before"):
+        pipeline.run(spark, [bad])
+    (tmp_path / "nothing-here").mkdir()
+    with pytest.raises(pipeline.AnalyzeError, match=r"no events\.jsonl"):
+        pipeline.find_inputs([tmp_path / "nothing-here"])
+    with pytest.raises(pipeline.AnalyzeError, match="no such file"):
+        pipeline.find_inputs([tmp_path / "missing"])
+
+
+def test_cli_analyze(spark, tmp_path, capsys) -> None:  # type: ignore[no-untyped-def]
+    scenario = load_scenario(EXAMPLES / "crash-no-return-new.json")
+    drill = tmp_path / "drill"
+    drill.mkdir()
+    run_scenario(scenario).write_jsonl(drill / "events.jsonl")
+    out = tmp_path / "out"
+    assert cli_main(["analyze", str(drill / "events.jsonl"), "--out", str(out), "--charts", "1"]) == 0
+    captured = capsys.readouterr()
+    totals = json.loads(captured.out)
+    assert totals["drills"] == 1 and totals["ok"] == 1
+    assert "analyze: computing" in captured.err
+    doc = json.loads((out / "summary.json").read_text())
+    assert doc["drills"] == [_expected("drill", list(run_scenario(scenario).events))]
+    assert cli_main(["analyze", str(tmp_path / "missing"), "--out", str(out)]) == 1
+
+
+def test_pipeline_time_is_modest(analyzed) -> None:  # type: ignore[no-untyped-def]
+    _, _, seconds = analyzed
+    assert seconds < 120, f"analyze of the test fleet took {seconds:.0f} s"
