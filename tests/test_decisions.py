@@ -16,7 +16,9 @@ from connect_bridge.state.model import ConfigView
 def test_decisions_are_structured_log_lines(caplog: pytest.LogCaptureFixture) -> None:
     coord = GroupCoordinator()
     coord.set_config("g", ConfigView.of(1, {"A": 1}), 0)
-    resp = coord.connect_heartbeat(HeartbeatRequest("g", "", 0, rebalance_timeout_ms=1000, url="http://w/"), 0)
+    resp = coord.connect_heartbeat(
+        HeartbeatRequest("g", "", 0, rebalance_timeout_ms=1000, url="http://w/"), 0
+    )
     with caplog.at_level(logging.INFO, logger="connect_bridge.rebalance"):
         log_decisions(coord.drain_records())
     events = [json.loads(r.getMessage()) for r in caplog.records]

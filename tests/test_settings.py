@@ -158,7 +158,10 @@ def test_docs_embed_the_example() -> None:
             "coordinator:\n  classic_min_session_timeout_ms: 9\n  classic_max_session_timeout_ms: 8\n",
             "bridge.yaml: coordinator: classic_min_session_timeout_ms (9) must not exceed",
         ),
-        ("config_view:\n  group: g\n", "bridge.yaml: config_view: config_view needs exactly one of 'file' or 'topic'"),
+        (
+            "config_view:\n  group: g\n",
+            "bridge.yaml: config_view: config_view needs exactly one of 'file' or 'topic'",
+        ),
         (
             "config_view:\n  file: v.json\n  poll_interval_ms: 0\n",
             "bridge.yaml: config_view.poll_interval_ms: Input should be greater than 0",
