@@ -202,10 +202,17 @@ class BridgeServer:
                 server.close()
                 await server.wait_closed()
         for writer in list(self._writers):
-            writer.close()  # readers see EOF and their connection tasks finish on their own
+            # abort, not close: close() waits to flush to a peer that may never read again, which
+            # would leave its connection task stuck in drain() forever.
+            writer.transport.abort()
         for task in self._tasks:
             task.cancel()
-        await asyncio.gather(*self._connections, *self._tasks, return_exceptions=True)
+        pending = [*self._connections, *self._tasks]
+        if pending:
+            _, stuck = await asyncio.wait(pending, timeout=5)
+            for task in stuck:
+                task.cancel()
+            await asyncio.gather(*stuck, return_exceptions=True)
         await self.committer.close()
         with contextlib.suppress(Exception):
             self.store.close()
@@ -433,7 +440,10 @@ class BridgeServer:
                 if isinstance(outcome, asyncio.Future):
                     try:
                         outcome = await outcome
-                    except (ConnectionError, OSError) as exc:
+                    except Exception as exc:
+                        # Upstream gone, or a forwarded response the bridge cannot rewrite: close,
+                        # so the client sees EOF at once instead of waiting for its request timeout
+                        # on a connection whose sender has died.
                         log.warning("closing a client connection: %s", exc)
                         writer.close()
                         return
