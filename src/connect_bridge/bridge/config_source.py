@@ -79,7 +79,28 @@ def read_config_view(path: Path) -> ConfigView:
 ViewCallback = Callable[[ConfigView], Awaitable[None] | None]
 
 
-class ConfigViewWatcher:
+class ViewDelivery:
+    """What every config view source shares: delivering a view to the callback, and stopping."""
+
+    _stopped: bool
+    _wake: asyncio.Event | None
+
+    async def _deliver(self, callback: ViewCallback, view: ConfigView) -> None:
+        try:
+            result = callback(view)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:
+            log.exception("config view callback failed for offset %d", view.offset)
+
+    def stop(self) -> None:
+        """End ``watch`` promptly (call from the event loop's thread)."""
+        self._stopped = True
+        if self._wake is not None:
+            self._wake.set()
+
+
+class ConfigViewWatcher(ViewDelivery):
     """Polls a config view file and reports every new view.
 
     Polling (mtime + size, then a content hash) rather than inotify: it works the same on every OS
@@ -170,17 +191,3 @@ class ConfigViewWatcher:
                     pass
         finally:
             self._wake = None
-
-    async def _deliver(self, callback: ViewCallback, view: ConfigView) -> None:
-        try:
-            result = callback(view)
-            if inspect.isawaitable(result):
-                await result
-        except Exception:
-            log.exception("config view callback failed for offset %d", view.offset)
-
-    def stop(self) -> None:
-        """End ``watch`` promptly (call from the event loop's thread)."""
-        self._stopped = True
-        if self._wake is not None:
-            self._wake.set()

@@ -39,7 +39,6 @@ Connect skips without advancing its offset) leaves the end offset higher.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import logging
 import re
@@ -49,6 +48,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from connect_bridge.bridge.config_source import ViewDelivery
 from connect_bridge.state.model import ConfigView
 
 __all__ = [
@@ -236,7 +236,7 @@ def parse_config_records(records: Iterable[ConfigRecord]) -> ConfigView:
 ViewCallback = Callable[[ConfigView], Awaitable[None] | None]
 
 
-class ConfigTopicWatcher:
+class ConfigTopicWatcher(ViewDelivery):
     """Follows the Connect config topic and reports every new view (``ConfigViewWatcher``'s shape).
 
     A kafka-python consumer without a group assigns partition 0 of the topic, reads it from the
@@ -424,17 +424,3 @@ class ConfigTopicWatcher:
             self._stopped = True  # also on cancellation: a drain still running in its thread ends soon
             self._wake = None
             await asyncio.shield(asyncio.to_thread(self._close_consumer))
-
-    async def _deliver(self, callback: ViewCallback, view: ConfigView) -> None:
-        try:
-            result = callback(view)
-            if inspect.isawaitable(result):
-                await result
-        except Exception:
-            log.exception("config view callback failed for offset %d", view.offset)
-
-    def stop(self) -> None:
-        """End ``watch`` promptly (call from the event loop's thread)."""
-        self._stopped = True
-        if self._wake is not None:
-            self._wake.set()
