@@ -12,6 +12,7 @@ need rewriting. Groups the bridge coordinates are answered locally on every list
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import re
@@ -30,7 +31,7 @@ from kafka.protocol.metadata import (
 )
 
 from connect_bridge.bridge.client import KafkaConnection
-from connect_bridge.codecs.messages import ApiKey, supported_api_versions
+from connect_bridge.codecs.messages import API_SPECS, ApiKey, supported_api_versions
 from connect_bridge.codecs.requests import decode_response, encode_response_frame
 
 log = logging.getLogger("connect_bridge.proxy")
@@ -47,6 +48,8 @@ REWRITTEN = {
 """Responses carrying broker addresses: decoded and rewritten to the bridge's listeners."""
 VERSION_CAPS = {PRODUCE: 9, FETCH: 15}
 """Produce v10+ / Fetch v16+ may carry NodeEndpoints (leader hints): the bridge does not rewrite them."""
+UNANSWERED_KEPT = 1024
+"""acks=0 correlation ids remembered per link, for brokers that answer them anyway."""
 GROUP_KEYED = {ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP}
 
 
@@ -111,7 +114,12 @@ class UpstreamCluster:
     def rewrite(
         self, api_key: int, version: int, correlation_id: int, frame: bytes, header_version: int
     ) -> bytes:
-        response = decode_response(api_key, version, frame, framed=False)
+        if api_key in API_SPECS:
+            response = decode_response(api_key, version, frame, framed=False)
+        else:
+            # DescribeCluster is not one of the bridge's own APIs (no spec in codecs.messages), so
+            # decode_response refuses it: decode with kafka-python's class (header + body).
+            response = REWRITTEN[api_key].decode(frame, version=version, header=True)
         response._header = None  # re-encoded below with our own header (kafka-python would touch it)
         if api_key == METADATA:
             for b in response.brokers:
@@ -140,7 +148,11 @@ class UpstreamLink:
         self.broker = broker
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
-        self.waiting: asyncio.Queue[tuple[int, asyncio.Future[bytes] | None]] = asyncio.Queue()
+        self.waiting: collections.deque[tuple[int, asyncio.Future[bytes]]] = collections.deque()
+        """Requests sent and expecting a response, oldest first (an entry precedes its response)."""
+        self.unanswered: collections.deque[int] = collections.deque(maxlen=UNANSWERED_KEPT)
+        """Correlation ids of recent acks=0 Produce requests. Kafka never answers them, but some
+        brokers do (tansu 0.6): such a response is dropped, since the client expects none."""
         self._task: asyncio.Task[None] | None = None
 
     async def _ensure(self) -> None:
@@ -154,11 +166,12 @@ class UpstreamLink:
         """Relay a framed request; the future resolves with the response payload (no size prefix)."""
         await self._ensure()
         assert self.writer is not None
-        future: asyncio.Future[bytes] | None = (
-            asyncio.get_running_loop().create_future() if expects_response else None
-        )
-        if future is not None:
-            self.waiting.put_nowait((correlation_id, future))
+        future: asyncio.Future[bytes] | None = None
+        if expects_response:
+            future = asyncio.get_running_loop().create_future()
+            self.waiting.append((correlation_id, future))
+        else:
+            self.unanswered.append(correlation_id)
         self.writer.write(frame)
         await self.writer.drain()  # backpressure: a slow upstream slows the client's reads
         return future
@@ -169,19 +182,23 @@ class UpstreamLink:
             while True:
                 (size,) = _SIZE.unpack(await self.reader.readexactly(4))
                 payload = await self.reader.readexactly(size)
-                correlation, future = await self.waiting.get()
                 (got,) = _SIZE.unpack_from(payload, 0)
-                if got != correlation:
-                    raise ConnectionError(f"upstream answered correlation {got}, expected {correlation}")
-                if future is not None and not future.done():
-                    future.set_result(payload)
+                if self.waiting and self.waiting[0][0] == got:
+                    _, future = self.waiting.popleft()
+                    if not future.done():
+                        future.set_result(payload)
+                elif got in self.unanswered:
+                    self.unanswered.remove(got)  # an answer to acks=0: the client expects none
+                else:
+                    expected = self.waiting[0][0] if self.waiting else None
+                    raise ConnectionError(f"upstream answered correlation {got}, expected {expected}")
         except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
             self._fail(exc)
 
     def _fail(self, exc: BaseException) -> None:
-        while not self.waiting.empty():
-            _, future = self.waiting.get_nowait()
-            if future is not None and not future.done():
+        while self.waiting:
+            _, future = self.waiting.popleft()
+            if not future.done():
                 future.set_exception(ConnectionError(f"upstream broker {self.broker.node_id} failed: {exc}"))
         if self.writer is not None:
             self.writer.close()

@@ -163,7 +163,7 @@ class BridgeSettings(_Strict):
     coordinated_groups: list[str] | None = None
     """Regexes of the group ids the bridge coordinates (default: every group embedded, ``connect.*``
     in front of an upstream cluster; other groups go to the real coordinator)."""
-    """Bootstrap brokers of the real cluster (HOST:PORT); not used yet (DESIGN.md §5)."""
+    """Bootstrap brokers of the real cluster (HOST:PORT); every API the bridge does not answer is relayed to them."""
 
     @field_validator("metrics_listen", mode="before")
     @classmethod
@@ -372,7 +372,7 @@ config_view:                     # example; omit the section when there is no fi
   group: connect-cluster         # the group id it applies to; omit for every group
   poll_interval_ms: 1000
 
-# Brokers of the real Kafka cluster (not used yet).
+# Brokers of the real Kafka cluster: every other API is relayed to them (docs/upstream.md).
 upstream: []
 """
 

@@ -16,6 +16,15 @@ event log (§4.3) as the simulator, so ``check()`` and the pipeline judge both a
 * at ``end_ms`` the log is closed (``drill_end``) and everything is torn down; nothing that happens
   after ``end_ms`` is logged.
 
+Upstream mode (``run_live(..., upstream="HOST:PORT")``, a running Kafka-compatible cluster such as
+tansu): the bridge runs as a proxy in front of it (``upstream``, ``proxy_base_port``), keeps its
+state on a fresh compacted topic (``state_topic``) and reads the config view from a fresh Connect
+config topic (``config_view.topic``); workers still bootstrap through the bridge. Config steps
+become Connect config-topic records produced straight to the cluster (``connector-<name>``
+``{"properties": ...}``, ``task-<name>-<n>``, ``commit-<name>`` ``{"tasks": N}``; a tombstone on
+``connector-<name>`` removes it), and the view's offset is Connect's: last record's offset + 1.
+``restart_bridge`` restarts on the same port, base port and state topic.
+
 ``t_ms`` is wall-clock milliseconds since the drill started (the bridge was up); one lock stamps and
 appends every event, so the file order is the order things happened across threads.
 """
@@ -28,9 +37,11 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,8 +60,20 @@ HOST = "127.0.0.1"
 BRIDGE_START_TIMEOUT_S = 30.0
 
 
-def bridge_settings_yaml(scenario: Scenario, config_file: Path) -> str:
-    """The bridge's settings for a drill: the scenario's timing as coordinator settings."""
+def bridge_settings_yaml(
+    scenario: Scenario,
+    config_file: Path,
+    *,
+    upstream: str | None = None,
+    config_topic: str | None = None,
+    state_topic: str | None = None,
+    proxy_base_port: int | None = None,
+) -> str:
+    """The bridge's settings for a drill: the scenario's timing as coordinator settings.
+
+    With ``upstream``: proxy mode, the config view from ``config_topic`` and the state on
+    ``state_topic`` instead of ``config_file`` and the state directory.
+    """
     t = scenario.timing
     coordinator = {
         "session_timeout_ms": t.session_timeout_ms,
@@ -61,14 +84,17 @@ def bridge_settings_yaml(scenario: Scenario, config_file: Path) -> str:
         "classic_initial_rebalance_delay_ms": min(3000, t.heartbeat_interval_ms),
         "classic_min_session_timeout_ms": min(6000, t.session_timeout_ms),
     }
-    doc = {
+    poll_ms = max(20, min(100, t.heartbeat_interval_ms // 3))
+    doc: dict[str, Any] = {
         "coordinator": coordinator,
-        "config_view": {
-            "file": str(config_file),
-            "group": scenario.group,
-            "poll_interval_ms": max(20, min(100, t.heartbeat_interval_ms // 3)),
-        },
+        "config_view": {"file": str(config_file), "group": scenario.group, "poll_interval_ms": poll_ms},
     }
+    if upstream is not None:
+        doc["upstream"] = [upstream]
+        doc["config_view"] = {"topic": config_topic, "group": scenario.group, "poll_interval_ms": poll_ms}
+        doc["state_topic"] = state_topic
+        if proxy_base_port is not None:
+            doc["proxy_base_port"] = proxy_base_port
     # JSON is YAML: no YAML writer needed.
     return json.dumps(doc, indent=2) + "\n"
 
@@ -120,6 +146,8 @@ class LiveDrill:
     scenario: Scenario
     out_dir: Path
     python: str = sys.executable
+    upstream: str | None = None
+    """Bootstrap HOST:PORT of a running cluster: upstream mode (module doc); None = embedded."""
     rec: _Recorder = field(init=False)
 
     def __post_init__(self) -> None:
@@ -138,6 +166,11 @@ class LiveDrill:
         self.rec = _Recorder(self.scenario.end_ms)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._bridge_lock = asyncio.Lock()
+        suffix = uuid.uuid4().hex[:12]
+        self.config_topic = f"connect-configs-{suffix}"
+        self.state_topic = f"connect-bridge-state-{suffix}"
+        self.proxy_base_port: int | None = None
+        self._producer: Any = None
 
     # ------------------------------------------------------------------ the bridge process
     def _write_config(self) -> None:
@@ -147,6 +180,9 @@ class LiveDrill:
 
     async def _start_bridge(self) -> None:
         listen = f"{HOST}:{self.port}"
+        args = ["--listen", listen, "--state-dir", str(self.state_dir), "--metrics-listen", "off"]
+        if self.upstream is None:  # upstream mode: the config view comes from the topic (bridge.yaml)
+            args += ["--config-view", str(self.config_file)]
         with open(self.bridge_log, "ab") as err:
             self.proc = await asyncio.create_subprocess_exec(
                 self.python,
@@ -155,14 +191,7 @@ class LiveDrill:
                 "serve",
                 "--config",
                 str(self.settings_file),
-                "--listen",
-                listen,
-                "--state-dir",
-                str(self.state_dir),
-                "--metrics-listen",
-                "off",
-                "--config-view",
-                str(self.config_file),
+                *args,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=err,
                 stdin=asyncio.subprocess.DEVNULL,
@@ -284,12 +313,69 @@ class LiveDrill:
         else:
             await asyncio.to_thread(worker.crash)
 
+    # ------------------------------------------------------------------ the upstream cluster
+    def _prepare_upstream(self) -> None:
+        """Blocking: the config topic with the scenario's initial connectors, and the proxy's base
+        port (so that the listener of the lowest broker id is on a port free right now)."""
+        from kafka import KafkaAdminClient, KafkaProducer
+        from kafka.admin import NewTopic
+
+        admin = KafkaAdminClient(bootstrap_servers=self.upstream, client_id="drill-admin")
+        try:
+            node_ids = [int(b["broker_id"]) for b in admin.describe_cluster()["brokers"]]
+            admin.create_topics(
+                [NewTopic(self.config_topic, 1, 1, topic_configs={"cleanup.policy": "compact"})]
+            )
+        finally:
+            admin.close()
+        with socket.socket() as sock:
+            sock.bind((HOST, 0))
+            free = sock.getsockname()[1]
+        self.proxy_base_port = free - min(node_ids)
+        if self.proxy_base_port < 1:
+            raise RuntimeError(f"broker ids {node_ids} too large for a proxy base port")
+        self._producer = KafkaProducer(
+            bootstrap_servers=self.upstream, acks="all", max_in_flight_requests_per_connection=1
+        )
+        records: list[tuple[str, dict[str, Any] | None]] = []
+        for name, tasks in self.connectors.items():
+            records += _connector_records(name, tasks)
+        self.offset = self._produce_config(records) if records else -1
+        self.view = ConfigView.of(self.offset, self.connectors)
+
+    def _produce_config(self, records: list[tuple[str, dict[str, Any] | None]]) -> int:
+        """Blocking: write Connect config records in order; Connect's view offset after them."""
+        futures = [
+            self._producer.send(
+                self.config_topic,
+                key=key.encode(),
+                value=None if value is None else json.dumps(value).encode(),
+                partition=0,
+            )
+            for key, value in records
+        ]
+        self._producer.flush(10)
+        return max(f.get(10).offset for f in futures) + 1
+
     # ------------------------------------------------------------------ config and steps
-    def _config_changed(self) -> None:
-        self.offset += 1
+    async def _config_step(self, connector: str, tasks: int | None) -> None:
+        """A config change: a Connect config-topic write (upstream mode) or the next file offset."""
+        if tasks is None:
+            self.connectors.pop(connector, None)
+        else:
+            self.connectors[connector] = tasks
+        if self.upstream is None:
+            self._config_changed(self.offset + 1)
+            return
+        records = _connector_records(connector, tasks)
+        self._config_changed(await asyncio.to_thread(self._produce_config, records))
+
+    def _config_changed(self, offset: int) -> None:
+        self.offset = offset
         self.view = ConfigView.of(self.offset, self.connectors)
         self.rec.emit("config", None, connectors=dict(self.connectors), offset=self.offset)
-        self._write_config()
+        if self.upstream is None:
+            self._write_config()
         for handle in list(self.handles.values()):
             if handle.alive and isinstance(handle.worker, LiveLegacyWorker):
                 handle.worker.on_config_change()
@@ -319,11 +405,9 @@ class LiveDrill:
         elif action == "restart":
             self._spawn(self._restart_worker(step.worker, step.down_ms, step.protocol))
         elif action in ("add_connector", "set_tasks"):
-            self.connectors[step.connector] = step.tasks
-            self._config_changed()
+            await self._config_step(step.connector, step.tasks)
         elif action == "remove_connector":
-            self.connectors.pop(step.connector, None)
-            self._config_changed()
+            await self._config_step(step.connector, None)
         elif action == "restart_bridge":
             self._spawn(self._restart_bridge(step.down_ms))
         else:
@@ -346,7 +430,18 @@ class LiveDrill:
 
     # ------------------------------------------------------------------ run
     async def run(self) -> EventLog:
-        self.settings_file.write_text(bridge_settings_yaml(self.scenario, self.config_file))
+        if self.upstream is not None:
+            await asyncio.to_thread(self._prepare_upstream)
+        self.settings_file.write_text(
+            bridge_settings_yaml(
+                self.scenario,
+                self.config_file,
+                upstream=self.upstream,
+                config_topic=self.config_topic,
+                state_topic=self.state_topic,
+                proxy_base_port=self.proxy_base_port,
+            )
+        )
         self._write_config()
         await self._start_bridge()
         try:
@@ -373,8 +468,26 @@ class LiveDrill:
             *(self._crash_worker(name, log_it=False) for name in list(self.handles)), return_exceptions=True
         )
         await self._kill_bridge(signal.SIGTERM)
+        if self._producer is not None:
+            producer, self._producer = self._producer, None
+            await asyncio.to_thread(producer.close, 5)
 
 
-def run_live(scenario: Scenario, out_dir: str | Path) -> EventLog:
-    """Run ``scenario`` live (real bridge process, real workers, wall-clock time); see the module doc."""
-    return asyncio.run(LiveDrill(scenario, Path(out_dir)).run())
+def _connector_records(name: str, tasks: int | None) -> list[tuple[str, dict[str, Any] | None]]:
+    """What a Connect herder writes for a connector config (``tasks``) or its deletion (None)."""
+    if tasks is None:
+        return [(f"connector-{name}", None)]
+    props = {"name": name, "connector.class": "DrillConnector", "tasks.max": str(max(tasks, 1))}
+    records: list[tuple[str, dict[str, Any] | None]] = [(f"connector-{name}", {"properties": props})]
+    records += [(f"task-{name}-{n}", {"properties": {**props, "task.id": str(n)}}) for n in range(tasks)]
+    records.append((f"commit-{name}", {"tasks": tasks}))
+    return records
+
+
+def run_live(scenario: Scenario, out_dir: str | Path, upstream: str | None = None) -> EventLog:
+    """Run ``scenario`` live (real bridge process, real workers, wall-clock time); see the module doc.
+
+    ``upstream``: bootstrap ``HOST:PORT`` of a running Kafka-compatible cluster to run the bridge
+    in front of (proxy mode, config and state topics on that cluster); None = embedded bridge.
+    """
+    return asyncio.run(LiveDrill(scenario, Path(out_dir), upstream=upstream).run())
