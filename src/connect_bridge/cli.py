@@ -111,6 +111,33 @@ def _cmd_drill_run(args: argparse.Namespace) -> int:
     return 0 if summary.ok else 1
 
 
+def _cmd_drill_fleet(args: argparse.Namespace) -> int:
+    from connect_bridge.drills.events import EventLogError
+    from connect_bridge.pipeline.analyze import AnalyzeError, progress_to_stderr
+    from connect_bridge.pipeline.fleet import run_fleet
+
+    if args.count < 1:
+        return _fail("drill fleet: --count must be at least 1")
+    try:
+        fleet = run_fleet(args.count, args.seed, args.out, master=args.master, progress=progress_to_stderr)
+    except (AnalyzeError, EventLogError) as exc:
+        return _fail(f"drill fleet: {exc}")
+    failed = fleet["failed"]
+    t = fleet["totals"]
+    print(
+        f"fleet: {fleet['count']} drills (seed {fleet['seed']}), {fleet['events']} events: "
+        f"{t['ok']} ok, {len(failed)} failed, {t['overlaps']} overlaps, {t['moves']} moves; "
+        f"report {fleet['report']}"
+    )
+    for entry in failed[:20]:
+        where = entry["scenario"] or "(not regenerated)"
+        print(
+            f"failed: {entry['name']}: replay with `connect-bridge drill run {args.out}/{where} --out DIR`",
+            file=sys.stderr,
+        )
+    return 1 if failed or fleet["missing_drills"] else 0
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -184,7 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the bridge (embedded default: no upstream, state in ./state)")
     serve.add_argument("--config", help="YAML settings file (docs/serve.md)")
     serve.add_argument("--listen", help="HOST:PORT to listen on (default 127.0.0.1:9092)")
-    serve.add_argument("--upstream", help="HOST:PORT[,...] of the real brokers (not yet used)")
+    serve.add_argument("--upstream", help="HOST:PORT[,...] of the real brokers (docs/upstream.md)")
     serve.add_argument("--state-dir", help="directory of the record store (default ./state)")
     serve.add_argument("--metrics-listen", help="HOST:PORT for /metrics, /livez, /readyz, or 'off'")
     serve.add_argument("--config-view", help='watched JSON file {"offset": N, "connectors": {"name": tasks}}')
@@ -203,6 +230,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", required=True, help="output directory for events.jsonl and summary.json")
     run.add_argument("--mode", choices=("sim", "live"), default="sim")
     run.set_defaults(func=_cmd_drill_run)
+    fleet = drill_sub.add_parser(
+        "fleet", help="run N random drills in Spark executors, then analyze them (docs/pipeline.md)"
+    )
+    fleet.add_argument("--count", type=int, required=True, metavar="N", help="number of drills")
+    fleet.add_argument("--seed", type=int, default=0, metavar="S", help="fleet seed (default 0)")
+    fleet.add_argument("--out", required=True, help="output directory (events, report, failed/, fleet.json)")
+    fleet.add_argument("--master", help="Spark master URL (default local[*])")
+    fleet.set_defaults(func=_cmd_drill_fleet)
 
     analyze = sub.add_parser("analyze", help="analyze drill event logs with PySpark (docs/pipeline.md)")
     analyze.add_argument(

@@ -156,6 +156,7 @@ class BridgeSettings(_Strict):
     coordinator: CoordinatorSettings = CoordinatorSettings()
     config_view: ConfigViewSource | None = None
     upstream: list[RemoteAddress] = []
+    """Bootstrap brokers of the real cluster (HOST:PORT); what the bridge does not answer goes there."""
     state_topic: str | None = Field(None, min_length=1)
     """With ``upstream``: keep the state records on this compacted topic instead of ``state_dir``."""
     proxy_base_port: int | None = Field(None, ge=1, le=65535)
@@ -163,7 +164,6 @@ class BridgeSettings(_Strict):
     coordinated_groups: list[str] | None = None
     """Regexes of the group ids the bridge coordinates (default: every group embedded, ``connect.*``
     in front of an upstream cluster; other groups go to the real coordinator)."""
-    """Bootstrap brokers of the real cluster (HOST:PORT); every API the bridge does not answer is relayed to them."""
 
     @field_validator("metrics_listen", mode="before")
     @classmethod
