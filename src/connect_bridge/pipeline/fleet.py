@@ -1,0 +1,175 @@
+"""``connect-bridge drill fleet``: many randomized drills run inside Spark executors, then analyzed.
+
+Drill ``i`` of a fleet with seed ``S`` is :func:`connect_bridge.drills.generate.random_scenario`
+of ``scenario_seed(S, i)``, so every drill can be regenerated on the driver from the fleet seed
+alone. The drill ids are a Spark DataFrame; ``mapInPandas`` runs each id's scenario in simulated
+time (the engine is pure Python, so every executor runs its drills independently) and yields its
+events as rows of the :mod:`.schema` table, drill name = scenario name. The rows are written as
+Parquet partitioned by drill and then analyzed (:func:`connect_bridge.pipeline.analyze.analyze`).
+Drills that break an invariant get their scenario written to ``failed/NAME.json`` for ``drill run``.
+
+Layout of ``out_dir``::
+
+    events.parquet/drill=NAME/part-*.parquet   the fleet's event table
+    report/                                    analyze's output (summary.json, index.html, ...)
+    failed/NAME.json                           scenario of each failing drill (replayable)
+    fleet.json                                 {"count", "seed", "failed", "totals", ...}
+
+(The event table directory ends in ``.parquet`` so that ``analyze`` reads it as one dataset, with
+the ``drill`` column from the partition directories.)
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from connect_bridge.pipeline.analyze import analyze
+
+SEED_STRIDE = 1_000_003
+EVENTS_DIR = "events.parquet"
+REPORT_DIR = "report"
+FAILED_DIR = "failed"
+FLEET_JSON = "fleet.json"
+
+
+def scenario_seed(seed: int, index: int) -> int:
+    """The scenario seed of drill ``index`` (0-based) of the fleet ``seed``."""
+    return seed * SEED_STRIDE + index
+
+
+def drill_ok(entry: Mapping[str, Any]) -> bool:
+    """A ``summary.json`` drill entry keeps every invariant (exclusive, converged, balanced)."""
+    return int(entry["overlaps"]) == 0 and bool(entry["converged"]) and bool(entry["balanced"])
+
+
+def _run_drills(batches: Iterator[Any]) -> Iterator[Any]:
+    """``mapInPandas`` body: a batch of ``seed`` values → the event rows of their drills.
+
+    Runs in the executors' Python workers, so the engine is imported here (the package must be
+    installed where the executors run)."""
+    import pandas as pd
+    import pyarrow as pa
+
+    from connect_bridge.drills.generate import random_scenario
+    from connect_bridge.drills.sim import run_scenario
+    from connect_bridge.pipeline.schema import arrow_schema, event_row
+
+    schema = arrow_schema()
+    nullable_longs = {pa.int64(): pd.Int64Dtype()}.get
+
+    def frame(rows: list[dict[str, Any]]) -> Any:
+        return pa.Table.from_pylist(rows, schema=schema).to_pandas(types_mapper=nullable_longs)
+
+    for batch in batches:
+        rows: list[dict[str, Any]] = []
+        for seed in batch["seed"].tolist():
+            scenario = random_scenario(int(seed))
+            log = run_scenario(scenario)
+            rows.extend(event_row(e, scenario.name, i) for i, e in enumerate(log.events))
+            if len(rows) >= 20_000:
+                yield frame(rows)
+                rows = []
+        if rows:
+            yield frame(rows)
+
+
+def write_fleet_events(spark: Any, count: int, seed: int, path: str | Path) -> int:
+    """Run drills ``0..count-1`` of fleet ``seed`` in the executors; write their events to ``path``
+    (Parquet partitioned by ``drill``). Returns the number of event rows written."""
+    from pyspark.sql import functions as F
+
+    from connect_bridge.pipeline.schema import spark_schema
+
+    parallelism = max(1, spark.sparkContext.defaultParallelism)
+    partitions = max(1, min(count, parallelism * 4))
+    ids = spark.range(0, count, numPartitions=1).select(
+        (F.lit(seed).cast("long") * F.lit(SEED_STRIDE) + F.col("id")).alias("seed")
+    )
+    # Round-robin spreads consecutive ids (similar work on average) evenly over the partitions.
+    ids = ids.repartition(partitions)
+    events = ids.mapInPandas(_run_drills, schema=spark_schema())
+    events.write.mode("overwrite").partitionBy("drill").parquet(str(path))
+    return int(spark.read.parquet(str(path)).count())
+
+
+def run_fleet(
+    count: int,
+    seed: int,
+    out_dir: str | Path,
+    master: str | None = None,
+    spark: Any = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run a fleet of ``count`` random drills and analyze it; returns (and writes) ``fleet.json``.
+
+    ``fleet.json``: ``count``, ``seed``, ``events`` (rows written), ``seconds`` (``run`` = drills,
+    ``analyze``), ``report`` (the analyze directory), ``failed`` (per failing drill: ``name``,
+    ``seed``, ``scenario`` = path of its JSON relative to ``out_dir``, ``overlaps``, ``converged``,
+    ``balanced``) and ``totals`` (analyze's). Uses ``spark`` if given, else
+    :func:`.session.get_spark` with ``master``.
+    """
+    from connect_bridge.drills.generate import random_scenario
+    from connect_bridge.drills.scenario import dump_scenario
+    from connect_bridge.pipeline.session import get_spark
+
+    if count < 1:
+        raise ValueError("a fleet needs at least one drill")
+    say = progress or (lambda _msg: None)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    spark = spark or get_spark(master)
+
+    say(f"running {count} drills (seed {seed})")
+    started = time.monotonic()
+    n_events = write_fleet_events(spark, count, seed, out / EVENTS_DIR)
+    ran = time.monotonic()
+    say(f"{n_events} events written to {out / EVENTS_DIR}")
+
+    doc = analyze([out / EVENTS_DIR], out / REPORT_DIR, spark=spark, progress=say)
+    analyzed = time.monotonic()
+
+    failed_dir = out / FAILED_DIR
+    if failed_dir.exists():
+        shutil.rmtree(failed_dir)
+    seeds = {f"random-{scenario_seed(seed, i)}": scenario_seed(seed, i) for i in range(count)}
+    failed: list[dict[str, Any]] = []
+    for entry in doc["drills"]:
+        if drill_ok(entry):
+            continue
+        record: dict[str, Any] = {
+            "name": entry["name"],
+            "seed": seeds.get(entry["name"]),
+            "scenario": None,
+            "overlaps": entry["overlaps"],
+            "converged": entry["converged"],
+            "balanced": entry["balanced"],
+        }
+        drill_seed = seeds.get(entry["name"])
+        if drill_seed is not None:
+            scenario = random_scenario(drill_seed)
+            if scenario.name == entry["name"]:
+                failed_dir.mkdir(parents=True, exist_ok=True)
+                path = failed_dir / f"{scenario.name}.json"
+                dump_scenario(scenario, path)
+                record["scenario"] = str(path.relative_to(out))
+        failed.append(record)
+    missing = count - len(doc["drills"])
+    fleet = {
+        "count": count,
+        "seed": seed,
+        "events": n_events,
+        "drills_analyzed": len(doc["drills"]),
+        "missing_drills": missing,
+        "seconds": {"run": round(ran - started, 3), "analyze": round(analyzed - ran, 3)},
+        "report": str(out / REPORT_DIR / "index.html"),
+        "failed": failed,
+        "totals": doc["totals"],
+    }
+    (out / FLEET_JSON).write_text(json.dumps(fleet, indent=2) + "\n", encoding="utf-8")
+    say(f"{len(failed)} of {count} drills failed; {out / FLEET_JSON}")
+    return fleet

@@ -1,0 +1,192 @@
+"""Fleet drills (``drill fleet``, ``pipeline.fleet``) and the pandas baseline (``pipeline.baseline``).
+
+One 200-drill fleet runs in the executors of the shared local session and must keep every
+invariant; its Parquet-based numbers must equal the checker's on the same scenarios' sim events.
+The failed-drill path is exercised by making analyze report a drill as broken: its scenario must
+be written out and replayable.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("matplotlib")
+
+from connect_bridge.cli import main as cli_main
+from connect_bridge.drills.checker import check
+from connect_bridge.drills.generate import random_scenario
+from connect_bridge.drills.scenario import load_scenario
+from connect_bridge.drills.sim import run_scenario
+from connect_bridge.pipeline import baseline, fleet
+from connect_bridge.pipeline.schema import write_events_parquet
+
+COUNT = 200
+SEED = 7
+NUMBERS = (
+    "events",
+    "overlaps",
+    "overlap_ms",
+    "converged",
+    "balanced",
+    "moves",
+    "rebalances",
+    "unassigned_item_ms",
+)
+
+
+def _checked(seed: int) -> dict[str, Any]:
+    scenario = random_scenario(seed)
+    doc = check(run_scenario(scenario).events, name=scenario.name, end_ms=scenario.end_ms).to_json()
+    return {"name": scenario.name, **{k: doc[k] for k in NUMBERS}}
+
+
+@pytest.fixture(scope="module")
+def fleet_run(spark, tmp_path_factory) -> tuple[dict[str, Any], Path]:  # type: ignore[no-untyped-def]
+    out = tmp_path_factory.mktemp("fleet")
+    return fleet.run_fleet(COUNT, SEED, out, spark=spark), out
+
+
+def test_fleet_of_200_keeps_every_invariant(fleet_run) -> None:  # type: ignore[no-untyped-def]
+    doc, out = fleet_run
+    assert doc["failed"] == [], doc["failed"]
+    assert doc["count"] == COUNT and doc["seed"] == SEED
+    assert doc["drills_analyzed"] == COUNT and doc["missing_drills"] == 0
+    t = doc["totals"]
+    assert t["drills"] == t["ok"] == t["converged"] == t["balanced"] == t["exclusive"] == COUNT
+    assert t["overlaps"] == 0 and t["events"] == doc["events"] > COUNT * 10
+    assert json.loads((out / "fleet.json").read_text()) == doc
+    assert not (out / "failed").exists()
+    # the report and the partitioned event table
+    report = out / "report"
+    for name in ("index.html", "summary.json", "drills.parquet", "items.parquet", "intervals.parquet"):
+        assert (report / name).exists(), name
+    summary = json.loads((report / "summary.json").read_text())
+    assert len(summary["drills"]) == COUNT
+    partitions = sorted(p.name for p in (out / fleet.EVENTS_DIR).iterdir() if p.is_dir())
+    expected = sorted(f"drill=random-{fleet.scenario_seed(SEED, i)}" for i in range(COUNT))
+    assert partitions == expected
+
+
+def test_fleet_numbers_equal_the_checker(fleet_run) -> None:  # type: ignore[no-untyped-def]
+    _, out = fleet_run
+    summary = {d["name"]: d for d in json.loads((out / "report" / "summary.json").read_text())["drills"]}
+    for i in (0, 1, 57, 123, COUNT - 1):
+        expected = _checked(fleet.scenario_seed(SEED, i))
+        got = summary[expected["name"]]
+        assert {"name": got["name"], **{k: got[k] for k in NUMBERS}} == expected
+
+
+def test_pandas_baseline_reads_the_fleet_table(fleet_run) -> None:  # type: ignore[no-untyped-def]
+    _, out = fleet_run
+    spark_doc = json.loads((out / "report" / "summary.json").read_text())
+    assert baseline.analyze_pandas([out / fleet.EVENTS_DIR]) == spark_doc
+
+
+def _hand_made() -> dict[str, list[dict[str, Any]]]:
+    """Logs that break each invariant (overlap open at the end, unconverged, unbalanced)."""
+    cfg = {"t_ms": 0, "type": "config", "worker": None, "connectors": {"A": 1, "B": 0}, "offset": 1}
+
+    def ev(t: int, kind: str, worker: str | None, **kw: Any) -> dict[str, Any]:
+        return {"t_ms": t, "type": kind, "worker": worker, **kw}
+
+    starts = [ev(0, "worker_start", w, protocol="new") for w in ("w1", "w2")]
+    return {
+        "overlap": [
+            cfg,
+            *starts,
+            ev(10, "run", "w1", connector="A", task=-1),
+            ev(20, "run", "w2", connector="A", task=-1),
+            ev(30, "release", "w1", connector="A", task=-1),
+            ev(30, "run", "w1", connector="A", task=0),
+            ev(40, "run", "w2", connector="B", task=-1),
+            ev(50, "epoch", "w2", epoch=3),
+            ev(90, "drill_end", None),
+        ],
+        "crash-leaves-gap": [
+            cfg,
+            *starts,
+            ev(10, "run", "w1", connector="A", task=-1),
+            ev(10, "run", "w1", connector="A", task=0),
+            ev(10, "run", "w2", connector="B", task=-1),
+            ev(40, "worker_crash", "w1"),
+            ev(70, "run", "w2", connector="A", task=0),
+            {**cfg, "t_ms": 80, "connectors": {"A": 2, "B": 0}},
+            ev(90, "drill_end", None),
+        ],
+        "unbalanced": [
+            cfg,
+            *starts,
+            ev(10, "run", "w1", connector="A", task=-1),
+            ev(10, "run", "w1", connector="B", task=-1),
+            ev(10, "run", "w1", connector="A", task=0),
+            ev(95, "group", None, group_type="connect", group_epoch=2),
+        ],
+    }
+
+
+def test_pandas_baseline_equals_the_checker(tmp_path: Path) -> None:
+    drills = _hand_made()
+    for seed in range(5):
+        scenario = random_scenario(seed)
+        drills[scenario.name] = list(run_scenario(scenario).events)
+    write_events_parquet(drills, tmp_path / "fleet" / "part-0.parquet")
+    got = {d["name"]: d for d in baseline.analyze_pandas([tmp_path / "fleet"])["drills"]}
+    for name, events in drills.items():
+        doc = check(events, name=name).to_json()
+        assert {k: got[name][k] for k in NUMBERS} == {k: doc[k] for k in NUMBERS}, name
+    assert got["overlap"]["overlaps"] == 1
+    assert not got["crash-leaves-gap"]["converged"] and not got["unbalanced"]["balanced"]
+    # events.jsonl input gives the same numbers
+    log_dir = tmp_path / "logs" / "overlap"
+    log_dir.mkdir(parents=True)
+    (log_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in drills["overlap"]))
+    (jsonl,) = baseline.analyze_pandas([tmp_path / "logs"])["drills"]
+    assert jsonl == {k: got["overlap"][k] for k in jsonl}
+
+
+def test_failed_drill_is_written_out_and_replayable(spark, tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    real_analyze = fleet.analyze
+    seed, count = 11, 3
+    broken = f"random-{fleet.scenario_seed(seed, 1)}"
+
+    def analyze_with_a_broken_drill(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        doc = real_analyze(*args, **kwargs)
+        for entry in doc["drills"]:
+            if entry["name"] == broken:
+                entry["converged"] = False
+        return doc
+
+    monkeypatch.setattr(fleet, "analyze", analyze_with_a_broken_drill)
+    # the CLI asks get_spark() for a session: it returns the running one (the `spark` fixture's)
+    out = tmp_path / "fleet"
+    status = cli_main(["drill", "fleet", "--count", str(count), "--seed", str(seed), "--out", str(out)])
+    captured = capsys.readouterr()
+    assert status == 1
+    assert captured.out.startswith(f"fleet: {count} drills (seed {seed})") and "1 failed" in captured.out
+    assert broken in captured.err and "drill run" in captured.err
+
+    doc = json.loads((out / "fleet.json").read_text())
+    (failed,) = doc["failed"]
+    assert failed["name"] == broken and failed["seed"] == fleet.scenario_seed(seed, 1)
+    assert failed["converged"] is False and failed["scenario"] == f"failed/{broken}.json"
+    path = out / failed["scenario"]
+    assert sorted(p.name for p in (out / "failed").iterdir()) == [path.name]
+    scenario = load_scenario(path)
+    assert scenario == random_scenario(failed["seed"])
+    # and `drill run` replays it (the real drill keeps its invariants)
+    status = cli_main(["drill", "run", str(path), "--out", str(tmp_path / "replay")])
+    assert status == 0
+    replay = json.loads((tmp_path / "replay" / "summary.json").read_text())
+    assert replay["name"] == broken and replay["ok"] is True
+
+
+def test_fleet_rejects_an_empty_fleet(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    assert cli_main(["drill", "fleet", "--count", "0", "--out", str(tmp_path)]) == 1
+    assert "--count" in capsys.readouterr().err
+    with pytest.raises(ValueError):
+        fleet.run_fleet(0, 1, tmp_path)
