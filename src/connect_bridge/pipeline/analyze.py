@@ -71,8 +71,12 @@ def _drill_name(log: Path) -> str:
 
 
 def _is_parquet_dir(path: Path) -> bool:
-    return path.suffix == ".parquet" or any(
-        p.suffix == ".parquet" and p.is_file() for p in path.iterdir() if not p.name.startswith((".", "_"))
+    """A Parquet dataset: named ``*.parquet``, holding Parquet files, or partitioned (``key=value``)."""
+    if path.suffix == ".parquet":
+        return True
+    children = [p for p in path.iterdir() if not p.name.startswith((".", "_"))]
+    return any(p.suffix == ".parquet" and p.is_file() for p in children) or any(
+        p.is_dir() and "=" in p.name for p in children
     )
 
 
