@@ -58,6 +58,7 @@ class Metrics:
     """The bridge's metrics, in a registry of their own."""
 
     def __init__(self) -> None:
+        self._request_children: dict[tuple[str, int | str], tuple[Any, Any]] = {}
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.request_latency = Histogram(
@@ -109,9 +110,13 @@ class Metrics:
 
     def observe_request(self, api: str, seconds: float, error: int | str = 0) -> None:
         """Record one answered request; ``error`` is a Kafka error code or its name."""
-        name = error_name(error) if isinstance(error, int) else error
-        self.request_latency.labels(api=api).observe(seconds)
-        self.requests.labels(api=api, error=name).inc()
+        children = self._request_children.get((api, error))
+        if children is None:  # label lookups cost more than the observation: resolve them once
+            name = error_name(error) if isinstance(error, int) else error
+            children = (self.request_latency.labels(api=api), self.requests.labels(api=api, error=name))
+            self._request_children[(api, error)] = children
+        children[0].observe(seconds)
+        children[1].inc()
 
     def observe_fsync(self, seconds: float) -> None:
         self.fsync_latency.observe(seconds)

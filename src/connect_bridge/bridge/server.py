@@ -106,6 +106,8 @@ class BridgeServer:
         self.committer = Committer(store, on_fsync=self._observe_fsync)
         self._server: asyncio.AbstractServer | None = None
         self._timer_wake = asyncio.Event()
+        self._sleeping_until: int | None = None
+        """The deadline the timer loop sleeps until (None: not sleeping on one)."""
         self._tasks: list[asyncio.Task[Any]] = []
         self._connections: set[asyncio.Task[Any]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
@@ -230,15 +232,19 @@ class BridgeServer:
                 token.future.set_result(token.to_wire(response, token.version))
         if records and self.metrics is not None:
             self._observe_groups()
-        self._timer_wake.set()
+        deadline = self.coordinator.next_deadline()
+        if deadline is not None and (self._sleeping_until is None or deadline < self._sleeping_until):
+            self._timer_wake.set()  # only when the timer loop would otherwise sleep past it
 
     async def _timer_loop(self) -> None:
         while True:
             deadline = self.coordinator.next_deadline()
             timeout = None if deadline is None else max(0.0, (deadline - self.clock()) / 1000)
             self._timer_wake.clear()
+            self._sleeping_until = deadline
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._timer_wake.wait(), timeout)
+            self._sleeping_until = None
             now = self.clock()
             deadline = self.coordinator.next_deadline()
             if deadline is not None and deadline <= now:
