@@ -1,9 +1,10 @@
 """Heartbeat round trips through ``connect-bridge serve`` against a canned-response asyncio server.
 
 Both servers run as subprocesses on loopback; the same client sends the same ConnectGroupHeartbeat
-frame. The canned server answers every frame with the bridge's own response bytes (correlation id
-patched), so the difference is what the bridge does per request. Also: heartbeats per second with
-200 members on 200 concurrent connections. The last line printed is one JSON object.
+frame, alternating batches between the two so that both see the same machine load. The canned
+server answers every frame with the bridge's own response bytes (correlation id patched), so the
+difference is what the bridge does per request. Also: heartbeats per second with 200 members on
+200 concurrent connections. The last line printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -93,16 +94,21 @@ async def join(port: int, url: str) -> tuple[asyncio.StreamReader, asyncio.Strea
     return reader, writer, steady, SIZE.pack(len(answer)) + answer
 
 
-async def latencies(port: int, frame: bytes, count: int) -> list[float]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    out = []
-    for _ in range(200):  # warm-up
-        await rpc(reader, writer, frame)
-    for _ in range(count):
-        started = time.perf_counter()
-        await rpc(reader, writer, frame)
-        out.append((time.perf_counter() - started) * 1e6)
-    writer.close()
+async def latencies(ports: tuple[int, int], frame: bytes, count: int, batch: int = 100) -> list[list[float]]:
+    """Round trips to each port, in alternating batches so both see the same machine noise."""
+    conns = [await asyncio.open_connection("127.0.0.1", port) for port in ports]
+    out: list[list[float]] = [[] for _ in ports]
+    for reader, writer in conns:
+        for _ in range(200):  # warm-up
+            await rpc(reader, writer, frame)
+    while len(out[0]) < count:
+        for i, (reader, writer) in enumerate(conns):
+            for _ in range(batch):
+                started = time.perf_counter()
+                await rpc(reader, writer, frame)
+                out[i].append((time.perf_counter() - started) * 1e6)
+    for _, writer in conns:
+        writer.close()
     return out
 
 
@@ -142,7 +148,6 @@ def main() -> None:
         bridge, port = start_bridge(tmp + "/state")
         try:
             _, _, frame, canned = asyncio.run(join(port, "http://w0:8083/"))
-            bridge_lat = asyncio.run(latencies(port, frame, count))
             port_file = tmp + "/canned.port"
             canned_proc = subprocess.Popen(
                 [sys.executable, __file__, "--canned", port_file],
@@ -154,7 +159,7 @@ def main() -> None:
                         break
                     time.sleep(0.05)
                 canned_port = int(open(port_file).read())
-                canned_lat = asyncio.run(latencies(canned_port, frame, count))
+                bridge_lat, canned_lat = asyncio.run(latencies((port, canned_port), frame, count))
             finally:
                 canned_proc.terminate()
             hb_per_s = asyncio.run(throughput(port, 200, 3.0))
