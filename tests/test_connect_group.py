@@ -1247,12 +1247,12 @@ def test_compute_assignment_goes_to_the_member_covering_all_version_ranges() -> 
     sim.settle()
     # With B and C, C [2-4] covers B [3-4].
     assert sim.join("C", client=ranged(2, 4)).error_code == COMPUTE
-    assert sim.group.computing_member == "C"
+    assert sim.group.client_side.member == "C"
     sim.compute("C")
     sim.settle()
     # A [1-5] covers everybody.
     resp = sim.join("A", client=ranged(1, 5))
-    assert resp.error_code == COMPUTE and sim.group.computing_member == "A"
+    assert resp.error_code == COMPUTE and sim.group.client_side.member == "A"
     assert sim.group.metadata.leader_id == "B"
     for other in ("B", "C"):
         assert sim.beat(other).error_code == OK
@@ -1270,14 +1270,14 @@ def test_leader_is_preferred_among_covering_members() -> None:
     sim.join("m2", client=ranged(1, 3))
     sim.compute("m2")
     sim.join("m1", client=ranged(1, 3))
-    assert sim.group.computing_member == "m2"
+    assert sim.group.client_side.member == "m2"
 
 
 def test_prepare_assignment_errors() -> None:
     sim = Sim()
     sim.join("m1", client=(CA,))
     sim.join("m2", client=(CA,))
-    assert sim.group.computing_member == "m1"
+    assert sim.group.client_side.member == "m1"
     coord = sim.coord
     unknown_group = coord.prepare_assignment(PrepareAssignmentRequest("nope", "m1", 0), 0)
     assert unknown_group.error_code == ErrorCode.GROUP_ID_NOT_FOUND
@@ -1377,7 +1377,7 @@ def test_install_with_error_keeps_the_current_target() -> None:
     assert resp.error_code == OK
     assert sim.group.target == {"m1": ALL, "m2": EMPTY}
     assert sim.group.assignment_epoch == prepared.group_epoch and sim.group.target_metadata.error == 1
-    assert sim.group.computing_member is None
+    assert sim.group.client_side.member is None
 
 
 def test_only_one_assignment_computation_in_flight() -> None:
@@ -1387,7 +1387,7 @@ def test_only_one_assignment_computation_in_flight() -> None:
     assert prepared.error_code == OK
     # m2 joins during the computation: m1 keeps computing, nobody else is asked.
     assert sim.join("m2", client=(CA,)).error_code == OK
-    assert sim.group.computing_member == "m1"
+    assert sim.group.client_side.member == "m1"
     assert sim.prepare("m2").error_code == ErrorCode.UNKNOWN_MEMBER_ID
     # The assignment for the older epoch installs (validated against what it was computed from)...
     assert sim.install("m1", {"m1": ALL}, prepared.group_epoch).error_code == OK
@@ -1406,12 +1406,12 @@ def test_chosen_member_timing_out_is_replaced() -> None:
     sim.join("m1", client=(CA,), rebalance=20_000)  # notified at 0
     sim.now = 1_000
     sim.join("m2", client=(CA,))
-    assert sim.group.computing_member == "m1"
+    assert sim.group.client_side.member == "m1"
     assert sim.coord.next_deadline() == 20_000
     sim.advance(19_999)
-    assert sim.group.computing_member == "m1"
+    assert sim.group.client_side.member == "m1"
     sim.advance(20_000)
-    assert sim.group.computing_member == "m2"
+    assert sim.group.client_side.member == "m2"
     assert sim.beat("m1").error_code == OK
     assert sim.prepare("m1").error_code == ErrorCode.UNKNOWN_MEMBER_ID
     # Chosen but not yet told: m2 may not prepare before its heartbeat says COMPUTE_ASSIGNMENT.
@@ -1427,7 +1427,7 @@ def test_computing_member_leaving_hands_the_computation_over() -> None:
     sim.join("m1", client=(CA,))
     sim.join("m2", client=(CA,))
     sim.leave("m1")
-    assert sim.group.computing_member == "m2"
+    assert sim.group.client_side.member == "m2"
     assert sim.beat("m2").error_code == COMPUTE
 
 

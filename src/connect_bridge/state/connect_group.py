@@ -10,7 +10,6 @@ All inputs carry ``now_ms``; all effects are responses, records (``drain_records
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
 from dataclasses import replace
 
 from connect_bridge.codecs.error_codes import ErrorCode
@@ -28,9 +27,10 @@ from connect_bridge.state.api import (
     MemberAssignment,
     PrepareAssignmentRequest,
     PrepareAssignmentResponse,
-    PreparedMember,
 )
+from connect_bridge.state.client_side import ClientSideAssignment
 from connect_bridge.state.config import CoordinatorConfig
+from connect_bridge.state.errors import RequestError
 from connect_bridge.state.legacy_members import LegacyMembers
 from connect_bridge.state.model import (
     EMPTY,
@@ -57,15 +57,6 @@ _PLACEHOLDER = MemberMetadata(url="\0placeholder")
 """Metadata of a member whose current-assignment record was replayed before its metadata record."""
 
 
-class RequestError(Exception):
-    """A request the group rejects; ``code`` goes on the wire, state is untouched."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
 class ConnectGroup:
     def __init__(
         self, group_id: str, config: CoordinatorConfig, timers: Timers, view: ConfigView | None = None
@@ -80,9 +71,7 @@ class ConnectGroup:
         self.target: dict[str, Items] = {}
         self.owners: dict[ConnectorTaskId, str] = {}
         # client-side assignment in flight (transient: redone after a restart)
-        self.computing_member: str | None = None
-        self.compute_notified = False
-        self.compute_snapshot: tuple[int, frozenset[str], Items] | None = None
+        self.client_side = ClientSideAssignment(self)
         self._records: list[Record] = []
         self.legacy = LegacyMembers(self)
         self.downgrade_pending = False
@@ -313,8 +302,7 @@ class ConnectGroup:
             if member is not None and member.current.state is MemberState.UNREVOKED:
                 self.remove_member(member, now_ms)
         elif kind == "compute":
-            if self.computing_member is not None and self.compute_notified:
-                self._choose_computing_member(exclude=self.computing_member)
+            self.client_side.on_timeout()
         elif kind == "held":
             self._bump_group_epoch()
         elif kind in ("legacy-join", "legacy-sync"):
@@ -355,9 +343,7 @@ class ConnectGroup:
         leader = self.metadata.leader_id
         if leader == mid:
             leader = min(self.members) if self.members else ""
-        if self.computing_member == mid:
-            self.computing_member = None
-            self.compute_notified = False
+        self.client_side.forget(mid)
         self.legacy.forget(mid)
         self._set_metadata(group_epoch=self.metadata.group_epoch + 1, leader_id=leader, held=held)
         self._arm_held_timer()
@@ -381,8 +367,8 @@ class ConnectGroup:
         if server is not None:
             spec = self._assignment_spec(now_ms)
             self._install_target(self.group_epoch, server(spec))
-        elif self.computing_member is None:
-            self._choose_computing_member()
+        elif self.client_side.member is None:
+            self.client_side.choose()
 
     def _assignment_spec(self, now_ms: int) -> assignors.AssignmentSpec:
         """Resolve held work (returned to its worker, expired, or still waiting) and build the input."""
@@ -413,27 +399,6 @@ class ConnectGroup:
             holding=bool(waiting),
         )
 
-    def _choose_computing_member(self, exclude: str | None = None) -> None:
-        """Pick the member whose client assignor version range covers everyone else's (seed 000)."""
-        name = self.assignor_name()
-        ranges: dict[str, tuple[int, int]] = {}
-        for mid, m in self.members.items():
-            for a in m.metadata.client_assignors:
-                if a.name == name:
-                    ranges[mid] = (a.minimum_version, a.maximum_version)
-        if not ranges:
-            self.computing_member = None
-            return
-        lo, hi = min(r[0] for r in ranges.values()), max(r[1] for r in ranges.values())
-        covering = [mid for mid, r in ranges.items() if r[0] <= lo and r[1] >= hi]
-        candidates = covering or list(ranges)
-        if exclude is not None and len(candidates) > 1:
-            candidates = [c for c in candidates if c != exclude]
-        leader = self.metadata.leader_id
-        self.computing_member = leader if leader in candidates else min(candidates)
-        self.compute_notified = False
-        self.compute_snapshot = None
-
     # ------------------------------------------------------------------ heartbeat
     def heartbeat(self, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
         epoch = req.member_epoch
@@ -455,7 +420,7 @@ class ConnectGroup:
             and req.rebalance_timeout_ms == -1
             and (not req.client_id or req.client_id == member.metadata.client_id)
             and (not req.client_host or req.client_host == member.metadata.client_host)
-            and self.computing_member != req.member_id
+            and self.client_side.member != req.member_id
         ):
             self.arm_session(member, now_ms)
             return HeartbeatResponse(
@@ -614,8 +579,7 @@ class ConnectGroup:
             self._emit(RecordType.TARGET_MEMBER, new_id, target)
         if self.metadata.leader_id == old.member_id:
             self._set_metadata(leader_id=new_id)
-        if self.computing_member == old.member_id:
-            self.computing_member = None
+        self.client_side.forget(old.member_id)
         if _epoch_relevant(metadata) != _epoch_relevant(old.metadata):
             self._bump_group_epoch()
         self.arm_session(member, now_ms)
@@ -737,14 +701,7 @@ class ConnectGroup:
             or (req.owned is not None and req.owned != c.assigned)
         ):
             resp.assignment = self.assignment_for(member)
-        if self.computing_member == member.member_id and self.group_epoch > self.assignment_epoch:
-            resp.error_code = int(ErrorCode.COMPUTE_ASSIGNMENT)
-            resp.error_message = "compute the new target assignment of the group"
-            if not self.compute_notified:
-                self.compute_notified = True
-                self.timers.schedule(
-                    ("compute", self.group_id), now_ms + member.metadata.rebalance_timeout_ms
-                )
+        self.client_side.signal(member, resp, now_ms)
         return resp
 
     def assignment_for(self, member: Member) -> MemberAssignment:
@@ -772,90 +729,11 @@ class ConnectGroup:
         return True
 
     # ------------------------------------------------------------------ client-side assignment
-    def _check_chosen(self, member_id: str, member_epoch: int) -> Member:
-        member = self.members.get(member_id)
-        if member is None:
-            raise RequestError(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id} is not in the group")
-        if member.current.member_epoch != member_epoch:
-            raise RequestError(
-                ErrorCode.FENCED_MEMBER_EPOCH,
-                f"member epoch {member_epoch} does not match {member.current.member_epoch}",
-            )
-        if self.computing_member != member_id or not self.compute_notified:
-            raise RequestError(
-                ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id} is not chosen to compute the assignment"
-            )
-        return member
-
     def prepare_assignment(self, req: PrepareAssignmentRequest, now_ms: int) -> PrepareAssignmentResponse:
-        try:
-            if not req.member_id or req.member_epoch < 0:
-                raise RequestError(
-                    ErrorCode.INVALID_REQUEST, "MemberId must be non-empty and MemberEpoch >= 0"
-                )
-            self._check_chosen(req.member_id, req.member_epoch)
-        except RequestError as exc:
-            return PrepareAssignmentResponse(error_code=int(exc.code), error_message=exc.message)
-        spec = self._assignment_spec(now_ms)
-        self.compute_snapshot = (self.group_epoch, frozenset(self.members), spec.configured)
-        name = self.assignor_name()
-        members = []
-        for mid in sorted(self.members):
-            m = self.members[mid]
-            chosen = next((a for a in m.metadata.client_assignors if a.name == name), None)
-            members.append(
-                PreparedMember(
-                    mid,
-                    m.current.member_epoch,
-                    m.metadata.instance_id,
-                    m.metadata.url,
-                    m.metadata.config_offset,
-                    chosen,
-                    self.target.get(mid, EMPTY) | spec.returned.get(mid, EMPTY),
-                )
-            )
-        connectors = {c.connector: 0 for c in spec.configured if c.is_connector}
-        for item in spec.configured:
-            if not item.is_connector:
-                connectors[item.connector] = max(connectors.get(item.connector, 0), item.task + 1)
-        return PrepareAssignmentResponse(
-            group_epoch=self.group_epoch,
-            assignor_name=name,
-            config_offset=self.assignment_config_offset(),
-            connectors=connectors,
-            members=tuple(members),
-        )
+        return self.client_side.prepare(req, now_ms)
 
     def install_assignment(self, req: InstallAssignmentRequest, now_ms: int) -> InstallAssignmentResponse:
-        try:
-            if not req.member_id or req.member_epoch < 0:
-                raise RequestError(
-                    ErrorCode.INVALID_REQUEST, "MemberId must be non-empty and MemberEpoch >= 0"
-                )
-            self._check_chosen(req.member_id, req.member_epoch)
-            snapshot = self.compute_snapshot
-            if snapshot is None or snapshot[0] != req.group_epoch:
-                raise RequestError(
-                    ErrorCode.INVALID_ASSIGNMENT,
-                    f"group epoch {req.group_epoch} is not the epoch the assignment was prepared for",
-                )
-            epoch, members, configured = snapshot
-            if req.error == 0:
-                _validate_assignment(req.members, members, configured)
-                target = {mid: items for mid, items in req.members.items() if mid in self.members}
-            else:
-                target = {mid: items for mid, items in self.target.items() if mid in self.members}
-        except RequestError as exc:
-            return InstallAssignmentResponse(error_code=int(exc.code), error_message=exc.message)
-        for mid in self.members:
-            target.setdefault(mid, EMPTY)
-        self._install_target(epoch, target, req.error)
-        self.computing_member = None
-        self.compute_notified = False
-        self.compute_snapshot = None
-        self.timers.cancel(("compute", self.group_id))
-        self.maybe_update_target(now_ms)
-        return InstallAssignmentResponse()
+        return self.client_side.install(req, now_ms)
 
     # ------------------------------------------------------------------ describe
     def describe(self) -> DescribedGroup:
@@ -927,27 +805,3 @@ def check_heartbeat(req: HeartbeatRequest, known_member: bool) -> None:
 def _epoch_relevant(m: MemberMetadata) -> tuple:
     """Metadata fields that feed the assignment: a change to any of them bumps the group epoch."""
     return (m.instance_id, m.url, m.server_assignor, m.client_assignors, m.protocol)
-
-
-def _validate_assignment(proposed: dict[str, Items], members: Iterable[str], configured: Items) -> None:
-    members = set(members)
-    unknown = sorted(set(proposed) - members)
-    if unknown:
-        raise RequestError(ErrorCode.INVALID_ASSIGNMENT, f"unknown members in assignment: {unknown}")
-    seen: set[ConnectorTaskId] = set()
-    for mid in sorted(proposed):
-        items = proposed[mid]
-        twice = seen & items
-        if twice:
-            raise RequestError(
-                ErrorCode.INVALID_ASSIGNMENT, f"{sorted(map(str, twice))[:5]} assigned more than once"
-            )
-        seen |= items
-    extra = seen - configured
-    if extra:
-        raise RequestError(
-            ErrorCode.INVALID_ASSIGNMENT, f"{sorted(map(str, extra))[:5]} are not configured work"
-        )
-    missing = configured - seen
-    if missing:
-        raise RequestError(ErrorCode.INVALID_ASSIGNMENT, f"{sorted(map(str, missing))[:5]} are not assigned")

@@ -22,6 +22,7 @@ from connect_bridge.codecs.connect_protocol import (
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.errors import CodecError
 from connect_bridge.state import classic_api as api
+from connect_bridge.state.errors import RequestError
 from connect_bridge.state.model import EMPTY, Items, Member, MemberMetadata, MemberState
 
 if TYPE_CHECKING:
@@ -36,13 +37,6 @@ class ClassicState(StrEnum):
     PREPARE_REBALANCE = "PrepareRebalance"
     COMPLETING_REBALANCE = "CompletingRebalance"
     STABLE = "Stable"
-
-
-class Rejected(Exception):
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def first_protocol(metadata: MemberMetadata) -> str:
@@ -93,15 +87,19 @@ class LegacyMembers:
         member = self.group.members.get(member_id)
         if member is None or not member.metadata.is_legacy:
             if member is None and instance_id and self.group.member_by_instance(instance_id) is not None:
-                raise Rejected(ErrorCode.FENCED_INSTANCE_ID, f"instance {instance_id} has another member id")
-            raise Rejected(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in the group")
+                raise RequestError(
+                    ErrorCode.FENCED_INSTANCE_ID, f"instance {instance_id} has another member id"
+                )
+            raise RequestError(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id!r} is not in the group")
         if instance_id is not None and member.metadata.instance_id != instance_id:
-            raise Rejected(ErrorCode.FENCED_INSTANCE_ID, f"member {member_id} is not instance {instance_id}")
+            raise RequestError(
+                ErrorCode.FENCED_INSTANCE_ID, f"member {member_id} is not instance {instance_id}"
+            )
         return member
 
     def _check_generation(self, member: Member, generation_id: int) -> None:
         if generation_id != member.current.member_epoch:
-            raise Rejected(
+            raise RequestError(
                 ErrorCode.ILLEGAL_GENERATION,
                 f"generation {generation_id} is not member epoch {member.current.member_epoch}",
             )
@@ -110,7 +108,7 @@ class LegacyMembers:
     def join(self, req: api.JoinGroupRequest, now_ms: int) -> api.JoinGroupResponse:
         try:
             return self._join(req, now_ms)
-        except Rejected as exc:
+        except RequestError as exc:
             return api.JoinGroupResponse(
                 error_code=int(exc.code), member_id=req.member_id, error_message=exc.message
             )
@@ -122,19 +120,23 @@ class LegacyMembers:
             <= req.session_timeout_ms
             <= config.classic_max_session_timeout_ms
         ):
-            raise Rejected(ErrorCode.INVALID_SESSION_TIMEOUT, f"session timeout {req.session_timeout_ms} ms")
+            raise RequestError(
+                ErrorCode.INVALID_SESSION_TIMEOUT, f"session timeout {req.session_timeout_ms} ms"
+            )
         if req.protocol_type != PROTOCOL_TYPE or not req.protocols:
-            raise Rejected(
+            raise RequestError(
                 ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
                 f"protocol type {req.protocol_type!r} with {len(req.protocols)} protocols",
             )
         name, metadata = req.protocols[0]
         if name not in MODE_OF_PROTOCOL:
-            raise Rejected(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"unknown Connect protocol {name!r}")
+            raise RequestError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"unknown Connect protocol {name!r}")
         try:
             subscription = decode_subscription(metadata)
         except CodecError as exc:
-            raise Rejected(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"bad {name} subscription: {exc}") from exc
+            raise RequestError(
+                ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"bad {name} subscription: {exc}"
+            ) from exc
         return MemberMetadata(
             instance_id=req.group_instance_id,
             rebalance_timeout_ms=req.rebalance_timeout_ms
@@ -166,10 +168,10 @@ class LegacyMembers:
                     error_code=int(ErrorCode.MEMBER_ID_REQUIRED), member_id=group.new_member_id()
                 )
             if len(group.members) >= group.config.max_group_size:
-                raise Rejected(ErrorCode.GROUP_MAX_SIZE_REACHED, f"group {group.group_id} is full")
+                raise RequestError(ErrorCode.GROUP_MAX_SIZE_REACHED, f"group {group.group_id} is full")
             member = group.add_member(req.member_id or group.new_member_id(), metadata, now_ms)
         elif not member.metadata.is_legacy:
-            raise Rejected(
+            raise RequestError(
                 ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"member {member.member_id} uses ConnectGroupHeartbeat"
             )
         else:
@@ -199,13 +201,13 @@ class LegacyMembers:
             if (req.protocol_type is not None and req.protocol_type != PROTOCOL_TYPE) or (
                 req.protocol_name is not None and req.protocol_name != name
             ):
-                raise Rejected(
+                raise RequestError(
                     ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
                     f"protocol {req.protocol_type}/{req.protocol_name} is not connect/{name}",
                 )
             if self.states.get(member.member_id) is ClassicState.PREPARE_REBALANCE:
-                raise Rejected(ErrorCode.REBALANCE_IN_PROGRESS, "rejoin first")
-        except Rejected as exc:
+                raise RequestError(ErrorCode.REBALANCE_IN_PROGRESS, "rejoin first")
+        except RequestError as exc:
             return api.SyncGroupResponse(error_code=int(exc.code), error_message=exc.message)
         self.group.arm_session(member, now_ms)
         self._set_state(member.member_id, ClassicState.STABLE, now_ms, 0)
@@ -239,7 +241,7 @@ class LegacyMembers:
         try:
             member = self._member(req.member_id, req.group_instance_id)
             self._check_generation(member, req.generation_id)
-        except Rejected as exc:
+        except RequestError as exc:
             return api.HeartbeatResponse(error_code=int(exc.code))
         self.group.arm_session(member, now_ms)
         state = self.states.get(member.member_id, ClassicState.STABLE)
