@@ -84,6 +84,27 @@ class ViewDelivery:
 
     _stopped: bool
     _wake: asyncio.Event | None
+    poll_interval_ms: int
+
+    def poll(self) -> ConfigView | None:
+        raise NotImplementedError
+
+    async def _poll_loop(self, callback: ViewCallback) -> None:
+        """Poll (in a thread) every interval, deliver each new view, until ``stop()``."""
+        self._stopped = False
+        self._wake = asyncio.Event()
+        try:
+            while not self._stopped:
+                view = await asyncio.to_thread(self.poll)
+                if view is not None and not self._stopped:
+                    await self._deliver(callback, view)
+                try:
+                    await asyncio.wait_for(self._wake.wait(), self.poll_interval_ms / 1000)
+                except TimeoutError:
+                    pass
+        finally:
+            self._stopped = True
+            self._wake = None
 
     async def _deliver(self, callback: ViewCallback, view: ConfigView) -> None:
         try:
@@ -178,16 +199,4 @@ class ConfigViewWatcher(ViewDelivery):
         raises, the error is logged and the view still counts as delivered (so a failing callback is
         not retried, and not logged, every poll).
         """
-        self._stopped = False
-        self._wake = asyncio.Event()
-        try:
-            while not self._stopped:
-                view = await asyncio.to_thread(self.poll)
-                if view is not None and not self._stopped:
-                    await self._deliver(callback, view)
-                try:
-                    await asyncio.wait_for(self._wake.wait(), self.poll_interval_ms / 1000)
-                except TimeoutError:
-                    pass
-        finally:
-            self._wake = None
+        await self._poll_loop(callback)

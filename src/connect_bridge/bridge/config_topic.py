@@ -409,18 +409,8 @@ class ConfigTopicWatcher(ViewDelivery):
         a plain or an async function; if it raises, the error is logged and the view still counts as
         delivered.
         """
-        self._stopped = False
-        self._wake = asyncio.Event()
         try:
-            while not self._stopped:
-                view = await asyncio.to_thread(self.poll)
-                if view is not None and not self._stopped:
-                    await self._deliver(callback, view)
-                try:
-                    await asyncio.wait_for(self._wake.wait(), self.poll_interval_ms / 1000)
-                except TimeoutError:
-                    pass
+            await self._poll_loop(callback)
         finally:
-            self._stopped = True  # also on cancellation: a drain still running in its thread ends soon
-            self._wake = None
+            # also on cancellation: a drain still running in its thread ends soon
             await asyncio.shield(asyncio.to_thread(self._close_consumer))
