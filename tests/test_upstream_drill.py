@@ -18,29 +18,11 @@ from connect_bridge.drills.checker import check
 from connect_bridge.drills.live import run_live
 from connect_bridge.drills.scenario import load_scenario
 from tansu import TansuBroker, tansu
+from test_live_drill import SCENARIO as LIVE_SCENARIO
 
 __all__ = ["tansu"]  # the module's broker fixture, shared through tests/tansu.py
 
-SCENARIO = {
-    "name": "upstream-upgrade-and-bridge-restart",
-    "seed": 1,
-    "group": "connect-cluster",
-    "timing": {
-        "session_timeout_ms": 3000,
-        "rebalance_timeout_ms": 5000,
-        "heartbeat_interval_ms": 300,
-        "scheduled_rebalance_max_delay_ms": 1000,
-    },
-    "connectors": {"A": 2, "B": 1},
-    "steps": [
-        {"at_ms": 0, "action": "start", "worker": "w1", "protocol": "sessioned"},
-        {"at_ms": 0, "action": "start", "worker": "w2", "protocol": "new"},
-        {"at_ms": 3000, "action": "restart", "worker": "w1", "protocol": "new", "down_ms": 500},
-        {"at_ms": 5000, "action": "add_connector", "connector": "C", "tasks": 2},
-        {"at_ms": 6500, "action": "restart_bridge", "down_ms": 500},
-    ],
-    "end_ms": 13000,
-}
+SCENARIO = {**LIVE_SCENARIO, "name": "upstream-upgrade-and-bridge-restart", "end_ms": 13000}
 
 
 def topic_records(broker: TansuBroker, topic: str) -> list[tuple[bytes, bytes | None, int]]:
