@@ -88,8 +88,11 @@ def cooperative(spec: AssignmentSpec) -> dict[str, Items]:
     configured = spec.configured
     sticky_c: dict[str, list[ConnectorTaskId]] = {}
     sticky_t: dict[str, list[ConnectorTaskId]] = {}
+    # Returned work may sit in another member's previous target (work a departed worker still ran
+    # after a newer target had moved it): it goes back to the worker that runs it, never to both.
+    returned_all: Items = frozenset().union(*spec.returned.values()) if spec.returned else EMPTY
     for m in spec.members:
-        mine = (spec.previous.get(m, EMPTY) | spec.returned.get(m, EMPTY)) & configured
+        mine = ((spec.previous.get(m, EMPTY) - returned_all) | spec.returned.get(m, EMPTY)) & configured
         sticky_c[m], sticky_t[m] = _split(mine)
     connectors, tasks = _split(configured)
     revoke = not spec.holding

@@ -10,6 +10,7 @@ All inputs carry ``now_ms``; all effects are responses, records (``drain_records
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 
 from connect_bridge.codecs.error_codes import ErrorCode
@@ -53,6 +54,8 @@ from connect_bridge.state.records import Record, RecordType
 from connect_bridge.state.timers import Timers
 
 _MEMBER_ID_NAMESPACE = uuid.UUID("8a6f2b8e-5c1d-4b7a-9f3e-2d4c6b8a0e1f")
+HELD_OWNER = "\0held"
+"""Owner of work held for a departed worker that may still run it (never a member id)."""
 _PLACEHOLDER = MemberMetadata(url="\0placeholder")
 """Metadata of a member whose current-assignment record was replayed before its metadata record."""
 
@@ -327,8 +330,15 @@ class ConnectGroup:
         return member
 
     def remove_member(self, member: Member, now_ms: int) -> None:
-        """Drop a member; its targeted work is held for the scheduled delay (Connect's lost work)."""
+        """Drop a member; what it may still run and its targeted work are held for the scheduled delay.
+
+        Removal proves nothing about the process: a Java worker whose herder stalled keeps running
+        everything it owns after its generation is reset, and so does a new-protocol worker until it
+        sees its fencing. So its *owned* set (assigned and pending revocation), not only its target,
+        stays out of every target until it comes back (its work returns to it) or the hold expires.
+        """
         mid = member.member_id
+        owned = member.current.owned
         self._set_current(member, CurrentAssignment())
         del self.members[mid]
         self._emit(RecordType.CURRENT_ASSIGNMENT, mid, None)
@@ -336,7 +346,7 @@ class ConnectGroup:
         for key in (("session", self.group_id, mid), ("revoke", self.group_id, mid)):
             self.timers.cancel(key)
         held = self.metadata.held
-        work = self.target.get(mid, EMPTY) & self.view.items()
+        work = (self.target.get(mid, EMPTY) | owned) & self.view.items()
         delay = self.config.scheduled_rebalance_max_delay_ms
         if work and delay > 0 and self.assignor_name() != assignors.EAGER and self.members:
             held = (*held, HeldWork(work, member.metadata.url, member.metadata.instance_id, now_ms + delay))
@@ -654,6 +664,29 @@ class ConnectGroup:
             member_id=member.member_id, member_epoch=TEMPORARY_LEAVE_EPOCH, heartbeat_interval_ms=0
         )
 
+    def owner_lookup(self) -> Callable[[ConnectorTaskId], str | None]:
+        """Who holds an item: its owning member, or the hold of a departed worker that may run it.
+
+        Held work is out of every server-side target, but a client-side target computed before the
+        departure may still name it: it must not be granted while its old worker may still run it.
+        """
+        held = self.held_items()
+        if not held:
+            return self.owners.get
+        owners = self.owners
+
+        def owner_of(item: ConnectorTaskId) -> str | None:
+            owner = owners.get(item)
+            return owner if owner is not None else (HELD_OWNER if item in held else None)
+
+        return owner_of
+
+    def held_items(self) -> Items:
+        held = self.metadata.held
+        if not held:
+            return EMPTY
+        return frozenset().union(*(h.items for h in held))
+
     def reconcile(self, member: Member, owned: Items | None, now_ms: int) -> None:
         c = member.current
         target_epoch = self.assignment_epoch
@@ -666,7 +699,7 @@ class ConnectGroup:
             c.revoking,
             target_epoch,
             self.target.get(member.member_id, EMPTY),
-            self.owners.get,
+            self.owner_lookup(),
             owned,
         )
         if nxt is not None:

@@ -255,18 +255,22 @@ class LegacyMembers:
     def needs_rejoin(self, member: Member) -> bool:
         """Rejoin when the target moved on, to acknowledge a revocation, or to collect released work.
 
-        An UNRELEASED member is told only once everything it waits for is free, so it does not loop
-        through rebalances while other workers are still stopping that work (KAFKA-16793).
+        The epoch comes first (Kafka's ``throwIfRebalanceInProgress``): a member behind the target
+        epoch may have to give up work that another member waits for, and it can only learn that by
+        rejoining. Testing "is what it waits for free" first let two UNRELEASED members wait for
+        each other forever. A member at the target epoch that is UNRELEASED is told only once
+        everything it waits for is free, so it does not loop through rebalances while other workers
+        are still stopping that work (KAFKA-16793).
         """
         group = self.group
         current = member.current
-        if current.state is MemberState.UNREVOKED:
+        if current.state is MemberState.UNREVOKED or current.member_epoch < group.assignment_epoch:
             return True
         if current.state is MemberState.UNRELEASED:
             awaited = group.target.get(member.member_id, EMPTY) - current.assigned
-            owners = group.owners
-            return all(owners.get(item) in (None, member.member_id) for item in awaited)
-        return current.member_epoch < group.assignment_epoch
+            owner_of = group.owner_lookup()
+            return all(owner_of(item) in (None, member.member_id) for item in awaited)
+        return False
 
     # ------------------------------------------------------------------ LeaveGroup
     def leave(self, req: api.LeaveGroupRequest, now_ms: int) -> api.LeaveGroupResponse:

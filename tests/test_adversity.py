@@ -1,0 +1,299 @@
+"""Issue 10: mid-upgrade paths where a task ran twice or nowhere, each reproduced through the coordinator.
+
+Every test here failed on the engine before its fix. Workers are driven the way Java Connect workers
+behave, not the way a polite simulation would: a cooperative worker keeps running everything it owns
+after a generation reset, reports what it runs as its allocation, stops revoked work before it
+rejoins, and may stall (its herder stops polling) for longer than the rebalance timeout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from connect_bridge.codecs.connect_protocol import decode_assignment
+from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.codecs.ids import ConnectorTaskId
+from connect_bridge.state.coordinator import GroupCoordinator
+from connect_bridge.state.model import (
+    EMPTY,
+    CurrentAssignment,
+    GroupMetadata,
+    Items,
+    MemberMetadata,
+    MemberState,
+    TargetMetadata,
+)
+from connect_bridge.state.records import Record, RecordType
+from test_migration import (
+    A0,
+    A1,
+    A2,
+    AC,
+    ALL,
+    B0,
+    B1,
+    BC,
+    OFFSET,
+    RIP,
+    W1_FULL,
+    W2_FULL,
+    G,
+    Log,
+    cbeat,
+    cjoin,
+    connect,
+    coordinator,
+    csync,
+    current,
+    fs,
+    nbeat,
+    njoin,
+    protocols,
+    upgraded_and_settled,
+)
+
+# ------------------------------------------------------------------------------------ drivers
+
+
+@dataclass
+class JavaLike:
+    """A cooperative (sessioned) Java Connect worker reduced to what the coordinator can observe."""
+
+    name: str
+    member_id: str
+    generation: int
+    runs: set[ConnectorTaskId] = field(default_factory=set)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.name}/"
+
+    def heartbeat(self, coord: GroupCoordinator, now: int) -> int:
+        return cbeat(coord, self.member_id, self.generation, now=now)
+
+    def rejoin(self, coord: GroupCoordinator, now: int) -> None:
+        """JoinGroup reporting what it runs, then SyncGroup; revoked work stops at once (KIP-415)."""
+        for _ in range(3):
+            jr = cjoin(coord, self.member_id, self.url, frozenset(self.runs), now=now)
+            assert jr is not None
+            if jr.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
+                self.member_id = ""  # generation reset; it keeps running everything (cooperative)
+                continue
+            if jr.error_code == ErrorCode.MEMBER_ID_REQUIRED:
+                self.member_id = jr.member_id
+                continue
+            assert jr.error_code == 0, jr
+            self.member_id, self.generation = jr.member_id, jr.generation_id
+            sr = csync(coord, self.member_id, self.generation, now=now)
+            assert sr is not None
+            if sr.error_code != 0:
+                continue
+            asg = decode_assignment(sr.assignment)
+            self.runs -= set(asg.revoked_items)
+            self.runs |= set(asg.items)
+            if not asg.revoked_items:
+                return
+        return
+
+
+@dataclass
+class NewLike:
+    """A new-protocol worker: runs exactly what its last assignment says, reports it as owned."""
+
+    member_id: str
+    epoch: int
+    runs: set[ConnectorTaskId] = field(default_factory=set)
+
+    def heartbeat(self, coord: GroupCoordinator, now: int) -> int:
+        resp = nbeat(coord, self.member_id, self.epoch, frozenset(self.runs), now=now)
+        if resp.error_code not in (0, int(ErrorCode.COMPUTE_ASSIGNMENT)):
+            return resp.error_code
+        self.epoch = resp.member_epoch
+        if resp.assignment is not None:
+            self.runs = set(resp.assignment.items)
+        return 0
+
+
+def assert_exclusive(*workers: JavaLike | NewLike) -> None:
+    seen: dict[ConnectorTaskId, str] = {}
+    for w in workers:
+        name = getattr(w, "name", w.member_id)
+        for item in w.runs:
+            assert item not in seen, f"{item} runs on {seen[item]} and {name}"
+            seen[item] = name
+
+
+def settle(
+    coord: GroupCoordinator, workers: list[JavaLike | NewLike], now: int, rounds: int = 12
+) -> int:
+    """Heartbeat everyone (rejoining when told) until a round changes nothing; exclusive throughout."""
+    for _ in range(rounds):
+        changed = False
+        for w in workers:
+            before = (set(w.runs), getattr(w, "generation", None), getattr(w, "epoch", None))
+            now += 10
+            if isinstance(w, JavaLike):
+                if w.heartbeat(coord, now) in (RIP, int(ErrorCode.ILLEGAL_GENERATION)):
+                    w.rejoin(coord, now)
+            else:
+                w.heartbeat(coord, now)
+            assert_exclusive(*workers)
+            changed |= before != (set(w.runs), getattr(w, "generation", None), getattr(w, "epoch", None))
+        if not changed:
+            return now
+    raise AssertionError(f"no fixed point after {rounds} rounds: {current(coord)}")
+
+
+def run_for(
+    coord: GroupCoordinator, workers: list[JavaLike | NewLike], start: int, end: int, step: int = 3_000
+) -> None:
+    """Time passes with live workers heartbeating (rejoining when told) every ``step`` ms."""
+    for t in range(start, end, step):
+        coord.advance(t)
+        for w in workers:
+            if isinstance(w, JavaLike):
+                if w.heartbeat(coord, t) in (RIP, int(ErrorCode.ILLEGAL_GENERATION)):
+                    w.rejoin(coord, t)
+            else:
+                w.heartbeat(coord, t)
+    coord.advance(end)
+
+
+def owners_consistent(coord: GroupCoordinator) -> None:
+    """No owner entry outlives its member or names work the member does not own."""
+    g = connect(coord)
+    for item, mid in g.owners.items():
+        assert mid in g.members, f"{item} owned by departed {mid}"
+        assert item in g.members[mid].current.owned, f"{item} not owned by {mid}"
+    for mid, m in g.members.items():
+        for item in m.current.owned:
+            assert g.owners.get(item) == mid, f"{item} of {mid} missing from the owner index"
+
+
+def legacy_metadata(name: str, owned: Items) -> MemberMetadata:
+    return MemberMetadata(
+        url=f"http://{name}/",
+        config_offset=OFFSET,
+        rebalance_timeout_ms=60_000,
+        protocol="sessioned",
+        classic_protocols=protocols(f"http://{name}/", owned),
+    )
+
+
+# ------------------------------------------------------------------ 1. stall, work running nowhere
+
+
+def test_unreleased_legacy_members_behind_the_target_epoch_are_told_to_rejoin() -> None:
+    """L1 and L2 sit UNRELEASED at epoch 5 when target 6 swaps B-0 and A-0 between them: each waits
+    for an item the other runs. Before the fix both heard NONE forever and A-1, B-1 ran nowhere."""
+    coord = coordinator()
+    l1_runs, l2_runs = fs(AC, A0), fs(BC, B0)
+    records = [
+        Record(RecordType.GROUP_METADATA, G, "", GroupMetadata(group_epoch=6, leader_id="l1", member_seq=3)),
+        Record(RecordType.MEMBER_METADATA, G, "l1", legacy_metadata("l1", l1_runs)),
+        Record(RecordType.MEMBER_METADATA, G, "l2", legacy_metadata("l2", l2_runs)),
+        Record(RecordType.MEMBER_METADATA, G, "n3", MemberMetadata(url="http://n3/", config_offset=OFFSET)),
+        Record(
+            RecordType.CURRENT_ASSIGNMENT, G, "l1", CurrentAssignment(5, 4, MemberState.UNRELEASED, l1_runs)
+        ),
+        Record(
+            RecordType.CURRENT_ASSIGNMENT, G, "l2", CurrentAssignment(5, 4, MemberState.UNRELEASED, l2_runs)
+        ),
+        Record(RecordType.CURRENT_ASSIGNMENT, G, "n3", CurrentAssignment(6, 5, MemberState.STABLE, fs(A2))),
+        Record(RecordType.TARGET_MEMBER, G, "l1", fs(AC, A1, B0)),
+        Record(RecordType.TARGET_MEMBER, G, "l2", fs(BC, B1, A0)),
+        Record(RecordType.TARGET_MEMBER, G, "n3", fs(A2)),
+        Record(RecordType.TARGET_METADATA, G, "", TargetMetadata(6)),
+    ]
+    coord.replay(records, 0)
+    assert cbeat(coord, "l1", 5, now=10) == RIP
+    assert cbeat(coord, "l2", 5, now=10) == RIP
+
+    workers: list[JavaLike | NewLike] = [
+        JavaLike("l1", "l1", 5, set(l1_runs)),
+        JavaLike("l2", "l2", 5, set(l2_runs)),
+        NewLike("n3", 6, {A2}),
+    ]
+    settle(coord, workers, 20)
+    running = set().union(*(w.runs for w in workers))
+    assert running == ALL, sorted(map(str, ALL - running))
+    assert connect(coord).state.value == "STABLE"
+    owners_consistent(coord)
+
+
+# ----------------------------------------------------------- 2. double run after a legacy timeout
+
+
+def _balance_onto_new_worker() -> tuple[GroupCoordinator, Log, JavaLike, JavaLike, NewLike, NewLike, int]:
+    """w1, w2 legacy; w3 new; then w4 (new) joins and the target moves one item off w1 to w4."""
+    coord, log, w1, w2, w3 = upgraded_and_settled()
+    workers = (
+        JavaLike("w1", w1, 2, set(W1_FULL - {A2})),
+        JavaLike("w2", w2, 2, set(W2_FULL)),
+        NewLike(w3, 2, {A2}),
+    )
+    resp = njoin(coord, "", "http://w4/", now=1_000)
+    n4 = NewLike(resp.member_id, resp.member_epoch)
+    return coord, log, workers[0], workers[1], workers[2], n4, 1_000
+
+
+def test_removed_legacy_member_keeps_what_it_runs_out_of_other_targets() -> None:
+    """A legacy worker must give up an item to w4; its herder stalls (no JoinGroup). The join timer
+    removes it after the rebalance timeout, but the Java worker still runs that item: it must not
+    reach w4 before the hold expires or the stalled worker comes back."""
+    coord, log, w1, w2, w3, n4, now = _balance_onto_new_worker()
+    g = connect(coord)
+    moved = g.target[n4.member_id]
+    stalled, other = (w1, w2) if moved & w1.runs else (w2, w1)
+    assert moved and moved <= stalled.runs, "the balance takes w4's work from one legacy worker"
+    assert stalled.heartbeat(coord, now + 10) == RIP  # ...and its herder never rejoins
+    live: list[JavaLike | NewLike] = [other, w3, n4]
+    run_for(coord, live, now + 20, now + 60_100)  # legacy join timer: the stalled worker is gone
+    assert stalled.member_id not in g.members
+    for t in range(now + 60_100, now + 120_000, 3_000):
+        run_for(coord, live, t, t + 1)
+        assert not (n4.runs & stalled.runs), f"granted while the stalled worker runs it: {n4.runs}"
+        assert_exclusive(stalled, *live)
+    owners_consistent(coord)
+
+    # The herder wakes up: UNKNOWN_MEMBER_ID, rejoin with the same url and everything it runs.
+    assert stalled.heartbeat(coord, now + 120_000) == int(ErrorCode.UNKNOWN_MEMBER_ID)
+    stalled.rejoin(coord, now + 120_010)
+    settle(coord, [stalled, *live], now + 120_020)
+    assert set().union(w1.runs, w2.runs, w3.runs, n4.runs) == ALL
+    owners_consistent(coord)
+    log.check_replay(now + 130_000)
+
+
+def test_removed_legacy_members_work_is_dealt_after_the_hold() -> None:
+    coord, _, w1, w2, w3, n4, now = _balance_onto_new_worker()
+    stalled, other = (w1, w2) if connect(coord).target[n4.member_id] & w1.runs else (w2, w1)
+    assert stalled.heartbeat(coord, now + 10) == RIP
+    live: list[JavaLike | NewLike] = [other, w3, n4]
+    t = now + 60_010 + coord.config.scheduled_rebalance_max_delay_ms + 1
+    run_for(coord, live, now + 20, t)
+    stalled.runs.clear()  # the hold expired: a worker still running it is beyond anyone's protection
+    settle(coord, [other, w3, n4], t)
+    assert set().union(other.runs, w3.runs, n4.runs) == ALL
+    owners_consistent(coord)
+
+
+def test_fenced_new_protocol_member_keeps_its_revoking_work_out_of_other_targets() -> None:
+    """Same for a new-protocol member: UNREVOKED (told to stop A-2 for w4), then fenced by a wrong
+    epoch before it acknowledged. It may still run A-2 until it reads the fencing."""
+    coord, _, w1, w2, w3, n4, now = _balance_onto_new_worker()
+    g = connect(coord)
+    # Make w3 the loser: the target of w4 is whatever w3 runs (as a client-side assignor could).
+    target = {w1.member_id: frozenset(w1.runs), w2.member_id: frozenset(w2.runs), w3.member_id: EMPTY,
+              n4.member_id: frozenset(w3.runs)}
+    g._install_target(g.group_epoch, target)
+    # w3 reads the revocation but is slow to stop A-2 (it still runs it, unacknowledged)...
+    assert nbeat(coord, w3.member_id, w3.epoch, frozenset(w3.runs), now=now + 10).error_code == 0
+    assert g.members[w3.member_id].current.revoking == fs(A2) and w3.runs == {A2}
+    fenced = nbeat(coord, w3.member_id, w3.epoch + 7, frozenset(w3.runs), now=now + 20)
+    assert fenced.error_code == ErrorCode.FENCED_MEMBER_EPOCH
+    assert w3.member_id not in g.members
+    for t in range(now + 30, now + 60_000, 3_000):
+        run_for(coord, [w1, w2, n4], t, t + 1)
+        assert A2 not in n4.runs, "granted while the fenced worker may still run it"
+    owners_consistent(coord)
