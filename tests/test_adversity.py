@@ -63,18 +63,19 @@ class JavaLike:
     member_id: str
     generation: int
     runs: set[ConnectorTaskId] = field(default_factory=set)
+    instance: str | None = None
 
     @property
     def url(self) -> str:
         return f"http://{self.name}/"
 
     def heartbeat(self, coord: GroupCoordinator, now: int) -> int:
-        return cbeat(coord, self.member_id, self.generation, now=now)
+        return cbeat(coord, self.member_id, self.generation, now=now, instance=self.instance)
 
     def rejoin(self, coord: GroupCoordinator, now: int) -> None:
         """JoinGroup reporting what it runs, then SyncGroup; revoked work stops at once (KIP-415)."""
         for _ in range(3):
-            jr = cjoin(coord, self.member_id, self.url, frozenset(self.runs), now=now)
+            jr = cjoin(coord, self.member_id, self.url, frozenset(self.runs), now=now, instance=self.instance)
             assert jr is not None
             if jr.error_code == ErrorCode.UNKNOWN_MEMBER_ID:
                 self.member_id = ""  # generation reset; it keeps running everything (cooperative)
@@ -84,7 +85,7 @@ class JavaLike:
                 continue
             assert jr.error_code == 0, jr
             self.member_id, self.generation = jr.member_id, jr.generation_id
-            sr = csync(coord, self.member_id, self.generation, now=now)
+            sr = csync(coord, self.member_id, self.generation, now=now, instance=self.instance)
             assert sr is not None
             if sr.error_code != 0:
                 continue
@@ -296,4 +297,76 @@ def test_fenced_new_protocol_member_keeps_its_revoking_work_out_of_other_targets
     for t in range(now + 30, now + 60_000, 3_000):
         run_for(coord, [w1, w2, n4], t, t + 1)
         assert A2 not in n4.runs, "granted while the fenced worker may still run it"
+    owners_consistent(coord)
+
+
+# -------------------------------------------------------------------------------- 4. static members
+
+
+def _with_static_legacy_member() -> tuple[GroupCoordinator, JavaLike, JavaLike, JavaLike, NewLike, int]:
+    """The settled upgraded group plus a static legacy worker (instance ``s``) that got its share."""
+    coord, _, w1, w2, w3 = upgraded_and_settled()
+    workers: list[JavaLike | NewLike] = [JavaLike("w1", w1, 2, set(W1_FULL - {A2})),
+                                         JavaLike("w2", w2, 2, set(W2_FULL)), NewLike(w3, 2, {A2})]
+    jr = coord.classic_join(
+        _static_join_request("", "s", EMPTY), 1_000
+    )
+    assert jr is not None and jr.error_code == 0, jr
+    s = JavaLike("s", jr.member_id, jr.generation_id, instance="s")
+    assert csync(coord, s.member_id, s.generation, now=1_000, instance="s").error_code == 0  # type: ignore[union-attr]
+    settle(coord, [*workers, s], 1_010)
+    assert s.runs, "the static worker got a share"
+    owners_consistent(coord)
+    return coord, workers[0], workers[1], s, workers[2], 2_000  # type: ignore[return-value]
+
+
+def _static_join_request(member_id: str, instance: str, owned: Items):
+    from connect_bridge.state import classic_api as capi
+
+    return capi.JoinGroupRequest(
+        G,
+        member_id,
+        "connect",
+        protocols(f"http://{instance}/", owned),
+        session_timeout_ms=10_000,
+        rebalance_timeout_ms=60_000,
+        group_instance_id=instance,
+    )
+
+
+def test_static_join_naming_another_member_id_is_fenced() -> None:
+    """A zombie process sharing instance ``s`` rejoins with another member's id (or one of its own):
+    FENCED_INSTANCE_ID, as Kafka's classic coordinator answers. Before, it took the member over."""
+    coord, w1, _, s, _, now = _with_static_legacy_member()
+    before = current(coord)
+    for zombie_id in (w1.member_id, "zombie-id"):
+        jr = coord.classic_join(_static_join_request(zombie_id, "s", frozenset(s.runs)), now)
+        assert jr is not None and jr.error_code == ErrorCode.FENCED_INSTANCE_ID, (zombie_id, jr)
+    assert current(coord) == before
+    owners_consistent(coord)
+
+
+def test_unknown_instance_id_with_a_member_id_is_unknown_member() -> None:
+    coord, w1, _, _, _, now = _with_static_legacy_member()
+    before = current(coord)
+    jr = coord.classic_join(_static_join_request(w1.member_id, "nobody", frozenset(w1.runs)), now)
+    assert jr is not None and jr.error_code == ErrorCode.UNKNOWN_MEMBER_ID, jr
+    assert current(coord) == before
+
+
+def test_restarted_static_process_replaces_the_member_and_nothing_is_orphaned() -> None:
+    """A fresh process with the same instance id and no member id replaces the member (Kafka's
+    replaceStaticMember): it gets the old member's work, the old member id is fenced."""
+    coord, w1, w2, s, w3, now = _with_static_legacy_member()
+    jr = coord.classic_join(_static_join_request("", "s", EMPTY), now)
+    assert jr is not None and jr.error_code == 0 and jr.member_id != s.member_id
+    assert cbeat(coord, s.member_id, s.generation, now=now, instance="s") == ErrorCode.FENCED_INSTANCE_ID
+    s.runs.clear()  # the old process is gone; the fresh one starts with nothing running
+    fresh = JavaLike("s", jr.member_id, jr.generation_id, instance="s")
+    sr = csync(coord, fresh.member_id, fresh.generation, now=now, instance="s")
+    assert sr is not None and sr.error_code == 0
+    fresh.runs |= set(decode_assignment(sr.assignment).items)  # type: ignore[union-attr]
+    owners_consistent(coord)
+    settle(coord, [w1, w2, w3, fresh], now + 10)
+    assert set().union(w1.runs, w2.runs, w3.runs, fresh.runs) == ALL
     owners_consistent(coord)

@@ -524,6 +524,12 @@ class ConnectGroup:
     def _join(self, req: HeartbeatRequest, member: Member | None, now_ms: int) -> Member:
         if req.instance_id:
             static = self.member_by_instance(req.instance_id)
+            if static is not None and static is not member and member is not None:
+                # A known member claiming an instance id another member holds: a zombie sharing it.
+                raise RequestError(
+                    ErrorCode.FENCED_INSTANCE_ID,
+                    f"instance id {req.instance_id} is member {static.member_id}, not {member.member_id}",
+                )
             if static is not None and static is not member:
                 # A new-protocol worker may take an instance id from a legacy member at once
                 # (KAFKA-17228); from another new-protocol member only after its -2 leave.
@@ -569,6 +575,9 @@ class ConnectGroup:
 
     def take_over_static(self, old: Member, new_id: str, metadata: MemberMetadata, now_ms: int) -> Member:
         """A static member coming back: the new member id takes the old member's epoch and work."""
+        if new_id != old.member_id and new_id in self.members:
+            # Overwriting a live member would leave its owner entries behind (work running nowhere).
+            raise RequestError(ErrorCode.FENCED_INSTANCE_ID, f"member id {new_id} is already in use")
         current = replace(old.current, left_temporarily=False)
         del self.members[old.member_id]
         self.legacy.forget(old.member_id)

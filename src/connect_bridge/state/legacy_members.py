@@ -156,11 +156,7 @@ class LegacyMembers:
         metadata = self._validate_join(req)
         member = group.members.get(req.member_id) if req.member_id else None
         if req.group_instance_id:
-            static = group.member_by_instance(req.group_instance_id)
-            if static is not None and static is not member:
-                member = group.take_over_static(
-                    static, req.member_id or group.new_member_id(), metadata, now_ms
-                )
+            member = self._static_join(req, member, metadata, now_ms)
         if member is None:
             if not req.member_id and req.api_version >= 4 and not req.group_instance_id:
                 # MEMBER_ID_REQUIRED keeps no state: the id is admitted when the worker rejoins with it.
@@ -191,6 +187,35 @@ class LegacyMembers:
             leader="",
             member_id=member.member_id,
         )
+
+    def _static_join(
+        self, req: api.JoinGroupRequest, member: Member | None, metadata: MemberMetadata, now_ms: int
+    ) -> Member | None:
+        """Kafka's classic rules for a JoinGroup with a group.instance.id.
+
+        Only a process that does not know its member id (a restart) replaces the member holding the
+        instance id; one that names another member id is a zombie sharing the instance id and is
+        fenced; a member id with an instance id nobody holds is unknown. Letting any of them take
+        over left the old member's owner entries behind and its work running nowhere.
+        """
+        group = self.group
+        instance_id = req.group_instance_id
+        assert instance_id
+        static = group.member_by_instance(instance_id)
+        if static is None:
+            if req.member_id:
+                raise RequestError(
+                    ErrorCode.UNKNOWN_MEMBER_ID, f"instance {instance_id} has no member {req.member_id}"
+                )
+            return None
+        if static is member:
+            return member
+        if req.member_id:
+            raise RequestError(
+                ErrorCode.FENCED_INSTANCE_ID,
+                f"instance {instance_id} is member {static.member_id}, not {req.member_id}",
+            )
+        return group.take_over_static(static, group.new_member_id(), metadata, now_ms)
 
     # ------------------------------------------------------------------ SyncGroup
     def sync(self, req: api.SyncGroupRequest, now_ms: int) -> api.SyncGroupResponse:
