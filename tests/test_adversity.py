@@ -41,6 +41,7 @@ from test_migration import (
     Log,
     cbeat,
     cjoin,
+    classic,
     connect,
     coordinator,
     csync,
@@ -48,7 +49,9 @@ from test_migration import (
     fs,
     nbeat,
     njoin,
+    payload,
     protocols,
+    stable_classic,
     upgraded_and_settled,
 )
 
@@ -370,3 +373,43 @@ def test_restarted_static_process_replaces_the_member_and_nothing_is_orphaned() 
     settle(coord, [w1, w2, w3, fresh], now + 10)
     assert set().union(w1.runs, w2.runs, w3.runs, fresh.runs) == ALL
     owners_consistent(coord)
+
+
+# --------------------------------------------------------------------- 3. double run at upgrade
+
+
+def test_upgrade_while_a_follower_has_not_applied_its_revocation() -> None:
+    """Generation 2 revokes B-1 from the follower w2; the leader synced, w2's SyncGroup is still to
+    come when the first new worker joins. w2 still runs B-1: it must not reach the new worker until
+    w2 has acknowledged the revocation."""
+    coord = coordinator()
+    log = Log(coord)
+    w1, w2 = stable_classic(coord)
+    assert cjoin(coord, w1, "http://w1/", W1_FULL, now=10, token="j1") is None
+    assert cbeat(coord, w2, 1, now=20) == RIP
+    cjoin(coord, w2, "http://w2/", W2_FULL, now=30, token="j2")
+    coord.advance(30)
+    joined = dict(coord.drain_responses())
+    assert joined["j1"].generation_id == 2 and joined["j1"].leader == w1  # type: ignore[union-attr]
+    leader_sync = ((w1, payload(w1)), (w2, payload(w1, (), [B1])))
+    assert csync(coord, w1, 2, leader_sync, now=40).error_code == 0  # type: ignore[union-attr]
+    assert classic(coord).pending_sync == {w2: None}  # w2 has not synced generation 2
+
+    resp = njoin(coord, "", "http://w3/", now=50)
+    assert resp.error_code == 0
+    w3 = NewLike(resp.member_id, resp.member_epoch, set(resp.assignment.items if resp.assignment else ()))
+    g = connect(coord)
+    assert g.members[w2].current.revoking == fs(B1)
+    legacy = [JavaLike("w1", w1, 2, set(W1_FULL)), JavaLike("w2", w2, 2, set(W2_FULL))]
+    for t in range(60, 3_000, 100):
+        w3.heartbeat(coord, t)
+        assert B1 not in w3.runs, "granted while w2 has not applied the revocation"
+    # w2's late SyncGroup now revokes B-1; it stops it and rejoins; the work can move.
+    sr = csync(coord, w2, 2, now=3_000)
+    assert sr is not None and sr.error_code == 0 and B1 in decode_assignment(sr.assignment).revoked_items
+    legacy[1].runs.discard(B1)
+    legacy[1].rejoin(coord, 3_010)
+    settle(coord, [*legacy, w3], 3_020)
+    assert set().union(*(w.runs for w in [*legacy, w3])) == ALL
+    owners_consistent(coord)
+    log.check_replay(4_000)

@@ -200,6 +200,8 @@ class ConnectGroup:
             self._emit(RecordType.MEMBER_METADATA, mid, member_metadata)
             self._set_current(member, current)
             self.arm_session(member, now_ms)
+            if current.state is MemberState.UNREVOKED:
+                self._arm_revocation(member, now_ms)
         self._install_target(target_metadata.assignment_epoch, {mid: c.assigned for mid, _, c in members})
         self.metadata = metadata
         self._emit(RecordType.GROUP_METADATA, value=metadata)
