@@ -413,3 +413,138 @@ def test_upgrade_while_a_follower_has_not_applied_its_revocation() -> None:
     assert set().union(*(w.runs for w in [*legacy, w3])) == ALL
     owners_consistent(coord)
     log.check_replay(4_000)
+
+
+# ---------------------------------------------------------------- 5. held work lost at downgrade
+
+
+def test_work_held_for_the_last_new_worker_survives_until_the_hold_ends() -> None:
+    """The last new-protocol worker (w3, running A-2) dies. Its work is held for the scheduled delay;
+    before the fix the group converted to classic at once and the next classic leader dealt A-2 out
+    immediately. Now the group stays connect while A-2 is held, then deals it and downgrades."""
+    coord, log, w1, w2, w3 = upgraded_and_settled(scheduled_rebalance_max_delay_ms=30_000)
+    legacy: list[JavaLike | NewLike] = [JavaLike("w1", w1, 2, set(W1_FULL - {A2})),
+                                        JavaLike("w2", w2, 2, set(W2_FULL))]
+    run_for(coord, legacy, 1_000, 10_300)  # w3's session (last heartbeat at 200) expires at 10_200
+    g = connect(coord)
+    assert w3 not in g.members and g.held_items() == fs(A2)
+    deadline = g.metadata.held[0].deadline_ms
+    run_for(coord, legacy, 10_300, deadline - 1)
+    assert isinstance(coord.groups[G], type(g)), "converted while work was held"
+    assert all(A2 not in w.runs for w in legacy)
+    log.check_replay(deadline - 1)
+    coord.advance(deadline)  # the hold ends: nothing is held any more and the group downgrades; the
+    # classic leader deals A-2 in the rebalance that follows, as Connect does after its delay.
+    stored = {mid: set(decode_assignment(m.assignment).items) for mid, m in classic(coord).members.items()}
+    assert all(A2 not in items for items in stored.values())
+    log.check_replay(deadline)
+
+
+def test_last_new_worker_coming_back_as_legacy_gets_its_held_work_and_the_group_downgrades() -> None:
+    """Rolling downgrade: w3 restarts as a legacy worker with the same url inside the delay."""
+    coord, log, w1, w2, w3 = upgraded_and_settled(scheduled_rebalance_max_delay_ms=30_000)
+    legacy: list[JavaLike | NewLike] = [JavaLike("w1", w1, 2, set(W1_FULL - {A2})),
+                                        JavaLike("w2", w2, 2, set(W2_FULL))]
+    assert coord.connect_heartbeat(_leave(w3), 1_000).error_code == 0
+    assert isinstance(coord.groups[G], type(connect(coord)))
+    jr = cjoin(coord, "", "http://w3/", EMPTY, now=2_000)
+    assert jr is not None and jr.error_code == ErrorCode.MEMBER_ID_REQUIRED
+    jr = cjoin(coord, jr.member_id, "http://w3/", EMPTY, now=2_000)
+    assert jr is not None and jr.error_code == 0
+    # Its held work came straight back to it (granted with the JoinGroup), then nothing was held
+    # any more and the group downgraded, A-2 recorded as w3's: nobody else was handed it.
+    g = classic(coord)
+    stored = {mid: set(decode_assignment(m.assignment).items) for mid, m in g.members.items()}
+    assert stored[jr.member_id] == {A2}
+    assert all(A2 not in w.runs for w in legacy)
+    log.check_replay(2_000)
+
+
+def _leave(member_id: str):
+    from connect_bridge.state.api import HeartbeatRequest
+
+    return HeartbeatRequest(G, member_id, -1)
+
+
+# ------------------------------------------------------- 7. the leader a Java worker is told about
+
+
+def _legacy_leaders_without_state(seed: int) -> tuple[int, list[str]]:
+    """Run a random mixed drill; at its end, every live legacy worker that its assignment names
+    leader must be able to route a REST restart (Java's ``ownerUrl`` needs leader state)."""
+    from connect_bridge.drills.generate import random_scenario
+    from connect_bridge.drills.sim import SimulatedDrill
+    from connect_bridge.workers.legacy import LeaderStateMissing, LegacyWorker
+
+    scenario = random_scenario(seed)
+    drill = SimulatedDrill(scenario)
+    drill.run()
+    leaders, broken = 0, []
+    for w in drill.workers.values():
+        if not (w.alive and isinstance(w.logic, LegacyWorker) and w.logic.is_leader):
+            continue
+        leaders += 1
+        try:
+            for item in w.logic.running:
+                w.logic.owner_url(item, scenario.end_ms)
+        except LeaderStateMissing:
+            broken.append(f"{scenario.name}: {w.name}")
+    return leaders, broken
+
+
+def test_a_legacy_worker_named_leader_has_leader_state() -> None:
+    """Before the fix the bridge named a sticky leader in every assignment but answered every JoinGroup
+    with an empty leader: a legacy worker that became leader inside a connect group had no leader
+    state (REST restarts of work on other workers failed, a sessioned leader could not know the
+    session-key role came with state)."""
+    leaders, broken = 0, []
+    for seed in range(10_000, 10_060):
+        n, b = _legacy_leaders_without_state(seed)
+        leaders += n
+        broken += b
+    assert leaders >= 10, "the sample must contain legacy leaders"
+    assert not broken, broken
+
+
+def test_designated_legacy_leader_is_elected_with_every_members_current_work() -> None:
+    coord, _, w1, w2, w3 = upgraded_and_settled()
+    g = connect(coord)
+    assert g.metadata.leader_id == w1
+    jr = cjoin(coord, w1, "http://w1/", W1_FULL - {A2}, now=1_000)
+    assert jr is not None and jr.leader == w1
+    from connect_bridge.codecs.connect_protocol import decode_subscription
+
+    seen = {m.member_id: decode_subscription(m.metadata) for m in jr.members}
+    assert set(seen) == {w1, w2, w3}
+    assert {mid: frozenset(s.allocation.items) for mid, s in seen.items()} == {  # type: ignore[union-attr]
+        w1: W1_FULL - {A2},
+        w2: W2_FULL,
+        w3: fs(A2),
+    }
+    # A follower is never elected; the leader's SyncGroup assignments are ignored.
+    jr2 = cjoin(coord, w2, "http://w2/", W2_FULL, now=1_000)
+    assert jr2 is not None and (jr2.leader, jr2.members) == ("", ())
+    bogus = ((w2, payload(w1, [A0], [B0])),)
+    sr = csync(coord, w1, jr.generation_id, bogus, now=1_010)
+    assert sr is not None and sr.error_code == 0
+    sr2 = csync(coord, w2, jr2.generation_id, now=1_010)
+    assert sr2 is not None and decode_assignment(sr2.assignment).revoked_items == ()
+
+
+def test_a_legacy_worker_becoming_leader_is_told_to_rejoin() -> None:
+    coord, _, w1, w2, _w3 = upgraded_and_settled()
+    g = connect(coord)
+    assert coord.classic_leave(_leave_request(w1), 1_000).error_code == 0
+    if g.metadata.leader_id != w2:  # the lowest remaining member id leads; make it w2 here
+        g._set_metadata(leader_id=w2)
+    assert cbeat(coord, w2, g.members[w2].current.member_epoch, now=1_100) == RIP
+    jr = cjoin(coord, w2, "http://w2/", W2_FULL, now=1_200)
+    assert jr is not None and jr.leader == w2
+    assert csync(coord, w2, jr.generation_id, now=1_210).error_code == 0  # type: ignore[union-attr]
+    assert cbeat(coord, w2, jr.generation_id, now=1_300) == 0
+
+
+def _leave_request(member_id: str):
+    from connect_bridge.state import classic_api as capi
+
+    return capi.LeaveGroupRequest(G, (capi.LeavingMember(member_id),))

@@ -27,7 +27,16 @@ from connect_bridge.state.api import (
 )
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.coordinator import GroupCoordinator
-from connect_bridge.state.model import EMPTY, ClientAssignor, ConfigView, Items, MemberState
+from connect_bridge.state.model import (
+    EMPTY,
+    AssignedMetadata,
+    ClientAssignor,
+    ConfigView,
+    Items,
+    MemberState,
+)
+from connect_bridge.state.record_codec import decode_record, encode_record
+from connect_bridge.state.records import Record, RecordType
 
 G = "connect-cluster"
 VIEW = ConfigView.of(10, {"A": 2, "B": 1})
@@ -416,7 +425,8 @@ def test_client_assignor_range_not_overlapping_is_unsupported() -> None:
 def test_client_assignor_ranges_touching_or_named_differently_are_accepted() -> None:
     sim = Sim()
     sim.join("m1", client=(ClientAssignor(ICA, 1, 2, 0, 2),))
-    assert sim.join("m2", client=(ClientAssignor(ICA, 2, 4, 0, 3),)).error_code in (OK, COMPUTE)
+    # (Touching, and m1 covers m2; [2-4] would leave nobody covering everyone, see below.)
+    assert sim.join("m2", client=(ClientAssignor(ICA, 2, 2, 0, 2),)).error_code in (OK, COMPUTE)
     assert sim.join("m3", client=(ClientAssignor("other", 7, 9, 0, 7),)).error_code in (OK, COMPUTE)
 
 
@@ -1429,6 +1439,191 @@ def test_computing_member_leaving_hands_the_computation_over() -> None:
     sim.leave("m1")
     assert sim.group.client_side.member == "m2"
     assert sim.beat("m2").error_code == COMPUTE
+
+
+# ---------------------------------------------------------------- the choice follows the membership
+
+
+def test_a_join_the_chosen_member_cannot_cover_moves_the_computation() -> None:
+    """m1 [1-2] was told to compute; m2 [1-5] joins: only m2 covers everyone now, so m2 computes."""
+    sim = Sim()
+    assert sim.join("m1", client=ranged(1, 2)).error_code == COMPUTE
+    assert sim.join("m2", client=ranged(1, 5)).error_code == COMPUTE
+    assert sim.group.client_side.member == "m2"
+    assert sim.beat("m1").error_code == OK
+    assert sim.prepare("m1").error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    sim.compute("m2")
+    sim.settle()
+    assert sim.running["m1"] | sim.running["m2"] == ALL
+
+
+def test_a_superseded_computation_is_an_invalid_assignment() -> None:
+    """m1 was mid-computation when m2 [1-5] joined and took over: m1's install is stale."""
+    sim = Sim()
+    sim.join("m1", client=ranged(1, 2))
+    prepared = sim.prepare("m1")
+    assert prepared.error_code == OK
+    sim.join("m2", client=ranged(1, 5))
+    before, deadline = baseline(sim)
+    resp = sim.install("m1", {"m1": ALL}, prepared.group_epoch)
+    assert resp.error_code == ErrorCode.INVALID_ASSIGNMENT, resp.error_message
+    assert_untouched(sim, before, deadline)
+    assert sim.beat("m2").error_code == COMPUTE
+    sim.compute("m2")
+    sim.settle()
+    assert sim.running["m1"] | sim.running["m2"] == ALL
+
+
+def test_an_assignor_update_the_chosen_member_cannot_cover_moves_the_computation() -> None:
+    sim = Sim()
+    assert sim.join("m1", client=ranged(1, 3)).error_code == COMPUTE
+    sim.join("m2", client=ranged(1, 3))
+    assert sim.group.client_side.member == "m1"  # told first, still covers m2: it keeps computing
+    resp = sim.beat("m2", client_assignors=ranged(1, 4))
+    assert resp.error_code == COMPUTE and sim.group.client_side.member == "m2"
+    assert sim.beat("m1").error_code == OK
+
+
+def test_a_not_yet_told_choice_follows_the_rule() -> None:
+    """A choice nobody has been told about yet is simply redone; a timed-out member stays passed over."""
+    sim = Sim(session=NO_SESSION_EXPIRY)
+    assert sim.join("m2", client=ranged(1, 3), rebalance=1_000).error_code == COMPUTE
+    sim.join("m4", client=ranged(1, 3))
+    sim.advance(1_000)  # m2 (the leader) did not compute in time
+    assert sim.group.client_side.member == "m4"
+    # m4 has not been told yet; m3 joins and covers everyone too. The leader m2 timed out, so the
+    # lowest other id computes.
+    assert sim.join("m3", client=ranged(1, 3)).error_code == COMPUTE
+    assert sim.group.client_side.member == "m3"
+    assert sim.beat("m4").error_code == OK
+    assert sim.beat("m2").error_code == OK
+    sim.compute("m3")
+    sim.settle()
+
+
+def test_chosen_static_member_leaving_temporarily_hands_the_computation_over() -> None:
+    sim = Sim(session=NO_SESSION_EXPIRY)
+    assert sim.join("m1", instance="i1", client=(CA,)).error_code == COMPUTE
+    sim.join("m2", client=(CA,))
+    assert sim.leave("m1", epoch=-2, instance="i1").error_code == OK
+    assert sim.group.client_side.member == "m2"
+    assert sim.beat("m2").error_code == COMPUTE
+    sim.compute("m2")
+    # m1 comes back: m2 computes for it too.
+    sim.join("m1", instance="i1", client=(CA,))
+    sim.settle()
+    assert sim.running["m1"] | sim.running["m2"] == ALL
+
+
+def test_install_older_than_the_installed_target_is_invalid() -> None:
+    sim = Sim()
+    sim.join("m1", client=(CA,))
+    prepared = sim.prepare("m1")
+    # m2 has no client-side assignor: the server-side one takes over and installs a newer target.
+    sim.join("m2")
+    assert sim.group.assignment_epoch == sim.group.group_epoch > prepared.group_epoch
+    before, deadline = baseline(sim)
+    resp = sim.install("m1", {"m1": ALL}, prepared.group_epoch)
+    assert resp.error_code == ErrorCode.INVALID_ASSIGNMENT
+    assert_untouched(sim, before, deadline)
+
+
+# ---------------------------------------------------------------- no member covers everyone
+
+
+def test_a_join_leaving_no_member_covering_every_range_is_unsupported() -> None:
+    """[1-3] and [2-5] overlap, but neither covers the other: seed 000's fatal error, not a pick."""
+    sim = Sim()
+    sim.join("m1", client=ranged(1, 3))
+    sim.compute("m1")
+    sim.settle()
+    before, deadline = baseline(sim)
+    resp = sim.join("m2", client=ranged(2, 5))
+    assert resp.error_code == ErrorCode.UNSUPPORTED_ASSIGNOR
+    assert "m1 [1-3]" in resp.error_message and "[2-5]" in resp.error_message
+    assert_untouched(sim, before, deadline)
+    # The same for a member changing its range.
+    sim.join("m2", client=ranged(1, 2))
+    sim.settle()
+    before, deadline = baseline(sim)
+    assert sim.beat("m2", client_assignors=ranged(2, 5)).error_code == ErrorCode.UNSUPPORTED_ASSIGNOR
+    assert_untouched(sim, before, deadline)
+
+
+def test_a_group_losing_its_only_covering_member_answers_unsupported_assignor() -> None:
+    sim = Sim(session=NO_SESSION_EXPIRY)
+    sim.join("A", client=ranged(1, 5))
+    sim.join("B", client=ranged(1, 3))
+    sim.join("C", client=ranged(3, 5))
+    sim.settle()
+    sim.leave("A")
+    assert sim.group.client_side.member is None  # nobody can compute for everyone
+    for mid in ("B", "C"):
+        before, deadline = baseline(sim)
+        resp = sim.beat(mid, ack=True)
+        assert resp.error_code == ErrorCode.UNSUPPORTED_ASSIGNOR, resp
+        assert_untouched(sim, before, deadline)
+        assert sim.prepare(mid).error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    # A heartbeat that restores a covering member is accepted, and that member computes.
+    resp = sim.beat("B", client_assignors=ranged(1, 5))
+    assert resp.error_code == COMPUTE and sim.group.client_side.member == "B"
+    sim.compute("B")
+    sim.settle()
+    assert sim.running["B"] | sim.running["C"] == ALL
+
+
+# ---------------------------------------------------------------- assignor metadata and error
+
+
+def _install_with_metadata(sim: Sim) -> dict[str, AssignedMetadata]:
+    prepared = sim.prepare("m1")
+    assert prepared.error_code == OK
+    targets = {"m1": items("A", "A-0", "A-1"), "m2": items("B", "B-0")}
+    data = {"m1": AssignedMetadata(2, b"m1-data"), "m2": AssignedMetadata(3, b"m2-data")}
+    req = InstallAssignmentRequest(G, "m1", sim.epoch["m1"], prepared.group_epoch, 0, targets, data)
+    assert sim.coord.install_assignment(req, sim.now).error_code == OK
+    return data
+
+
+def test_install_metadata_reaches_each_member_and_replays() -> None:
+    sim = Sim()
+    sim.join("m1", client=(CA,))
+    sim.join("m2", client=(CA,))
+    data = _install_with_metadata(sim)
+    for mid in ("m1", "m2"):
+        a = sim.beat(mid, ack=True).assignment
+        assert a is not None and a.error == 0
+        assert AssignedMetadata(a.metadata_version, a.metadata) == data[mid]
+    sim.settle()
+    # Persisted with the target: a replayed coordinator hands out the same metadata.
+    records = [Record(RecordType.CONFIG, G, "", VIEW), *sim.coord.drain_records()]
+    compacted = {}
+    for record in records:
+        key, value = encode_record(record)
+        compacted[key] = decode_record(key, value)
+    replayed = GroupCoordinator(sim.coord.config)
+    replayed.replay([r for r in compacted.values() if not r.is_tombstone], sim.now)
+    assert replayed.snapshot() == sim.coord.snapshot()
+    group = replayed.groups[G]
+    a = group.assignment_for(group.members["m2"])
+    assert (a.metadata_version, a.metadata) == (3, b"m2-data")
+
+
+def test_install_error_reaches_each_member() -> None:
+    sim = Sim()
+    sim.join("m1", client=(CA,))
+    sim.join("m2", client=(CA,))
+    data = _install_with_metadata(sim)
+    sim.settle()
+    sim.coord.set_config(G, ConfigView.of(11, {"A": 2, "B": 1}), sim.now)
+    assert sim.beat("m1").error_code == COMPUTE
+    prepared = sim.prepare("m1")
+    assert sim.install("m1", {}, prepared.group_epoch, error=4).error_code == OK
+    for mid in ("m1", "m2"):
+        a = sim.beat(mid, ack=True).assignment
+        # The target (and the assignor's metadata with it) is kept; the error is the new one.
+        assert a is not None and a.error == 4
+        assert AssignedMetadata(a.metadata_version, a.metadata) == data[mid]
 
 
 # ============================================================================ leader

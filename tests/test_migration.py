@@ -365,7 +365,10 @@ def test_upgrade_from_stable_classic_group() -> None:
     assert cbeat(coord, w1, 1, now=200) == RIP
     jr = cjoin(coord, w1, "http://w1/", W1_FULL, now=210)
     assert jr is not None and jr.error_code == 0
-    assert (jr.generation_id, jr.member_id, jr.leader, jr.protocol_name) == (1, w1, "", "sessioned")
+    # w1 is the Connect leader: it is elected (with every member's current work) to build its
+    # leader state; its SyncGroup assignments are ignored (docs/legacy-workers.md).
+    assert (jr.generation_id, jr.member_id, jr.leader, jr.protocol_name) == (1, w1, w1, "sessioned")
+    assert len(jr.members) == 3
     assert current(coord)[w1] == (1, MemberState.UNREVOKED, W1_FULL - {A2}, fs(A2))
     version, asg = decoded(csync(coord, w1, 1, now=220))
     assert version == 2
@@ -429,7 +432,7 @@ def test_upgrade_from_preparing_rebalance_classic_group() -> None:
 
     # The parked worker retries: the JoinGroup now goes through the translation.
     jr = cjoin(coord, w1, "http://w1/", W1_FULL, now=40)
-    assert jr is not None and (jr.error_code, jr.generation_id, jr.leader) == (0, 1, "")
+    assert jr is not None and (jr.error_code, jr.generation_id, jr.leader) == (0, 1, w1)  # the leader
     assert decoded(csync(coord, w1, 1, now=50))[1].revoked_items == (A2,)
     jr = cjoin(coord, w2, "http://w2/", W2_FULL, now=60)
     assert jr is not None and (jr.error_code, jr.generation_id) == (0, 2)
@@ -574,10 +577,12 @@ def test_eager_legacy_member_inside_a_connect_group() -> None:
 
 
 # --- 5. downgrades
+# With a scheduled delay the departed worker's work is held and the group stays connect until the
+# hold ends (test_adversity.py); these run without a delay to look at the conversion itself.
 
 
 def test_downgrade_when_the_last_new_worker_leaves() -> None:
-    coord, log, w1, w2, w3 = upgraded_and_settled()
+    coord, log, w1, w2, w3 = upgraded_and_settled(scheduled_rebalance_max_delay_ms=0)
     resp = coord.connect_heartbeat(HeartbeatRequest(G, w3, -1), 1_000)
     assert (resp.error_code, resp.member_epoch) == (0, -1)
     # Leaving bumps the epoch to 3; the classic generation is that epoch (Kafka uses the epoch from
@@ -601,7 +606,7 @@ def test_downgrade_when_the_last_new_worker_leaves() -> None:
 
 
 def test_downgrade_when_the_last_new_worker_times_out() -> None:
-    coord, log, w1, w2, _w3 = upgraded_and_settled()
+    coord, log, w1, w2, _w3 = upgraded_and_settled(scheduled_rebalance_max_delay_ms=0)
     assert cbeat(coord, w1, 2, now=5_000) == 0 and cbeat(coord, w2, 2, now=5_000) == 0
     coord.advance(10_199)
     assert isinstance(group(coord), ConnectGroup)
@@ -611,7 +616,7 @@ def test_downgrade_when_the_last_new_worker_times_out() -> None:
 
 
 def test_downgrade_when_the_last_new_worker_misses_its_revocation_deadline() -> None:
-    coord, log, w1, w2, w3 = upgraded_and_settled()
+    coord, log, w1, w2, w3 = upgraded_and_settled(scheduled_rebalance_max_delay_ms=0)
     # A-2 leaves the config: w3 must stop it; it never acknowledges but keeps heartbeating.
     view = ConfigView.of(8, {"A": 2, "B": 2})
     coord.set_config(G, view, 1_000)
@@ -653,7 +658,7 @@ def test_downgrade_when_the_last_new_worker_misses_its_revocation_deadline() -> 
 
 
 def test_downgrade_by_admin_batch_leave_naming_the_new_member() -> None:
-    coord, log, w1, w2, w3 = upgraded_and_settled()
+    coord, log, w1, w2, w3 = upgraded_and_settled(scheduled_rebalance_max_delay_ms=0)
     resp = coord.classic_leave(
         capi.LeaveGroupRequest(
             G, (capi.LeavingMember(w3), capi.LeavingMember(w2), capi.LeavingMember("nobody"))

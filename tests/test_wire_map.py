@@ -18,7 +18,9 @@ from connect_bridge.codecs.requests import (
 from connect_bridge.state import api as napi
 from connect_bridge.state import classic_api as capi
 from connect_bridge.state.classic_group import ClassicDescribedGroup, ClassicDescribedMember
-from connect_bridge.state.model import EMPTY, ClientAssignor
+from connect_bridge.state.config import CoordinatorConfig
+from connect_bridge.state.coordinator import GroupCoordinator
+from connect_bridge.state.model import EMPTY, AssignedMetadata, ClientAssignor, ConfigView
 
 ITEMS = frozenset(
     {ConnectorTaskId("a", -1), ConnectorTaskId("a", 0), ConnectorTaskId("a", 2), ConnectorTaskId("b", 1)}
@@ -125,6 +127,12 @@ def test_connect_heartbeat_negative_task_id_is_codec_error() -> None:
             heartbeat_interval_ms=3000,
             assignment=napi.MemberAssignment(ITEMS, "m1", "http://w1:8083/", 12),
         ),
+        napi.HeartbeatResponse(
+            member_id="m1",
+            member_epoch=5,
+            heartbeat_interval_ms=3000,
+            assignment=napi.MemberAssignment(ITEMS, "m1", "http://w1:8083/", 12, 3, 2, b"\x00meta"),
+        ),
         napi.HeartbeatResponse(member_id="m1", member_epoch=5, heartbeat_interval_ms=3000),
         napi.HeartbeatResponse(
             member_id="m2", member_epoch=6, assignment=napi.MemberAssignment(EMPTY, "", "", -1)
@@ -187,6 +195,9 @@ def test_install_round_trip() -> None:
     for req in (
         napi.InstallAssignmentRequest("g", "m1", 7, 8, 0, {"m1": ITEMS, "m2": OTHER, "m3": EMPTY}),
         napi.InstallAssignmentRequest("g", "m1", 7, 8, 1, {}),
+        napi.InstallAssignmentRequest(
+            "g", "m1", 7, 8, 0, {"m1": ITEMS, "m2": OTHER}, {"m2": AssignedMetadata(2, b"\x01m2")}
+        ),
     ):
         body, _ = request_trip(wm.install_to_wire(req), 0)
         assert wm.install_from_wire(body) == req
@@ -195,6 +206,56 @@ def test_install_round_trip() -> None:
         napi.InstallAssignmentResponse(int(ErrorCode.INVALID_ASSIGNMENT), "task a-3 is not configured"),
     ):
         assert wm.install_response_from_wire(response_trip(wm.install_response_to_wire(resp, 0), 0)) == resp
+
+
+def test_install_metadata_and_error_reach_the_heartbeat_on_the_wire() -> None:
+    """InstallAssignment's Members[].MetadataVersion/Metadata and Error travel, through the target,
+    to each member's ConnectGroupHeartbeat Assignment."""
+    coord = GroupCoordinator(CoordinatorConfig())
+    coord.set_config("g", ConfigView.of(3, {"a": 1}), 0)
+    assignor = ClientAssignor("sessioned", 0, 2, 0, 2)
+
+    def heartbeat(req: napi.HeartbeatRequest) -> m.ConnectGroupHeartbeatResponse:
+        body, client_id = request_trip(wm.heartbeat_to_wire(req), 0)
+        resp = coord.connect_heartbeat(wm.heartbeat_from_wire(body, client_id, HOST), 0)
+        return response_trip(wm.heartbeat_response_to_wire(resp, 0), 0)
+
+    for mid in ("m1", "m2"):
+        heartbeat(napi.HeartbeatRequest("g", mid, 0, rebalance_timeout_ms=1000, client_assignors=(assignor,)))
+    epoch = {mid: coord.groups["g"].members[mid].current.member_epoch for mid in ("m1", "m2")}
+    prepared = coord.prepare_assignment(napi.PrepareAssignmentRequest("g", "m1", epoch["m1"]), 0)
+    assert prepared.error_code == 0, prepared.error_message
+    cls = m.ConnectGroupInstallAssignmentRequest
+    wire_install = cls(
+        group_id="g",
+        member_id="m1",
+        member_epoch=epoch["m1"],
+        group_epoch=prepared.group_epoch,
+        error=0,
+        members=[
+            cls.Member(
+                member_id=mid,
+                connectors_and_tasks=m.connectors_and_tasks(work),
+                metadata_version=version,
+                metadata=data,
+            )
+            for mid, work, version, data in (
+                ("m1", frozenset({ConnectorTaskId("a", -1)}), 2, b"one"),
+                ("m2", frozenset({ConnectorTaskId("a", 0)}), 2, b"two"),
+            )
+        ],
+    )
+    body, _ = request_trip(wire_install, 0)
+    assert coord.install_assignment(wm.install_from_wire(body), 0).error_code == 0
+    for mid, data in (("m1", b"one"), ("m2", b"two")):
+        wire = heartbeat(napi.HeartbeatRequest("g", mid, epoch[mid], owned=EMPTY))
+        assert wire.error_code == 0 and wire.member_epoch == prepared.group_epoch
+        assert (wire.assignment.error, wire.assignment.metadata_version, wire.assignment.metadata) == (
+            0,
+            2,
+            data,
+        )
+        epoch[mid] = wire.member_epoch
 
 
 def test_install_rejects_bad_members() -> None:

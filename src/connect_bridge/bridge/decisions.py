@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from connect_bridge.bridge.metrics import log_event
+from connect_bridge.state.model import split_target_member
 from connect_bridge.state.records import Record, RecordType
 
 log = logging.getLogger("connect_bridge.rebalance")
@@ -38,7 +39,7 @@ def _fields(record: Record) -> tuple[str, dict[str, Any]] | None:
     if record.type is RecordType.TARGET_METADATA:
         return "target_assignment", {**common, "epoch": v.assignment_epoch, "error": v.error}
     if record.type is RecordType.TARGET_MEMBER:
-        return "member_target", {**common, "target": _items(v)}
+        return "member_target", {**common, "target": _items(split_target_member(v)[0])}
     if record.type is RecordType.CURRENT_ASSIGNMENT:
         return "member_assignment", {
             **common,

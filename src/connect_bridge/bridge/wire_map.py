@@ -35,7 +35,7 @@ from connect_bridge.codecs.messages import connectors_and_tasks, items_of
 from connect_bridge.state import api as napi
 from connect_bridge.state import classic_api as capi
 from connect_bridge.state.classic_group import ClassicDescribedGroup, ClassicDescribedMember
-from connect_bridge.state.model import EMPTY, ClientAssignor, Items
+from connect_bridge.state.model import EMPTY, NO_METADATA, AssignedMetadata, ClientAssignor, Items
 
 __all__ = [
     "CLASSIC_STATE_OF_CONNECT",
@@ -246,13 +246,13 @@ def heartbeat_response_to_wire(
         assignment=None
         if a is None
         else cls.Assignment(
-            error=getattr(a, "error", 0),
+            error=a.error,
             connectors_and_tasks=connectors_and_tasks(a.items),
             leader_id=_none_if_empty(a.leader_id),
             leader_url=_none_if_empty(a.leader_url),
             config_offset=a.config_offset,
-            metadata_version=0,
-            metadata=b"",
+            metadata_version=a.metadata_version,
+            metadata=a.metadata,
         ),
     )
 
@@ -272,6 +272,9 @@ def heartbeat_response_from_wire(msg: m.ConnectGroupHeartbeatResponse) -> napi.H
             leader_id=_s(a.leader_id),
             leader_url=_s(a.leader_url),
             config_offset=a.config_offset,
+            error=a.error,
+            metadata_version=a.metadata_version,
+            metadata=_b(a.metadata),
         ),
     )
 
@@ -370,14 +373,20 @@ def prepare_response_from_wire(
 
 
 def install_from_wire(msg: m.ConnectGroupInstallAssignmentRequest) -> napi.InstallAssignmentRequest:
-    """Raises CodecError for a null or repeated member id, or bad items (-> INVALID_REQUEST)."""
+    """Raises CodecError for a null or repeated member id, or bad items (-> INVALID_REQUEST).
+
+    A member's MetadataVersion 0 with empty Metadata is "no metadata" (no entry in ``metadata``)."""
     members: dict[str, Items] = {}
+    metadata: dict[str, AssignedMetadata] = {}
     for i, entry in enumerate(msg.members or ()):
         if entry.member_id is None:
             raise CodecError("null member id", field=f"Members[{i}].MemberId")
         if entry.member_id in members:
             raise CodecError(f"member {entry.member_id!r} listed twice", field=f"Members[{i}].MemberId")
         members[entry.member_id] = items_of(entry.connectors_and_tasks, f"Members[{i}].ConnectorsAndTasks")
+        data = AssignedMetadata(entry.metadata_version, _b(entry.metadata))
+        if data != NO_METADATA:
+            metadata[entry.member_id] = data
     return napi.InstallAssignmentRequest(
         group_id=_s(msg.group_id),
         member_id=_s(msg.member_id),
@@ -385,6 +394,7 @@ def install_from_wire(msg: m.ConnectGroupInstallAssignmentRequest) -> napi.Insta
         group_epoch=msg.group_epoch,
         error=msg.error,
         members=members,
+        metadata=metadata,
     )
 
 
@@ -400,8 +410,8 @@ def install_to_wire(req: napi.InstallAssignmentRequest) -> m.ConnectGroupInstall
             cls.Member(
                 member_id=mid,
                 connectors_and_tasks=connectors_and_tasks(items),
-                metadata_version=0,
-                metadata=b"",
+                metadata_version=req.metadata.get(mid, NO_METADATA).version,
+                metadata=req.metadata.get(mid, NO_METADATA).metadata,
             )
             for mid, items in sorted(req.members.items())
         ],

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from connect_bridge.state.model import ClientAssignor, Items
+from connect_bridge.state.model import AssignedMetadata, ClientAssignor, Items
 
 LEAVE_EPOCH = -1
 TEMPORARY_LEAVE_EPOCH = -2
@@ -33,12 +33,20 @@ class HeartbeatRequest:
 
 @dataclass(frozen=True, slots=True)
 class MemberAssignment:
-    """What a member must run now, and who leads the Connect cluster."""
+    """What a member must run now, and who leads the Connect cluster.
+
+    ``error`` is the error the assignor reported with the group's target (InstallAssignment
+    ``Error``); ``metadata_version``/``metadata`` are what it gave this member (InstallAssignment
+    ``Members[].MetadataVersion``/``Metadata``), carried with the target.
+    """
 
     items: Items
     leader_id: str
     leader_url: str
     config_offset: int
+    error: int = 0
+    metadata_version: int = 0
+    metadata: bytes = b""
 
 
 @dataclass(slots=True)
@@ -88,6 +96,8 @@ class InstallAssignmentRequest:
     group_epoch: int
     error: int = 0
     members: dict[str, Items] = field(default_factory=dict)
+    metadata: dict[str, AssignedMetadata] = field(default_factory=dict)
+    """Per member: the assignor's metadata for it; members without an entry get none."""
 
 
 @dataclass(slots=True)

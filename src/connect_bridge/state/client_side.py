@@ -3,19 +3,29 @@
 When every member advertises a common client assignor, one member computes the target (seed 000
 "Assignor Selection", "Worker Selection"): it is chosen by version range, told with
 COMPUTE_ASSIGNMENT on its next heartbeat, reads the group through PrepareAssignment, and installs a
-target that is validated against exactly what it was shown. One computation is in flight at a time;
-after the chosen member's rebalance timeout another member is chosen. None of this is persisted: a
-restarted coordinator simply chooses again.
+target that is validated against exactly what it was shown.
+
+The choice follows the group: whenever the group epoch moves (a member joins, leaves or changes its
+assignors) or the chosen member leaves, even temporarily, it is made again by the seed's rule. A
+member already told to compute keeps the job while its range still covers everyone (one computation
+at a time); otherwise the job moves at once and the computation it had prepared is superseded: its
+install is answered INVALID_ASSIGNMENT. After the chosen member's rebalance timeout another member is
+chosen. A group in which no member's range covers every other member's cannot compute at all: seed
+000's fatal error, UNSUPPORTED_ASSIGNOR (see :meth:`ClientSideAssignment.check_heartbeat`).
+
+Nothing here is persisted: a restarted coordinator simply chooses again. The assignor's output (the
+target, its error and per-member metadata) is, by ``ConnectGroup._install_target``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.ids import ConnectorTaskId
 from connect_bridge.state.api import (
+    HeartbeatRequest,
     HeartbeatResponse,
     InstallAssignmentRequest,
     InstallAssignmentResponse,
@@ -24,10 +34,65 @@ from connect_bridge.state.api import (
     PreparedMember,
 )
 from connect_bridge.state.errors import RequestError
-from connect_bridge.state.model import EMPTY, Items, Member
+from connect_bridge.state.model import EMPTY, AssignedMetadata, ClientAssignor, Items, Member
 
 if TYPE_CHECKING:
     from connect_bridge.state.connect_group import ConnectGroup
+
+_JOINING = "(joining member)"
+"""How a member joining without a member id is named in an UNSUPPORTED_ASSIGNOR message."""
+
+
+def common_client_assignor(assignors: Mapping[str, tuple[ClientAssignor, ...]]) -> str | None:
+    """Seed 000 "Assignor Selection": the first assignor, in the preference order of the lowest member
+    id, that every member supports; None if some member has no client assignor or none is shared."""
+    names: set[str] | None = None
+    first: tuple[ClientAssignor, ...] = ()
+    for mid in sorted(assignors):
+        offered = assignors[mid]
+        if not offered:
+            return None
+        if names is None:
+            names, first = {a.name for a in offered}, offered
+        else:
+            names &= {a.name for a in offered}
+    for a in first:
+        if names and a.name in names:
+            return a.name
+    return None
+
+
+def _ranges(assignors: Mapping[str, tuple[ClientAssignor, ...]], name: str) -> dict[str, tuple[int, int]]:
+    out: dict[str, tuple[int, int]] = {}
+    for mid, offered in assignors.items():
+        a = next((a for a in offered if a.name == name), None)
+        if a is not None:
+            out[mid] = (a.minimum_version, a.maximum_version)
+    return out
+
+
+def _covering(ranges: Mapping[str, tuple[int, int]]) -> list[str]:
+    """Members whose version range covers every member's (A [1-5], B [3-4], C [2-4] -> [A])."""
+    if not ranges:
+        return []
+    lo, hi = min(r[0] for r in ranges.values()), max(r[1] for r in ranges.values())
+    return sorted(mid for mid, r in ranges.items() if r[0] <= lo and r[1] >= hi)
+
+
+def no_cover_problem(assignors: Mapping[str, tuple[ClientAssignor, ...]]) -> str | None:
+    """Why nobody can compute for this membership (the message of UNSUPPORTED_ASSIGNOR), or None."""
+    name = common_client_assignor(assignors)
+    if name is None:
+        return None  # the server-side assignor computes
+    ranges = _ranges(assignors, name)
+    if _covering(ranges):
+        return None
+    shown = ", ".join(f"{mid} [{lo}-{hi}]" for mid, (lo, hi) in sorted(ranges.items())[:10])
+    more = f" and {len(ranges) - 10} more" if len(ranges) > 10 else ""
+    return (
+        f"no member's {name} version range covers every member's, so nobody can compute the "
+        f"assignment: {shown}{more}"
+    )
 
 
 class ClientSideAssignment:
@@ -39,16 +104,116 @@ class ClientSideAssignment:
         """Whether it has been told (COMPUTE_ASSIGNMENT); its rebalance timeout runs from then."""
         self.snapshot: tuple[int, frozenset[str], Items] | None = None
         """(group epoch, members, configured work) shown by PrepareAssignment; Install is checked on it."""
+        self.superseded: tuple[str, int] | None = None
+        """(member, group epoch) of a prepared computation taken away from its member: its install is
+        stale (INVALID_ASSIGNMENT) rather than from a member never chosen (UNKNOWN_MEMBER_ID)."""
+        self.passed_over: str | None = None
+        """The member whose computation timed out: not chosen again while another member qualifies,
+        until a target is installed."""
+        self._evaluated: tuple[int, int] | None = None
+        """(group epoch, member count) the choice was last made for: nothing else changes it."""
+        self._problem: tuple[tuple[int, int], str | None] | None = None
+        """:func:`no_cover_problem` of the group as it is, cached by (group epoch, member count)."""
 
-    def forget(self, member_id: str) -> None:
-        """The member left or was replaced: if it was computing, nobody is now."""
-        if self.member == member_id:
-            self.member = None
-            self.notified = False
+    # ------------------------------------------------------------------ choosing
+    def _key(self) -> tuple[int, int]:
+        g = self.group
+        return (g.group_epoch, len(g.members))
+
+    def _drop(self) -> None:
+        """Take the job away from the chosen member; a computation it prepared becomes stale."""
+        if self.member is not None and self.snapshot is not None:
+            self.superseded = (self.member, self.snapshot[0])
+        self.member = None
+        self.notified = False
+        self.snapshot = None
+        self.group.timers.cancel(("compute", self.group.group_id))
+
+    def forget(self, member_id: str) -> bool:
+        """The member left (possibly temporarily) or was replaced: if it was chosen, choose again.
+
+        Returns whether it was the chosen one (the caller then lets ``maybe_update_target`` choose).
+        """
+        if self.passed_over == member_id:
+            self.passed_over = None
+        if self.member != member_id:
+            return False
+        self._drop()
+        self._evaluated = None
+        return True
+
+    def clear(self) -> None:
+        """The group no longer uses a client-side assignor: nobody computes."""
+        if self.member is not None:
+            self._drop()
+        self._evaluated = None
 
     def on_timeout(self) -> None:
         if self.member is not None and self.notified:
-            self.choose(exclude=self.member)
+            self.passed_over = self.member
+            self._drop()
+            self._choose()
+
+    def reevaluate(self) -> None:
+        """Called while a client-side target is due: redo the choice if the group changed since."""
+        if self._evaluated != self._key():
+            self._choose()
+
+    def _choose(self) -> None:
+        """Seed 000 "Worker Selection": a member whose version range covers everyone else's; among
+        them the leader if it qualifies, else the lowest id. Members away after a -2 leave cannot
+        compute. A member already told keeps the job while it still qualifies."""
+        g = self.group
+        self._evaluated = self._key()
+        assignors = {mid: m.metadata.client_assignors for mid, m in g.members.items()}
+        name = common_client_assignor(assignors)
+        covering = _covering(_ranges(assignors, name)) if name is not None else []
+        eligible = [mid for mid in covering if not g.members[mid].current.left_temporarily]
+        if self.member in eligible and self.notified:
+            return
+        candidates = [mid for mid in eligible if mid != self.passed_over] or eligible
+        leader = g.metadata.leader_id
+        chosen: str | None = None
+        if candidates:
+            chosen = leader if leader in candidates else candidates[0]  # sorted: the lowest id
+        if chosen != self.member:
+            self._drop()
+            self.member = chosen
+
+    def check_heartbeat(self, req: HeartbeatRequest) -> None:
+        """UNSUPPORTED_ASSIGNOR for a heartbeat after which no member could compute for everyone.
+
+        Seed 000 makes a group without such a member a FATAL error. A join or an assignor change that
+        would create one is refused like any invalid request (the group is untouched); in a group that
+        got there by losing its covering member, every heartbeat is refused the same way, except one
+        that brings a covering range back. Leaving is always allowed.
+        """
+        g = self.group
+        if req.member_epoch < 0:
+            return
+        member = g.members.get(req.member_id) if req.member_id else None
+        if member is None and req.member_epoch != 0:
+            return  # UNKNOWN_MEMBER_ID, answered later
+        if member is not None and req.client_assignors is None:
+            key = self._key()
+            if self._problem is None or self._problem[0] != key:
+                current = {mid: m.metadata.client_assignors for mid, m in g.members.items()}
+                self._problem = (key, no_cover_problem(current))
+            problem = self._problem[1]
+        else:
+            assignors = {
+                mid: m.metadata.client_assignors
+                for mid, m in g.members.items()
+                # A static member coming back replaces its old member.
+                if not (req.instance_id and m.metadata.instance_id == req.instance_id)
+            }
+            offered = req.client_assignors
+            if offered is None:
+                offered = member.metadata.client_assignors if member is not None else ()
+            assignors[req.member_id or _JOINING] = tuple(offered)
+            problem = no_cover_problem(assignors)
+        if problem is not None:
+            raise RequestError(ErrorCode.UNSUPPORTED_ASSIGNOR, problem)
 
     def signal(self, member: Member, resp: HeartbeatResponse, now_ms: int) -> None:
         """COMPUTE_ASSIGNMENT on the chosen member's heartbeat while a new target is due."""
@@ -60,29 +225,8 @@ class ClientSideAssignment:
                 self.notified = True
                 g.timers.schedule(("compute", g.group_id), now_ms + member.metadata.rebalance_timeout_ms)
 
-    def choose(self, exclude: str | None = None) -> None:
-        """Pick the member whose client assignor version range covers everyone else's (seed 000)."""
-        g = self.group
-        name = g.assignor_name()
-        ranges: dict[str, tuple[int, int]] = {}
-        for mid, m in g.members.items():
-            for a in m.metadata.client_assignors:
-                if a.name == name:
-                    ranges[mid] = (a.minimum_version, a.maximum_version)
-        if not ranges:
-            self.member = None
-            return
-        lo, hi = min(r[0] for r in ranges.values()), max(r[1] for r in ranges.values())
-        covering = [mid for mid, r in ranges.items() if r[0] <= lo and r[1] >= hi]
-        candidates = covering or list(ranges)
-        if exclude is not None and len(candidates) > 1:
-            candidates = [c for c in candidates if c != exclude]
-        leader = g.metadata.leader_id
-        self.member = leader if leader in candidates else min(candidates)
-        self.notified = False
-        self.snapshot = None
-
-    def _check_chosen(self, member_id: str, member_epoch: int) -> Member:
+    def _check_chosen(self, member_id: str, member_epoch: int, group_epoch: int | None = None) -> Member:
+        """Seed 000 steps 2-4 of PrepareAssignment/InstallAssignment. ``group_epoch``: an install's."""
         g = self.group
         member = g.members.get(member_id)
         if member is None:
@@ -93,6 +237,12 @@ class ClientSideAssignment:
                 f"member epoch {member_epoch} does not match {member.current.member_epoch}",
             )
         if self.member != member_id or not self.notified:
+            if group_epoch is not None and self.superseded == (member_id, group_epoch):
+                raise RequestError(
+                    ErrorCode.INVALID_ASSIGNMENT,
+                    f"the assignment prepared at group epoch {group_epoch} is stale: the group changed "
+                    "and the computation was handed over",
+                )
             raise RequestError(
                 ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id} is not chosen to compute the assignment"
             )
@@ -145,7 +295,7 @@ class ClientSideAssignment:
                 raise RequestError(
                     ErrorCode.INVALID_REQUEST, "MemberId must be non-empty and MemberEpoch >= 0"
                 )
-            self._check_chosen(req.member_id, req.member_epoch)
+            self._check_chosen(req.member_id, req.member_epoch, req.group_epoch)
             snapshot = self.snapshot
             if snapshot is None or snapshot[0] != req.group_epoch:
                 raise RequestError(
@@ -153,27 +303,43 @@ class ClientSideAssignment:
                     f"group epoch {req.group_epoch} is not the epoch the assignment was prepared for",
                 )
             epoch, members, configured = snapshot
+            if epoch <= g.assignment_epoch:
+                # Never move the target back (e.g. a server-side assignor installed a newer one).
+                raise RequestError(
+                    ErrorCode.INVALID_ASSIGNMENT,
+                    f"group epoch {epoch} is not newer than the installed target's {g.assignment_epoch}",
+                )
+            metadata: dict[str, AssignedMetadata]
             if req.error == 0:
-                _validate_assignment(req.members, members, configured)
+                _validate_assignment(req.members, members, configured, req.metadata)
                 target = {mid: items for mid, items in req.members.items() if mid in g.members}
+                metadata = {mid: data for mid, data in req.metadata.items() if mid in g.members}
             else:
+                # Seed 000 "Assignment Error": the current assignments stay (with their metadata);
+                # the error itself reaches every member with its next assignment.
                 target = {mid: items for mid, items in g.target.items() if mid in g.members}
+                metadata = g.assignor_metadata
         except RequestError as exc:
             return InstallAssignmentResponse(error_code=int(exc.code), error_message=exc.message)
         for mid in g.members:
             target.setdefault(mid, EMPTY)
-        g._install_target(epoch, target, req.error)
-        self.member = None
-        self.notified = False
-        self.snapshot = None
-        g.timers.cancel(("compute", g.group_id))
+        g._install_target(epoch, target, req.error, metadata)
+        self._drop()
+        self.superseded = None
+        self.passed_over = None
+        self._evaluated = None
         g.maybe_update_target(now_ms)
         return InstallAssignmentResponse()
 
 
-def _validate_assignment(proposed: dict[str, Items], members: Iterable[str], configured: Items) -> None:
+def _validate_assignment(
+    proposed: dict[str, Items],
+    members: Iterable[str],
+    configured: Items,
+    metadata: Mapping[str, AssignedMetadata] | None = None,
+) -> None:
     members = set(members)
-    unknown = sorted(set(proposed) - members)
+    unknown = sorted((set(proposed) | set(metadata or ())) - members)
     if unknown:
         raise RequestError(ErrorCode.INVALID_ASSIGNMENT, f"unknown members in assignment: {unknown}")
     seen: set[ConnectorTaskId] = set()

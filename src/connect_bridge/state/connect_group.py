@@ -29,13 +29,15 @@ from connect_bridge.state.api import (
     PrepareAssignmentRequest,
     PrepareAssignmentResponse,
 )
-from connect_bridge.state.client_side import ClientSideAssignment
+from connect_bridge.state.client_side import ClientSideAssignment, common_client_assignor
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.errors import RequestError
 from connect_bridge.state.legacy_members import LegacyMembers
 from connect_bridge.state.model import (
     EMPTY,
     NEW_PROTOCOL,
+    NO_METADATA,
+    AssignedMetadata,
     ClientAssignor,
     ConfigView,
     CurrentAssignment,
@@ -48,6 +50,8 @@ from connect_bridge.state.model import (
     MemberMetadata,
     MemberState,
     TargetMetadata,
+    split_target_member,
+    target_member_value,
 )
 from connect_bridge.state.reconciliation import next_assignment
 from connect_bridge.state.records import Record, RecordType
@@ -72,6 +76,8 @@ class ConnectGroup:
         self.members: dict[str, Member] = {}
         self.target_metadata = TargetMetadata()
         self.target: dict[str, Items] = {}
+        self.assignor_metadata: dict[str, AssignedMetadata] = {}
+        """The client-side assignor's metadata per member of the target (only members that have some)."""
         self.owners: dict[ConnectorTaskId, str] = {}
         # client-side assignment in flight (transient: redone after a restart)
         self.client_side = ClientSideAssignment(self)
@@ -114,22 +120,7 @@ class ConnectGroup:
         return min(votes, key=lambda n: (-votes[n], n))
 
     def _common_client_assignor(self) -> str | None:
-        if not self.members:
-            return None
-        names: set[str] | None = None
-        first: tuple[ClientAssignor, ...] = ()
-        for mid in sorted(self.members):
-            assignors_ = self.members[mid].metadata.client_assignors
-            if not assignors_:
-                return None
-            if names is None:
-                names, first = {a.name for a in assignors_}, assignors_
-            else:
-                names &= {a.name for a in assignors_}
-        for a in first:
-            if names and a.name in names:
-                return a.name
-        return None
+        return common_client_assignor({mid: m.metadata.client_assignors for mid, m in self.members.items()})
 
     def leader_url(self) -> str:
         leader = self.members.get(self.metadata.leader_id)
@@ -174,14 +165,24 @@ class ConnectGroup:
         if current.state is not MemberState.UNREVOKED:
             self.timers.cancel(("revoke", self.group_id, member.member_id))
 
-    def _install_target(self, epoch: int, target: dict[str, Items], error: int = 0) -> None:
+    def _install_target(
+        self,
+        epoch: int,
+        target: dict[str, Items],
+        error: int = 0,
+        metadata: dict[str, AssignedMetadata] | None = None,
+    ) -> None:
+        """``metadata``: the client-side assignor's per-member metadata (none from server-side ones)."""
+        metadata = {mid: d for mid, d in (metadata or {}).items() if mid in target and d != NO_METADATA}
         for mid, items in target.items():
-            if self.target.get(mid) != items:
-                self._emit(RecordType.TARGET_MEMBER, mid, items)
+            data = metadata.get(mid, NO_METADATA)
+            if self.target.get(mid) != items or self.assignor_metadata.get(mid, NO_METADATA) != data:
+                self._emit(RecordType.TARGET_MEMBER, mid, target_member_value(items, data))
         for mid in list(self.target):
             if mid not in target:
                 self._emit(RecordType.TARGET_MEMBER, mid, None)
         self.target = dict(target)
+        self.assignor_metadata = metadata
         self.target_metadata = TargetMetadata(epoch, error)
         self._emit(RecordType.TARGET_METADATA, value=self.target_metadata)
 
@@ -205,6 +206,7 @@ class ConnectGroup:
         self._install_target(target_metadata.assignment_epoch, {mid: c.assigned for mid, _, c in members})
         self.metadata = metadata
         self._emit(RecordType.GROUP_METADATA, value=metadata)
+        self.legacy.elected = metadata.leader_id  # the classic leader was elected by the classic group
 
     def tombstone_all(self) -> None:
         """Delete every record of this group (it becomes a classic group); timers go with it."""
@@ -222,6 +224,7 @@ class ConnectGroup:
         self._emit(RecordType.GROUP_METADATA, value=None)
         self.members.clear()
         self.target.clear()
+        self.assignor_metadata.clear()
         self.owners.clear()
 
     # ------------------------------------------------------------------ replay
@@ -235,8 +238,13 @@ class ConnectGroup:
         elif t is RecordType.TARGET_MEMBER:
             if value is None:
                 self.target.pop(mid, None)
+                self.assignor_metadata.pop(mid, None)
             else:
-                self.target[mid] = value  # type: ignore[assignment]
+                self.target[mid], data = split_target_member(value)  # type: ignore[arg-type]
+                if data == NO_METADATA:
+                    self.assignor_metadata.pop(mid, None)
+                else:
+                    self.assignor_metadata[mid] = data
         elif t is RecordType.MEMBER_METADATA:
             if value is None:
                 self.members.pop(mid, None)
@@ -268,6 +276,7 @@ class ConnectGroup:
             if member.current.state is MemberState.UNREVOKED:
                 self._arm_revocation(member, now_ms)
         self._arm_held_timer()
+        self.legacy.elected = self.metadata.leader_id  # a loaded leader kept its leader state
 
     def snapshot(self) -> dict:
         """Everything persisted, in a comparable form (tests compare replayed state with live state)."""
@@ -276,6 +285,7 @@ class ConnectGroup:
             "view": self.view,
             "target_metadata": self.target_metadata,
             "target": dict(self.target),
+            "assignor_metadata": dict(self.assignor_metadata),
             "members": {mid: (m.metadata, m.current) for mid, m in sorted(self.members.items())},
         }
 
@@ -361,6 +371,16 @@ class ConnectGroup:
         self._arm_held_timer()
         self._check_downgrade(member.metadata)
 
+    def ready_to_downgrade(self) -> bool:
+        """Downgrade only once nothing is held (docs/migration.md "Downgrade and held work").
+
+        Held work protects a departed worker that may come back (or still run it) for the scheduled
+        delay; a classic group has no such memory, so converting earlier would let the next classic
+        leader deal that work out at once. Until the hold ends (the worker returned, or the delay
+        expired and the bridge dealt the work) the legacy members are served as a connect group.
+        """
+        return not self.metadata.held
+
     def _check_downgrade(self, departed: MemberMetadata) -> None:
         if departed.is_legacy or not self.members:
             return
@@ -377,10 +397,11 @@ class ConnectGroup:
         name = self.assignor_name()
         server = assignors.SERVER_ASSIGNORS.get(name)
         if server is not None:
+            self.client_side.clear()
             spec = self._assignment_spec(now_ms)
             self._install_target(self.group_epoch, server(spec))
-        elif self.client_side.member is None:
-            self.client_side.choose()
+        else:
+            self.client_side.reevaluate()
 
     def _assignment_spec(self, now_ms: int) -> assignors.AssignmentSpec:
         """Resolve held work (returned to its worker, expired, or still waiting) and build the input."""
@@ -459,6 +480,7 @@ class ConnectGroup:
             )
         if req.client_assignors:
             self._check_client_ranges(req.member_id, req.client_assignors)
+        self.client_side.check_heartbeat(req)
 
     def _check_client_ranges(self, member_id: str, offered: tuple[ClientAssignor, ...]) -> None:
         for a in offered:
@@ -595,9 +617,12 @@ class ConnectGroup:
         self._emit(RecordType.CURRENT_ASSIGNMENT, new_id, current)
         target = self.target.pop(old.member_id, None)
         if target is not None:
+            data = self.assignor_metadata.pop(old.member_id, NO_METADATA)
             self._emit(RecordType.TARGET_MEMBER, old.member_id, None)
             self.target[new_id] = target
-            self._emit(RecordType.TARGET_MEMBER, new_id, target)
+            if data != NO_METADATA:
+                self.assignor_metadata[new_id] = data
+            self._emit(RecordType.TARGET_MEMBER, new_id, target_member_value(target, data))
         if self.metadata.leader_id == old.member_id:
             self._set_metadata(leader_id=new_id)
         self.client_side.forget(old.member_id)
@@ -671,6 +696,8 @@ class ConnectGroup:
         if member is None or member.metadata.instance_id != req.instance_id:
             raise RequestError(ErrorCode.UNKNOWN_MEMBER_ID, f"static member {req.instance_id} is unknown")
         self._set_current(member, replace(member.current, left_temporarily=True))
+        if self.client_side.forget(member.member_id):
+            self.maybe_update_target(now_ms)  # someone else computes now, not after a timeout
         return HeartbeatResponse(
             member_id=member.member_id, member_epoch=TEMPORARY_LEAVE_EPOCH, heartbeat_interval_ms=0
         )
@@ -749,11 +776,16 @@ class ConnectGroup:
         return resp
 
     def assignment_for(self, member: Member) -> MemberAssignment:
+        """The assignor's error and its metadata for the member come with the target it converges to."""
+        data = self.assignor_metadata.get(member.member_id, NO_METADATA)
         return MemberAssignment(
             items=member.current.assigned,
             leader_id=self.metadata.leader_id,
             leader_url=self.leader_url(),
             config_offset=self.assignment_config_offset(),
+            error=self.target_metadata.error,
+            metadata_version=data.version,
+            metadata=data.metadata,
         )
 
     # ------------------------------------------------------------------ config view

@@ -109,9 +109,11 @@ class GroupCoordinator:
             return
         self._flush(group)
         if isinstance(group, ConnectGroup) and group.downgrade_pending:
-            group.downgrade_pending = False
             legacy_only = group.members and all(m.metadata.is_legacy for m in group.members.values())
-            if legacy_only and self.config.migration_policy.allows_downgrade:
+            if not legacy_only or not self.config.migration_policy.allows_downgrade:
+                group.downgrade_pending = False
+            elif group.ready_to_downgrade():
+                group.downgrade_pending = False
                 classic = ClassicGroup(group_id, self.config, self.timers)
                 downgrade(group, classic, now_ms)
                 self._flush(group)

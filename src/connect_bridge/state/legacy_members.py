@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING
 from connect_bridge.codecs.connect_protocol import (
     CONNECT_PROTOCOL_NAMES,
     Assignment,
+    Subscription,
     decode_subscription,
     encode_assignment,
+    encode_subscription,
 )
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.errors import CodecError
@@ -63,6 +65,9 @@ class LegacyMembers:
     def __init__(self, group: ConnectGroup) -> None:
         self.group = group
         self.states: dict[str, ClassicState] = {}
+        self.elected: str | None = None
+        """The legacy member last answered as leader in a JoinGroup (its Java leader state is built).
+        Transient: after a load the current leader counts as elected (it kept its leader state)."""
 
     # ------------------------------------------------------------------ helpers
     def _timer(self, kind: str, member_id: str) -> tuple[str, str, str]:
@@ -180,13 +185,49 @@ class LegacyMembers:
         self._set_state(
             member.member_id, ClassicState.COMPLETING_REBALANCE, now_ms, member.metadata.rebalance_timeout_ms
         )
+        name = req.protocols[0][0]
+        leader, members = "", ()
+        if member.member_id == group.metadata.leader_id:
+            leader, members = member.member_id, self.leader_view(CONNECT_PROTOCOL_NAMES[name])
+            self.elected = member.member_id
         return api.JoinGroupResponse(
             generation_id=member.current.member_epoch,
             protocol_type=PROTOCOL_TYPE,
-            protocol_name=req.protocols[0][0],
-            leader="",
+            protocol_name=name,
+            leader=leader,
             member_id=member.member_id,
+            members=members,
         )
+
+    def leader_view(self, version: int) -> tuple[api.JoinGroupMember, ...]:
+        """What the Connect leader is elected with: every member with what it runs now.
+
+        A Java worker has leader state (``WorkerCoordinator.leaderState``: REST owner lookups for
+        restarts, the session-key writer role) only after it ran its assignor in
+        ``onLeaderElected``, and ``onJoinPrepare`` clears it on every rejoin. So the designated
+        leader is elected in each of its JoinGroup responses, with each member's current assignment
+        as its allocation: the assignor it runs then starts from the bridge's ownership. What it
+        sends back in SyncGroup is ignored; the bridge's own assignment is what it receives.
+        """
+        group = self.group
+        out = []
+        for mid in sorted(group.members):
+            m = group.members[mid]
+            allocation = None
+            if version > 0:
+                allocation = Assignment.build(
+                    0,
+                    group.metadata.leader_id,
+                    group.leader_url(),
+                    group.assignment_config_offset(),
+                    sorted(m.current.assigned),
+                    (),
+                    0,
+                )
+            subscription = Subscription(m.metadata.url, m.metadata.config_offset, allocation)
+            metadata = encode_subscription(subscription, version)
+            out.append(api.JoinGroupMember(mid, m.metadata.instance_id, metadata))
+        return tuple(out)
 
     def _static_join(
         self, req: api.JoinGroupRequest, member: Member | None, metadata: MemberMetadata, now_ms: int
@@ -291,6 +332,8 @@ class LegacyMembers:
         current = member.current
         if current.state is MemberState.UNREVOKED or current.member_epoch < group.assignment_epoch:
             return True
+        if member.member_id == group.metadata.leader_id and self.elected != member.member_id:
+            return True  # it became the Connect leader: it must be elected to build its leader state
         if current.state is MemberState.UNRELEASED:
             awaited = group.target.get(member.member_id, EMPTY) - current.assigned
             owner_of = group.owner_lookup()

@@ -75,6 +75,43 @@ class ClientAssignor:
 
 
 @dataclass(frozen=True, slots=True)
+class AssignedMetadata:
+    """The client-side assignor's opaque data for one member of a target (seed 000 ``Version``,
+    ``Metadata``): given by InstallAssignment, kept with the target, handed to the member in its
+    heartbeat's Assignment. The default means "none" (what the server-side assignors give)."""
+
+    version: int = 0
+    metadata: bytes = b""
+
+
+NO_METADATA = AssignedMetadata()
+
+
+@dataclass(frozen=True, slots=True)
+class TargetMember:
+    """A TARGET_MEMBER record value when the assignor gave the member metadata.
+
+    Without metadata the value stays the plain ``Items`` it always was, so records of server-side
+    groups (the vast majority) and their readers are unchanged.
+    """
+
+    items: Items
+    assigned: AssignedMetadata
+
+
+def target_member_value(items: Items, assigned: AssignedMetadata) -> Items | TargetMember:
+    """The TARGET_MEMBER record value of a member's target: plain items unless it has metadata."""
+    return items if assigned == NO_METADATA else TargetMember(items, assigned)
+
+
+def split_target_member(value: Items | TargetMember) -> tuple[Items, AssignedMetadata]:
+    """A TARGET_MEMBER record value as (items, assignor metadata)."""
+    if isinstance(value, TargetMember):
+        return value.items, value.assigned
+    return value, NO_METADATA
+
+
+@dataclass(frozen=True, slots=True)
 class MemberMetadata:
     """What a worker tells the coordinator about itself; a change bumps the group epoch."""
 

@@ -15,14 +15,19 @@ from connect_bridge.codecs import records as wire
 from connect_bridge.codecs.messages import connectors_and_tasks, items_of
 from connect_bridge.state.classic_group import ClassicGroupSnapshot, ClassicMemberSnapshot
 from connect_bridge.state.model import (
+    AssignedMetadata,
     ClientAssignor,
     ConfigView,
     CurrentAssignment,
     GroupMetadata,
     HeldWork,
+    Items,
     MemberMetadata,
     MemberState,
+    TargetMember,
     TargetMetadata,
+    split_target_member,
+    target_member_value,
 )
 from connect_bridge.state.records import Record, RecordType
 
@@ -141,14 +146,20 @@ def _target_meta_from(w: Any) -> TargetMetadata:
     return TargetMetadata(w.assignment_epoch, w.error)
 
 
-def _target_member_to(v: frozenset) -> Any:
+def _target_member_to(v: Items | TargetMember) -> Any:
+    """The per-member ``Error`` stays 0: the assignor's error is the group's, in the header record."""
+    items, data = split_target_member(v)
     return wire.ConnectGroupTargetAssignmentMemberValue(
-        error=0, connectors_and_tasks=connectors_and_tasks(v), metadata_version=0, metadata=b""
+        error=0,
+        connectors_and_tasks=connectors_and_tasks(items),
+        metadata_version=data.version,
+        metadata=data.metadata,
     )
 
 
-def _target_member_from(w: Any) -> frozenset:
-    return items_of(w.connectors_and_tasks)
+def _target_member_from(w: Any) -> Items | TargetMember:
+    data = AssignedMetadata(w.metadata_version, bytes(w.metadata or b""))
+    return target_member_value(items_of(w.connectors_and_tasks), data)
 
 
 def _current_to(v: CurrentAssignment) -> Any:

@@ -230,6 +230,10 @@ def _full_assignment(base: Assignment, items: Iterable[ConnectorTaskId]) -> Assi
     )
 
 
+class LeaderStateMissing(RuntimeError):
+    """A worker named Connect leader without leader state (Java: NPE in ``ownerUrl``)."""
+
+
 class LegacyWorker:
     """One Connect worker speaking the classic group protocol (eager, compatible or sessioned).
 
@@ -291,6 +295,9 @@ class LegacyWorker:
         self.running: Items = EMPTY
         self.leader_id = ""
         self.leader_url = ""
+        self.leader_state: dict[ConnectorTaskId, str] | None = None
+        """``WorkerCoordinator.leaderState``: who runs what (REST url), built only by running the
+        assignor as the elected leader and cleared by every ``onJoinPrepare``."""
         self.fatal_error: str | None = None
 
         self._config_snapshot = self._config
@@ -458,6 +465,7 @@ class LegacyWorker:
         if not self._needs_join_prepare or self.state is MemberState.DEAD:
             return Reaction(generation=self.generation)
         self._needs_join_prepare = False
+        self.leader_state = None  # Java: leaderState(null)
         lost_generation = self.generation == NO_GENERATION and self.snapshot is not None
         eager = self.current_protocol == EAGER_PROTOCOL
         if eager or (self.revoke_on_generation_reset and lost_generation):
@@ -596,7 +604,36 @@ class LegacyWorker:
                 last_completed_generation=self.last_completed_generation,
                 refresh_config=self._refresh_snapshot,
             )
+        self._remember_leader_state(subscriptions, assignments, version)
         return {member_id: encode_assignment(asg, version) for member_id, asg in assignments.items()}
+
+    def _remember_leader_state(
+        self, subscriptions: Mapping[str, Subscription], assignments: Mapping[str, Assignment], version: int
+    ) -> None:
+        """``LeaderState``: the complete assignment this leader computed, as item -> owner url."""
+        if version == 0:
+            full = {mid: frozenset(asg.items) for mid, asg in assignments.items()}
+        else:
+            full = self._cooperative.last_full_assignment
+        self.leader_state = {
+            item: subscriptions[mid].url
+            for mid, items in full.items()
+            if mid in subscriptions
+            for item in items
+        }
+
+    def owner_url(self, item: ConnectorTaskId, now_ms: int) -> str | None:
+        """``WorkerCoordinator.ownerUrl``: where the leader routes a REST restart of ``item``.
+
+        ``None`` when this worker is not the leader or a rebalance is pending. A worker that is named
+        leader in its assignment without ever having run its assignor has no leader state: Java
+        fails there (a NullPointerException behind a REST 500), and so does this.
+        """
+        if self.needs_rejoin(now_ms) or not self.is_leader:
+            return None
+        if self.leader_state is None:
+            raise LeaderStateMissing(f"worker {self.member_id} is named leader but was never elected")
+        return self.leader_state.get(item)
 
     def _downgrading(self, generation: int, members: Mapping[str, Subscription]) -> bool:
         """Whether a member of this eager generation may still run work it did not stop.
@@ -607,8 +644,10 @@ class LegacyWorker:
         previous generation under eager and every member now was a member then.
         """
         led_generation, led_protocol, led_members = self._led
+        # The same generation again: a coordinator that elects it in every JoinGroup (connect-bridge
+        # does, so the leader has leader state) answers at an unchanged epoch; nothing new joined.
         return not (
-            led_generation == generation - 1
+            led_generation in (generation - 1, generation)
             and led_protocol == EAGER_PROTOCOL
             and set(members) <= led_members
         )
