@@ -451,13 +451,15 @@ def test_last_new_worker_coming_back_as_legacy_gets_its_held_work_and_the_group_
     assert jr is not None and jr.error_code == ErrorCode.MEMBER_ID_REQUIRED
     jr = cjoin(coord, jr.member_id, "http://w3/", EMPTY, now=2_000)
     assert jr is not None and jr.error_code == 0
-    # Its held work came straight back to it (granted with the JoinGroup), then nothing was held
-    # any more and the group downgraded, A-2 recorded as w3's: nobody else was handed it.
+    # Its held work came straight back to it (granted with the JoinGroup); once it synced, nothing
+    # was held and no SyncGroup was pending: the group downgraded with A-2 recorded as w3's.
+    sr = csync(coord, jr.member_id, jr.generation_id, now=2_010)
+    assert sr is not None and decode_assignment(sr.assignment).items == (A2,)
     g = classic(coord)
     stored = {mid: set(decode_assignment(m.assignment).items) for mid, m in g.members.items()}
     assert stored[jr.member_id] == {A2}
     assert all(A2 not in w.runs for w in legacy)
-    log.check_replay(2_000)
+    log.check_replay(2_010)
 
 
 def _leave(member_id: str):
@@ -548,3 +550,38 @@ def _leave_request(member_id: str):
     from connect_bridge.state import classic_api as capi
 
     return capi.LeaveGroupRequest(G, (capi.LeavingMember(member_id),))
+
+
+# ------------------------------------------- the classic leader restarted first (migration c')
+
+
+def test_classic_leader_leaving_has_its_work_held_and_gets_it_back_as_a_new_worker() -> None:
+    """A rolling upgrade that restarts the classic group's Connect leader first: the next classic
+    leader has no memory and used to deal the leader's work out at once. The bridge holds it instead
+    (in a connect group) and gives it back when the leader returns on the new protocol."""
+    coord = coordinator(scheduled_rebalance_max_delay_ms=30_000)
+    log = Log(coord)
+    w1, w2 = stable_classic(coord)  # w1 leads and runs W1_FULL, w2 runs W2_FULL
+    follower = JavaLike("w2", w2, 1, set(W2_FULL))
+    resp = coord.classic_leave(_leave_request(w1), 1_000)
+    assert resp.members == [(w1, None, 0)]
+    g = connect(coord)
+    assert g.held_items() == W1_FULL and set(g.members) == {w2}
+    run_for(coord, [follower], 1_100, 6_000)
+    assert follower.runs == set(W2_FULL), "the follower neither lost nor gained work"
+    back = NewLike(njoin(coord, "", "http://w1/", now=6_000).member_id, 0)
+    run_for(coord, [follower, back], 6_000, 9_000, step=500)
+    assert back.runs == set(W1_FULL) and follower.runs == set(W2_FULL)  # nothing moved
+    assert not g.held_items() and connect(coord) is g
+    log.check_replay(9_000)
+
+
+def test_classic_leader_that_never_returns_has_its_work_dealt_after_the_delay() -> None:
+    coord = coordinator(scheduled_rebalance_max_delay_ms=30_000)
+    w1, w2 = stable_classic(coord)
+    follower = JavaLike("w2", w2, 1, set(W2_FULL))
+    coord.classic_leave(_leave_request(w1), 1_000)
+    run_for(coord, [follower], 1_100, 30_900)
+    assert follower.runs == set(W2_FULL)
+    coord.advance(31_000)  # the hold ends: nothing held, the group converts back to classic
+    assert classic(coord).members.keys() == {follower.member_id}

@@ -378,8 +378,12 @@ class ConnectGroup:
         delay; a classic group has no such memory, so converting earlier would let the next classic
         leader deal that work out at once. Until the hold ends (the worker returned, or the delay
         expired and the bridge dealt the work) the legacy members are served as a connect group.
+        It also waits while a legacy member is between its JoinGroup answer and its SyncGroup: that
+        answer named the member's own protocol, and a SyncGroup reaching a classic group that elected
+        another one at the same generation number fails with INCONSISTENT_GROUP_PROTOCOL, which is
+        fatal for a Java worker. The sync timer bounds the wait.
         """
-        return not self.metadata.held
+        return not self.metadata.held and not self.legacy.any_completing()
 
     def _check_downgrade(self, departed: MemberMetadata) -> None:
         if departed.is_legacy or not self.members:

@@ -268,9 +268,51 @@ class GroupCoordinator:
                     (m.member_id, m.group_instance_id, int(ErrorCode.UNKNOWN_MEMBER_ID)) for m in req.members
                 ]
             )
+        if isinstance(group, ClassicGroup):
+            held = self._leader_leaving(group, req, now_ms)
+            if held is not None:
+                return held
         response = (
             group.legacy.leave(req, now_ms) if isinstance(group, ConnectGroup) else group.leave(req, now_ms)
         )
+        self._after(req.group_id, now_ms)
+        return response
+
+    def _leader_leaving(
+        self, classic: ClassicGroup, req: capi.LeaveGroupRequest, now_ms: int
+    ) -> capi.LeaveGroupResponse | None:
+        """The classic group's Connect leader leaves a stable group: hold its work in a connect group.
+
+        Connect's assignor holds a departed worker's work for ``scheduled.rebalance.max.delay.ms``
+        only with the memory of the leader that assigned it; the next leader starts from nothing and
+        deals the departed leader's work out at once (the rolling-restart case where the leader goes
+        first, docs/known-issues.md). The bridge has that memory: it converts the group (as the
+        first new worker would), removes the leader with its work held, and serves the remaining
+        legacy workers as a connect group until the hold ends; then it converts back (policy
+        ``bidirectional`` only, and only with a delay to honour). ``None`` = not this case.
+        """
+        policy = self.config.migration_policy
+        if not (policy.allows_upgrade and policy.allows_downgrade):
+            return None
+        if self.config.scheduled_rebalance_max_delay_ms <= 0 or len(req.members) != 1:
+            return None
+        leaving = req.members[0]
+        leader = classic.members.get(leaving.member_id) if leaving.member_id else None
+        if (
+            leader is None
+            or leader.member_id != classic.leader_id
+            or leader.group_instance_id != leaving.group_instance_id
+            or len(classic.members) < 2
+            or classic.state is not ClassicGroupState.STABLE
+            or classic.protocol_type != "connect"
+            or classic.protocol_name == "default"
+        ):
+            return None
+        converted = self._upgrade(classic, now_ms)
+        if isinstance(converted, str):
+            return None
+        response = converted.legacy.leave(req, now_ms)
+        converted.downgrade_pending = True
         self._after(req.group_id, now_ms)
         return response
 

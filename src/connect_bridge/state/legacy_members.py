@@ -83,6 +83,10 @@ class LegacyMembers:
         elif state is ClassicState.COMPLETING_REBALANCE:
             timers.schedule(self._timer("legacy-sync", member_id), now_ms + timeout_ms)
 
+    def any_completing(self) -> bool:
+        """Some legacy member got its JoinGroup answer and has not sent its SyncGroup yet."""
+        return any(state is ClassicState.COMPLETING_REBALANCE for state in self.states.values())
+
     def forget(self, member_id: str) -> None:
         self.states.pop(member_id, None)
         self.group.timers.cancel(self._timer("legacy-join", member_id))
