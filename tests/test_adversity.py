@@ -35,6 +35,7 @@ from test_migration import (
     BC,
     OFFSET,
     RIP,
+    URLS,
     W1_FULL,
     W2_FULL,
     G,
@@ -51,6 +52,7 @@ from test_migration import (
     njoin,
     payload,
     protocols,
+    reconcile_legacy,
     stable_classic,
     upgraded_and_settled,
 )
@@ -433,11 +435,11 @@ def test_work_held_for_the_last_new_worker_survives_until_the_hold_ends() -> Non
     assert isinstance(coord.groups[G], type(g)), "converted while work was held"
     assert all(A2 not in w.runs for w in legacy)
     log.check_replay(deadline - 1)
-    coord.advance(deadline)  # the hold ends: nothing is held any more and the group downgrades; the
-    # classic leader deals A-2 in the rebalance that follows, as Connect does after its delay.
-    stored = {mid: set(decode_assignment(m.assignment).items) for mid, m in classic(coord).members.items()}
-    assert all(A2 not in items for items in stored.values())
-    log.check_replay(deadline)
+    coord.advance(deadline)  # the hold ends: the bridge deals A-2 at once, then downgrades when stable
+    runs, now = reconcile_legacy(coord, {w.member_id: frozenset(w.runs) for w in legacy}, deadline)
+    assert A2 in set().union(*runs.values())
+    assert classic(coord).generation_id == g.group_epoch + 1
+    log.check_replay(now)
 
 
 def test_last_new_worker_coming_back_as_legacy_gets_its_held_work_and_the_group_downgrades() -> None:
@@ -455,11 +457,14 @@ def test_last_new_worker_coming_back_as_legacy_gets_its_held_work_and_the_group_
     # was held and no SyncGroup was pending: the group downgraded with A-2 recorded as w3's.
     sr = csync(coord, jr.member_id, jr.generation_id, now=2_010)
     assert sr is not None and decode_assignment(sr.assignment).items == (A2,)
+    URLS[jr.member_id] = "w3"
+    workers = {w.member_id: frozenset(w.runs) for w in legacy} | {jr.member_id: fs(A2)}
+    runs, now = reconcile_legacy(coord, workers, 2_010)
+    assert runs == workers  # nothing moved: the others only caught up with the epoch
     g = classic(coord)
     stored = {mid: set(decode_assignment(m.assignment).items) for mid, m in g.members.items()}
     assert stored[jr.member_id] == {A2}
-    assert all(A2 not in w.runs for w in legacy)
-    log.check_replay(2_010)
+    log.check_replay(now)
 
 
 def _leave(member_id: str):
@@ -583,5 +588,7 @@ def test_classic_leader_that_never_returns_has_its_work_dealt_after_the_delay() 
     coord.classic_leave(_leave_request(w1), 1_000)
     run_for(coord, [follower], 1_100, 30_900)
     assert follower.runs == set(W2_FULL)
-    coord.advance(31_000)  # the hold ends: nothing held, the group converts back to classic
+    coord.advance(31_000)  # the hold ends: the bridge deals the work, then converts back to classic
+    runs, _ = reconcile_legacy(coord, {follower.member_id: frozenset(follower.runs)}, 31_000)
+    assert runs[follower.member_id] == ALL
     assert classic(coord).members.keys() == {follower.member_id}

@@ -30,7 +30,8 @@ def _log(*workers: str, connectors: dict[str, int] | None = None) -> EventLog:
 
 
 def _numbers(s: Summary) -> dict[str, object]:
-    return {k: v for k, v in s.to_json().items() if k not in ("name", "violations")}
+    live = ("live", "max_unowned_ms", "live_bound_ms")  # judged by the live tests below
+    return {k: v for k, v in s.to_json().items() if k not in ("name", "violations", *live)}
 
 
 def test_clean_handover() -> None:
@@ -70,6 +71,9 @@ def test_summary_json_has_the_contract_keys_in_order() -> None:
         "unassigned_item_ms",
         "events",
         "overlap_ms",
+        "live",
+        "max_unowned_ms",
+        "live_bound_ms",
         "violations",
     ]
 
@@ -254,6 +258,9 @@ def test_empty_log() -> None:
         "unassigned_item_ms": 0,
         "events": 0,
         "overlap_ms": 0,
+        "live": True,
+        "max_unowned_ms": 0,
+        "live_bound_ms": None,
         "violations": [],
     }
 
@@ -357,3 +364,71 @@ def test_large_log_is_one_fast_pass() -> None:
         log.epoch(t, "w1", t)
     s = check(log)
     assert (s.events, s.rebalances, s.moves, s.overlaps) == (150_003, 50_000, 49_999, 0)
+
+
+# --- live (issue 10): configured work runs nowhere no longer than delay + rebalance timeout while
+# some worker could run it
+
+
+TIMING = {"t_ms": 0, "type": "timing", "worker": None, "scheduled_rebalance_max_delay_ms": 10_000,
+          "rebalance_timeout_ms": 5_000, "session_timeout_ms": 3_000}
+
+
+def _ev(t: int, type_: str, worker: str | None = None, **fields: object) -> dict:
+    return {"t_ms": t, "type": type_, "worker": worker, **fields}
+
+
+def _unowned_for(gap: int, *middle: dict) -> list[dict]:
+    """w1 runs A, w2 is live; A runs nowhere from t=1000 for ``gap`` ms, then on w2."""
+    return [
+        TIMING,
+        _ev(0, "config", connectors={"A": 0}, offset=0),
+        _ev(0, "worker_start", "w1", protocol="new"),
+        _ev(0, "worker_start", "w2", protocol="new"),
+        _ev(0, "run", "w1", connector="A", task=-1),
+        _ev(1_000, "worker_crash", "w1", protocol="new"),
+        *middle,
+        _ev(1_000 + gap, "run", "w2", connector="A", task=-1),
+    ]
+
+
+def test_live_holds_within_the_bound_and_fails_past_it() -> None:
+    ok = check(_unowned_for(15_000))
+    assert (ok.live, ok.ok, ok.max_unowned_ms, ok.live_bound_ms) == (True, True, 15_000, 15_000)
+    late = check(_unowned_for(15_001))
+    assert (late.live, late.ok) == (False, False)
+    assert "A ran nowhere for 15001 ms" in late.violations[0]
+
+
+def test_live_does_not_count_time_nobody_could_run_it() -> None:
+    """Bridge down and a stalled only worker do not count; a log without timing is not judged."""
+    gaps = [
+        _ev(2_000, "bridge_restart"),
+        _ev(7_000, "bridge_up"),
+        _ev(8_000, "stall_start", "w2", kind="pause"),
+        _ev(12_000, "stall_end", "w2", kind="pause"),
+    ]
+    s = check(_unowned_for(24_000, *gaps))  # 24 s unowned, 9 s of it with nobody able to run it
+    assert (s.live, s.max_unowned_ms) == (True, 15_000)
+    assert check(_unowned_for(24_000)[1:]).live_bound_ms is None
+    assert check(_unowned_for(24_000)[1:]).live
+
+
+def test_live_judges_work_still_unowned_at_the_end() -> None:
+    events = _unowned_for(0)[:-1]  # A never runs again
+    s = check(events, end_ms=30_000)
+    assert not s.live and s.max_unowned_ms == 29_000
+
+
+def test_a_zombie_still_running_is_an_overlap() -> None:
+    """A stalled worker keeps its work: another worker starting it is an overlap, stall or not."""
+    events = [
+        _ev(0, "config", connectors={"A": 0}, offset=0),
+        _ev(0, "worker_start", "w1", protocol="sessioned"),
+        _ev(0, "worker_start", "w2", protocol="sessioned"),
+        _ev(0, "run", "w1", connector="A", task=-1),
+        _ev(1_000, "stall_start", "w1", kind="stall"),
+        _ev(5_000, "run", "w2", connector="A", task=-1),
+    ]
+    s = check(events)
+    assert (s.exclusive, s.overlaps) == (False, 1)

@@ -256,6 +256,7 @@ def stable_classic(coord: GroupCoordinator, now: int = 0) -> tuple[str, str]:
     coord.advance(now)
     joined = dict(coord.drain_responses())
     w1, w2 = ids["w1"], ids["w2"]
+    URLS.update({w1: "w1", w2: "w2"})
     assert joined["w1"].generation_id == joined["w2"].generation_id == 1  # type: ignore[union-attr]
     assert joined["w1"].leader == w1 and joined["w1"].protocol_name == "sessioned"  # type: ignore[union-attr]
     assert csync(coord, w2, 1, now=now, token="s2") is None
@@ -315,6 +316,36 @@ def assert_downgraded(
         asg = decode_assignment(stored)
         assert (frozenset(asg.items), asg.revoked_items, asg.leader) == (items, (), leader)
         assert (asg.leader_url, asg.config_offset) == ("http://w1/", offset)
+
+
+def reconcile_legacy(
+    coord: GroupCoordinator, workers: dict[str, Items], now: int, rounds: int = 8
+) -> tuple[dict[str, Items], int]:
+    """Cooperative legacy workers heartbeat and rejoin when told (reporting what they run, applying
+    their SyncGroup deltas) until the connect group downgrades. Returns what each runs and the time."""
+    runs = {mid: frozenset(items) for mid, items in workers.items()}
+    for _ in range(rounds):
+        for mid in runs:
+            if isinstance(coord.groups[G], ClassicGroup):
+                return runs, now
+            now += 10
+            epoch = connect(coord).members[mid].current.member_epoch
+            instance = connect(coord).members[mid].metadata.instance_id
+            code = cbeat(coord, mid, epoch, now=now, instance=instance)
+            if code not in (RIP, ErrorCode.ILLEGAL_GENERATION):
+                continue
+            jr = cjoin(coord, mid, f"http://{URLS[mid]}/", runs[mid], now=now, instance=instance)
+            assert jr is not None and jr.error_code == 0, jr
+            sr = csync(coord, mid, jr.generation_id, now=now, instance=instance)
+            assert sr is not None and sr.error_code == 0, sr
+            asg = decode_assignment(sr.assignment)
+            runs[mid] = (runs[mid] - set(asg.revoked_items)) | set(asg.items)
+    assert isinstance(coord.groups[G], ClassicGroup), current(coord)
+    return runs, now
+
+
+URLS: dict[str, str] = {}
+"""Member id -> worker name, filled by the setups (the url is ``http://NAME/``)."""
 
 
 # --- 1. upgrade
@@ -585,23 +616,27 @@ def test_downgrade_when_the_last_new_worker_leaves() -> None:
     coord, log, w1, w2, w3 = upgraded_and_settled(scheduled_rebalance_max_delay_ms=0)
     resp = coord.connect_heartbeat(HeartbeatRequest(G, w3, -1), 1_000)
     assert (resp.error_code, resp.member_epoch) == (0, -1)
-    # Leaving bumps the epoch to 3; the classic generation is that epoch (Kafka uses the epoch from
-    # before the leaving batch, so its legacy members may heartbeat at it; ours must rejoin).
-    assert_downgraded(coord, 3, {w1: W1_FULL - {A2}, w2: W2_FULL}, w1)
+    # Leaving bumps the epoch to 3 and deals w3's A-2 to a legacy worker; the group downgrades once
+    # that is done and stable, at generation 3 + 1 (one past the epoch: nothing a worker was told as
+    # a connect member passes for a classic generation).
+    assert isinstance(group(coord), ConnectGroup)
+    runs, now = reconcile_legacy(coord, {w1: W1_FULL - {A2}, w2: W2_FULL}, 1_000)
+    assert A2 in runs[w1] | runs[w2]
+    assert_downgraded(coord, 4, runs, w1)
     batch = log.drain()
-    assert batch[-1].type is RecordType.CLASSIC_GROUP and batch[-1].value.generation == 3  # type: ignore[union-attr]
+    assert batch[-1].type is RecordType.CLASSIC_GROUP and batch[-1].value.generation == 4  # type: ignore[union-attr]
     last = {r.key: r for r in batch}
     assert all(r.is_tombstone for r in last.values() if r.type is not RecordType.CLASSIC_GROUP)
     assert {r.member_id for r in last.values() if r.type is RecordType.MEMBER_METADATA} == {w1, w2, w3}
-    log.check_replay(1_000)
+    log.check_replay(now)
 
     # Legacy workers at their old generation learn they must rejoin; a classic rebalance follows.
-    assert cbeat(coord, w1, 2, now=1_100) == ErrorCode.ILLEGAL_GENERATION
-    assert cjoin(coord, w1, "http://w1/", W1_FULL - {A2}, now=1_200, token="j1") is None
-    jr = cjoin(coord, w2, "http://w2/", W2_FULL, now=1_200, token="j2")
-    assert jr is not None and (jr.error_code, jr.generation_id, jr.leader) == (0, 4, w1)
+    assert cbeat(coord, w1, 3, now=now + 100) == ErrorCode.ILLEGAL_GENERATION
+    assert cjoin(coord, w1, "http://w1/", runs[w1], now=now + 200, token="j1") is None
+    jr = cjoin(coord, w2, "http://w2/", runs[w2], now=now + 200, token="j2")
+    assert jr is not None and (jr.error_code, jr.generation_id, jr.leader) == (0, 5, w1)
     [(token, leader)] = coord.drain_responses()
-    assert (token, leader.error_code, leader.generation_id, len(leader.members)) == ("j1", 0, 4, 2)  # type: ignore[attr-defined]
+    assert (token, leader.error_code, leader.generation_id, len(leader.members)) == ("j1", 0, 5, 2)  # type: ignore[attr-defined]
     assert classic(coord).state is ClassicGroupState.COMPLETING_REBALANCE
 
 
@@ -611,8 +646,10 @@ def test_downgrade_when_the_last_new_worker_times_out() -> None:
     coord.advance(10_199)
     assert isinstance(group(coord), ConnectGroup)
     coord.advance(10_200)  # w3's session started at its last heartbeat (200)
-    assert_downgraded(coord, 3, {w1: W1_FULL - {A2}, w2: W2_FULL}, w1)
-    log.check_replay(10_200)
+    runs, now = reconcile_legacy(coord, {w1: W1_FULL - {A2}, w2: W2_FULL}, 10_200)
+    assert runs[w1] | runs[w2] == ALL
+    assert_downgraded(coord, 4, runs, w1)
+    log.check_replay(now)
 
 
 def test_downgrade_when_the_last_new_worker_misses_its_revocation_deadline() -> None:
@@ -652,9 +689,11 @@ def test_downgrade_when_the_last_new_worker_misses_its_revocation_deadline() -> 
     coord.advance(60_999)
     assert isinstance(group(coord), ConnectGroup)
     coord.advance(61_000)  # 1_000 + w3's rebalance timeout
-    assert_downgraded(coord, 4, {w1: W1_FULL - {A2}, w2: fs(BC, B0)}, w1, offset=8)
+    runs, now = reconcile_legacy(coord, {w1: W1_FULL - {A2}, w2: fs(BC, B0)}, 61_000)
+    assert runs[w1] | runs[w2] == ALL - {A2}
+    assert_downgraded(coord, 5, runs, w1, offset=8)
     assert coord.views[G] == view
-    log.check_replay(61_000)
+    log.check_replay(now)
 
 
 def test_downgrade_by_admin_batch_leave_naming_the_new_member() -> None:
@@ -667,9 +706,11 @@ def test_downgrade_by_admin_batch_leave_naming_the_new_member() -> None:
     )
     assert resp.error_code == 0
     assert resp.members == [(w3, None, 0), (w2, None, 0), ("nobody", None, int(ErrorCode.UNKNOWN_MEMBER_ID))]
-    # Two removals, two bumps: epoch 4.
-    assert_downgraded(coord, 4, {w1: W1_FULL - {A2}}, w1)
-    log.check_replay(1_000)
+    # Two removals, two bumps: epoch 4; w1 takes everything, then the group downgrades (4 + 1).
+    runs, now = reconcile_legacy(coord, {w1: W1_FULL - {A2}}, 1_000)
+    assert runs[w1] == ALL
+    assert_downgraded(coord, 5, runs, w1)
+    log.check_replay(now)
 
 
 # --- 6. static replacement
@@ -734,10 +775,14 @@ def test_legacy_join_takes_over_the_last_new_protocol_static_member_and_downgrad
     assert sr is not None and sr.error_code == 0
     asg = decode_assignment(sr.assignment)
     assert (asg.items, asg.revoked_items) == ((), ())  # it reported running A-2: nothing changes
+    # w1 and w2 catch up with epoch 3 (nothing moves); then the group is stable and downgrades.
+    URLS[m3] = "i3"
+    runs, now = reconcile_legacy(coord, {w1: W1_FULL - {A2}, w2: W2_FULL, m3: fs(A2)}, 310)
+    assert runs == {w1: W1_FULL - {A2}, w2: W2_FULL, m3: fs(A2)}
     g = classic(coord)
-    assert_downgraded(coord, 3, {w1: W1_FULL - {A2}, w2: W2_FULL, m3: fs(A2)}, w1)
+    assert_downgraded(coord, 4, runs, w1)
     assert g.members[m3].group_instance_id == "i3"
-    log.check_replay(310)
+    log.check_replay(now)
     assert nbeat(coord, n3, 2, now=320).error_code == ErrorCode.GROUP_ID_NOT_FOUND
 
 

@@ -12,7 +12,11 @@ order (which is causal order):
 - ``moves``: ``run`` events of an item on a worker other than the one that last ran it;
 - ``rebalances``: ``epoch`` events;
 - ``unassigned_item_ms``: summed over items, the time a configured item runs nowhere;
-- ``converged`` / ``balanced``: judged on the state at the end.
+- ``converged`` / ``balanced``: judged on the state at the end;
+- ``live``: no configured item runs nowhere for longer than ``scheduled_rebalance_max_delay_ms +
+  rebalance_timeout_ms`` (from the log's ``timing`` event) of time during which some worker could
+  run it: the bridge is up (between ``bridge_restart`` and ``bridge_up`` it is not) and at least one
+  live worker is not stalled, paused or partitioned (``stall_start`` / ``stall_end``).
 
 It keeps only dicts keyed by item and worker and does O(1) work per event (a ``config`` event costs
 O(items it changes)), because it runs over logs of millions of events.
@@ -51,6 +55,11 @@ class Summary:
     events: int
     overlap_ms: int
     violations: tuple[str, ...] = field(default=())
+    live: bool = True
+    max_unowned_ms: int = 0
+    """Longest time a configured item ran nowhere while some worker could have run it."""
+    live_bound_ms: int | None = None
+    """The bound ``live`` was judged against; ``None`` = the log has no ``timing`` (not judged)."""
 
     def to_json(self) -> dict[str, Any]:
         """The ``summary.json`` object, keys in contract order."""
@@ -66,6 +75,9 @@ class Summary:
             "unassigned_item_ms": self.unassigned_item_ms,
             "events": self.events,
             "overlap_ms": self.overlap_ms,
+            "live": self.live,
+            "max_unowned_ms": self.max_unowned_ms,
+            "live_bound_ms": self.live_bound_ms,
             "violations": list(self.violations),
         }
 
@@ -90,7 +102,19 @@ def _item_of(event: Mapping[str, Any], index: int) -> Item:
         raise EventLogError(f"event {index} ({event.get('type')}): missing field {exc.args[0]!r}") from None
 
 
-def check(events: Iterable[Mapping[str, Any]], name: str = "", end_ms: int | None = None) -> Summary:
+def live_bound(timing: Mapping[str, Any]) -> int:
+    """How long a configured item may run nowhere while some worker could run it (issue 10)."""
+    return int(timing.get("scheduled_rebalance_max_delay_ms", 300_000)) + int(
+        timing.get("rebalance_timeout_ms", 60_000)
+    )
+
+
+def check(
+    events: Iterable[Mapping[str, Any]],
+    name: str = "",
+    end_ms: int | None = None,
+    live_bound_ms: int | None = None,
+) -> Summary:
     """Judge one drill's event log (any iterable of event dicts, in file order).
 
     The end of the drill is ``end_ms`` when given (the scenario's end; never earlier than the last
@@ -98,6 +122,7 @@ def check(events: Iterable[Mapping[str, Any]], name: str = "", end_ms: int | Non
     ignored. A ``release`` of an item the worker does not run and a repeated ``run`` of an item the
     worker already runs are no-ops. Raises :class:`EventLogError` for an event without ``t_ms``, a
     ``t_ms`` that goes backwards, or a ``run``/``release`` without worker, connector or task.
+    ``live_bound_ms`` overrides the liveness bound the log's ``timing`` event gives.
     """
     running: dict[Item, set[str]] = {}  # item -> workers running it now (sets are kept when empty)
     by_worker: dict[str, set[Item]] = {}  # worker -> items it runs now
@@ -111,6 +136,31 @@ def check(events: Iterable[Mapping[str, Any]], name: str = "", end_ms: int | Non
     overlaps = moves = rebalances = unassigned_ms = overlap_ms = 0
     n = 0
     now = 0
+    # Liveness: "could run" time is a clock that only runs while the bridge is up and some live worker
+    # is not stalled; an unowned item's cost is that clock's advance since the item became unowned.
+    bound = live_bound_ms
+    stalls: dict[str, int] = {}
+    able = 0  # live workers that are not stalled, paused or partitioned
+    bridge_up = True
+    could_ms = 0  # the "could run" clock
+    unowned_at: dict[Item, int] = {}  # the clock's value when the item became unowned
+    max_unowned = 0
+    live_problems: list[str] = []
+
+    def owned_again(item: Item, t: int) -> None:
+        """The item runs again (or stops being configured): judge how long nobody could run it."""
+        nonlocal max_unowned
+        waited = could_ms - unowned_at.pop(item, could_ms)
+        max_unowned = max(max_unowned, waited)
+        if bound is not None and waited > bound:
+            live_problems.append(
+                f"t_ms={t}: {_show(item)} ran nowhere for {waited} ms while a worker could run it "
+                f"(bound {bound} ms)"
+            )
+
+    def unowned(item: Item, t: int) -> None:
+        unassigned_since[item] = t
+        unowned_at[item] = could_ms
 
     def stop(item: Item, worker: str, t: int) -> None:
         """``worker`` stops running ``item`` at ``t`` (release, stop or crash)."""
@@ -121,7 +171,7 @@ def check(events: Iterable[Mapping[str, Any]], name: str = "", end_ms: int | Non
         if left == 1:
             overlap_ms += t - overlap_since.pop(item)
         elif left == 0 and item in configured:
-            unassigned_since[item] = t
+            unowned(item, t)
 
     for n, event in enumerate(events, 1):  # n is also the event count afterwards
         try:
@@ -131,6 +181,8 @@ def check(events: Iterable[Mapping[str, Any]], name: str = "", end_ms: int | Non
             raise EventLogError(f"event {n - 1}: missing field {exc.args[0]!r}") from None
         if t < now:
             raise EventLogError(f"event {n - 1} ({kind}): t_ms {t} is before the previous event's {now}")
+        if bridge_up and able > 0:
+            could_ms += t - now
         now = t
 
         if kind == "run":
@@ -153,6 +205,7 @@ def check(events: Iterable[Mapping[str, Any]], name: str = "", end_ms: int | Non
                     overlap_since[item] = t
             elif item in unassigned_since:
                 unassigned_ms += t - unassigned_since.pop(item)
+                owned_again(item, t)
             workers.add(worker)
             mine = by_worker.get(worker)
             if mine is None:
@@ -173,14 +226,38 @@ def check(events: Iterable[Mapping[str, Any]], name: str = "", end_ms: int | Non
             rebalances += 1
         elif kind == "worker_stop" or kind == "worker_crash":
             worker = event.get("worker")
+            if worker in live and not stalls.get(worker):
+                able -= 1
             live.discard(worker)
+            stalls.pop(worker, None)
             mine = by_worker.get(worker)
             if mine:
                 for item in mine:
                     stop(item, worker, t)
                 mine.clear()
         elif kind == "worker_start":
-            live.add(event.get("worker"))
+            worker = event.get("worker")
+            if worker not in live:
+                live.add(worker)
+                able += 0 if stalls.get(worker) else 1
+        elif kind == "stall_start":
+            worker = event.get("worker")
+            if worker in live and not stalls.get(worker):
+                able -= 1
+            stalls[worker] = stalls.get(worker, 0) + 1
+        elif kind == "stall_end":
+            worker = event.get("worker")
+            left = max(0, stalls.get(worker, 0) - 1)
+            stalls[worker] = left
+            if worker in live and left == 0:
+                able += 1
+        elif kind == "bridge_restart":
+            bridge_up = False
+        elif kind == "bridge_up":
+            bridge_up = True
+        elif kind == "timing":
+            if live_bound_ms is None:
+                bound = live_bound(event)
         elif kind == "config":
             connectors = event.get("connectors")
             if not isinstance(connectors, Mapping):
@@ -190,14 +267,19 @@ def check(events: Iterable[Mapping[str, Any]], name: str = "", end_ms: int | Non
                 since = unassigned_since.pop(item, None)
                 if since is not None:
                     unassigned_ms += t - since
+                    owned_again(item, t)
             for item in new - configured:
                 if not running.get(item):
-                    unassigned_since[item] = t
+                    unowned(item, t)
             configured = new
 
     end = now if end_ms is None else max(end_ms, now)
+    if bridge_up and able > 0:
+        could_ms += end - now
     for since in unassigned_since.values():
         unassigned_ms += end - since
+    for item in sorted(unowned_at):
+        owned_again(item, end)
     for since in overlap_since.values():
         overlap_ms += end - since
 
@@ -234,15 +316,16 @@ def check(events: Iterable[Mapping[str, Any]], name: str = "", end_ms: int | Non
                 shown = ", ".join(f"{w}={c}" for w, c in counts.items())
                 end_problems.append(f"{at_end}: unbalanced {what} per live worker: {shown}")
 
-    n_violations += len(end_problems)
-    violations.extend(end_problems[: max(0, MAX_VIOLATIONS - len(violations))])
+    n_violations += len(end_problems) + len(live_problems)
+    violations.extend((live_problems + end_problems)[: max(0, MAX_VIOLATIONS - len(violations))])
     if n_violations > len(violations):
         violations.append(f"... and {n_violations - len(violations)} more")
 
     exclusive = overlaps == 0
+    live_ok = not live_problems
     return Summary(
         name=name,
-        ok=exclusive and converged and balanced,
+        ok=exclusive and converged and balanced and live_ok,
         exclusive=exclusive,
         converged=converged,
         balanced=balanced,
@@ -253,6 +336,9 @@ def check(events: Iterable[Mapping[str, Any]], name: str = "", end_ms: int | Non
         events=n,
         overlap_ms=overlap_ms,
         violations=tuple(violations),
+        live=live_ok,
+        max_unowned_ms=max_unowned,
+        live_bound_ms=bound,
     )
 
 

@@ -87,6 +87,21 @@ class EventLog:
     def bridge_restart(self, t_ms: int) -> None:
         self.emit(t_ms, "bridge_restart", None)
 
+    def bridge_up(self, t_ms: int) -> None:
+        """The restarted bridge answers again (``bridge_restart`` marked it going down)."""
+        self.emit(t_ms, "bridge_up", None)
+
+    def stall_start(self, t_ms: int, worker: str, kind: str) -> None:
+        """The worker cannot take work (``kind``: stall, pause, partition); what it runs keeps running."""
+        self.emit(t_ms, "stall_start", worker, kind=kind)
+
+    def stall_end(self, t_ms: int, worker: str, kind: str) -> None:
+        self.emit(t_ms, "stall_end", worker, kind=kind)
+
+    def timing(self, t_ms: int, **timing: int) -> None:
+        """The scenario's timing, so a reader can judge liveness (``live``) without the scenario."""
+        self.emit(t_ms, "timing", None, **timing)
+
     def drill_end(self, t_ms: int) -> None:
         """Mark the scenario's ``end_ms`` in the log.
 

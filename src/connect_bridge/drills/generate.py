@@ -21,7 +21,21 @@ def random_scenario(
     protocols: Sequence[str] = ALL_PROTOCOLS,
     max_workers: int = 6,
     max_steps: int = 12,
+    *,
+    adversarial: bool = False,
 ) -> Scenario:
+    """A valid random scenario of ``seed``; ``adversarial`` adds misbehaving processes (see below).
+
+    Without ``adversarial`` the output for a seed never changes (tests and fleets pin it); the
+    adversarial draws come from their own generator, on top of the same base scenario.
+    """
+    doc = _base_scenario(seed, protocols, max_workers, max_steps)
+    if adversarial:
+        doc = _with_adversity(doc, random.Random(f"adversarial-{seed}"))
+    return load_scenario(doc)
+
+
+def _base_scenario(seed: int, protocols: Sequence[str], max_workers: int, max_steps: int) -> dict:
     rng = random.Random(seed)
     delay = rng.choice([0, 15_000, 30_000, 60_000])
     timing = {
@@ -89,7 +103,7 @@ def random_scenario(
             t += down
         t += rng.randint(1_000, 40_000)
     settle = delay + 2 * timing["session_timeout_ms"] + timing["rebalance_timeout_ms"] + 60_000
-    doc = {
+    return {
         "name": f"random-{seed}",
         "seed": seed,
         "timing": timing,
@@ -97,4 +111,106 @@ def random_scenario(
         "steps": steps,
         "end_ms": t + settle,
     }
-    return load_scenario(doc)
+
+
+def _running_at(steps: list[dict], t: int) -> dict[str, str]:
+    """Workers running (by the scenario's rules) after every step at or before ``t``: name -> protocol."""
+    running: dict[str, str] = {}
+    for step in steps:
+        if step["at_ms"] > t:
+            break
+        action = step["action"]
+        if action == "start":
+            running[step["worker"]] = step["protocol"]
+        elif action in ("stop", "crash"):
+            running.pop(step["worker"], None)
+        elif action == "restart" and step.get("protocol"):
+            running[step["worker"]] = step["protocol"]
+    return running
+
+
+def _with_adversity(doc: dict, rng: random.Random) -> dict:
+    """Misbehaving processes a correct bridge must survive with both invariants (docs/drills.md).
+
+    Bounds: a process that is stalled, paused or late with its SyncGroup resumes before the work it
+    still runs can have been handed to someone else, i.e. within the scheduled delay (with no delay,
+    before the rebalance timeout can remove it). Past that no coordinator can keep it exclusive.
+    Partitions are unbounded: the worker's own rules stop its work. Static instance ids are reused
+    by a fresh process only after the old one died (a concurrent duplicate is a misconfiguration
+    neither Kafka nor the bridge can keep exclusive).
+    """
+    timing = doc["timing"]
+    delay = timing["scheduled_rebalance_max_delay_ms"]
+    rebalance = timing["rebalance_timeout_ms"]
+    session = timing["session_timeout_ms"]
+    heartbeat = timing["heartbeat_interval_ms"]
+    # Silent for less than this, no coordinator can have noticed: the last heartbeat may be one
+    # interval old, and one more second for the network.
+    unnoticed = session - heartbeat - 1_000
+    # Past ``unnoticed``, only a hold protects a zombie: the bridge's (a connect group holds what a
+    # removed member runs for the delay) or Connect's (a cooperative classic leader that remembers the
+    # assignment). Eager classic groups hold nothing, and legacy workers may sit in classic groups.
+    held = max(unnoticed, delay - 2_000)
+    steps: list[dict] = [dict(step) for step in doc["steps"]]
+    extra: list[dict] = []
+    # Static members: some workers carry an instance id (kept across their restarts).
+    names = sorted({s["worker"] for s in steps if s["action"] == "start"})
+    instances = {name for name in names if rng.random() < 0.4}
+    for step in steps:
+        if step["action"] == "start" and step["worker"] in instances:
+            step["instance_id"] = f"i-{step['worker']}"
+    # A fresh process reuses the instance id of a static worker that crashed.
+    fresh = 0
+    for step in list(steps):
+        if step["action"] == "crash" and step["worker"] in instances and rng.random() < 0.7:
+            fresh += 1
+            protocol = rng.choice(["compatible", "sessioned", "eager", "new"])
+            at = step["at_ms"] + rng.randint(500, session)
+            extra.append(
+                {"at_ms": at, "action": "start", "worker": f"z{fresh}", "protocol": protocol,
+                 "instance_id": f"i-{step['worker']}"}
+            )
+    # Bridge restarts at the moments a group converts: a new worker arriving, the last one going.
+    for step in steps:
+        upgrade = step["action"] in ("start", "restart") and step.get("protocol") == "new"
+        downgrade = step["action"] in ("stop", "crash", "restart") and step.get("protocol") != "new"
+        if (upgrade or downgrade) and rng.random() < 0.3:
+            at = step["at_ms"] + step.get("down_ms", 0) + rng.randint(0, 50)
+            down = rng.choice([300, 2_000, 5_000])
+            extra.append({"at_ms": at, "action": "restart_bridge", "down_ms": down})
+    # Misbehaviour of running processes.
+    first = min(s["at_ms"] for s in steps)
+    last = max(s["at_ms"] for s in steps) + 30_000
+    longest = 0
+    for _ in range(rng.randint(2, 8)):
+        at = rng.randint(first + 1_000, last)
+        running = _running_at(sorted(steps + extra, key=lambda s: s["at_ms"]), at)
+        if not running:
+            continue
+        worker = rng.choice(sorted(running))
+        protocol = running[worker]
+        zombie_max = held if protocol == "new" else unnoticed
+        kind = rng.choice(
+            ["stall", "pause", "partition", "lose_responses", "duplicate_requests", "delay_sync",
+             "slow_revocation"]
+        )
+        step: dict = {"at_ms": at, "action": kind, "worker": worker}
+        if kind in ("stall", "pause"):
+            step["duration_ms"] = rng.randint(1_000, max(1_000, zombie_max))
+        elif kind == "partition":
+            # A new-protocol worker fences itself in time; a legacy one only notices a timeout.
+            longest_partition = 3 * session if protocol == "new" else unnoticed
+            step["duration_ms"] = rng.randint(1_000, longest_partition)
+        elif kind in ("lose_responses", "duplicate_requests"):
+            step["count"] = rng.randint(1, 3)
+        elif kind == "delay_sync":
+            step["delay_ms"] = rng.randint(1_000, max(1_000, held if protocol != "eager" else unnoticed))
+        else:
+            step["delay_ms"] = rng.randint(500, rebalance // 3)
+            step["duration_ms"] = rng.randint(10_000, 120_000)
+        longest = max(longest, step.get("duration_ms", 0), step.get("delay_ms", 0))
+        extra.append(step)
+    merged = sorted(steps + extra, key=lambda s: s["at_ms"])  # stable: extra after same-time steps
+    settle = longest + delay + 2 * session + rebalance + 60_000
+    end = max(doc["end_ms"], max(s["at_ms"] for s in merged) + settle)
+    return {**doc, "name": f"adversarial-{doc['seed']}", "steps": merged, "end_ms": end}

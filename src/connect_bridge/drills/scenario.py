@@ -40,6 +40,9 @@ class Timing(_Model):
     rebalance_timeout_ms: NonNegInt = 60000
     heartbeat_interval_ms: PosInt = 3000
     scheduled_rebalance_max_delay_ms: NonNegInt = 300000
+    request_timeout_ms: PosInt = 40000
+    """Connect's ``request.timeout.ms``: when a worker gives up on a lost response (JoinGroup waits
+    the rebalance timeout + 5 s, as Java's client does)."""
 
 
 class _Step(_Model):
@@ -52,6 +55,8 @@ class StartStep(_Step):
     action: Literal["start"]
     worker: Name
     protocol: Protocol
+    instance_id: Name | None = None
+    """``group.instance.id`` (static membership). Another process may reuse one: the reused-id case."""
 
 
 class StopStep(_Step):
@@ -101,6 +106,78 @@ class RestartBridgeStep(_Step):
     down_ms: NonNegInt
 
 
+class _Misbehaviour(_Step):
+    """Adversarial behaviour of one running worker process (docs/drills.md, "Misbehaving workers")."""
+
+    worker: Name
+
+
+class StallStep(_Misbehaviour):
+    """The herder thread stalls for ``duration_ms``: tasks keep running, no JoinGroup/SyncGroup is
+    sent and no response handled; a legacy worker's heartbeat thread goes on heartbeating until the
+    poll (rebalance) timeout, then sends LeaveGroup. A new-protocol worker stops heartbeating."""
+
+    action: Literal["stall"]
+    duration_ms: PosInt
+
+
+class PauseStep(_Misbehaviour):
+    """SIGSTOP for ``duration_ms``: nothing at all happens in the process, tasks stay (zombies)."""
+
+    action: Literal["pause"]
+    duration_ms: PosInt
+
+
+class PartitionStep(_Misbehaviour):
+    """The network between the worker and the bridge drops everything for ``duration_ms``; the
+    worker sees its requests time out and reacts as its client does."""
+
+    action: Literal["partition"]
+    duration_ms: PosInt
+
+
+class LoseResponsesStep(_Misbehaviour):
+    """The next ``count`` responses to the worker are lost after the bridge applied the request;
+    the worker times out (``request_timeout_ms``) and retries."""
+
+    action: Literal["lose_responses"]
+    count: PosInt
+
+
+class DuplicateRequestsStep(_Misbehaviour):
+    """The next ``count`` requests reach the bridge twice (a resend whose original was processed);
+    the worker sees one answer (Kafka clients match correlation ids)."""
+
+    action: Literal["duplicate_requests"]
+    count: PosInt
+
+
+class DelaySyncStep(_Misbehaviour):
+    """After its next successful JoinGroup the worker sends SyncGroup ``delay_ms`` late."""
+
+    action: Literal["delay_sync"]
+    delay_ms: PosInt
+
+
+class SlowRevocationStep(_Misbehaviour):
+    """Until ``duration_ms`` from now, stopping revoked work takes ``delay_ms``: the items keep running
+    and the herder is busy (no acknowledgement) meanwhile."""
+
+    action: Literal["slow_revocation"]
+    delay_ms: PosInt
+    duration_ms: PosInt
+
+
+MISBEHAVIOURS = (
+    StallStep,
+    PauseStep,
+    PartitionStep,
+    LoseResponsesStep,
+    DuplicateRequestsStep,
+    DelaySyncStep,
+    SlowRevocationStep,
+)
+
 Step = Annotated[
     StartStep
     | StopStep
@@ -109,7 +186,14 @@ Step = Annotated[
     | AddConnectorStep
     | RemoveConnectorStep
     | SetTasksStep
-    | RestartBridgeStep,
+    | RestartBridgeStep
+    | StallStep
+    | PauseStep
+    | PartitionStep
+    | LoseResponsesStep
+    | DuplicateRequestsStep
+    | DelaySyncStep
+    | SlowRevocationStep,
     Field(discriminator="action"),
 ]
 
@@ -122,6 +206,13 @@ STEP_MODELS: dict[str, type[_Step]] = {
     "remove_connector": RemoveConnectorStep,
     "set_tasks": SetTasksStep,
     "restart_bridge": RestartBridgeStep,
+    "stall": StallStep,
+    "pause": PauseStep,
+    "partition": PartitionStep,
+    "lose_responses": LoseResponsesStep,
+    "duplicate_requests": DuplicateRequestsStep,
+    "delay_sync": DelaySyncStep,
+    "slow_revocation": SlowRevocationStep,
 }
 """Action name → step model, in the order the design lists them (used in error messages)."""
 
@@ -168,6 +259,11 @@ class Scenario(_Model):
                     )
                 running[step.worker] = i
                 gone.pop(step.worker, None)
+            elif isinstance(step, MISBEHAVIOURS):
+                if step.worker not in running:
+                    raise _CrossFieldError(
+                        f"{here}.worker", f"cannot {step.action} worker '{step.worker}': it is not running"
+                    )
             elif isinstance(step, StopStep | CrashStep | RestartStep):
                 if step.worker not in running:
                     why = f"stopped at steps[{gone[step.worker]}]" if step.worker in gone else "never started"

@@ -53,6 +53,12 @@ _LEGACY_CALLS: dict[str, tuple[str, Callable[[], Any], str]] = {
 }
 
 
+_STALL_ATTRS = {"stall": "stalled_until", "pause": "paused_until", "partition": "partitioned_until"}
+_MISBEHAVIOURS = frozenset(
+    {*_STALL_ATTRS, "lose_responses", "duplicate_requests", "delay_sync", "slow_revocation"}
+)
+
+
 @dataclass(slots=True)
 class _SimWorker:
     name: str
@@ -66,6 +72,20 @@ class _SimWorker:
     makes a legacy worker revoke everything)."""
     in_flight: set[str] = field(default_factory=set)
     """Kinds of classic requests sent and not yet answered (a bridge restart drops them)."""
+    paused_until: int = -1
+    """SIGSTOP: nothing in the process runs before this time."""
+    stalled_until: int = -1
+    """The herder (legacy: JoinGroup/SyncGroup and their answers; new: the heartbeat loop) is stuck."""
+    partitioned_until: int = -1
+    deferred: list[Callable[[int], None]] = field(default_factory=list)
+    """What the process would have done while paused or stalled, run in order when it resumes."""
+    lose: int = 0
+    duplicate: int = 0
+    sync_delay_ms: int = 0
+    slow_revocation: tuple[int, int] = (0, -1)
+    """(delay of each stop, until when): stopping revoked work takes that long."""
+    new_seq: int = 0
+    """Sequence number of the new-protocol heartbeat in flight (older answers are stale)."""
 
     @property
     def running(self) -> Items:
@@ -127,10 +147,16 @@ class SimulatedDrill:
         for record in self.coordinator.drain_records():
             self.store[record.key] = record
         for token, resp in self.coordinator.drain_responses():
-            name, incarnation, kind = token  # type: ignore[misc]
+            name, incarnation, kind, tag, timeout_at = token  # type: ignore[misc]
             worker = self.workers.get(name)
-            if worker is not None:
-                self.at(now + self.latency(), self._legacy_response_cb(worker, incarnation, kind, resp))
+            if worker is None or tag == "dup":
+                continue  # a resend's answer: the client already matched the original's
+            if tag == "lost":
+                resp = _LEGACY_CALLS[kind][1]()
+                at = max(now, timeout_at)
+            else:
+                at = now + self.latency()
+            self.at(at, self._legacy_response_cb(worker, incarnation, kind, resp))
         group = self.coordinator.groups.get(self.scenario.group)
         if group is not None:
             if isinstance(group, ClassicGroup):
@@ -168,7 +194,7 @@ class SimulatedDrill:
         return worker.alive and worker.incarnation == incarnation
 
     # ------------------------------------------------------------------ lifecycle
-    def _start(self, now: int, name: str, protocol: str) -> None:
+    def _start(self, now: int, name: str, protocol: str, instance_id: str | None = None) -> None:
         self.incarnations += 1
         timing = self.scenario.timing
         url = f"http://{name}:8083/"
@@ -180,6 +206,7 @@ class SimulatedDrill:
                 rebalance_timeout_ms=timing.rebalance_timeout_ms,
                 session_timeout_ms=timing.session_timeout_ms,
                 config_offset=self.config_offset,
+                instance_id=instance_id,
             )
         else:
             logic = LegacyWorker(
@@ -191,6 +218,7 @@ class SimulatedDrill:
                 heartbeat_interval_ms=timing.heartbeat_interval_ms,
                 config_provider=self.view,
                 max_delay_ms=timing.scheduled_rebalance_max_delay_ms,
+                instance_id=instance_id,
             )
         worker = _SimWorker(name, protocol, logic, self.incarnations)
         self.workers[name] = worker
@@ -230,36 +258,173 @@ class SimulatedDrill:
         worker.alive = False
         self.log.worker_crash(now, name, worker.protocol)
 
+    # ------------------------------------------------------------------ misbehaviour
+    def _held_up(self, now: int, worker: _SimWorker, herder: bool, action: Callable[[int], None]) -> bool:
+        """Defer ``action`` while the process is paused (or, for herder work, stalled)."""
+        if not worker.alive:
+            return False
+        if now < worker.paused_until or (herder and now < worker.stalled_until):
+            worker.deferred.append(action)
+            return True
+        return False
+
+    def _stall(self, now: int, worker: _SimWorker, kind: str, duration_ms: int) -> None:
+        """Start a stall, pause or partition of ``duration_ms``; logged so liveness is judged fairly."""
+        attr = _STALL_ATTRS[kind]
+        until = now + duration_ms
+        setattr(worker, attr, max(getattr(worker, attr), until))
+        self.log.stall_start(now, worker.name, kind)
+        incarnation = worker.incarnation
+        self.at(until, lambda t: self._stall_over(t, worker, incarnation, kind))
+        legacy = isinstance(worker.logic, LegacyWorker)
+        if kind == "stall" and legacy and duration_ms > self.scenario.timing.rebalance_timeout_ms:
+            at = now + self.scenario.timing.rebalance_timeout_ms
+            self.at(at, lambda t: self._poll_timeout(t, worker, incarnation))
+
+    def _stall_over(self, now: int, worker: _SimWorker, incarnation: int, kind: str) -> None:
+        if worker.incarnation != incarnation or not worker.alive:
+            return
+        self.log.stall_end(now, worker.name, kind)
+        deferred, worker.deferred = worker.deferred, []
+        for action in deferred:
+            action(now)
+        if isinstance(worker.logic, LegacyWorker):
+            self._schedule_step(now, worker)
+
+    def _poll_timeout(self, now: int, worker: _SimWorker, incarnation: int) -> None:
+        """The heartbeat thread gives up on a stalled herder: LeaveGroup, tasks keep running."""
+        if worker.incarnation != incarnation or not worker.alive or now >= worker.stalled_until:
+            return
+        if now < worker.paused_until:
+            return  # a paused process sends nothing
+        logic = worker.logic
+        assert isinstance(logic, LegacyWorker)
+        request = logic.poll_timeout_leave()
+        worker.in_flight.clear()
+        if request is None or now < worker.partitioned_until:
+            return
+
+        def arrive(t: int) -> None:
+            if self.bridge_up:
+                self.coordinator.classic_leave(request, t)
+                self._after_coordinator(t)
+
+        self.at(now + self.latency(), arrive)
+
+    def _misbehave(self, now: int, step: Any) -> None:
+        worker = self.workers.get(step.worker)
+        if worker is None or not worker.alive:
+            return
+        action = step.action
+        if action in _STALL_ATTRS:
+            self._stall(now, worker, action, step.duration_ms)
+        elif action == "lose_responses":
+            worker.lose += step.count
+        elif action == "duplicate_requests":
+            worker.duplicate += step.count
+        elif action == "delay_sync":
+            worker.sync_delay_ms = step.delay_ms
+        elif action == "slow_revocation":
+            worker.slow_revocation = (step.delay_ms, now + step.duration_ms)
+
+    def _slow_stop(self, now: int, worker: _SimWorker, stop: Items) -> int:
+        """How long stopping ``stop`` takes now (0 = at once); a slow stop keeps the herder busy."""
+        delay, until = worker.slow_revocation
+        if not stop or now >= until or delay <= 0:
+            return 0
+        self._stall(now, worker, "stall", delay)
+        return delay
+
+    def _send(
+        self,
+        now: int,
+        worker: _SimWorker,
+        method: str,
+        request: Any,
+        unavailable: Callable[[], Any],
+        deliver: Callable[[Any, int], None],
+        timeout_ms: int,
+        token: tuple | None = None,
+    ) -> None:
+        """One request over the simulated network, with the worker's network misbehaviour applied.
+
+        Partitioned: it never arrives; the worker sees a timeout. Lost: the bridge applies it, the
+        answer never comes back; the worker times out. Duplicated: a resend reaches the bridge too;
+        its answer is dropped (clients match correlation ids). A timeout reads as a disconnect
+        (COORDINATOR_NOT_AVAILABLE), which is how Kafka's client reports it to the coordinator code.
+        """
+        timing = self.scenario.timing
+        if now < worker.partitioned_until:
+            deliver(unavailable(), now + min(timeout_ms, timing.session_timeout_ms))
+            return
+        lost = worker.lose > 0
+        worker.lose -= 1 if lost else 0
+        duplicate = worker.duplicate > 0
+        worker.duplicate -= 1 if duplicate else 0
+
+        def arrive(t: int, tag: str) -> None:
+            req = request if token is None else _with_token(request, (*token, tag, now + timeout_ms))
+            if self.bridge_up:
+                resp = getattr(self.coordinator, method)(req, t)
+                self._after_coordinator(t)
+            else:
+                resp = unavailable()
+            if tag == "dup":
+                return
+            if tag == "lost":
+                if resp is not None:
+                    deliver(unavailable(), max(t, now + timeout_ms))
+                return
+            if resp is not None:
+                deliver(resp, t + self.latency())
+
+        self.at(now + self.latency(), lambda t: arrive(t, "lost" if lost else ""))
+        if duplicate:
+            self.at(now + self.latency() + self.latency(), lambda t: arrive(t, "dup"))
+
     # ------------------------------------------------------------------ new-protocol workers
     def _new_heartbeat(self, now: int, worker: _SimWorker) -> None:
+        if self._held_up(now, worker, True, lambda t: self._new_heartbeat(t, worker)):
+            return
         logic = worker.logic
         assert isinstance(logic, NewProtocolWorker)
         req = logic.heartbeat_request(now)
         incarnation = worker.incarnation
+        worker.new_seq += 1
+        seq = worker.new_seq
 
-        def arrive(t: int) -> None:
-            if self.bridge_up:
-                resp = self.coordinator.connect_heartbeat(req, t)
-                self._after_coordinator(t)
-            else:
-                resp = api.HeartbeatResponse(error_code=_UNAVAILABLE)
-            self.at(t + self.latency(), lambda t2: self._new_response(t2, worker, incarnation, resp))
+        def deliver(resp: Any, at: int) -> None:
+            self.at(at, lambda t: self._new_response(t, worker, incarnation, seq, resp))
 
-        self.at(now + self.latency(), arrive)
+        self._send(
+            now,
+            worker,
+            "connect_heartbeat",
+            req,
+            lambda: api.HeartbeatResponse(error_code=_UNAVAILABLE),
+            deliver,
+            self.scenario.timing.request_timeout_ms,
+        )
 
     def _new_response(
-        self, now: int, worker: _SimWorker, incarnation: int, resp: api.HeartbeatResponse
+        self, now: int, worker: _SimWorker, incarnation: int, seq: int, resp: api.HeartbeatResponse
     ) -> None:
-        if not self._current(worker, incarnation):
+        if not self._current(worker, incarnation) or seq != worker.new_seq:
+            return
+        if self._held_up(now, worker, True, lambda t: self._new_response(t, worker, incarnation, seq, resp)):
             return
         logic = worker.logic
         assert isinstance(logic, NewProtocolWorker)
         reaction = logic.on_response(resp)
-        self._apply(
-            now, worker, reaction.stop, reaction.start, logic.member_epoch if reaction.epoch_changed else None
-        )
+        epoch = logic.member_epoch if reaction.epoch_changed else None
+        slow = self._slow_stop(now, worker, reaction.stop)
+        if slow:
+            stop, start = reaction.stop, reaction.start
+            self.at(now + slow, lambda t: self._apply(t, worker, stop, start, epoch))
+        else:
+            self._apply(now, worker, reaction.stop, reaction.start, epoch)
         delay = 0 if reaction.heartbeat_now else reaction.interval_ms
-        self.at(now + delay, lambda t: self._new_retry(t, worker, incarnation))
+        self.at(now + max(delay, slow), lambda t: self._new_retry(t, worker, incarnation))
         expiry = logic.session_expiry_ms()
         if expiry is not None:
             self.at(expiry, lambda t: self._check_session(t, worker, incarnation))
@@ -270,11 +435,14 @@ class SimulatedDrill:
 
     def _check_session(self, now: int, worker: _SimWorker, incarnation: int) -> None:
         """A worker cut off from the coordinator for a session timeout stops its work by itself."""
-        if self._current(worker, incarnation):
-            assert isinstance(worker.logic, NewProtocolWorker)
-            reaction = worker.logic.expire_session(now)
-            if reaction is not None:
-                self._apply(now, worker, reaction.stop, reaction.start, 0 if reaction.epoch_changed else None)
+        if not self._current(worker, incarnation):
+            return
+        if self._held_up(now, worker, False, lambda t: self._check_session(t, worker, incarnation)):
+            return
+        assert isinstance(worker.logic, NewProtocolWorker)
+        reaction = worker.logic.expire_session(now)
+        if reaction is not None:
+            self._apply(now, worker, reaction.stop, reaction.start, 0 if reaction.epoch_changed else None)
 
     # ------------------------------------------------------------------ legacy workers
     def _schedule_step(self, at: int, worker: _SimWorker) -> None:
@@ -290,6 +458,8 @@ class SimulatedDrill:
             seq is not None and (seq != worker.step_seq or incarnation != worker.incarnation)
         ):
             return
+        if self._held_up(now, worker, False, lambda t: self._schedule_step(t, worker)):
+            return
         logic = worker.logic
         assert isinstance(logic, LegacyWorker)
         action = logic.next_action(now)
@@ -299,6 +469,9 @@ class SimulatedDrill:
             self._schedule_step(action.at_ms, worker)
             return
         if action.kind is ActionKind.JOIN:
+            # The herder joins; while it is stalled only the heartbeat thread runs.
+            if self._held_up(now, worker, True, lambda t: self._schedule_step(t, worker)):
+                return
             reaction = logic.prepare_join(now)
             self._apply(now, worker, reaction.stop, reaction.start, None)
             self._legacy_send(now, worker, "join", logic.join_request(now))
@@ -308,20 +481,15 @@ class SimulatedDrill:
     def _legacy_send(self, now: int, worker: _SimWorker, kind: str, request: Any) -> None:
         incarnation = worker.incarnation
         method, unavailable, _ = _LEGACY_CALLS[kind]
-        if kind in ("join", "sync"):
-            request = _with_token(request, (worker.name, incarnation, kind))
         worker.in_flight.add(kind)
+        timing = self.scenario.timing
+        timeout = timing.rebalance_timeout_ms + 5_000 if kind == "join" else timing.request_timeout_ms
 
-        def arrive(t: int) -> None:
-            if self.bridge_up:
-                resp = getattr(self.coordinator, method)(request, t)
-                self._after_coordinator(t)
-            else:
-                resp = unavailable()
-            if resp is not None:
-                self.at(t + self.latency(), self._legacy_response_cb(worker, incarnation, kind, resp))
+        def deliver(resp: Any, at: int) -> None:
+            self.at(at, self._legacy_response_cb(worker, incarnation, kind, resp))
 
-        self.at(now + self.latency(), arrive)
+        token = (worker.name, incarnation, kind) if kind in ("join", "sync") else None
+        self._send(now, worker, method, request, unavailable, deliver, timeout, token)
 
     def _legacy_response_cb(
         self, worker: _SimWorker, incarnation: int, kind: str, resp: Any
@@ -330,6 +498,9 @@ class SimulatedDrill:
 
     def _legacy_response(self, now: int, worker: _SimWorker, incarnation: int, kind: str, resp: Any) -> None:
         if not self._current(worker, incarnation) or kind not in worker.in_flight:
+            return
+        herder = kind != "heartbeat"  # heartbeat answers are the heartbeat thread's
+        if self._held_up(now, worker, herder, self._legacy_response_cb(worker, incarnation, kind, resp)):
             return
         worker.in_flight.discard(kind)
         logic = worker.logic
@@ -340,19 +511,26 @@ class SimulatedDrill:
             lost = logic.coordinator_lost(now)
             self._apply(now, worker, lost.stop, frozenset(), None)
         reaction = getattr(logic, _LEGACY_CALLS[kind][2])(resp, now)
-        self._apply(
-            now,
-            worker,
-            reaction.stop,
-            reaction.start,
-            reaction.generation if reaction.generation_changed else None,
-        )
+        epoch = reaction.generation if reaction.generation_changed else None
+        slow = self._slow_stop(now, worker, reaction.stop) if reaction.fatal is None else 0
+        if slow:
+            stop, start = reaction.stop, reaction.start
+            self.at(now + slow, lambda t: self._apply(t, worker, stop, start, epoch))
+        else:
+            self._apply(now, worker, reaction.stop, reaction.start, epoch)
         if reaction.fatal is not None:
             worker.alive = False
             self.log.worker_crash(now, worker.name, worker.protocol)
             return
         if isinstance(reaction.request, classic_api.SyncGroupRequest):
-            self._legacy_send(now, worker, "sync", reaction.request)
+            request = reaction.request
+            if worker.sync_delay_ms:
+                # A late SyncGroup: the herder is held up between JoinGroup and SyncGroup.
+                self._stall(now, worker, "stall", worker.sync_delay_ms)
+                worker.sync_delay_ms = 0
+                worker.deferred.append(lambda t: self._legacy_send(t, worker, "sync", request))
+            else:
+                self._legacy_send(now, worker, "sync", request)
         self._schedule_step(now, worker)
 
     # ------------------------------------------------------------------ config and bridge
@@ -390,6 +568,7 @@ class SimulatedDrill:
             self.coordinator.replay(live, t)
             self.coordinator.set_config(self.scenario.group, self.view(), t)
             self.bridge_up = True
+            self.log.bridge_up(t)
             self._after_coordinator(t)
 
         self.at(now + down_ms, up)
@@ -397,7 +576,7 @@ class SimulatedDrill:
     def _step(self, step: Any) -> Callable[[int], None]:
         action = step.action
         if action == "start":
-            return lambda t: self._start(t, step.worker, step.protocol)
+            return lambda t: self._start(t, step.worker, step.protocol, step.instance_id)
         if action == "stop":
             return lambda t: self._stop(t, step.worker)
         if action == "crash":
@@ -406,8 +585,9 @@ class SimulatedDrill:
 
             def restart(t: int) -> None:
                 protocol = step.protocol or self.workers[step.worker].protocol
+                instance_id = self.workers[step.worker].logic.instance_id
                 self._stop(t, step.worker)
-                self.at(t + step.down_ms, lambda t2: self._start(t2, step.worker, protocol))
+                self.at(t + step.down_ms, lambda t2: self._start(t2, step.worker, protocol, instance_id))
 
             return restart
         if action in ("add_connector", "set_tasks"):
@@ -426,11 +606,14 @@ class SimulatedDrill:
             return remove
         if action == "restart_bridge":
             return lambda t: self._restart_bridge(t, step.down_ms)
+        if action in _MISBEHAVIOURS:
+            return lambda t: self._misbehave(t, step)
         raise ValueError(f"unknown action {action!r}")
 
     # ------------------------------------------------------------------ run
     def run(self) -> EventLog:
         sc = self.scenario
+        self.log.timing(0, **sc.timing.model_dump())
         self.log.config(0, dict(self.connectors), self.config_offset)
         self.coordinator.set_config(sc.group, self.view(), 0)
         self._after_coordinator(0)

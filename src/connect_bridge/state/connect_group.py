@@ -342,12 +342,15 @@ class ConnectGroup:
         return member
 
     def remove_member(self, member: Member, now_ms: int) -> None:
-        """Drop a member; what it may still run and its targeted work are held for the scheduled delay.
+        """Drop a member; everything it may still run is held for the scheduled delay.
 
         Removal proves nothing about the process: a Java worker whose herder stalled keeps running
         everything it owns after its generation is reset, and so does a new-protocol worker until it
-        sees its fencing. So its *owned* set (assigned and pending revocation), not only its target,
-        stays out of every target until it comes back (its work returns to it) or the hold expires.
+        sees its fencing. So its *owned* set (assigned and pending revocation) stays out of every
+        target until it comes back (the work returns to it) or the hold expires. Targeted work it
+        was never granted is not held: nobody runs it, and holding it for a worker that may already
+        be dead (Connect's lost-assignment rule is about what was assigned) let one item wait out
+        the delay once per crashed worker it was dealt to.
         """
         mid = member.member_id
         owned = member.current.owned
@@ -358,7 +361,7 @@ class ConnectGroup:
         for key in (("session", self.group_id, mid), ("revoke", self.group_id, mid)):
             self.timers.cancel(key)
         held = self.metadata.held
-        work = (self.target.get(mid, EMPTY) | owned) & self.view.items()
+        work = owned & self.view.items()
         delay = self.config.scheduled_rebalance_max_delay_ms
         if work and delay > 0 and self.assignor_name() != assignors.EAGER and self.members:
             held = (*held, HeldWork(work, member.metadata.url, member.metadata.instance_id, now_ms + delay))
@@ -382,8 +385,15 @@ class ConnectGroup:
         answer named the member's own protocol, and a SyncGroup reaching a classic group that elected
         another one at the same generation number fails with INCONSISTENT_GROUP_PROTOCOL, which is
         fatal for a Java worker. The sync timer bounds the wait.
+
+        A classic rebalance is slower than the engine at handing out work (it waits for every
+        member, a dead one for its session timeout, and a fresh Connect leader may delay work it
+        thinks lost), so the bridge first deals what the hold released and converts once the group
+        is stable: every member at the target epoch with everything it was targeted.
         """
-        return not self.metadata.held and not self.legacy.any_completing()
+        return (
+            not self.metadata.held and not self.legacy.any_completing() and self.state is GroupState.STABLE
+        )
 
     def _check_downgrade(self, departed: MemberMetadata) -> None:
         if departed.is_legacy or not self.members:

@@ -186,7 +186,12 @@ def downgrade(group: ConnectGroup, classic: ClassicGroup, now_ms: int) -> None:
             )
         )
     snapshot = ClassicGroupSnapshot(
-        generation=group.group_epoch,
+        # One past the group epoch: nothing a legacy worker was told in the connect era (its member
+        # epoch as generation, its election as Connect leader at that epoch) can pass for the
+        # generation before the first classic rebalance. An eager leader elected at epoch E would
+        # otherwise take classic generation E + 1 for one it led, and skip KIP-415's empty round
+        # while cooperative members still run their work (found by a random drill, seed 10254).
+        generation=group.group_epoch + 1,
         protocol_type=PROTOCOL_TYPE,
         protocol_name=name,
         leader=leader_id or (members[0].member_id if members else None),

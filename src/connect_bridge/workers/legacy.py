@@ -811,6 +811,19 @@ class LegacyWorker:
             return None
         return LeaveGroupRequest(self.group_id, (LeavingMember(self.member_id, None, reason),))
 
+    def poll_timeout_leave(self) -> LeaveGroupRequest | None:
+        """The heartbeat thread after the herder has not polled for the rebalance timeout
+        (``AbstractCoordinator.HeartbeatThread``: "consumer poll timeout has expired"): leave the
+        group and forget the generation and member id. Tasks keep running (Connect revokes nothing
+        here); the herder rejoins when it polls again. Static members send no LeaveGroup."""
+        if self.state is MemberState.DEAD:
+            return None
+        request = self.leave_request("consumer poll timeout has expired")
+        self._reset_generation(reset_member_id=True)
+        self._join_in_flight = self._sync_in_flight = self._heartbeat_in_flight = False
+        self._rejoin_needed = True
+        return request
+
     def shutdown(self, now_ms: int) -> Reaction:
         """Graceful stop (``DistributedHerder.halt``): stop all work, then leave the group."""
         leave = self.leave_request()
