@@ -154,6 +154,8 @@ class SimulatedDrill:
             if tag == "lost":
                 resp = _LEGACY_CALLS[kind][1]()
                 at = max(now, timeout_at)
+                self.log.stall_start(now, name, "timeout")
+                self.at(at, lambda t, name=name: self.log.stall_end(t, name, "timeout"))
             else:
                 at = now + self.latency()
             self.at(at, self._legacy_response_cb(worker, incarnation, kind, resp))
@@ -354,8 +356,19 @@ class SimulatedDrill:
         (COORDINATOR_NOT_AVAILABLE), which is how Kafka's client reports it to the coordinator code.
         """
         timing = self.scenario.timing
+
+        def time_out(start: int, at: int) -> None:
+            """The worker waits for an answer that never comes: it cannot take work meanwhile."""
+            self.log.stall_start(start, worker.name, "timeout")
+
+            def expired(resp: Any, t: int) -> None:
+                self.at(t, lambda t2: self.log.stall_end(t2, worker.name, "timeout"))
+                deliver(resp, t)
+
+            expired(unavailable(), at)
+
         if now < worker.partitioned_until:
-            deliver(unavailable(), now + min(timeout_ms, timing.session_timeout_ms))
+            time_out(now, now + min(timeout_ms, timing.session_timeout_ms))
             return
         lost = worker.lose > 0
         worker.lose -= 1 if lost else 0
@@ -373,7 +386,7 @@ class SimulatedDrill:
                 return
             if tag == "lost":
                 if resp is not None:
-                    deliver(unavailable(), max(t, now + timeout_ms))
+                    time_out(t, max(t, now + timeout_ms))
                 return
             if resp is not None:
                 deliver(resp, t + self.latency())
@@ -483,7 +496,14 @@ class SimulatedDrill:
         method, unavailable, _ = _LEGACY_CALLS[kind]
         worker.in_flight.add(kind)
         timing = self.scenario.timing
-        timeout = timing.rebalance_timeout_ms + 5_000 if kind == "join" else timing.request_timeout_ms
+        # When the worker gives up on an answer: JoinGroup waits the rebalance timeout + 5 s (Java's
+        # client); a heartbeat is given up once the session has expired, measured from the last
+        # answer the worker got (the heartbeat thread marks the coordinator unknown then); SyncGroup
+        # waits ``request.timeout.ms``.
+        timeout = {
+            "join": timing.rebalance_timeout_ms + 5_000,
+            "heartbeat": max(1, worker.last_answer_ms + timing.session_timeout_ms - now),
+        }.get(kind, timing.request_timeout_ms)
 
         def deliver(resp: Any, at: int) -> None:
             self.at(at, self._legacy_response_cb(worker, incarnation, kind, resp))

@@ -341,7 +341,7 @@ class ConnectGroup:
         self.arm_session(member, now_ms)
         return member
 
-    def remove_member(self, member: Member, now_ms: int) -> None:
+    def remove_member(self, member: Member, now_ms: int, min_hold_ms: int = 0) -> None:
         """Drop a member; everything it may still run is held for the scheduled delay.
 
         Removal proves nothing about the process: a Java worker whose herder stalled keeps running
@@ -351,6 +351,10 @@ class ConnectGroup:
         was never granted is not held: nobody runs it, and holding it for a worker that may already
         be dead (Connect's lost-assignment rule is about what was assigned) let one item wait out
         the delay once per crashed worker it was dealt to.
+
+        ``min_hold_ms`` holds the work even without a delay: a member fenced for a wrong epoch may be
+        a live worker that a stale or duplicated request spoke for; it learns of the fencing on its
+        next heartbeat, or fences itself after a session timeout.
         """
         mid = member.member_id
         owned = member.current.owned
@@ -362,9 +366,10 @@ class ConnectGroup:
             self.timers.cancel(key)
         held = self.metadata.held
         work = owned & self.view.items()
-        delay = self.config.scheduled_rebalance_max_delay_ms
-        if work and delay > 0 and self.assignor_name() != assignors.EAGER and self.members:
-            held = (*held, HeldWork(work, member.metadata.url, member.metadata.instance_id, now_ms + delay))
+        delay = self.config.scheduled_rebalance_max_delay_ms if self.assignor_name() != assignors.EAGER else 0
+        hold = max(delay, min_hold_ms)
+        if work and hold > 0 and self.members:
+            held = (*held, HeldWork(work, member.metadata.url, member.metadata.instance_id, now_ms + hold))
         leader = self.metadata.leader_id
         if leader == mid:
             leader = min(self.members) if self.members else ""
@@ -552,7 +557,7 @@ class ConnectGroup:
             and req.owned <= current.assigned
         ):
             return
-        self.remove_member(member, now_ms)
+        self.remove_member(member, now_ms, min_hold_ms=member.metadata.session_timeout_ms)
         self.maybe_update_target(now_ms)
         raise RequestError(
             ErrorCode.FENCED_MEMBER_EPOCH,

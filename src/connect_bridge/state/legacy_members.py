@@ -164,6 +164,7 @@ class LegacyMembers:
         group = self.group
         metadata = self._validate_join(req)
         member = group.members.get(req.member_id) if req.member_id else None
+        repeat, before = False, None
         if req.group_instance_id:
             member = self._static_join(req, member, metadata, now_ms)
         if member is None:
@@ -180,15 +181,26 @@ class LegacyMembers:
                 ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"member {member.member_id} uses ConnectGroupHeartbeat"
             )
         else:
+            repeat = (member.metadata, member.current) == (metadata, member.current) and self.states.get(
+                member.member_id, ClassicState.STABLE
+            ) is ClassicState.STABLE
+            before = member.current
             group.update_member_metadata(member, metadata)
         owned = owned_from_metadata(metadata)
         group.release_unowned(member, owned)
         group.arm_session(member, now_ms)
         group.maybe_update_target(now_ms)
         group.reconcile(member, owned, now_ms)
-        self._set_state(
-            member.member_id, ClassicState.COMPLETING_REBALANCE, now_ms, member.metadata.rebalance_timeout_ms
-        )
+        if not (repeat and member.current == before):
+            # A repeated JoinGroup of a synced member that changes nothing (a client resend whose
+            # original was answered) is answered again without a new sync deadline, as Kafka answers
+            # it in a Stable group: arming one would remove a healthy member that never syncs again.
+            self._set_state(
+                member.member_id,
+                ClassicState.COMPLETING_REBALANCE,
+                now_ms,
+                member.metadata.rebalance_timeout_ms,
+            )
         name = req.protocols[0][0]
         leader, members = "", ()
         if member.member_id == group.metadata.leader_id:
