@@ -118,6 +118,8 @@ def _cmd_drill_fleet(args: argparse.Namespace) -> int:
 
     if args.count < 1:
         return _fail("drill fleet: --count must be at least 1")
+    if args.checks_only or args.adversarial:
+        return _fleet_checks(args)
     try:
         fleet = run_fleet(args.count, args.seed, args.out, master=args.master, progress=progress_to_stderr)
     except (AnalyzeError, EventLogError) as exc:
@@ -136,6 +138,38 @@ def _cmd_drill_fleet(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 1 if failed or fleet["missing_drills"] else 0
+
+
+def _fleet_checks(args: argparse.Namespace) -> int:
+    """``drill fleet --checks-only`` / ``--adversarial``: verdicts only, judged in the executors."""
+    from connect_bridge.pipeline.analyze import progress_to_stderr
+    from connect_bridge.pipeline.fleet import run_fleet_checks
+
+    fleet = run_fleet_checks(
+        args.count,
+        args.seed,
+        args.out,
+        adversarial=args.adversarial,
+        master=args.master,
+        progress=progress_to_stderr,
+    )
+    v = fleet["violations"]
+    print(
+        f"fleet: {fleet['drills']} {'adversarial ' if fleet['adversarial'] else ''}drills "
+        f"(seed {fleet['seed']}) "
+        f"in {fleet['seconds']} s ({fleet['drills_per_s']}/s): {fleet['failed_drills']} failed; "
+        f"violations exclusive={v['exclusive']} live={v['live']} converged={v['converged']} "
+        f"balanced={v['balanced']}; longest unowned {fleet['max_unowned_ms']} ms"
+    )
+    for entry in fleet["failed"][:20]:
+        print(
+            f"failed: {entry['name']}: {entry['violation']}; replay with "
+            f"`connect-bridge drill run {args.out}/{entry['scenario']} --out DIR`",
+            file=sys.stderr,
+        )
+    keys = ("count", "seconds", "drills_per_s", "violations", "failed_drills")
+    print(json.dumps({k: fleet[k] for k in keys}))
+    return 1 if fleet["failed_drills"] else 0
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -237,6 +271,16 @@ def build_parser() -> argparse.ArgumentParser:
     fleet.add_argument("--seed", type=int, default=0, metavar="S", help="fleet seed (default 0)")
     fleet.add_argument("--out", required=True, help="output directory (events, report, failed/, fleet.json)")
     fleet.add_argument("--master", help="Spark master URL (default local[*])")
+    fleet.add_argument(
+        "--adversarial",
+        action="store_true",
+        help="misbehaving workers (stalls, pauses, partitions, lost answers...); implies --checks-only",
+    )
+    fleet.add_argument(
+        "--checks-only",
+        action="store_true",
+        help="judge each drill in the executors and keep only verdicts (checks.parquet), no event table",
+    )
     fleet.set_defaults(func=_cmd_drill_fleet)
 
     analyze = sub.add_parser("analyze", help="analyze drill event logs with PySpark (docs/pipeline.md)")

@@ -173,3 +173,147 @@ def run_fleet(
     (out / FLEET_JSON).write_text(json.dumps(fleet, indent=2) + "\n", encoding="utf-8")
     say(f"{len(failed)} of {count} drills failed; {out / FLEET_JSON}")
     return fleet
+
+
+# -------------------------------------------------------------------------------- checks only
+
+CHECKS_DIR = "checks.parquet"
+CHECK_FIELDS: tuple[tuple[str, str], ...] = (
+    ("name", "string"),
+    ("seed", "long"),
+    ("ok", "boolean"),
+    ("exclusive", "boolean"),
+    ("live", "boolean"),
+    ("converged", "boolean"),
+    ("balanced", "boolean"),
+    ("overlaps", "long"),
+    ("max_unowned_ms", "long"),
+    ("events", "long"),
+    ("violation", "string"),
+)
+
+
+def _check_drills(adversarial: bool) -> Callable[[Iterator[Any]], Iterator[Any]]:
+    """``mapInPandas`` body of a checks-only fleet: each seed's drill is run and judged in the
+    executor (the checker of ``drill run``, both invariants included); one row per drill leaves it.
+
+    At 100,000 drills the event table would be ~15M rows in 100,000 partition directories; the
+    summaries are what the run is for, and a failing drill's scenario can be regenerated from its
+    seed to look at its events."""
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:
+        import pandas as pd
+
+        from connect_bridge.drills.checker import check
+        from connect_bridge.drills.generate import random_scenario
+        from connect_bridge.drills.sim import run_scenario
+
+        for batch in batches:
+            rows = []
+            for seed in batch["seed"].tolist():
+                scenario = random_scenario(int(seed), adversarial=adversarial)
+                s = check(run_scenario(scenario).events, name=scenario.name, end_ms=scenario.end_ms)
+                rows.append(
+                    {
+                        "name": s.name,
+                        "seed": int(seed),
+                        "ok": s.ok,
+                        "exclusive": s.exclusive,
+                        "live": s.live,
+                        "converged": s.converged,
+                        "balanced": s.balanced,
+                        "overlaps": s.overlaps,
+                        "max_unowned_ms": s.max_unowned_ms,
+                        "events": s.events,
+                        "violation": s.violations[0] if s.violations else None,
+                    }
+                )
+            yield pd.DataFrame(rows, columns=[name for name, _ in CHECK_FIELDS])
+
+    return run
+
+
+def run_fleet_checks(
+    count: int,
+    seed: int,
+    out_dir: str | Path,
+    *,
+    adversarial: bool = False,
+    master: str | None = None,
+    spark: Any = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run ``count`` drills of fleet ``seed`` in the executors and keep only their verdicts.
+
+    Writes ``checks.parquet`` (one row per drill), ``failed/NAME.json`` for every drill that broke
+    an invariant and ``fleet.json``: ``count``, ``seed``, ``adversarial``, ``seconds``, ``drills_per_s``,
+    ``violations`` (drills breaking exclusive / live / converged / balanced), ``max_unowned_ms`` and
+    ``failed`` (name, seed, scenario, first violation)."""
+    from connect_bridge.drills.generate import random_scenario
+    from connect_bridge.drills.scenario import dump_scenario
+    from connect_bridge.pipeline.session import get_spark
+
+    if count < 1:
+        raise ValueError("a fleet needs at least one drill")
+    say = progress or (lambda _msg: None)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    spark = spark or get_spark(master)
+    from pyspark.sql import functions as F
+
+    kind = "adversarial " if adversarial else ""
+    say(f"running {count} {kind}drills (seed {seed}), checked in the executors")
+    started = time.monotonic()
+    parallelism = max(1, spark.sparkContext.defaultParallelism)
+    ids = spark.range(0, count, numPartitions=1).select(
+        (F.lit(seed).cast("long") * F.lit(SEED_STRIDE) + F.col("id")).alias("seed")
+    )
+    ids = ids.repartition(max(1, min(count, parallelism * 8)))
+    schema = ", ".join(f"{name} {type_}" for name, type_ in CHECK_FIELDS)
+    checks = ids.mapInPandas(_check_drills(adversarial), schema=schema)
+    checks.write.mode("overwrite").parquet(str(out / CHECKS_DIR))
+    table = spark.read.parquet(str(out / CHECKS_DIR))
+    totals = table.agg(
+        F.count("*").alias("drills"),
+        F.sum((~F.col("ok")).cast("long")).alias("failed"),
+        F.sum((~F.col("exclusive")).cast("long")).alias("exclusive"),
+        F.sum((~F.col("live")).cast("long")).alias("live"),
+        F.sum((~F.col("converged")).cast("long")).alias("converged"),
+        F.sum((~F.col("balanced")).cast("long")).alias("balanced"),
+        F.max("max_unowned_ms").alias("max_unowned_ms"),
+        F.sum("events").alias("events"),
+    ).collect()[0]
+    bad = [r.asDict() for r in table.where(~F.col("ok")).orderBy("seed").limit(1000).collect()]
+    seconds = time.monotonic() - started
+
+    failed_dir = out / FAILED_DIR
+    if failed_dir.exists():
+        shutil.rmtree(failed_dir)
+    failed = []
+    for row in bad:
+        scenario = random_scenario(int(row["seed"]), adversarial=adversarial)
+        failed_dir.mkdir(parents=True, exist_ok=True)
+        path = failed_dir / f"{scenario.name}.json"
+        dump_scenario(scenario, path)
+        failed.append(
+            {"name": row["name"], "seed": row["seed"], "scenario": str(path.relative_to(out)),
+             "violation": row["violation"]}
+        )
+    fleet = {
+        "count": count,
+        "seed": seed,
+        "adversarial": adversarial,
+        "drills": int(totals["drills"]),
+        "events": int(totals["events"] or 0),
+        "seconds": round(seconds, 1),
+        "drills_per_s": round(count / seconds, 1) if seconds else None,
+        "violations": {
+            key: int(totals[key] or 0) for key in ("exclusive", "live", "converged", "balanced")
+        },
+        "failed_drills": int(totals["failed"] or 0),
+        "max_unowned_ms": int(totals["max_unowned_ms"] or 0),
+        "failed": failed,
+    }
+    (out / FLEET_JSON).write_text(json.dumps(fleet, indent=2) + "\n", encoding="utf-8")
+    say(f"{fleet['failed_drills']} of {count} drills failed in {fleet['seconds']} s; {out / FLEET_JSON}")
+    return fleet
