@@ -140,6 +140,28 @@ def _cmd_drill_fleet(args: argparse.Namespace) -> int:
     return 1 if failed or fleet["missing_drills"] else 0
 
 
+def _cmd_drill_search(args: argparse.Namespace) -> int:
+    """Random drills until ``--count`` seeds ran; failures are minimized into ``--out``."""
+    from functools import partial
+
+    from connect_bridge.drills.generate import ALL_PROTOCOLS, random_scenario
+    from connect_bridge.drills.search import keep, search
+
+    protocols = tuple(args.protocols.split(",")) if args.protocols else ALL_PROTOCOLS
+    unknown = sorted(set(protocols) - set(ALL_PROTOCOLS))
+    if unknown:
+        return _fail(f"drill search: unknown protocol(s) {', '.join(unknown)}; use {','.join(ALL_PROTOCOLS)}")
+    generator = partial(random_scenario, protocols=protocols, adversarial=args.adversarial)
+    seeds = range(args.seed, args.seed + args.count)
+    found: dict[str, int] = {}
+    for failure in search(seeds, generator):
+        path = keep(failure, args.out, budget=args.budget)
+        found[failure.invariant] = found.get(failure.invariant, 0) + 1
+        print(f"seed {failure.seed}: {failure.invariant}: {failure.violation} -> {path}")
+    print(json.dumps({"drills": args.count, "failures": sum(found.values()), "by_invariant": found}))
+    return 1 if found else 0
+
+
 def _fleet_checks(args: argparse.Namespace) -> int:
     """``drill fleet --checks-only`` / ``--adversarial``: verdicts only, judged in the executors."""
     from connect_bridge.pipeline.analyze import progress_to_stderr
@@ -282,6 +304,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="judge each drill in the executors and keep only verdicts (checks.parquet), no event table",
     )
     fleet.set_defaults(func=_cmd_drill_fleet)
+    hunt = drill_sub.add_parser(
+        "search", help="run random drills; minimize every failing one into a regression scenario"
+    )
+    hunt.add_argument("--count", type=int, required=True, metavar="N", help="number of seeds to try")
+    hunt.add_argument("--seed", type=int, default=0, metavar="S", help="first seed (default 0)")
+    hunt.add_argument("--adversarial", action="store_true", help="misbehaving workers (docs/drills.md)")
+    hunt.add_argument("--protocols", metavar="P,...", help="protocols to draw (default all four)")
+    hunt.add_argument("--budget", type=int, default=400, help="drills spent minimizing each failure")
+    hunt.add_argument("--out", required=True, help="directory for minimized scenarios (tests/regressions)")
+    hunt.set_defaults(func=_cmd_drill_search)
 
     analyze = sub.add_parser("analyze", help="analyze drill event logs with PySpark (docs/pipeline.md)")
     analyze.add_argument(
