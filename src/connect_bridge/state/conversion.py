@@ -126,15 +126,25 @@ def upgrade(classic: ClassicGroup, group: ConnectGroup, now_ms: int) -> None:
     for mid, (_, runs) in may_run.items():
         running[mid] = runs - claimed if mid in unsynced else EMPTY
         claimed |= running[mid]
+    assigned: dict[str, Items] = {}
+    for member in classic.members.values():
+        mid = member.member_id
+        full = may_run[mid][0]
+        assigned[mid] = (full - claimed) | (full & running[mid])
+        claimed |= assigned[mid]
+    # A member that synced stops what the round revoked, and only then rejoins (KIP-415: the revoked
+    # work is dealt in the next round). Until that rejoin it may still be stopping it (a slow
+    # revocation): work revoked from it that the round gave nobody stays pending on it.
     for member in classic.members.values():
         mid = member.member_id
         full, runs = may_run[mid]
-        assigned = (full - claimed) | (full & running[mid])
-        claimed |= assigned
-        revoking = running[mid] - assigned
-        state = MemberState.UNREVOKED if revoking else MemberState.STABLE
+        pending = running[mid] - assigned[mid]
+        if mid not in unsynced:
+            pending = (runs - full) - claimed
+            claimed |= pending
+        state = MemberState.UNREVOKED if pending else MemberState.STABLE
         members.append(
-            (mid, _legacy_metadata(member), CurrentAssignment(generation, -1, state, assigned, revoking))
+            (mid, _legacy_metadata(member), CurrentAssignment(generation, -1, state, assigned[mid], pending))
         )
     leader = classic.leader_id if classic.leader_id in classic.members else (members[0][0] if members else "")
     group.install_converted(
