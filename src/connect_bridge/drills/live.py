@@ -386,6 +386,7 @@ class LiveDrill:
             self.rec.emit("bridge_restart")
             await asyncio.sleep(down_ms / 1000)
             await self._start_bridge()
+            self.rec.emit("bridge_up")
 
     async def _restart_worker(self, name: str, down_ms: int, protocol: str | None) -> None:
         handle = self.handles.get(name)
@@ -411,7 +412,9 @@ class LiveDrill:
         elif action == "restart_bridge":
             self._spawn(self._restart_bridge(step.down_ms))
         else:
-            raise ValueError(f"unknown action {action!r}")
+            raise ValueError(
+                f"live drills do not play {action!r} (misbehaving workers are simulated: --mode sim)"
+            )
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -446,6 +449,7 @@ class LiveDrill:
         await self._start_bridge()
         try:
             self.rec = _Recorder(self.scenario.end_ms)  # t = 0: the bridge is up
+            self.rec.emit("timing", None, **self.scenario.timing.model_dump())
             self.rec.emit("config", None, connectors=dict(self.connectors), offset=self.offset)
             steps = sorted(self.scenario.steps, key=lambda s: s.at_ms)
             for step in steps:
