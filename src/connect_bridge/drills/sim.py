@@ -370,10 +370,9 @@ class SimulatedDrill:
         if now < worker.partitioned_until:
             time_out(now, now + min(timeout_ms, timing.session_timeout_ms))
             return
-        lost = worker.lose > 0
-        worker.lose -= 1 if lost else 0
-        duplicate = worker.duplicate > 0
-        worker.duplicate -= 1 if duplicate else 0
+        lost, duplicate = worker.lose > 0, worker.duplicate > 0
+        worker.lose -= lost
+        worker.duplicate -= duplicate
 
         def arrive(t: int, tag: str) -> None:
             req = request if token is None else _with_token(request, (*token, tag, now + timeout_ms))

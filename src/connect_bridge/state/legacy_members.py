@@ -181,9 +181,8 @@ class LegacyMembers:
                 ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"member {member.member_id} uses ConnectGroupHeartbeat"
             )
         else:
-            repeat = (member.metadata, member.current) == (metadata, member.current) and self.states.get(
-                member.member_id, ClassicState.STABLE
-            ) is ClassicState.STABLE
+            synced = self.states.get(member.member_id, ClassicState.STABLE) is ClassicState.STABLE
+            repeat = synced and member.metadata == metadata
             before = member.current
             group.update_member_metadata(member, metadata)
         owned = owned_from_metadata(metadata)
