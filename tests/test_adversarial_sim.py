@@ -3,6 +3,7 @@ file validates it. The invariants of adversarial drills are judged in test_sim_f
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -132,3 +133,253 @@ def test_adversarial_generation_is_deterministic_and_leaves_the_plain_stream_alo
     kinds = {s.action for seed in range(40) for s in random_scenario(seed, adversarial=True).steps}
     assert {"stall", "pause", "partition", "lose_responses", "duplicate_requests", "delay_sync",
             "slow_revocation", "restart_bridge"} <= kinds
+
+
+# --- issue 10, part 1: the remaining misbehaviours, checked one by one -----------------------------
+
+
+def spy_legacy(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
+    """Record every classic request a simulated legacy worker sends and every answer it is handed:
+    ``(t, worker, kind)`` and ``(t, worker, kind + "-resp", error_code, duplicate)``."""
+    calls: list[tuple] = []
+    send, respond = SimulatedDrill._legacy_send, SimulatedDrill._legacy_response
+
+    def spy_send(self: SimulatedDrill, now: int, worker: Any, kind: str, request: Any) -> None:
+        calls.append((now, worker.name, kind))
+        send(self, now, worker, kind, request)
+
+    def spy_response(self: SimulatedDrill, now: int, worker: Any, incarnation: int, kind: str, resp: Any,
+                     seq: int, dup: bool = False) -> None:
+        calls.append((now, worker.name, f"{kind}-resp", resp.error_code, dup))
+        respond(self, now, worker, incarnation, kind, resp, seq, dup)
+
+    monkeypatch.setattr(SimulatedDrill, "_legacy_send", spy_send)
+    monkeypatch.setattr(SimulatedDrill, "_legacy_response", spy_response)
+    return calls
+
+
+def test_a_stalled_legacy_heartbeat_thread_answers_rebalance_in_progress_until_the_poll_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """REBALANCE_IN_PROGRESS only *requests* a rejoin (Java stays STABLE until the herder polls), so
+    the heartbeat thread keeps the session alive: the bridge does not lose the member after a session
+    timeout, only when the heartbeat thread leaves at the poll (rebalance) timeout."""
+    calls = spy_legacy(monkeypatch)
+    steps = [*START, {"at_ms": 20_000, "action": "stall", "worker": "w1", "duration_ms": 50_000},
+             {"at_ms": 21_000, "action": "start", "worker": "w3", "protocol": "new"}]
+    _, events = drill(steps)
+    beats = [c[0] for c in calls if c[1:3] == ("w1", "heartbeat") and 20_000 < c[0] < 70_000]
+    assert beats and max(beats) < 20_000 + 30_000 < max(beats) + 3_000 + 100  # up to the poll timeout
+    assert all(b - a <= 3_000 + 100 for a, b in itertools.pairwise(beats))
+    rebalancing = [c for c in calls if c[1:3] == ("w1", "heartbeat-resp") and 21_000 < c[0] < 50_000]
+    assert rebalancing and {c[3] for c in rebalancing} == {27}  # REBALANCE_IN_PROGRESS
+    assert not [c for c in calls if c[1] == "w1" and c[2] in ("join", "sync") and 20_000 < c[0] < 70_000]
+    # The removal (LeaveGroup at the poll timeout) bumps the group epoch at ~50 s, not at ~31 s.
+    bumps = [e["t_ms"] for e in events if e["type"] == "group" and 22_000 < e["t_ms"] < 69_000]
+    assert bumps and min(bumps) >= 50_000
+    assert not of(events, "w1", 20_000, 70_000, "release")  # a zombie the whole time
+
+
+def test_duplicated_responses_are_ignored_by_both_kinds_of_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = spy_legacy(monkeypatch)
+    new_answers: list[bool] = []
+    respond = SimulatedDrill._new_response
+
+    def spy_new(self: SimulatedDrill, now: int, worker: Any, incarnation: int, seq: int, resp: Any,
+                dup: bool = False) -> None:
+        if dup:
+            before = (worker.logic.member_epoch, worker.logic.running, worker.logic._session_start)
+            respond(self, now, worker, incarnation, seq, resp, dup)
+            after = (worker.logic.member_epoch, worker.logic.running, worker.logic._session_start)
+            new_answers.append(before == after)
+        else:
+            respond(self, now, worker, incarnation, seq, resp, dup)
+
+    monkeypatch.setattr(SimulatedDrill, "_new_response", spy_new)
+    steps = [*START, {"at_ms": 0, "action": "duplicate_responses", "worker": "w1", "count": 3},
+             {"at_ms": 0, "action": "duplicate_responses", "worker": "w2", "count": 3},
+             {"at_ms": 20_000, "action": "duplicate_responses", "worker": "w1", "count": 2},
+             {"at_ms": 20_000, "action": "start", "worker": "w3", "protocol": "compatible"}]
+    _, events = drill(steps)
+    dups = [c for c in calls if len(c) == 5 and c[4]]
+    assert dups, "duplicates reached the legacy worker"
+    assert new_answers and all(new_answers), "a duplicate changed the new-protocol worker"
+    # Each completed SyncGroup is reported once: no duplicate epoch for the same generation.
+    epochs = [e["epoch"] for e in events if e["type"] == "epoch" and e["worker"] == "w1"]
+    assert len(epochs) == len(set(epochs))
+
+
+def test_worker_objects_treat_a_second_copy_of_an_answer_as_stale() -> None:
+    """What duplicate_responses relies on, at the worker objects themselves."""
+    from connect_bridge.state import api
+    from connect_bridge.workers.new_protocol import NewProtocolWorker
+
+    worker = NewProtocolWorker(group_id="g", url="http://w:8083/")
+    worker.heartbeat_request(0)
+    resp = api.HeartbeatResponse(error_code=0, member_id="m1", member_epoch=1, heartbeat_interval_ms=3000)
+    first = worker.on_response(resp)
+    assert first.epoch_changed and not first.stale
+    second = worker.on_response(resp)
+    assert second.stale and not second.epoch_changed and second.interval_ms == 0
+
+
+def test_a_lost_sync_group_answer_is_retried_with_a_new_join(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bridge applied the SyncGroup; the worker waits request.timeout.ms (40 s), sees a
+    disconnect (COORDINATOR_NOT_AVAILABLE) and rejoins, keeping its session alive by heartbeats."""
+    calls = spy_legacy(monkeypatch)
+    send = SimulatedDrill._legacy_send
+    lost: list[int] = []
+
+    def lose_first_sync(self: SimulatedDrill, now: int, worker: Any, kind: str, request: Any) -> None:
+        if kind == "sync" and worker.name == "w1" and now > 20_000 and not lost:
+            lost.append(now)
+            worker.lose += 1
+        send(self, now, worker, kind, request)
+
+    monkeypatch.setattr(SimulatedDrill, "_legacy_send", lose_first_sync)
+    steps = [*START, {"at_ms": 20_000, "action": "start", "worker": "w3", "protocol": "sessioned"}]
+    _, events = drill(steps)
+    [sent] = lost
+    timeout = next(c for c in calls if c[1:3] == ("w1", "sync-resp") and c[0] > sent)
+    assert timeout[0] == sent + 40_000 and timeout[3] == 15  # COORDINATOR_NOT_AVAILABLE
+    assert [c for c in calls if c[1:3] == ("w1", "join") and timeout[0] < c[0] < timeout[0] + 1_000]
+    assert [e["kind"] for e in of(events, "w1", sent, sent + 40_001, "stall_start", "stall_end")] == [
+        "timeout", "timeout"]
+    assert of(events, "w1", timeout[0], 200_000, "epoch"), "the retry completes a rebalance"
+
+
+def test_a_stalled_new_worker_sends_nothing_and_fences_itself_only_when_it_resumes() -> None:
+    steps = [*START, {"at_ms": 20_000, "action": "stall", "worker": "w2", "duration_ms": 25_000}]
+    _, events = drill(steps)
+    assert of(events, "w2", 20_000, 45_000, "release", "run", "epoch") == []  # a zombie until it resumes
+    fence = of(events, "w2", 44_999, 45_001, "release")
+    assert fence, "its session timer fires as soon as it runs again"
+    assert any(e["epoch"] == 0 for e in of(events, "w2", 44_999, 45_001, "epoch"))
+    assert of(events, "w2", 45_000, 200_000, "run"), "then it rejoins and gets work back"
+
+
+def test_a_partitioned_legacy_worker_times_out_revokes_and_rejoins() -> None:
+    steps = [*START, {"at_ms": 20_000, "action": "partition", "worker": "w1", "duration_ms": 20_000}]
+    _, events = drill(steps)
+    kinds = [(e["type"], e["kind"]) for e in of(events, "w1", 0, 60_000, "stall_start", "stall_end")]
+    assert ("stall_start", "partition") in kinds and ("stall_end", "partition") in kinds
+    released = of(events, "w1", 20_000, 40_000, "release")
+    assert released and min(e["t_ms"] for e in released) <= 20_000 + 10_000, "coordinator_lost revokes"
+    assert of(events, "w1", 40_000, 200_000, "epoch"), "it rejoins after the partition"
+
+
+def test_a_fenced_static_legacy_worker_dies_as_java_does() -> None:
+    """The reused-id case with the old process still alive: the old one's next Heartbeat is answered
+    FENCED_INSTANCE_ID and it dies, as Java does (the newcomer dies of skip_assignment: Connect has no
+    static membership); nothing runs twice meanwhile."""
+    for protocol in ("sessioned", "eager"):
+        steps = [{"at_ms": 0, "action": "start", "worker": "w1", "protocol": protocol, "instance_id": "i1"},
+                 {"at_ms": 0, "action": "start", "worker": "w2", "protocol": "sessioned"},
+                 {"at_ms": 30_000, "action": "start", "worker": "z1", "protocol": protocol,
+                  "instance_id": "i1"}]
+        sim, events = drill(steps)
+        assert "FENCED_INSTANCE_ID" in (sim.workers["w1"].logic.fatal_error or ""), protocol
+        assert of(events, "w1", 29_999, 31_000, "worker_crash"), protocol
+
+
+def test_a_new_worker_told_fenced_instance_id_dies() -> None:
+    from connect_bridge.codecs.error_codes import ErrorCode
+    from connect_bridge.state import api
+    from connect_bridge.workers.new_protocol import NewProtocolWorker
+
+    worker = NewProtocolWorker(group_id="g", url="http://w:8083/", instance_id="i1")
+    worker.heartbeat_request(0)
+    worker.on_response(api.HeartbeatResponse(error_code=0, member_id="m1", member_epoch=1))
+    worker.running = frozenset({("a", 0)})  # type: ignore[arg-type]
+    worker.heartbeat_request(3_000)
+    reaction = worker.on_response(api.HeartbeatResponse(error_code=int(ErrorCode.FENCED_INSTANCE_ID)))
+    assert reaction.fatal and "FENCED_INSTANCE_ID" in reaction.fatal
+    assert reaction.stop == {("a", 0)} and worker.running == frozenset()
+
+
+def test_a_new_worker_reusing_a_live_processs_id_never_runs_its_work() -> None:
+    """The newcomer is told UNRELEASED_INSTANCE_ID while the old process is alive and keeps retrying;
+    nothing runs twice (the permanent duplicate is a misconfiguration: not judged for balance)."""
+    steps = [{"at_ms": 0, "action": "start", "worker": "w1", "protocol": "new", "instance_id": "i1"},
+             {"at_ms": 0, "action": "start", "worker": "w2", "protocol": "sessioned"},
+             {"at_ms": 30_000, "action": "start", "worker": "z1", "protocol": "new", "instance_id": "i1"}]
+    scenario = load_scenario({"name": "t", "seed": 3, "timing": TIMING, "connectors": {"a": 3, "b": 2},
+                              "steps": steps, "end_ms": 200_000})
+    events = SimulatedDrill(scenario).run().events
+    assert check(events, end_ms=200_000).exclusive
+    assert of(events, "z1", 0, 200_001, "run") == []
+
+
+def test_slow_revocation_without_a_duration_lasts_for_the_process() -> None:
+    steps = [{"at_ms": 0, "action": "start", "worker": "w1", "protocol": "sessioned"},
+             {"at_ms": 5_000, "action": "slow_revocation", "worker": "w1", "delay_ms": 2_000},
+             {"at_ms": 20_000, "action": "start", "worker": "w2", "protocol": "new"},
+             {"at_ms": 150_000, "action": "start", "worker": "w3", "protocol": "new"}]
+    _, events = drill(steps, end_ms=300_000)
+    late = of(events, "w1", 150_000, 300_000, "stall_start")
+    assert late, "still slow long after the step"
+
+
+@pytest.mark.parametrize(
+    ("step", "problem"),
+    [
+        ({"action": "duplicate_responses", "worker": "w1", "count": 0}, r"steps\[2\]\.count"),
+        ({"action": "duplicate_responses", "worker": "w1", "count": 1, "api": "join"},
+         r"unknown field 'api' \(allowed: at_ms, worker, action, count\)"),
+        ({"action": "slow_revocation", "worker": "w1", "delay_ms": 0}, r"steps\[2\]\.delay_ms"),
+        ({"action": "lose_responses", "worker": "w1"}, r"steps\[2\]\.count: missing"),
+        ({"action": "partition", "worker": "w1", "duration_ms": "5"}, r"steps\[2\]\.duration_ms"),
+        ({"action": "delay_sync", "worker": "w2", "delay_ms": 1_000},
+         r"steps\[2\]\.action: delay_sync needs a classic-protocol worker; 'w2' speaks new"),
+        ({"action": "stall", "worker": "w3", "duration_ms": 1_000}, r"cannot stall worker 'w3'"),
+        ({"action": "explode", "worker": "w1"}, r"expected one of .*duplicate_responses"),
+    ],
+)
+def test_bad_misbehaviour_steps_are_rejected_in_one_line(step: dict[str, Any], problem: str) -> None:
+    doc = {"name": "x", "connectors": {}, "end_ms": 100_000, "steps": [*START, {"at_ms": 1_000, **step}]}
+    with pytest.raises(ScenarioError, match=problem) as err:
+        load_scenario(doc)
+    assert "\n" not in str(err.value)
+
+
+def test_misbehaviour_during_a_restarts_downtime_or_after_a_protocol_change_is_checked() -> None:
+    restart = {"at_ms": 1_000, "action": "restart", "worker": "w1", "down_ms": 5_000, "protocol": "new"}
+    doc = {"name": "x", "connectors": {}, "end_ms": 100_000, "steps": [
+        *START, restart, {"at_ms": 3_000, "action": "pause", "worker": "w1", "duration_ms": 1_000}]}
+    with pytest.raises(ScenarioError, match=r"steps\[3\]\.at_ms: cannot pause worker 'w1' at 3000: it is "
+                                            r"down until 6000 \(restart at steps\[2\]\)"):
+        load_scenario(doc)
+    doc["steps"][-1] = {"at_ms": 6_000, "action": "delay_sync", "worker": "w1", "delay_ms": 1_000}
+    with pytest.raises(ScenarioError, match="speaks new"):  # it came back speaking new
+        load_scenario(doc)
+    doc["steps"][-1] = {"at_ms": 6_000, "action": "pause", "worker": "w1", "duration_ms": 1_000}
+    load_scenario(doc)
+
+
+def test_the_plain_generator_output_is_pinned() -> None:
+    """``adversarial=False`` must stay byte-for-byte what it was before issue 10 (fleets and tests
+    replay seeds by number). The digest was taken before the adversarial generator was touched."""
+    import hashlib
+
+    text = "".join(random_scenario(s).model_dump_json() for s in range(300))
+    assert hashlib.sha256(text.encode()).hexdigest() == (
+        "8b97ed81590d9f7f3f113e2f4b565c98e1f659ce732e852ce98226c36cd48ea8")
+
+
+def test_adversarial_scenarios_load_and_restart_the_bridge_at_conversions() -> None:
+    from connect_bridge.drills.generate import _conversions
+
+    at_conversion = 0
+    kinds: set[str] = set()
+    for seed in range(200):
+        scenario = random_scenario(seed, adversarial=True)
+        assert scenario == random_scenario(seed, adversarial=True)  # deterministic
+        assert scenario.name == f"adversarial-{seed}"
+        steps = [s.model_dump(exclude_none=True) for s in scenario.steps]
+        kinds |= {s["action"] for s in steps}
+        moments = _conversions(steps)
+        restarts = [s["at_ms"] for s in steps if s["action"] == "restart_bridge"]
+        at_conversion += sum(any(abs(r - m) <= 50 for r in restarts) for m in moments)
+    assert at_conversion >= 50
+    assert {"stall", "pause", "partition", "lose_responses", "duplicate_requests", "duplicate_responses",
+            "delay_sync", "slow_revocation", "restart_bridge"} <= kinds

@@ -113,31 +113,79 @@ def _base_scenario(seed: int, protocols: Sequence[str], max_workers: int, max_st
     }
 
 
-def _running_at(steps: list[dict], t: int) -> dict[str, str]:
-    """Workers running (by the scenario's rules) after every step at or before ``t``: name -> protocol."""
-    running: dict[str, str] = {}
+def _timeline(steps: list[dict]) -> list[tuple[int, str, str | None]]:
+    """Every moment a worker process starts (its protocol) or goes away (``None``), in time order: a
+    ``restart`` is a departure at ``at_ms`` and an arrival ``down_ms`` later."""
+    moments: list[tuple[int, str, str | None]] = []
+    protocol: dict[str, str] = {}
     for step in steps:
+        action, name, at = step["action"], step.get("worker"), step["at_ms"]
+        if name is None:
+            continue
+        if action == "start":
+            protocol[name] = step["protocol"]
+            moments.append((at, name, step["protocol"]))
+        elif action in ("stop", "crash"):
+            moments.append((at, name, None))
+        elif action == "restart":
+            protocol[name] = step.get("protocol") or protocol.get(name, "new")
+            moments.append((at, name, None))
+            moments.append((at + step["down_ms"], name, protocol[name]))
+    return sorted(moments, key=lambda m: m[0])  # stable: same-time moments keep step order
+
+
+def _alive_at(steps: list[dict], t: int) -> dict[str, str]:
+    """Worker processes up at ``t`` (started, not stopped or crashed, not inside a restart's
+    downtime), after every step at or before ``t``: name -> protocol."""
+    alive: dict[str, str] = {}
+    for at, name, protocol in _timeline(steps):
+        if at > t:
+            break
+        if protocol is None:
+            alive.pop(name, None)
+        else:
+            alive[name] = protocol
+    return alive
+
+
+def _conversions(steps: list[dict]) -> list[int]:
+    """When the group converts: the first new-protocol worker arriving while only classic ones run
+    (classic -> connect), and the last new-protocol one leaving while classic ones remain."""
+    alive: dict[str, str] = {}
+    moments: list[int] = []
+    for at, name, protocol in _timeline(steps):
+        before = sum(p == "new" for p in alive.values())
+        if protocol is None:
+            alive.pop(name, None)
+        else:
+            alive[name] = protocol
+        after = sum(p == "new" for p in alive.values())
+        classic = any(p != "new" for p in alive.values())
+        if classic and ((before == 0 and after > 0) or (before > 0 and after == 0)):
+            moments.append(at)
+    return moments
+
+
+def _static_at(steps: list[dict], worker: str, t: int) -> bool:
+    """Whether ``worker``'s process at ``t`` carries a ``group.instance.id`` (restarts keep it)."""
+    static = False
+    for step in sorted(steps, key=lambda s: s["at_ms"]):
         if step["at_ms"] > t:
             break
-        action = step["action"]
-        if action == "start":
-            running[step["worker"]] = step["protocol"]
-        elif action in ("stop", "crash"):
-            running.pop(step["worker"], None)
-        elif action == "restart" and step.get("protocol"):
-            running[step["worker"]] = step["protocol"]
-    return running
+        if step["action"] == "start" and step.get("worker") == worker:
+            static = step.get("instance_id") is not None
+    return static
 
 
 def _with_adversity(doc: dict, rng: random.Random) -> dict:
     """Misbehaving processes a correct bridge must survive with both invariants (docs/drills.md).
 
     Bounds: a process that is stalled, paused or late with its SyncGroup resumes before the work it
-    still runs can have been handed to someone else, i.e. within the scheduled delay (with no delay,
-    before the rebalance timeout can remove it). Past that no coordinator can keep it exclusive.
-    Partitions are unbounded: the worker's own rules stop its work. Static instance ids are reused
-    by a fresh process only after the old one died (a concurrent duplicate is a misconfiguration
-    neither Kafka nor the bridge can keep exclusive).
+    still runs can have been handed to someone else: before it can have been noticed at all, or,
+    where a hold protects what a removed member ran (new-protocol workers in a connect group), before
+    that hold (the scheduled delay) runs out. Past that no coordinator can keep it exclusive. Static
+    instance ids are reused by a fresh process only after the old one died (a concurrent duplicate is
+    a misconfiguration neither Kafka nor the bridge can keep exclusive).
     """
     timing = doc["timing"]
     delay = timing["scheduled_rebalance_max_delay_ms"]
@@ -173,13 +221,18 @@ def _with_adversity(doc: dict, rng: random.Random) -> dict:
                  "instance_id": instance[name]}
             )
             instance[name] = f"{instance[name]}-{fresh}"
-    # Bridge restarts at the moments a group converts: a new worker arriving, the last one going.
-    for step in steps:
-        upgrade = step["action"] in ("start", "restart") and step.get("protocol") == "new"
-        downgrade = step["action"] in ("stop", "crash", "restart") and step.get("protocol") != "new"
-        if (upgrade or downgrade) and rng.random() < 0.3:
-            at = step["at_ms"] + step.get("down_ms", 0) + rng.randint(0, 50)
+    # Bridge restarts right at (within 50 ms of) the moments the group converts: the first
+    # new-protocol worker joining a classic group, the last one leaving it. Never two at once.
+    down_windows = [
+        (s["at_ms"], s["at_ms"] + s["down_ms"]) for s in steps if s["action"] == "restart_bridge"
+    ]
+    for moment in _conversions(sorted(steps + extra, key=lambda s: s["at_ms"])):
+        if rng.random() < 0.7:
+            at = max(0, moment + rng.randint(-50, 50))
             down = rng.choice([300, 2_000, 5_000])
+            if any(lo - down <= at <= hi for lo, hi in down_windows):
+                continue
+            down_windows.append((at, at + down))
             extra.append({"at_ms": at, "action": "restart_bridge", "down_ms": down})
     # Misbehaviour of running processes.
     first = min(s["at_ms"] for s in steps)
@@ -189,21 +242,28 @@ def _with_adversity(doc: dict, rng: random.Random) -> dict:
     quiet_after: dict[str, int] = {}
     for _ in range(rng.randint(2, 8)):
         at = rng.randint(first + 1_000, last)
-        running = _running_at(sorted(steps + extra, key=lambda s: s["at_ms"]), at)
-        if not running:
+        alive = _alive_at(sorted(steps + extra, key=lambda s: s["at_ms"]), at)
+        if not alive:
             continue
-        worker = rng.choice(sorted(running))
-        protocol = running[worker]
+        worker = rng.choice(sorted(alive))
+        protocol = alive[worker]
         zombie_max = held if protocol == "new" else unnoticed
-        kinds = ["stall", "pause", "duplicate_requests", "delay_sync", "slow_revocation"]
+        kinds = ["stall", "pause", "duplicate_responses", "slow_revocation"]
+        if not _static_at(steps + extra, worker, at):
+            # A resent join of a static member without a member id is, to any coordinator, a second
+            # process claiming the instance id: Kafka fences the first, and the worker dies.
+            kinds.append("duplicate_requests")
+        if protocol != "new":
+            kinds.append("delay_sync")  # only classic workers send SyncGroup
         if protocol == "new" or (delay >= 10_000 and protocol != "eager"):
             kinds.append("partition")  # eager classic groups hold nothing for anyone
-        if (protocol == "new" or delay >= 10_000) and worker not in losing:
+        # A lost answer: a new worker fences itself in time; an eager one stopped its work before
+        # joining; a cooperative one waits for a lost JoinGroup answer rebalance + 5 s while still
+        # running its work, which only a hold that long protects.
+        if (protocol in ("new", "eager") or delay >= rebalance + 5_000) and worker not in losing:
             # One lost answer per worker: a worker that keeps failing renews its hold each time it
             # comes back, as under Connect's own delay (docs/known-issues.md), which no bound covers.
             losing.add(worker)
-            # A legacy worker whose JoinGroup answer is lost runs on for the rebalance timeout + 5 s,
-            # after the bridge's sync timer removed it: only a hold keeps that exclusive.
             kinds.append("lose_responses")
         kind = rng.choice(kinds)
         step: dict = {"at_ms": at, "action": kind, "worker": worker}
@@ -213,15 +273,16 @@ def _with_adversity(doc: dict, rng: random.Random) -> dict:
             # A new-protocol worker fences itself in time. A legacy one notices when its session
             # ran out, about when the coordinator evicts it: only a hold of the work protects it.
             step["duration_ms"] = rng.randint(1_000, 3 * session if protocol == "new" else held)
-        elif kind in ("lose_responses", "duplicate_requests"):
-            step["count"] = rng.randint(1, 3) if kind == "duplicate_requests" else 1
+        elif kind in ("lose_responses", "duplicate_requests", "duplicate_responses"):
+            step["count"] = 1 if kind == "lose_responses" else rng.randint(1, 3)
             if kind == "lose_responses":  # each costs the worker a timeout before it retries
                 lost_wait += step["count"] * max(rebalance + 5_000, timing.get("request_timeout_ms", 40_000))
         elif kind == "delay_sync":
             step["delay_ms"] = rng.randint(1_000, max(1_000, zombie_max))
         else:
             step["delay_ms"] = rng.randint(500, rebalance // 3)
-            step["duration_ms"] = rng.randint(10_000, 120_000)
+            if rng.random() < 0.7:
+                step["duration_ms"] = rng.randint(10_000, 120_000)
         window = step.get("duration_ms", 0) if kind != "slow_revocation" else step["delay_ms"]
         window = max(window, step.get("delay_ms", 0) if kind == "delay_sync" else 0)
         if kind in ("stall", "pause", "partition", "delay_sync"):

@@ -449,8 +449,8 @@ class LiveDrill:
         await self._start_bridge()
         try:
             self.rec = _Recorder(self.scenario.end_ms)  # t = 0: the bridge is up
-            self.rec.emit("timing", None, **self.scenario.timing.model_dump())
             self.rec.emit("config", None, connectors=dict(self.connectors), offset=self.offset)
+            self.rec.emit("timing", None, **self.scenario.timing.model_dump())
             steps = sorted(self.scenario.steps, key=lambda s: s.at_ms)
             for step in steps:
                 await self._sleep_until(step.at_ms)

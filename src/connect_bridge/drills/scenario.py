@@ -152,6 +152,15 @@ class DuplicateRequestsStep(_Misbehaviour):
     count: PosInt
 
 
+class DuplicateResponsesStep(_Misbehaviour):
+    """The next ``count`` responses to the worker are delivered twice. The second copy must be
+    ignored as stale; one that would be taken for the answer to a newer request of the same kind is
+    dropped, as a Kafka client's correlation-id check rejects it."""
+
+    action: Literal["duplicate_responses"]
+    count: PosInt
+
+
 class DelaySyncStep(_Misbehaviour):
     """After its next successful JoinGroup the worker sends SyncGroup ``delay_ms`` late."""
 
@@ -160,12 +169,12 @@ class DelaySyncStep(_Misbehaviour):
 
 
 class SlowRevocationStep(_Misbehaviour):
-    """Until ``duration_ms`` from now, stopping revoked work takes ``delay_ms``: the items keep running
-    and the herder is busy (no acknowledgement) meanwhile."""
+    """Until ``duration_ms`` from now (unset: for the rest of this process's life), stopping revoked
+    work takes ``delay_ms``: the items keep running and the herder is busy (no acknowledgement)."""
 
     action: Literal["slow_revocation"]
     delay_ms: PosInt
-    duration_ms: PosInt
+    duration_ms: PosInt | None = None
 
 
 MISBEHAVIOURS = (
@@ -174,6 +183,7 @@ MISBEHAVIOURS = (
     PartitionStep,
     LoseResponsesStep,
     DuplicateRequestsStep,
+    DuplicateResponsesStep,
     DelaySyncStep,
     SlowRevocationStep,
 )
@@ -192,6 +202,7 @@ Step = Annotated[
     | PartitionStep
     | LoseResponsesStep
     | DuplicateRequestsStep
+    | DuplicateResponsesStep
     | DelaySyncStep
     | SlowRevocationStep,
     Field(discriminator="action"),
@@ -211,6 +222,7 @@ STEP_MODELS: dict[str, type[_Step]] = {
     "partition": PartitionStep,
     "lose_responses": LoseResponsesStep,
     "duplicate_requests": DuplicateRequestsStep,
+    "duplicate_responses": DuplicateResponsesStep,
     "delay_sync": DelaySyncStep,
     "slow_revocation": SlowRevocationStep,
 }
@@ -240,6 +252,8 @@ class Scenario(_Model):
     def _consistent(self) -> Scenario:
         """Replay the steps symbolically so impossible sequences fail before the drill runs."""
         running: dict[str, int] = {}  # worker -> index of the step that (re)started it
+        protocol: dict[str, str] = {}  # running worker -> the protocol it speaks (after a restart: then)
+        down: dict[str, tuple[int, int]] = {}  # worker -> (restart step index, back at ms)
         gone: dict[str, int] = {}  # worker -> index of the step that stopped/crashed it
         connectors = set(self.connectors)
         prev_at = 0
@@ -258,11 +272,27 @@ class Scenario(_Model):
                         f"{here}.worker", f"worker '{step.worker}' is already running ({since})"
                     )
                 running[step.worker] = i
+                protocol[step.worker] = step.protocol
                 gone.pop(step.worker, None)
+                down.pop(step.worker, None)
             elif isinstance(step, MISBEHAVIOURS):
                 if step.worker not in running:
                     raise _CrossFieldError(
                         f"{here}.worker", f"cannot {step.action} worker '{step.worker}': it is not running"
+                    )
+                # A process that is down cannot misbehave: the simulator would skip the step silently.
+                restart_at, back = down.get(step.worker, (-1, 0))
+                if step.at_ms < back:
+                    raise _CrossFieldError(
+                        f"{here}.at_ms",
+                        f"cannot {step.action} worker '{step.worker}' at {step.at_ms}: it is down until "
+                        f"{back} (restart at steps[{restart_at}])",
+                    )
+                if isinstance(step, DelaySyncStep) and protocol[step.worker] == "new":
+                    raise _CrossFieldError(
+                        f"{here}.action",
+                        f"delay_sync needs a classic-protocol worker; '{step.worker}' speaks new "
+                        "(it sends no SyncGroup)",
                     )
             elif isinstance(step, StopStep | CrashStep | RestartStep):
                 if step.worker not in running:
@@ -271,7 +301,11 @@ class Scenario(_Model):
                         f"{here}.worker",
                         f"cannot {step.action} worker '{step.worker}': it is not running ({why})",
                     )
-                if not isinstance(step, RestartStep):  # a restarting worker counts as running
+                if isinstance(step, RestartStep):  # a restarting worker counts as running
+                    down[step.worker] = (i, step.at_ms + step.down_ms)
+                    if step.protocol is not None:
+                        protocol[step.worker] = step.protocol
+                else:
                     del running[step.worker]
                     gone[step.worker] = i
             elif isinstance(step, AddConnectorStep):

@@ -55,8 +55,16 @@ _LEGACY_CALLS: dict[str, tuple[str, Callable[[], Any], str]] = {
 
 _STALL_ATTRS = {"stall": "stalled_until", "pause": "paused_until", "partition": "partitioned_until"}
 _MISBEHAVIOURS = frozenset(
-    {*_STALL_ATTRS, "lose_responses", "duplicate_requests", "delay_sync", "slow_revocation"}
+    {
+        *_STALL_ATTRS,
+        "lose_responses",
+        "duplicate_requests",
+        "duplicate_responses",
+        "delay_sync",
+        "slow_revocation",
+    }
 )
+_FOREVER = 2**62
 
 
 @dataclass(slots=True)
@@ -81,6 +89,11 @@ class _SimWorker:
     """What the process would have done while paused or stalled, run in order when it resumes."""
     lose: int = 0
     duplicate: int = 0
+    duplicate_responses: int = 0
+    """The next this many answers are delivered twice (the copy must be ignored as stale)."""
+    sent_seq: dict[str, int] = field(default_factory=dict)
+    """Per classic request kind, the sequence number of the last one sent: an answer carrying an older
+    one is for a request the worker gave up on (the client's correlation id no longer matches)."""
     sync_delay_ms: int = 0
     slow_revocation: tuple[int, int] = (0, -1)
     """(delay of each stop, until when): stopping revoked work takes that long."""
@@ -147,18 +160,22 @@ class SimulatedDrill:
         for record in self.coordinator.drain_records():
             self.store[record.key] = record
         for token, resp in self.coordinator.drain_responses():
-            name, incarnation, kind, tag, timeout_at = token  # type: ignore[misc]
+            name, incarnation, kind, seq, tag, timeout_at = token  # type: ignore[misc]
             worker = self.workers.get(name)
             if worker is None or tag == "dup":
                 continue  # a resend's answer: the client already matched the original's
-            if tag == "lost":
+            if tag == "lost" or now < worker.partitioned_until:
+                # Lost, or parked until the worker was cut off: it waits until its request times out.
                 resp = _LEGACY_CALLS[kind][1]()
                 at = max(now, timeout_at)
                 self.log.stall_start(now, name, "timeout")
                 self.at(at, lambda t, name=name: self.log.stall_end(t, name, "timeout"))
             else:
                 at = now + self.latency()
-            self.at(at, self._legacy_response_cb(worker, incarnation, kind, resp))
+            self.at(at, self._legacy_response_cb(worker, incarnation, kind, resp, seq))
+            if tag == "dupresp":
+                again = self._legacy_response_cb(worker, incarnation, kind, resp, seq, True)
+                self.at(at + self.latency(), again)
         group = self.coordinator.groups.get(self.scenario.group)
         if group is not None:
             if isinstance(group, ClassicGroup):
@@ -324,10 +341,13 @@ class SimulatedDrill:
             worker.lose += step.count
         elif action == "duplicate_requests":
             worker.duplicate += step.count
+        elif action == "duplicate_responses":
+            worker.duplicate_responses += step.count
         elif action == "delay_sync":
             worker.sync_delay_ms = step.delay_ms
         elif action == "slow_revocation":
-            worker.slow_revocation = (step.delay_ms, now + step.duration_ms)
+            until = _FOREVER if step.duration_ms is None else now + step.duration_ms
+            worker.slow_revocation = (step.delay_ms, until)
 
     def _slow_stop(self, now: int, worker: _SimWorker, stop: Items) -> int:
         """How long stopping ``stop`` takes now (0 = at once); a slow stop keeps the herder busy."""
@@ -344,16 +364,18 @@ class SimulatedDrill:
         method: str,
         request: Any,
         unavailable: Callable[[], Any],
-        deliver: Callable[[Any, int], None],
+        deliver: Callable[[Any, int, bool], None],
         timeout_ms: int,
         token: tuple | None = None,
     ) -> None:
         """One request over the simulated network, with the worker's network misbehaviour applied.
 
-        Partitioned: it never arrives; the worker sees a timeout. Lost: the bridge applies it, the
-        answer never comes back; the worker times out. Duplicated: a resend reaches the bridge too;
-        its answer is dropped (clients match correlation ids). A timeout reads as a disconnect
-        (COORDINATOR_NOT_AVAILABLE), which is how Kafka's client reports it to the coordinator code.
+        Partitioned (when sent or when it would arrive): it never arrives; the worker sees a timeout.
+        Lost: the bridge applies it, the answer never comes back; the worker times out. Duplicated
+        request: a resend reaches the bridge too; its answer is dropped (clients match correlation
+        ids). Duplicated response: the answer is delivered twice (``deliver(..., True)`` the second
+        time). A timeout reads as a disconnect (COORDINATOR_NOT_AVAILABLE), which is how Kafka's client
+        reports it to the coordinator code.
         """
         timing = self.scenario.timing
 
@@ -363,18 +385,26 @@ class SimulatedDrill:
 
             def expired(resp: Any, t: int) -> None:
                 self.at(t, lambda t2: self.log.stall_end(t2, worker.name, "timeout"))
-                deliver(resp, t)
+                deliver(resp, t, False)
 
             expired(unavailable(), at)
 
+        cut_off = min(timeout_ms, timing.session_timeout_ms)
         if now < worker.partitioned_until:
-            time_out(now, now + min(timeout_ms, timing.session_timeout_ms))
+            time_out(now, now + cut_off)
             return
         lost, duplicate = worker.lose > 0, worker.duplicate > 0
         worker.lose -= lost
         worker.duplicate -= duplicate
+        twice = not lost and worker.duplicate_responses > 0
+        worker.duplicate_responses -= twice
+        main_tag = "lost" if lost else "dupresp" if twice else ""
 
         def arrive(t: int, tag: str) -> None:
+            if t < worker.partitioned_until:
+                if tag != "dup":  # cut off on the way: the bridge never sees it
+                    time_out(now, max(t, now + cut_off))
+                return
             req = request if token is None else _with_token(request, (*token, tag, now + timeout_ms))
             if self.bridge_up:
                 resp = getattr(self.coordinator, method)(req, t)
@@ -388,9 +418,12 @@ class SimulatedDrill:
                     time_out(t, max(t, now + timeout_ms))
                 return
             if resp is not None:
-                deliver(resp, t + self.latency())
+                at = t + self.latency()
+                deliver(resp, at, False)
+                if tag == "dupresp":
+                    deliver(resp, at + self.latency(), True)
 
-        self.at(now + self.latency(), lambda t: arrive(t, "lost" if lost else ""))
+        self.at(now + self.latency(), lambda t: arrive(t, main_tag))
         if duplicate:
             self.at(now + self.latency() + self.latency(), lambda t: arrive(t, "dup"))
 
@@ -405,8 +438,8 @@ class SimulatedDrill:
         worker.new_seq += 1
         seq = worker.new_seq
 
-        def deliver(resp: Any, at: int) -> None:
-            self.at(at, lambda t: self._new_response(t, worker, incarnation, seq, resp))
+        def deliver(resp: Any, at: int, dup: bool) -> None:
+            self.at(at, lambda t: self._new_response(t, worker, incarnation, seq, resp, dup))
 
         self._send(
             now,
@@ -419,15 +452,33 @@ class SimulatedDrill:
         )
 
     def _new_response(
-        self, now: int, worker: _SimWorker, incarnation: int, seq: int, resp: api.HeartbeatResponse
+        self,
+        now: int,
+        worker: _SimWorker,
+        incarnation: int,
+        seq: int,
+        resp: api.HeartbeatResponse,
+        dup: bool = False,
     ) -> None:
+        """Hand an answer to the worker. ``seq`` is the client's correlation: an answer to anything but
+        the last heartbeat sent is dropped here; a duplicate of the last one reaches the worker, which
+        must see it as stale (``reaction.stale``) and schedule nothing."""
         if not self._current(worker, incarnation) or seq != worker.new_seq:
             return
-        if self._held_up(now, worker, True, lambda t: self._new_response(t, worker, incarnation, seq, resp)):
+        if self._held_up(
+            now, worker, True, lambda t: self._new_response(t, worker, incarnation, seq, resp, dup)
+        ):
             return
         logic = worker.logic
         assert isinstance(logic, NewProtocolWorker)
         reaction = logic.on_response(resp)
+        if reaction.stale:
+            return
+        if reaction.fatal is not None:
+            self._apply(now, worker, reaction.stop, frozenset(), None)
+            worker.alive = False
+            self.log.worker_crash(now, worker.name, worker.protocol)
+            return
         epoch = logic.member_epoch if reaction.epoch_changed else None
         slow = self._slow_stop(now, worker, reaction.stop)
         if slow:
@@ -449,7 +500,8 @@ class SimulatedDrill:
         """A worker cut off from the coordinator for a session timeout stops its work by itself."""
         if not self._current(worker, incarnation):
             return
-        if self._held_up(now, worker, False, lambda t: self._check_session(t, worker, incarnation)):
+        # Stalled or paused, the worker's own timer cannot fire: it fences itself once it resumes.
+        if self._held_up(now, worker, True, lambda t: self._check_session(t, worker, incarnation)):
             return
         assert isinstance(worker.logic, NewProtocolWorker)
         reaction = worker.logic.expire_session(now)
@@ -481,8 +533,16 @@ class SimulatedDrill:
             self._schedule_step(action.at_ms, worker)
             return
         if action.kind is ActionKind.JOIN:
-            # The herder joins; while it is stalled only the heartbeat thread runs.
+            # The herder joins; while it is stalled only the heartbeat thread runs. A REBALANCE_IN_
+            # PROGRESS answer only *requested* the rejoin (the member stays STABLE in Java until the
+            # herder polls), so the heartbeat thread keeps the session alive until the poll timeout.
             if self._held_up(now, worker, True, lambda t: self._schedule_step(t, worker)):
+                due = logic.heartbeat_due_ms()
+                if due is not None and now >= worker.paused_until:
+                    if due > now:
+                        self._schedule_step(due, worker)
+                    else:
+                        self._legacy_send(now, worker, "heartbeat", logic.heartbeat_request(now))
                 return
             reaction = logic.prepare_join(now)
             self._apply(now, worker, reaction.stop, reaction.start, None)
@@ -494,6 +554,7 @@ class SimulatedDrill:
         incarnation = worker.incarnation
         method, unavailable, _ = _LEGACY_CALLS[kind]
         worker.in_flight.add(kind)
+        seq = worker.sent_seq[kind] = worker.sent_seq.get(kind, 0) + 1
         timing = self.scenario.timing
         # When the worker gives up on an answer: JoinGroup waits the rebalance timeout + 5 s (Java's
         # client); a heartbeat is given up once the session has expired, measured from the last
@@ -504,29 +565,45 @@ class SimulatedDrill:
             "heartbeat": max(1, worker.last_answer_ms + timing.session_timeout_ms - now),
         }.get(kind, timing.request_timeout_ms)
 
-        def deliver(resp: Any, at: int) -> None:
-            self.at(at, self._legacy_response_cb(worker, incarnation, kind, resp))
+        def deliver(resp: Any, at: int, dup: bool) -> None:
+            self.at(at, self._legacy_response_cb(worker, incarnation, kind, resp, seq, dup))
 
-        token = (worker.name, incarnation, kind) if kind in ("join", "sync") else None
+        token = (worker.name, incarnation, kind, seq) if kind in ("join", "sync") else None
         self._send(now, worker, method, request, unavailable, deliver, timeout, token)
 
     def _legacy_response_cb(
-        self, worker: _SimWorker, incarnation: int, kind: str, resp: Any
+        self, worker: _SimWorker, incarnation: int, kind: str, resp: Any, seq: int, dup: bool = False
     ) -> Callable[[int], None]:
-        return lambda t: self._legacy_response(t, worker, incarnation, kind, resp)
+        return lambda t: self._legacy_response(t, worker, incarnation, kind, resp, seq, dup)
 
-    def _legacy_response(self, now: int, worker: _SimWorker, incarnation: int, kind: str, resp: Any) -> None:
-        if not self._current(worker, incarnation) or kind not in worker.in_flight:
+    def _legacy_response(
+        self,
+        now: int,
+        worker: _SimWorker,
+        incarnation: int,
+        kind: str,
+        resp: Any,
+        seq: int,
+        dup: bool = False,
+    ) -> None:
+        """Hand an answer to the worker. An answer to anything but the last request of its kind is
+        dropped (the client's correlation check). A duplicate of the last one is handed to the worker
+        even though the sim knows it is not awaited: the worker object must ignore it by itself."""
+        if not self._current(worker, incarnation) or seq != worker.sent_seq.get(kind):
+            return
+        if not dup and kind not in worker.in_flight:
             return
         herder = kind != "heartbeat"  # heartbeat answers are the heartbeat thread's
-        if self._held_up(now, worker, herder, self._legacy_response_cb(worker, incarnation, kind, resp)):
+        cb = self._legacy_response_cb(worker, incarnation, kind, resp, seq, dup)
+        if self._held_up(now, worker, herder, cb):
             return
         worker.in_flight.discard(kind)
         logic = worker.logic
         assert isinstance(logic, LegacyWorker)
+        stalled = now < worker.stalled_until  # only the heartbeat thread runs
         if resp.error_code != _UNAVAILABLE:
             worker.last_answer_ms = now
-        elif now - worker.last_answer_ms >= self.scenario.timing.heartbeat_interval_ms:
+        elif not stalled and now - worker.last_answer_ms >= self.scenario.timing.heartbeat_interval_ms:
             lost = logic.coordinator_lost(now)
             self._apply(now, worker, lost.stop, frozenset(), None)
         reaction = getattr(logic, _LEGACY_CALLS[kind][2])(resp, now)
@@ -577,8 +654,10 @@ class SimulatedDrill:
         for worker in self.workers.values():
             for kind in sorted(worker.in_flight & {"join", "sync"}):
                 resp = _LEGACY_CALLS[kind][1]()
+                seq = worker.sent_seq[kind]
                 self.at(
-                    now + self.latency(), self._legacy_response_cb(worker, worker.incarnation, kind, resp)
+                    now + self.latency(),
+                    self._legacy_response_cb(worker, worker.incarnation, kind, resp, seq),
                 )
 
         def up(t: int) -> None:

@@ -383,6 +383,12 @@ class LegacyWorker:
             self.retry_backoff_ms if self._heartbeat_retry else self.heartbeat_interval_ms
         )
 
+    def heartbeat_due_ms(self) -> int | None:
+        """When the heartbeat thread sends its next heartbeat, whatever the herder is doing (``None``:
+        not in COMPLETING_REBALANCE / STABLE, or one in flight). A driver whose herder is stalled with a
+        rejoin pending uses it: Java's heartbeat thread keeps the session alive until the poll timeout."""
+        return self._heartbeat_due()
+
     # -- state machine plumbing --------------------------------------------------------------------
 
     def _transition(self, event: _Event) -> None:

@@ -15,6 +15,11 @@ from connect_bridge.state.api import LEAVE_EPOCH, HeartbeatRequest, HeartbeatRes
 from connect_bridge.state.model import EMPTY, Items
 
 _REJOIN_ERRORS = frozenset({int(ErrorCode.FENCED_MEMBER_EPOCH), int(ErrorCode.UNKNOWN_MEMBER_ID)})
+_FATAL_ERRORS = frozenset({int(ErrorCode.FENCED_INSTANCE_ID)})
+"""Another process took our ``group.instance.id``: fatal, as for a KIP-848 consumer (retrying would
+keep a zombie alive). UNRELEASED_INSTANCE_ID (our id is still held by a process that has not left) is
+retried instead: the Java consumer dies there, but a supervised worker is restarted and tries again,
+which is what the retry models; it gets in once the old session expires."""
 
 
 @dataclass(slots=True)
@@ -26,6 +31,10 @@ class Reaction:
     epoch_changed: bool = False
     heartbeat_now: bool = False
     interval_ms: int = 0
+    stale: bool = False
+    """The response answered no heartbeat in flight (a duplicate): nothing changed, schedule nothing."""
+    fatal: str | None = None
+    """The process must die (everything is in ``stop``); why."""
 
 
 @dataclass(slots=True)
@@ -48,10 +57,15 @@ class NewProtocolWorker:
     _sent_at: int = 0
     _session_start: int | None = None
     """Send time of the last heartbeat the coordinator answered: our session runs from there."""
+    fatal_error: str | None = None
+    _awaiting: bool = False
+    """A heartbeat is in flight. A response when none is (a duplicated delivery) is stale: applying
+    it again could re-apply an old assignment or restart the session from an old send time."""
 
     def heartbeat_request(self, now_ms: int = 0) -> HeartbeatRequest:
         """The next heartbeat: everything when (re)joining, otherwise only what changed."""
         self._sent_at = now_ms
+        self._awaiting = True
         if self._full or self.member_epoch == 0:
             self._sent_owned = self.running
             return HeartbeatRequest(
@@ -98,6 +112,13 @@ class NewProtocolWorker:
         return Reaction(stop=stop, epoch_changed=changed, heartbeat_now=True, interval_ms=0)
 
     def on_response(self, resp: HeartbeatResponse) -> Reaction:
+        if not self._awaiting:
+            return Reaction(stale=True)
+        self._awaiting = False
+        if resp.error_code in _FATAL_ERRORS:
+            self.fatal_error = f"ConnectGroupHeartbeat failed: {ErrorCode(resp.error_code).name}"
+            stop, self.running = self.running, EMPTY
+            return Reaction(stop=stop, fatal=self.fatal_error)
         if resp.error_code in _REJOIN_ERRORS:
             return self._reset()
         if resp.error_code not in (0, int(ErrorCode.COMPUTE_ASSIGNMENT)):
