@@ -13,7 +13,9 @@ connection would be, and the workers retry.
 from __future__ import annotations
 
 import heapq
+import os
 import random
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +31,9 @@ from connect_bridge.state.model import NEW_PROTOCOL, ConfigView, Items
 from connect_bridge.state.records import Record
 from connect_bridge.workers.legacy import ActionKind, LegacyWorker
 from connect_bridge.workers.new_protocol import NewProtocolWorker
+
+_TRACE = bool(os.environ.get("CONNECT_BRIDGE_SIM_TRACE"))
+"""Print every request the bridge answers, with its answer, to stderr (for reading a failing drill)."""
 
 Logic = NewProtocolWorker | LegacyWorker
 _UNAVAILABLE = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
@@ -411,6 +416,8 @@ class SimulatedDrill:
                 self._after_coordinator(t)
             else:
                 resp = unavailable()
+            if _TRACE:
+                print(f"{t:>8} {worker.name:<4} {method} {tag or '-'}\n    > {req!r}\n    < {resp!r}", file=sys.stderr)
             if tag == "dup":
                 return
             if tag == "lost":

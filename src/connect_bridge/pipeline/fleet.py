@@ -190,7 +190,27 @@ CHECK_FIELDS: tuple[tuple[str, str], ...] = (
     ("max_unowned_ms", "long"),
     ("events", "long"),
     ("violation", "string"),
+    ("crashed", "boolean"),
 )
+
+
+def _crashed_row(name: str, seed: int, exc: Exception) -> dict[str, Any]:
+    """The row of a drill whose simulation or check raised: failed, invariants unknown (null), and
+    the error kept so the seed can be replayed with ``drill run``."""
+    return {
+        "name": name,
+        "seed": seed,
+        "ok": False,
+        "exclusive": None,
+        "live": None,
+        "converged": None,
+        "balanced": None,
+        "overlaps": 0,
+        "max_unowned_ms": 0,
+        "events": 0,
+        "violation": f"crashed: {type(exc).__name__}: {exc}",
+        "crashed": True,
+    }
 
 
 def _check_drills(adversarial: bool) -> Callable[[Iterator[Any]], Iterator[Any]]:
@@ -212,7 +232,11 @@ def _check_drills(adversarial: bool) -> Callable[[Iterator[Any]], Iterator[Any]]
             rows = []
             for seed in batch["seed"].tolist():
                 scenario = random_scenario(int(seed), adversarial=adversarial)
-                s = check(run_scenario(scenario).events, name=scenario.name, end_ms=scenario.end_ms)
+                try:
+                    s = check(run_scenario(scenario).events, name=scenario.name, end_ms=scenario.end_ms)
+                except Exception as exc:  # noqa: BLE001 - one broken drill must not end the fleet
+                    rows.append(_crashed_row(scenario.name, int(seed), exc))
+                    continue
                 rows.append(
                     {
                         "name": s.name,
@@ -226,6 +250,7 @@ def _check_drills(adversarial: bool) -> Callable[[Iterator[Any]], Iterator[Any]]
                         "max_unowned_ms": s.max_unowned_ms,
                         "events": s.events,
                         "violation": s.violations[0] if s.violations else None,
+                        "crashed": False,
                     }
                 )
             yield pd.DataFrame(rows, columns=[name for name, _ in CHECK_FIELDS])
@@ -280,6 +305,7 @@ def run_fleet_checks(
         F.sum((~F.col("live")).cast("long")).alias("live"),
         F.sum((~F.col("converged")).cast("long")).alias("converged"),
         F.sum((~F.col("balanced")).cast("long")).alias("balanced"),
+        F.sum(F.col("crashed").cast("long")).alias("crashed"),
         F.max("max_unowned_ms").alias("max_unowned_ms"),
         F.sum("events").alias("events"),
     ).collect()[0]
@@ -308,7 +334,7 @@ def run_fleet_checks(
         "seconds": round(seconds, 1),
         "drills_per_s": round(count / seconds, 1) if seconds else None,
         "violations": {
-            key: int(totals[key] or 0) for key in ("exclusive", "live", "converged", "balanced")
+            key: int(totals[key] or 0) for key in ("exclusive", "live", "converged", "balanced", "crashed")
         },
         "failed_drills": int(totals["failed"] or 0),
         "max_unowned_ms": int(totals["max_unowned_ms"] or 0),

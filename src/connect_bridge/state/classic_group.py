@@ -548,6 +548,16 @@ class ClassicGroup:
         elif kind == SYNC_TIMER:
             self._expire_pending_sync(now_ms)
 
+    def expiring_member(self, key: tuple) -> ClassicMember | None:
+        """The member whose session this due timer ``key`` would end, if it would (a live timer of a
+        member that has no parked request standing in for heartbeats); reads, changes nothing."""
+        if key[0] != SESSION_TIMER or key in self.timers or key not in self._armed:
+            return None
+        if self.state is ClassicGroupState.DEAD:
+            return None
+        member = self.members.get(key[2])
+        return member if member is not None and not member.has_satisfied_heartbeat() else None
+
     def _expire_heartbeat(self, member_id: str, now_ms: int) -> None:
         if member_id in self.pending_members:
             self._remove(member_id)
@@ -1028,6 +1038,7 @@ class ClassicGroup:
                 self._install_assignment(dict(req.assignments), now_ms)
             return None
         self._remove_pending_sync(req.member_id)  # Stable: answer with the stored assignment
+        self._arm_session(member, now_ms)  # Kafka reschedules the member's heartbeat here too
         return SyncGroupResponse(
             protocol_type=self.protocol_type, protocol_name=self.protocol_name, assignment=member.assignment
         )

@@ -368,7 +368,7 @@ class ConnectGroup:
         work = owned & self.view.items()
         delay = self.config.scheduled_rebalance_max_delay_ms if self.assignor_name() != assignors.EAGER else 0
         hold = max(delay, min_hold_ms)
-        if work and hold > 0 and self.members:
+        if work and hold > 0:
             held = (*held, HeldWork(work, member.metadata.url, member.metadata.instance_id, now_ms + hold))
         leader = self.metadata.leader_id
         if leader == mid:

@@ -68,15 +68,18 @@ def full_assignment(member: ClassicMember, protocol_name: str | None) -> Items:
 
 
 def allocation(member: ClassicMember, protocol_name: str | None) -> Items:
-    """What the member reported running when it last joined (eager members stop everything first).
+    """What the member reported running when it last joined (eager workers stop everything first).
 
     Until it has applied the assignment of the current generation, this is what it runs: the
-    revocations of the last round are pending until its SyncGroup response arrives.
+    revocations of the last round are pending until its SyncGroup response arrives. A cooperative
+    worker in a generation that elected eager stops everything only once it sees that election, and
+    the stopping may still be under way: its own preferred subscription says what it still runs (an
+    eager worker's carries no allocation).
     """
-    if CONNECT_PROTOCOL_NAMES.get(protocol_name or "") == 0:
-        return EMPTY
     advertised = dict(member.protocols)
-    metadata = advertised.get(protocol_name or "", member.protocols[0][1] if member.protocols else b"")
+    own = member.protocols[0][1] if member.protocols else b""
+    eager = CONNECT_PROTOCOL_NAMES.get(protocol_name or "") == 0
+    metadata = own if eager else advertised.get(protocol_name or "", own)
     try:
         owned = decode_subscription(metadata).allocation if metadata else None
     except CodecError as exc:
