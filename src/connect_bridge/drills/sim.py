@@ -417,7 +417,8 @@ class SimulatedDrill:
             else:
                 resp = unavailable()
             if _TRACE:
-                print(f"{t:>8} {worker.name:<4} {method} {tag or '-'}\n    > {req!r}\n    < {resp!r}", file=sys.stderr)
+                head = f"{t:>8} {worker.name:<4} {method} {tag or '-'}"
+                print(f"{head}\n    > {req!r}\n    < {resp!r}", file=sys.stderr)
             if tag == "dup":
                 return
             if tag == "lost":
