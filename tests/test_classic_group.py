@@ -49,7 +49,8 @@ S = ClassicGroupState
 class Harness:
     """One group, its timers, a clock, and every response and record it has produced."""
 
-    def __init__(self, **config: int) -> None:
+    def __init__(self, protocol_type: str = "connect", **config: int) -> None:
+        self.protocol_type = protocol_type
         self.config = CoordinatorConfig(classic_initial_rebalance_delay_ms=DELAY, **config)
         self.timers = Timers()
         self.group = ClassicGroup(G, self.config, self.timers)
@@ -86,7 +87,12 @@ class Harness:
         kw.setdefault("rebalance_timeout_ms", REBALANCE)
         kw.setdefault("client_id", "worker")
         req = JoinGroupRequest(
-            kw.pop("group_id", G), member_id, kw.pop("protocol_type", "connect"), protocols, token=token, **kw
+            kw.pop("group_id", G),
+            member_id,
+            kw.pop("protocol_type", self.protocol_type),
+            protocols,
+            token=token,
+            **kw,
         )
         response = self.group.join(req, self.now)
         self._collect()
@@ -549,7 +555,7 @@ def static_group(h: Harness, *instances: str, api_version: int = 9) -> list[str]
 
 
 def test_static_member_restart_takes_over_without_rebalance() -> None:
-    h = Harness()
+    h = Harness("consumer")  # Kafka's shortcut, kept for every protocol type but Connect's
     w1, w2 = static_group(h, "w1", "w2")
     assert w1.startswith("w1-")
     h.records.clear()
@@ -570,13 +576,29 @@ def test_static_member_restart_takes_over_without_rebalance() -> None:
 
 
 def test_static_leader_restart_skips_assignment_v9_or_poses_as_follower_before() -> None:
-    h = Harness()
+    h = Harness("consumer")
     static_group(h, "w1", "w2")
     v9 = h.join("", SESSIONED, group_instance_id="w1")
     assert v9.leader == v9.member_id and v9.skip_assignment and len(v9.members) == 2
     v8 = h.join("", SESSIONED, group_instance_id="w1", api_version=8)
     assert v8.leader == v9.member_id and not v8.skip_assignment and v8.members == ()
     assert h.group.leader_id == v8.member_id
+
+
+def test_a_restarted_static_connect_worker_gets_a_rebalance_not_the_old_assignment() -> None:
+    """A Java WorkerCoordinator elected with skipAssignment throws (Connect has no static
+    membership), and a fresh worker handed its predecessor's cooperative delta would run only the
+    delta: for protocol type ``connect`` a static replacement rebalances (adversarial drill 10000602)."""
+    h = Harness()
+    w1, _ = static_group(h, "w1", "w2")
+    assert h.join("", SESSIONED, group_instance_id="w1", token=("again", "w1")) is None
+    assert h.group.state is S.PREPARING_REBALANCE
+    assert h.heartbeat(w1, 1, "w1") == ErrorCode.FENCED_INSTANCE_ID  # the old process is fenced
+    last = h.join("", SESSIONED, group_instance_id="w2", token=("again", "w2"))  # completes the join
+    joined = {"w1": h.responses[("again", "w1")], "w2": last or h.responses[("again", "w2")]}
+    assert {r.generation_id for r in joined.values()} == {2}
+    assert not any(r.skip_assignment for r in joined.values())
+    assert joined["w1"].leader == joined["w1"].member_id and len(joined["w1"].members) == 2
 
 
 def test_static_member_with_another_protocol_choice_triggers_a_rebalance() -> None:
@@ -673,7 +695,7 @@ def test_records_replay_rebuilds_the_group() -> None:
     assert h.group.state is S.COMPLETING_REBALANCE
     h.sync(w1, 2, {mid: b"gen2-" + mid.encode() for mid in h.group.members})
     assert h.group.state is S.STABLE
-    h.join("", SESSIONED, group_instance_id="w3")  # static replacement, persisted without rebalance
+    h.join("", SESSIONED, group_instance_id="w3", protocol_type="consumer")  # persisted, no rebalance
     assert all(r.type is RecordType.CLASSIC_GROUP and r.group_id == G for r in h.records)
     loaded = replay(h.records, 100_000)
     assert loaded.snapshot() == h.group.snapshot()

@@ -27,6 +27,7 @@ from connect_bridge.state.api import (
 )
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.coordinator import GroupCoordinator
+from connect_bridge.state.holds import zombie_grace_ms
 from connect_bridge.state.model import (
     EMPTY,
     AssignedMetadata,
@@ -935,8 +936,15 @@ def test_member_stuck_revoking_past_its_rebalance_timeout_is_removed() -> None:
     sim.advance(21_999)
     assert "m1" in sim.group.members
     group_epoch = sim.group.group_epoch
+    m1_owned = sim.group.members["m1"].current.owned
     sim.advance(22_000)
     assert "m1" not in sim.group.members and sim.group.group_epoch == group_epoch + 1
+    # m1 may still be stopping what it was told to revoke: held for zombie_grace_ms, then dealt.
+    [held] = sim.group.metadata.held
+    assert held.items == m1_owned and held.deadline_ms == 22_000 + zombie_grace_ms(NO_SESSION_EXPIRY)
+    sim.settle()
+    assert not sim.running["m2"] & m1_owned
+    sim.advance(held.deadline_ms)
     sim.settle()
     assert sim.running["m2"] == ALL
 

@@ -34,6 +34,7 @@ from connect_bridge.state.classic_group import (
 from connect_bridge.state.config import CoordinatorConfig, MigrationPolicy
 from connect_bridge.state.connect_group import ConnectGroup
 from connect_bridge.state.coordinator import GroupCoordinator
+from connect_bridge.state.holds import zombie_grace_ms
 from connect_bridge.state.model import EMPTY, ConfigView, Items, MemberState
 from connect_bridge.state.record_codec import decode_record, encode_record
 from connect_bridge.state.records import Record, RecordType
@@ -319,10 +320,11 @@ def assert_downgraded(
 
 
 def reconcile_legacy(
-    coord: GroupCoordinator, workers: dict[str, Items], now: int, rounds: int = 8
+    coord: GroupCoordinator, workers: dict[str, Items], now: int, rounds: int = 8, downgrade: bool = True
 ) -> tuple[dict[str, Items], int]:
     """Cooperative legacy workers heartbeat and rejoin when told (reporting what they run, applying
-    their SyncGroup deltas) until the connect group downgrades. Returns what each runs and the time."""
+    their SyncGroup deltas) until the connect group downgrades (``downgrade=False``: for ``rounds``
+    rounds, then stop wherever the group is). Returns what each runs and the time."""
     runs = {mid: frozenset(items) for mid, items in workers.items()}
     for _ in range(rounds):
         for mid in runs:
@@ -340,7 +342,7 @@ def reconcile_legacy(
             assert sr is not None and sr.error_code == 0, sr
             asg = decode_assignment(sr.assignment)
             runs[mid] = (runs[mid] - set(asg.revoked_items)) | set(asg.items)
-    assert isinstance(coord.groups[G], ClassicGroup), current(coord)
+    assert not downgrade or isinstance(coord.groups[G], ClassicGroup), current(coord)
     return runs, now
 
 
@@ -641,14 +643,27 @@ def test_downgrade_when_the_last_new_worker_leaves() -> None:
 
 
 def test_downgrade_when_the_last_new_worker_times_out() -> None:
-    coord, log, w1, w2, _w3 = upgraded_and_settled(scheduled_rebalance_max_delay_ms=0)
+    coord, log, w1, w2, w3 = upgraded_and_settled(scheduled_rebalance_max_delay_ms=0)
     assert cbeat(coord, w1, 2, now=5_000) == 0 and cbeat(coord, w2, 2, now=5_000) == 0
     coord.advance(10_199)
     assert isinstance(group(coord), ConnectGroup)
+    w3_runs = current(coord)[w3][2]
+    w3_session = connect(coord).members[w3].metadata.session_timeout_ms
     coord.advance(10_200)  # w3's session started at its last heartbeat (200)
-    runs, now = reconcile_legacy(coord, {w1: W1_FULL - {A2}, w2: W2_FULL}, 10_200)
+    # A timer proves nothing about the process: w3's work stays held for the time it may take to
+    # notice and stop (zombie_grace_ms), even with no scheduled delay, and the group waits for it.
+    [held] = connect(coord).metadata.held
+    assert held.items == w3_runs and held.deadline_ms == 10_200 + zombie_grace_ms(w3_session)
+    runs = {w1: W1_FULL - {A2}, w2: W2_FULL}
+    now = 10_200
+    while now < held.deadline_ms:  # the legacy workers keep heartbeating; nothing downgrades
+        runs, now = reconcile_legacy(coord, runs, now, rounds=1, downgrade=False)
+        assert isinstance(group(coord), ConnectGroup) and not (runs[w1] | runs[w2]) & held.items
+        now += 3_000
+        coord.advance(min(now, held.deadline_ms))
+    runs, now = reconcile_legacy(coord, runs, now)
     assert runs[w1] | runs[w2] == ALL
-    assert_downgraded(coord, 4, runs, w1)
+    assert_downgraded(coord, 5, runs, w1)
     log.check_replay(now)
 
 

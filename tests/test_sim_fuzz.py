@@ -39,9 +39,6 @@ def test_random_legacy_only_scenario(seed: int) -> None:
 # live). The seeds that still fail are listed with their cause (docs/known-issues.md) and run as
 # strict xfails, so a fix shows up as an unexpected pass.
 ADVERSARIAL_OPEN = {
-    50029: "exclusive: classic sessioned group, partitioned worker evicted and its work handed out "
-    "while it still runs it (its own timeout fires later)",
-    50181: "live: an item unowned past delay + rebalance timeout (delay 0) around a restart to new",
     50231: "live: a lost JoinGroup answer of an eager static worker delays the first classic assignment",
 }
 

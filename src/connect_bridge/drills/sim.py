@@ -16,6 +16,7 @@ import heapq
 import os
 import random
 import sys
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +32,9 @@ from connect_bridge.state.model import NEW_PROTOCOL, ConfigView, Items
 from connect_bridge.state.records import Record
 from connect_bridge.workers.legacy import ActionKind, LegacyWorker
 from connect_bridge.workers.new_protocol import NewProtocolWorker
+
+_SIM_MEMBER_IDS = uuid.UUID("6d1f0c52-4b7e-4c2e-9a57-3c2f1e0b8d11")
+"""Namespace of the member ids simulated new-protocol workers generate (deterministic per drill)."""
 
 _TRACE = bool(os.environ.get("CONNECT_BRIDGE_SIM_TRACE"))
 """Print every request the bridge answers, with its answer, to stderr (for reading a failing drill)."""
@@ -231,6 +235,9 @@ class SimulatedDrill:
                 session_timeout_ms=timing.session_timeout_ms,
                 config_offset=self.config_offset,
                 instance_id=instance_id,
+                # The client picks its member id (the spec requires a non-empty one; Kafka's
+                # KIP-1082): a duplicated first heartbeat then cannot create a second member.
+                member_id=str(uuid.uuid5(_SIM_MEMBER_IDS, f"{name}/{self.incarnations}")),
             )
         else:
             logic = LegacyWorker(
@@ -408,7 +415,8 @@ class SimulatedDrill:
         def arrive(t: int, tag: str) -> None:
             if t < worker.partitioned_until:
                 if tag != "dup":  # cut off on the way: the bridge never sees it
-                    time_out(now, max(t, now + cut_off))
+                    # Stall from ``t``, not the send time ``now``: the log has moved past ``now``.
+                    time_out(t, max(t, now + cut_off))
                 return
             req = request if token is None else _with_token(request, (*token, tag, now + timeout_ms))
             if self.bridge_up:

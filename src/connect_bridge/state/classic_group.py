@@ -39,6 +39,9 @@ from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.records import Record, RecordType
 from connect_bridge.state.timers import Timers
 
+PROTOCOL_TYPE_CONNECT = "connect"
+"""The protocol type of Kafka Connect's embedded protocol (a classic group of Connect workers)."""
+
 SESSION_TIMER = "classic-session"
 """``(SESSION_TIMER, group_id, member_id)``: heartbeat expiry of a member or of a pending member."""
 JOIN_TIMER = "classic-join"
@@ -846,7 +849,11 @@ class ClassicGroup:
         )
         state = self.state
         if state is ClassicGroupState.STABLE:
-            if self.protocol_name == self.select_protocol():
+            # Connect workers do not support static membership: a Java WorkerCoordinator elected
+            # leader with skipAssignment throws IllegalStateException and the worker dies, and a
+            # fresh process handed a cooperative (delta) assignment would run only the delta. So a
+            # restarted static Connect worker gets a rebalance instead (docs/legacy-workers.md).
+            if self.protocol_name == self.select_protocol() and self.protocol_type != PROTOCOL_TYPE_CONNECT:
                 # Same elected protocol: keep the generation and the assignments, persist the new id.
                 self._persist()
                 if req.api_version >= SKIP_ASSIGNMENT_MIN_VERSION:

@@ -32,6 +32,7 @@ from connect_bridge.state.api import (
 from connect_bridge.state.client_side import ClientSideAssignment, common_client_assignor
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.errors import RequestError
+from connect_bridge.state.holds import zombie_grace_ms
 from connect_bridge.state.legacy_members import LegacyMembers
 from connect_bridge.state.model import (
     EMPTY,
@@ -311,11 +312,11 @@ class ConnectGroup:
         if kind == "session":
             member = self.members.get(key[2])
             if member is not None:
-                self.remove_member(member, now_ms)
+                self.remove_by_timer(member, now_ms)
         elif kind == "revoke":
             member = self.members.get(key[2])
             if member is not None and member.current.state is MemberState.UNREVOKED:
-                self.remove_member(member, now_ms)
+                self.remove_by_timer(member, now_ms)
         elif kind == "compute":
             self.client_side.on_timeout()
         elif kind == "held":
@@ -341,6 +342,10 @@ class ConnectGroup:
         self.arm_session(member, now_ms)
         return member
 
+    def remove_by_timer(self, member: Member, now_ms: int) -> None:
+        """A session, revocation, join or sync timer removes ``member``: it may still be running."""
+        self.remove_member(member, now_ms, min_hold_ms=zombie_grace_ms(member.metadata.session_timeout_ms))
+
     def remove_member(self, member: Member, now_ms: int, min_hold_ms: int = 0) -> None:
         """Drop a member; everything it may still run is held for the scheduled delay.
 
@@ -354,7 +359,8 @@ class ConnectGroup:
 
         ``min_hold_ms`` holds the work even without a delay: a member fenced for a wrong epoch may be
         a live worker that a stale or duplicated request spoke for; it learns of the fencing on its
-        next heartbeat, or fences itself after a session timeout.
+        next heartbeat, or fences itself after a session timeout, and then stops what it ran (a slow
+        herder within the rebalance timeout).
         """
         mid = member.member_id
         owned = member.current.owned
@@ -557,7 +563,10 @@ class ConnectGroup:
             and req.owned <= current.assigned
         ):
             return
-        self.remove_member(member, now_ms, min_hold_ms=member.metadata.session_timeout_ms)
+        # The fenced worker may be live (a stale or duplicated request spoke for it): it learns of
+        # the fencing within a session timeout, then has a rebalance timeout to stop its work.
+        fenced_hold = member.metadata.session_timeout_ms + max(0, member.metadata.rebalance_timeout_ms)
+        self.remove_member(member, now_ms, min_hold_ms=fenced_hold)
         self.maybe_update_target(now_ms)
         raise RequestError(
             ErrorCode.FENCED_MEMBER_EPOCH,

@@ -25,7 +25,8 @@ from connect_bridge.state.api import (
 from connect_bridge.state.classic_group import ClassicDescribedGroup, ClassicGroup, ClassicGroupState
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.connect_group import ConnectGroup, RequestError, check_heartbeat
-from connect_bridge.state.conversion import ConversionError, downgrade, upgrade
+from connect_bridge.state.conversion import ConversionError, downgrade, full_assignment, upgrade
+from connect_bridge.state.holds import zombie_grace_ms
 from connect_bridge.state.model import ConfigView
 from connect_bridge.state.records import Record, RecordType
 
@@ -311,38 +312,60 @@ class GroupCoordinator:
         self._after(req.group_id, now_ms)
         return response
 
-    def _leader_expiring(self, classic: ClassicGroup, key: tuple, now_ms: int) -> bool:
-        """The same case when the leader's session ends (a crashed, stalled or partitioned leader):
-        its work is held in a connect group, removed as the engine removes an expired member. A
-        partitioned leader may still run all of it, and the next Connect leader would deal it out at
-        once (found by an adversarial drill). ``False`` = not this case; the classic group handles
-        the timer."""
+    def _member_expiring(self, classic: ClassicGroup, key: tuple, now_ms: int) -> bool:
+        """A classic member's session ends while the Connect leader would deal its work out at once.
+
+        A timer proves nothing about the process: a partitioned or stalled worker still runs its
+        work until it notices (docs/migration.md "Held work"). Connect's leader holds lost work for
+        ``scheduled.rebalance.max.delay.ms`` only when it is cooperative, remembers the assignment
+        (it is not the departing leader itself) and has a delay at least as long as the time the
+        worker needs to notice and stop. Otherwise the bridge converts the group and removes the
+        member in the connect group with its work held for that time (or the delay), then converts
+        back. ``False`` = not this case; the classic group handles the timer."""
         member = classic.expiring_member(key)
         if member is None:
             return False
-        converted = self._hold_for_leader(classic, member.member_id, now_ms)
+        try:
+            runs = full_assignment(member, classic.protocol_name)
+        except ConversionError:
+            return False
+        grace = zombie_grace_ms(member.session_timeout_ms)
+        delay = self.config.scheduled_rebalance_max_delay_ms
+        leader_holds = (
+            classic.protocol_name != "default" and member.member_id != classic.leader_id and delay >= grace
+        )
+        if not runs or leader_holds:
+            return False
+        converted = self._hold_in_connect_group(classic, now_ms)
         if converted is None:
             return False
         expired = converted.members.get(member.member_id)
         if expired is not None:
-            converted.remove_member(expired, now_ms)
+            converted.remove_member(expired, now_ms, min_hold_ms=grace)
         self._after(classic.group_id, now_ms)
         return True
 
     def _hold_for_leader(self, classic: ClassicGroup, member_id: str, now_ms: int) -> ConnectGroup | None:
-        """Convert ``classic`` to a connect group (to downgrade once the hold is over) when its Connect
-        leader ``member_id`` departs a cooperative group whose delay there is to honour (in any phase
-        of a rebalance: the conversion keeps what unsynced members may still run, as at upgrade)."""
+        """The leader ``member_id`` leaves a cooperative group whose delay there is to honour."""
+        if (
+            self.config.scheduled_rebalance_max_delay_ms <= 0
+            or member_id != classic.leader_id
+            or classic.protocol_name == "default"
+        ):
+            return None
+        return self._hold_in_connect_group(classic, now_ms)
+
+    def _hold_in_connect_group(self, classic: ClassicGroup, now_ms: int) -> ConnectGroup | None:
+        """Convert ``classic`` to a connect group that downgrades once nothing is held (policy
+        ``bidirectional`` only; in any phase of a rebalance: the conversion keeps what unsynced
+        members may still run, as at upgrade). ``None`` = not possible here."""
         policy = self.config.migration_policy
         if not (policy.allows_upgrade and policy.allows_downgrade):
             return None
         if (
-            self.config.scheduled_rebalance_max_delay_ms <= 0
-            or member_id != classic.leader_id
-            or len(classic.members) < 2
+            len(classic.members) < 2
             or classic.state in (ClassicGroupState.EMPTY, ClassicGroupState.DEAD)
             or classic.protocol_type != "connect"
-            or classic.protocol_name == "default"
         ):
             return None
         converted = self._upgrade(classic, now_ms)
@@ -369,7 +392,7 @@ class GroupCoordinator:
             group = self.groups.get(key[1])
             if group is None:
                 continue
-            if isinstance(group, ClassicGroup) and self._leader_expiring(group, key, now_ms):
+            if isinstance(group, ClassicGroup) and self._member_expiring(group, key, now_ms):
                 continue
             if isinstance(group, ConnectGroup) == (key[0] in _CONNECT_TIMERS):
                 group.on_timer(key, now_ms)

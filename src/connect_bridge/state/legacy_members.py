@@ -384,4 +384,4 @@ class LegacyMembers:
             "legacy-sync": ClassicState.COMPLETING_REBALANCE,
         }
         if member is not None and self.states.get(member.member_id) is expected[key[0]]:
-            self.group.remove_member(member, now_ms)
+            self.group.remove_by_timer(member, now_ms)

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Callable
 
 from connect_bridge.bridge import wire_map as wm
@@ -84,6 +85,7 @@ class LiveNewWorker:
             rebalance_timeout_ms=rebalance_timeout_ms,
             session_timeout_ms=session_timeout_ms,
             config_offset=config_offset,
+            member_id=str(uuid.uuid4()),  # client-chosen, as the spec asks (non-empty MemberId)
         )
         self.logic._last_interval = heartbeat_interval_ms
         self.retry_interval_ms = heartbeat_interval_ms
