@@ -14,6 +14,7 @@ from connect_bridge.codecs.connect_protocol import decode_assignment
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.ids import ConnectorTaskId
 from connect_bridge.state.coordinator import GroupCoordinator
+from connect_bridge.state.holds import zombie_grace_ms
 from connect_bridge.state.model import (
     EMPTY,
     CurrentAssignment,
@@ -592,3 +593,42 @@ def test_classic_leader_that_never_returns_has_its_work_dealt_after_the_delay() 
     runs, _ = reconcile_legacy(coord, {follower.member_id: frozenset(follower.runs)}, 31_000)
     assert runs[follower.member_id] == ALL
     assert classic(coord).members.keys() == {follower.member_id}
+
+
+# ------------------------------------- classic members removed by their session timer (zombies)
+
+
+def test_classic_leader_whose_session_ends_has_its_work_held() -> None:
+    """A partitioned or stalled classic leader is evicted by its session timer, not by a LeaveGroup:
+    it may still run everything, and the next Connect leader has no memory of it. The bridge holds
+    its work in a connect group as it does for a leaving leader (adversarial drill 10001748)."""
+    coord = coordinator(scheduled_rebalance_max_delay_ms=30_000)
+    _, w2 = stable_classic(coord)
+    follower = JavaLike("w2", w2, 1, set(W2_FULL))
+    run_for(coord, [follower], 1_000, 10_500)  # w1 says nothing from t = 0: gone at 10 s
+    g = connect(coord)
+    assert set(g.members) == {w2} and g.held_items() == W1_FULL
+    run_for(coord, [follower], 10_500, 39_000)
+    assert follower.runs == set(W2_FULL), "nothing of w1's before the delay"
+    run_for(coord, [follower], 39_000, 45_000)
+    assert follower.runs == set(ALL)
+
+
+def test_classic_member_expiring_without_a_delay_is_held_for_the_zombie_grace() -> None:
+    """With no scheduled delay Connect's leader deals an evicted member's work out at once, but the
+    member notices its eviction only a heartbeat interval later (its session runs from the last
+    answer, the coordinator's from the last request) and then stops its tasks. Its work is held for
+    that grace (adversarial drill 50216: a partitioned worker in an eager group)."""
+    coord = coordinator(scheduled_rebalance_max_delay_ms=0)
+    w1, _ = stable_classic(coord)
+    leader = JavaLike("w1", w1, 1, set(W1_FULL))
+    run_for(coord, [leader], 1_000, 10_500)  # w2 goes silent at t = 0
+    g = connect(coord)
+    [held] = g.metadata.held
+    assert set(g.members) == {w1} and held.items == W2_FULL
+    assert held.deadline_ms == 10_000 + zombie_grace_ms(10_000)
+    run_for(coord, [leader], 10_500, held.deadline_ms - 1)
+    assert leader.runs == set(W1_FULL), "nothing of w2's during the grace"
+    coord.advance(held.deadline_ms)  # the grace ends: the bridge deals the work, then converts back
+    runs, _ = reconcile_legacy(coord, {w1: frozenset(leader.runs)}, held.deadline_ms)
+    assert runs[w1] == ALL and classic(coord).members.keys() == {w1}
