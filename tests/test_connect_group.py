@@ -667,6 +667,22 @@ def test_returning_worker_gets_its_held_work_back() -> None:
     assert sim.running["m3-again"] == m3_work
 
 
+def test_an_assignment_is_resent_until_the_member_reports_owning_it() -> None:
+    """The answer that carried a new assignment may be lost, or may have answered a duplicate of
+    the request that the client then dropped: a member that never reports owning its assignment
+    would otherwise wait for it forever (adversarial drill 15005207)."""
+    sim = Sim()
+    first = sim.join("m1")
+    assert first.assignment is not None and first.assignment.items == ALL
+    # That answer never reached the worker: its next heartbeats report nothing new.
+    for _ in range(2):
+        again = sim.coord.connect_heartbeat(HeartbeatRequest(G, "m1", first.member_epoch), sim.now)
+        assert again.assignment is not None and again.assignment.items == ALL
+    sim.beat("m1", owned=ALL)  # now it reports owning it: the steady state carries nothing
+    quiet = sim.coord.connect_heartbeat(HeartbeatRequest(G, "m1", first.member_epoch), sim.now)
+    assert quiet.error_code == OK and quiet.assignment is None
+
+
 def test_last_member_leaving_empties_the_group() -> None:
     sim = Sim(delay=30_000)
     sim.join("m1")

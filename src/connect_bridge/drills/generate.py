@@ -255,8 +255,11 @@ def _with_adversity(doc: dict, rng: random.Random) -> dict:
             kinds.append("duplicate_requests")
         if protocol != "new":
             kinds.append("delay_sync")  # only classic workers send SyncGroup
-        if protocol == "new" or (delay >= 10_000 and protocol != "eager"):
-            kinds.append("partition")  # eager classic groups hold nothing for anyone
+        # Eager classic groups hold nothing for anyone. A cooperative Java worker whose JoinGroup a
+        # partition cut off waits rebalance + 5 s for its answer while running its work, past its
+        # removal by that much: only a delay at least that long protects it (docs/known-issues.md).
+        if protocol == "new" or (protocol != "eager" and delay >= rebalance + 5_000):
+            kinds.append("partition")
         # A lost answer: a new worker fences itself in time; an eager one stopped its work before
         # joining; a cooperative one waits for a lost JoinGroup answer rebalance + 5 s while still
         # running its work, which only a hold that long protects.

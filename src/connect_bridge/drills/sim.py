@@ -218,6 +218,19 @@ class SimulatedDrill:
         if epoch is not None:
             self.log.epoch(now, worker.name, epoch)
 
+    def _apply_later(
+        self, at: int, worker: _SimWorker, stop: Items, start: Items, epoch: int | None
+    ) -> None:
+        """A slow stop finishes at ``at``, unless the process is gone by then: its stop or crash
+        already ended everything it ran, and a later incarnation's items are not its to stop."""
+        incarnation = worker.incarnation
+
+        def finish(t: int) -> None:
+            if self._current(worker, incarnation):
+                self._apply(t, worker, stop, start, epoch)
+
+        self.at(at, finish)
+
     def _current(self, worker: _SimWorker, incarnation: int) -> bool:
         return worker.alive and worker.incarnation == incarnation
 
@@ -499,7 +512,7 @@ class SimulatedDrill:
         slow = self._slow_stop(now, worker, reaction.stop)
         if slow:
             stop, start = reaction.stop, reaction.start
-            self.at(now + slow, lambda t: self._apply(t, worker, stop, start, epoch))
+            self._apply_later(now + slow, worker, stop, start, epoch)
         else:
             self._apply(now, worker, reaction.stop, reaction.start, epoch)
         delay = 0 if reaction.heartbeat_now else reaction.interval_ms
@@ -627,7 +640,7 @@ class SimulatedDrill:
         slow = self._slow_stop(now, worker, reaction.stop) if reaction.fatal is None else 0
         if slow:
             stop, start = reaction.stop, reaction.start
-            self.at(now + slow, lambda t: self._apply(t, worker, stop, start, epoch))
+            self._apply_later(now + slow, worker, stop, start, epoch)
         else:
             self._apply(now, worker, reaction.stop, reaction.start, epoch)
         if reaction.fatal is not None:

@@ -85,6 +85,9 @@ class ConnectGroup:
         self._records: list[Record] = []
         self.legacy = LegacyMembers(self)
         self.downgrade_pending = False
+        self._reported: dict[str, Items] = {}
+        """What each member last reported owning (in memory only: after a restart nothing is resent
+        until a member reports again)."""
         """Set when the last new-protocol member left a group that still has legacy members."""
 
     # ------------------------------------------------------------------ derived views
@@ -375,12 +378,22 @@ class ConnectGroup:
         delay = self.config.scheduled_rebalance_max_delay_ms if self.assignor_name() != assignors.EAGER else 0
         hold = max(delay, min_hold_ms)
         if work and hold > 0:
-            held = (*held, HeldWork(work, member.metadata.url, member.metadata.instance_id, now_ms + hold))
+            # Held work goes back to the member that comes back with this url or instance id. One
+            # that is in the group already is another process (a stale incarnation of the same
+            # worker): handing it the work would prove nothing about this one (drill 14001202).
+            url, instance = member.metadata.url, member.metadata.instance_id
+            for other in self.members.values():
+                if url and other.metadata.url == url:
+                    url = ""
+                if instance and other.metadata.instance_id == instance:
+                    instance = None
+            held = (*held, HeldWork(work, url, instance, now_ms + hold))
         leader = self.metadata.leader_id
         if leader == mid:
             leader = min(self.members) if self.members else ""
         self.client_side.forget(mid)
         self.legacy.forget(mid)
+        self._reported.pop(mid, None)
         self._set_metadata(group_epoch=self.metadata.group_epoch + 1, leader_id=leader, held=held)
         self._arm_held_timer()
         self._check_downgrade(member.metadata)
@@ -479,6 +492,7 @@ class ConnectGroup:
             and (not req.client_id or req.client_id == member.metadata.client_id)
             and (not req.client_host or req.client_host == member.metadata.client_host)
             and self.client_side.member != req.member_id
+            and req.member_id not in self._reported
         ):
             self.arm_session(member, now_ms)
             return HeartbeatResponse(
@@ -792,13 +806,29 @@ class ConnectGroup:
             member_epoch=c.member_epoch,
             heartbeat_interval_ms=self.config.heartbeat_interval_ms,
         )
-        if (
+        mid = member.member_id
+        if joining:
+            self._reported[mid] = EMPTY
+        elif req.owned is not None:
+            self._reported[mid] = req.owned
+        changed = (
             joining
             or c.member_epoch != before.member_epoch
             or c.assigned != before.assigned
             or c.revoking != before.revoking
             or (req.owned is not None and req.owned != c.assigned)
-        ):
+        )
+        if changed and mid not in self._reported:
+            self._reported[mid] = before.assigned | before.revoking  # what it had acknowledged
+        # A changed assignment is resent until the member reports owning it: the answer that
+        # carried it may have been lost or may have answered a duplicate of the request
+        # (adversarial drill 15005207; Kafka's client resends a full request after a failure,
+        # which comes to the same). Once reported, the member is forgotten here, so the steady
+        # state stays on the fast path.
+        unacknowledged = self._reported.get(mid, c.assigned | c.revoking) != c.assigned | c.revoking
+        if not unacknowledged:
+            self._reported.pop(mid, None)
+        if changed or unacknowledged:
             resp.assignment = self.assignment_for(member)
         self.client_side.signal(member, resp, now_ms)
         return resp

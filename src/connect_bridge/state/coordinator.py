@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from connect_bridge.codecs.connect_protocol import decode_assignment
 from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.codecs.errors import CodecError
 from connect_bridge.state import classic_api as capi
 from connect_bridge.state.api import (
     DescribedGroup,
@@ -330,11 +332,7 @@ class GroupCoordinator:
         except ConversionError:
             return False
         grace = zombie_grace_ms(member.session_timeout_ms)
-        delay = self.config.scheduled_rebalance_max_delay_ms
-        leader_holds = (
-            classic.protocol_name != "default" and member.member_id != classic.leader_id and delay >= grace
-        )
-        if not runs or leader_holds:
+        if not runs or self._connect_leader_holds(classic, member.member_id, grace):
             return False
         converted = self._hold_in_connect_group(classic, now_ms)
         if converted is None:
@@ -344,6 +342,25 @@ class GroupCoordinator:
             converted.remove_member(expired, now_ms, min_hold_ms=grace)
         self._after(classic.group_id, now_ms)
         return True
+
+    def _connect_leader_holds(self, classic: ClassicGroup, member_id: str, grace_ms: int) -> bool:
+        """Whether Connect's own leader keeps ``member_id``'s lost work back for at least
+        ``grace_ms``: it is cooperative, is not the member itself (it remembers the assignment),
+        has a delay that long, and no earlier delay is running. Java's assignor deals *all* lost
+        work when a running delay expires, however recently it was lost (adversarial drill
+        10003149), and a leader's last assignment names a running delay."""
+        if (
+            classic.protocol_name == "default"
+            or member_id == classic.leader_id
+            or self.config.scheduled_rebalance_max_delay_ms < grace_ms
+        ):
+            return False
+        leader = classic.members.get(classic.leader_id or "")
+        try:
+            last = decode_assignment(leader.assignment) if leader is not None and leader.assignment else None
+        except CodecError:
+            return False
+        return last is not None and last.delay_ms == 0
 
     def _hold_for_leader(self, classic: ClassicGroup, member_id: str, now_ms: int) -> ConnectGroup | None:
         """The leader ``member_id`` leaves a cooperative group whose delay there is to honour."""
