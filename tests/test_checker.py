@@ -414,6 +414,22 @@ def test_live_does_not_count_time_nobody_could_run_it() -> None:
     assert check(_unowned_for(24_000)[1:]).live
 
 
+def test_a_stall_that_ends_after_its_process_restarted_does_not_make_anyone_able() -> None:
+    """A restarted worker's earlier process may end a stall it began (a request it waited for): that
+    end must not count the worker as able twice, or time nobody could use would count (drill
+    17001912)."""
+    gaps = [
+        _ev(1_500, "stall_start", "w2", kind="timeout"),
+        _ev(2_000, "worker_stop", "w2", protocol="sessioned"),
+        _ev(2_000, "worker_start", "w2", protocol="sessioned"),
+        _ev(3_000, "stall_end", "w2", kind="timeout"),  # the old process's wait ends: no effect
+        _ev(4_000, "stall_start", "w2", kind="pause"),  # the only worker is paused from here
+        _ev(20_000, "stall_end", "w2", kind="pause"),
+    ]
+    s = check(_unowned_for(24_000, *gaps))  # A unowned 1-25 s; w2 able 1-1.5, 2-4 and 20-25 s
+    assert (s.live, s.max_unowned_ms) == (True, 7_500)
+
+
 def test_live_judges_work_still_unowned_at_the_end() -> None:
     events = _unowned_for(0)[:-1]  # A never runs again
     s = check(events, end_ms=30_000)

@@ -247,10 +247,11 @@ def check(
             stalls[worker] = stalls.get(worker, 0) + 1
         elif kind == "stall_end":
             worker = event.get("worker")
-            left = max(0, stalls.get(worker, 0) - 1)
-            stalls[worker] = left
-            if worker in live and left == 0:
-                able += 1
+            open_stalls = stalls.get(worker, 0)
+            if open_stalls:  # an end without its start (the process restarted since) changes nothing
+                stalls[worker] = open_stalls - 1
+                if worker in live and open_stalls == 1:
+                    able += 1
         elif kind == "bridge_restart":
             bridge_up = False
         elif kind == "bridge_up":

@@ -366,7 +366,7 @@ class ConnectGroup:
         herder within the rebalance timeout).
         """
         mid = member.member_id
-        owned = member.current.owned
+        owned = self.legacy.may_run(member) if member.metadata.is_legacy else member.current.owned
         self._set_current(member, CurrentAssignment())
         del self.members[mid]
         self._emit(RecordType.CURRENT_ASSIGNMENT, mid, None)

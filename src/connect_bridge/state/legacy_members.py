@@ -87,6 +87,16 @@ class LegacyMembers:
         """Some legacy member got its JoinGroup answer and has not sent its SyncGroup yet."""
         return any(state is ClassicState.COMPLETING_REBALANCE for state in self.states.values())
 
+    def may_run(self, member: Member) -> Items:
+        """What a legacy worker may be running. Between its JoinGroup answer and its SyncGroup it
+        has been told nothing new: it runs at most what it reported in that JoinGroup (an eager
+        worker: nothing), so work granted in that round is not its to hold (adversarial drill
+        17001619: a worker that died before its SyncGroup held its new work for a second delay)."""
+        owned = member.current.owned
+        if self.states.get(member.member_id) is ClassicState.COMPLETING_REBALANCE:
+            return owned & owned_from_metadata(member.metadata)
+        return owned
+
     def forget(self, member_id: str) -> None:
         self.states.pop(member_id, None)
         self.group.timers.cancel(self._timer("legacy-join", member_id))
