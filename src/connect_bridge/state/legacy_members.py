@@ -288,7 +288,12 @@ class LegacyMembers:
         try:
             member = self._member(req.member_id, req.group_instance_id)
             self._check_generation(member, req.generation_id)
-            name = first_protocol(member.metadata)
+            # The protocol its JoinGroup answer named: its own first choice, or, for a member of a
+            # classic group converted while it was between JoinGroup and SyncGroup, the protocol that
+            # group elected (any it advertised). Refusing that is fatal to a Java worker (drill
+            # 16005445: a stalled leader's SyncGroup arriving just after the upgrade).
+            advertised = [n for n, _ in member.metadata.classic_protocols or ()]
+            name = req.protocol_name if req.protocol_name in advertised else first_protocol(member.metadata)
             if (req.protocol_type is not None and req.protocol_type != PROTOCOL_TYPE) or (
                 req.protocol_name is not None and req.protocol_name != name
             ):
@@ -303,13 +308,15 @@ class LegacyMembers:
         self.group.arm_session(member, now_ms)
         self._set_state(member.member_id, ClassicState.STABLE, now_ms, 0)
         return api.SyncGroupResponse(
-            protocol_type=PROTOCOL_TYPE, protocol_name=name, assignment=self.encode_assignment(member)
+            protocol_type=PROTOCOL_TYPE, protocol_name=name, assignment=self.encode_assignment(member, name)
         )
 
-    def encode_assignment(self, member: Member) -> bytes:
-        """The SyncGroup payload: v0 the complete set; v1/v2 newly granted work + what to stop."""
+    def encode_assignment(self, member: Member, protocol: str | None = None) -> bytes:
+        """The SyncGroup payload: v0 the complete set; v1/v2 newly granted work + what to stop.
+        ``protocol``: the one the member syncs under (default: its first choice)."""
         group = self.group
-        version = CONNECT_PROTOCOL_NAMES[first_protocol(member.metadata)]
+        own = CONNECT_PROTOCOL_NAMES[first_protocol(member.metadata)]
+        version = CONNECT_PROTOCOL_NAMES.get(protocol or "", own)
         assigned = member.current.assigned
         if version == 0:
             granted, revoked = assigned, EMPTY
