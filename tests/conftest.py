@@ -47,3 +47,20 @@ def spark():  # type: ignore[no-untyped-def]
     from conftest_spark import make_spark
 
     return make_spark()
+
+
+HEAVY_FIXTURES = frozenset({"spark", "tansu"})
+"""Fixtures that start Spark or a broker: their tests are ``heavy``."""
+HEAVY_MODULES = frozenset(
+    {"test_live_drill", "test_live_workers", "test_report_browser", "test_upstream_drill"}
+)
+"""Modules that run a live bridge, live workers or chromium."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the tests that need Spark, a broker, a live bridge or a browser ``heavy``, so
+    ``pytest -m "not heavy"`` runs the quick subset (everything else, in about two minutes)."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if fixtures & HEAVY_FIXTURES or item.module.__name__ in HEAVY_MODULES:  # type: ignore[union-attr]
+            item.add_marker(pytest.mark.heavy)

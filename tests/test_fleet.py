@@ -190,3 +190,51 @@ def test_fleet_rejects_an_empty_fleet(tmp_path: Path, capsys) -> None:  # type: 
     assert "--count" in capsys.readouterr().err
     with pytest.raises(ValueError):
         fleet.run_fleet(0, 1, tmp_path)
+
+
+# ------------------------------------------------------------------ checks-only (adversarial) fleets
+
+
+def test_a_drill_that_raises_is_a_crashed_row_not_the_end_of_the_fleet(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The executors' body of ``run_fleet_checks``, run here on one pandas batch: a drill whose
+    simulation raises becomes a failed row (``crashed``, invariants unknown, the error kept); the
+    others are judged as usual (a 100,000-drill run once died on one such drill)."""
+    import pandas as pd
+
+    from connect_bridge.drills import sim
+
+    bad = fleet.scenario_seed(3, 1)
+    real = sim.run_scenario
+
+    def run_or_raise(scenario, *args: Any, **kwargs: Any):  # type: ignore[no-untyped-def]
+        if scenario.name == f"adversarial-{bad}":
+            raise RuntimeError("boom")
+        return real(scenario, *args, **kwargs)
+
+    monkeypatch.setattr(sim, "run_scenario", run_or_raise)
+    seeds = [fleet.scenario_seed(3, i) for i in range(3)]
+    (rows,) = list(fleet._check_drills(True)(iter([pd.DataFrame({"seed": seeds})])))
+    assert list(rows.columns) == [name for name, _ in fleet.CHECK_FIELDS]
+    crashed = rows[rows["seed"] == bad].iloc[0]
+    assert bool(crashed["crashed"]) and not bool(crashed["ok"])
+    assert crashed["violation"] == "crashed: RuntimeError: boom" and pd.isna(crashed["exclusive"])
+    others = rows[rows["seed"] != bad]
+    assert not others["crashed"].any() and others["events"].min() > 0
+
+
+def test_an_adversarial_checks_only_fleet_counts_every_invariant(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    doc = fleet.run_fleet_checks(40, 5, tmp_path, adversarial=True, spark=spark)
+    assert doc["count"] == doc["drills"] == 40 and doc["adversarial"] is True
+    assert set(doc["violations"]) == {"exclusive", "live", "converged", "balanced", "crashed"}
+    assert doc["violations"]["crashed"] == 0
+    # Every row is the checker's verdict on that seed's drill, as `drill run` would give it.
+    table = spark.read.parquet(str(tmp_path / fleet.CHECKS_DIR)).toPandas()
+    assert sorted(table["seed"]) == [fleet.scenario_seed(5, i) for i in range(40)]
+    for row in table.head(5).itertuples():
+        scenario = random_scenario(int(row.seed), adversarial=True)
+        summary = check(run_scenario(scenario).events, name=scenario.name, end_ms=scenario.end_ms)
+        assert (row.ok, row.exclusive, row.live, row.events) == (
+            summary.ok, summary.exclusive, summary.live, summary.events
+        )
+    assert doc["failed_drills"] == int((~table["ok"]).sum()) == len(doc["failed"])
+    assert json.loads((tmp_path / fleet.FLEET_JSON).read_text())["count"] == 40
