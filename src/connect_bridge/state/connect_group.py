@@ -374,7 +374,9 @@ class ConnectGroup:
         for key in (("session", self.group_id, mid), ("revoke", self.group_id, mid)):
             self.timers.cancel(key)
         held = self.metadata.held
-        work = owned & self.view.items()
+        # Not only what is configured now: an item removed from the config while the member still
+        # runs it can be configured again before the member stops (adversarial drill 20094737).
+        work = owned
         delay = self.config.scheduled_rebalance_max_delay_ms if self.assignor_name() != assignors.EAGER else 0
         hold = max(delay, min_hold_ms)
         if work and hold > 0:
@@ -850,14 +852,9 @@ class ConnectGroup:
     def set_config(self, view: ConfigView, now_ms: int) -> bool:
         if view == self.view:
             return False
-        changed_work = view.connectors != self.view.connectors
         self.view = view
-        if changed_work:
-            held = tuple(replace(h, items=h.items & view.items()) for h in self.metadata.held)
-            held = tuple(h for h in held if h.items)
-            if held != self.metadata.held:
-                self._set_metadata(held=held)
-                self._arm_held_timer()
+        # Held work stays held when the config drops it: a zombie may still run it, and the config
+        # may bring it back before the hold ends (only configured items are ever assigned).
         self._bump_group_epoch()
         self.maybe_update_target(now_ms)
         return True

@@ -123,18 +123,27 @@ def upgrade(classic: ClassicGroup, group: ConnectGroup, now_ms: int) -> None:
     # revocations of that member, before anyone's newly granted work (KIP-848's online upgrade keeps
     # each member's current assignment). Members that synced applied the round (a lost SyncGroup
     # response is the residual case: docs/known-issues.md).
+    # Members that synced run their full assignment: claimed first. Under a cooperative protocol
+    # nothing revoked from an unsynced member is granted to anyone in the same round, so this takes
+    # nothing from it; under eager the leader deals everything as if all had stopped, and an item a
+    # synced member was given and started stays with it (the unsynced member's copy, if it is still
+    # stopping it, is the eager round's own race; adversarial drill 20084266 returned it to the
+    # unsynced member later, a second overlap).
     unsynced = set(classic.pending_sync)
     claimed: set = set()
+    assigned: dict[str, Items] = {}
+    for mid, (full, _) in may_run.items():
+        if mid not in unsynced:
+            assigned[mid] = full - claimed
+            claimed |= assigned[mid]
     running: dict[str, Items] = {}
     for mid, (_, runs) in may_run.items():
         running[mid] = runs - claimed if mid in unsynced else EMPTY
         claimed |= running[mid]
-    assigned: dict[str, Items] = {}
-    for member in classic.members.values():
-        mid = member.member_id
-        full = may_run[mid][0]
-        assigned[mid] = (full - claimed) | (full & running[mid])
-        claimed |= assigned[mid]
+    for mid, (full, _) in may_run.items():
+        if mid in unsynced:
+            assigned[mid] = (full - claimed) | (full & running[mid])
+            claimed |= assigned[mid]
     # A member that synced stops what the round revoked, and only then rejoins (KIP-415: the revoked
     # work is dealt in the next round). Until that rejoin it may still be stopping it (a slow
     # revocation): work revoked from it that the round gave nobody stays pending on it.

@@ -24,10 +24,15 @@ from connect_bridge.state.api import (
     PrepareAssignmentRequest,
     PrepareAssignmentResponse,
 )
-from connect_bridge.state.classic_group import ClassicDescribedGroup, ClassicGroup, ClassicGroupState
+from connect_bridge.state.classic_group import (
+    ClassicDescribedGroup,
+    ClassicGroup,
+    ClassicGroupState,
+    ClassicMember,
+)
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.connect_group import ConnectGroup, RequestError, check_heartbeat
-from connect_bridge.state.conversion import ConversionError, downgrade, full_assignment, upgrade
+from connect_bridge.state.conversion import ConversionError, allocation, downgrade, full_assignment, upgrade
 from connect_bridge.state.holds import zombie_grace_ms
 from connect_bridge.state.model import ConfigView
 from connect_bridge.state.records import Record, RecordType
@@ -327,12 +332,10 @@ class GroupCoordinator:
         member = classic.expiring_member(key)
         if member is None:
             return False
-        try:
-            runs = full_assignment(member, classic.protocol_name)
-        except ConversionError:
-            return False
         grace = zombie_grace_ms(member.session_timeout_ms)
-        if not runs or self._connect_leader_holds(classic, member.member_id, grace):
+        if not self._may_run_any(classic, member) or self._connect_leader_holds(
+            classic, member.member_id, grace
+        ):
             return False
         converted = self._hold_in_connect_group(classic, now_ms)
         if converted is None:
@@ -344,15 +347,18 @@ class GroupCoordinator:
         return True
 
     def _connect_leader_holds(self, classic: ClassicGroup, member_id: str, grace_ms: int) -> bool:
-        """Whether Connect's own leader keeps ``member_id``'s lost work back for at least
-        ``grace_ms``: it is cooperative, is not the member itself (it remembers the assignment),
-        has a delay that long, and no earlier delay is running. Java's assignor deals *all* lost
-        work when a running delay expires, however recently it was lost (adversarial drill
-        10003149), and a leader's last assignment names a running delay."""
+        """Whether Connect's own leader keeps ``member_id``'s lost work back for ``grace_ms`` or
+        more: it is cooperative, is not the member itself, made the current assignment (so it
+        remembers it), has a delay that long, and no earlier delay is running. Java's assignor
+        deals *all* lost work when a running delay expires, however recently it was lost
+        (adversarial drill 10003149), and a leader's last assignment names a running delay."""
         if (
             classic.protocol_name == "default"
             or member_id == classic.leader_id
             or self.config.scheduled_rebalance_max_delay_ms < grace_ms
+            # A leader that did not make the current assignment (fresh after a downgrade, a load
+            # or a leader change) has no memory of it and deals lost work at once (drill 20022560).
+            or classic.assigned_by != (classic.leader_id, classic.generation_id)
         ):
             return False
         leader = classic.members.get(classic.leader_id or "")
@@ -364,13 +370,26 @@ class GroupCoordinator:
 
     def _hold_for_leader(self, classic: ClassicGroup, member_id: str, now_ms: int) -> ConnectGroup | None:
         """The leader ``member_id`` leaves a cooperative group whose delay there is to honour."""
+        leader = classic.members.get(member_id)
         if (
             self.config.scheduled_rebalance_max_delay_ms <= 0
+            or leader is None
             or member_id != classic.leader_id
             or classic.protocol_name == "default"
+            or not self._may_run_any(classic, leader)
         ):
             return None
         return self._hold_in_connect_group(classic, now_ms)
+
+    @staticmethod
+    def _may_run_any(classic: ClassicGroup, member: ClassicMember) -> bool:
+        """The member runs something after its last sync, or still from before (a cooperative
+        worker that never saw this round's answer keeps its allocation; drill 20022560)."""
+        try:
+            name = classic.protocol_name
+            return bool(full_assignment(member, name) or allocation(member, name))
+        except ConversionError:
+            return False
 
     def _hold_in_connect_group(self, classic: ClassicGroup, now_ms: int) -> ConnectGroup | None:
         """Convert ``classic`` to a connect group that downgrades once nothing is held (policy
@@ -379,8 +398,10 @@ class GroupCoordinator:
         policy = self.config.migration_policy
         if not (policy.allows_upgrade and policy.allows_downgrade):
             return None
+        # The last member too: the emptied connect group keeps the hold, and a worker joining it
+        # meanwhile is served as a legacy member until the hold ends (adversarial drill 20052438).
         if (
-            len(classic.members) < 2
+            not classic.members
             or classic.state in (ClassicGroupState.EMPTY, ClassicGroupState.DEAD)
             or classic.protocol_type != "connect"
         ):
