@@ -555,15 +555,25 @@ class ClassicGroup:
         elif kind == SYNC_TIMER:
             self._expire_pending_sync(now_ms)
 
-    def expiring_member(self, key: tuple) -> ClassicMember | None:
-        """The member whose session this due timer ``key`` would end, if it would (a live timer of a
-        member that has no parked request standing in for heartbeats); reads, changes nothing."""
-        if key[0] != SESSION_TIMER or key in self.timers or key not in self._armed:
-            return None
-        if self.state is ClassicGroupState.DEAD:
-            return None
-        member = self.members.get(key[2])
-        return member if member is not None and not member.has_satisfied_heartbeat() else None
+    def removed_by(self, key: tuple) -> list[ClassicMember]:
+        """The members this due timer ``key`` would remove (reads, changes nothing): a session's
+        member without a parked request standing in for heartbeats; at the end of a join phase the
+        dynamic members that did not rejoin; at the sync deadline those that never synced."""
+        if key in self.timers or key not in self._armed or self.state is ClassicGroupState.DEAD:
+            return []
+        kind = key[0]
+        if kind == SESSION_TIMER:
+            member = self.members.get(key[2])
+            return [member] if member is not None and not member.has_satisfied_heartbeat() else []
+        if kind == JOIN_TIMER and self._initial_delay is None:
+            if self.state is not ClassicGroupState.PREPARING_REBALANCE:
+                return []
+            return [m for m in self.members.values() if not m.awaiting_join and not m.is_static]
+        if kind == SYNC_TIMER and self._sync_generation == self.generation_id:
+            if self.state not in (ClassicGroupState.COMPLETING_REBALANCE, ClassicGroupState.STABLE):
+                return []
+            return [self.members[mid] for mid in self.pending_sync if mid in self.members]
+        return []
 
     def _expire_heartbeat(self, member_id: str, now_ms: int) -> None:
         if member_id in self.pending_members:

@@ -320,29 +320,29 @@ class GroupCoordinator:
         return response
 
     def _member_expiring(self, classic: ClassicGroup, key: tuple, now_ms: int) -> bool:
-        """A classic member's session ends while the Connect leader would deal its work out at once.
+        """A classic timer (session, end of a join phase, sync deadline) is about to remove members
+        whose work Connect's leader would deal out at once.
 
-        A timer proves nothing about the process: a partitioned or stalled worker still runs its
-        work until it notices (docs/migration.md "Held work"). Connect's leader holds lost work for
-        ``scheduled.rebalance.max.delay.ms`` only when it is cooperative, remembers the assignment
-        (it is not the departing leader itself) and has a delay at least as long as the time the
-        worker needs to notice and stop. Otherwise the bridge converts the group and removes the
-        member in the connect group with its work held for that time (or the delay), then converts
-        back. ``False`` = not this case; the classic group handles the timer."""
-        member = classic.expiring_member(key)
-        if member is None:
-            return False
-        grace = zombie_grace_ms(member.session_timeout_ms)
-        if not self._may_run_any(classic, member) or self._connect_leader_holds(
-            classic, member.member_id, grace
+        A timer proves nothing about the process: a partitioned or stalled worker, or one waiting
+        for a lost answer, still runs its work until it notices (docs/migration.md "Held work").
+        Connect's leader holds lost work for ``scheduled.rebalance.max.delay.ms`` only when it is
+        cooperative, remembers the assignment and has a delay at least as long as the time the
+        worker needs to notice and stop. Otherwise the bridge converts the group and removes those
+        members in the connect group with their work held for that time (or the delay), then
+        converts back. ``False`` = not this case; the classic group handles the timer."""
+        leaving = [m for m in classic.removed_by(key) if self._may_run_any(classic, m)]
+        if not any(
+            not self._connect_leader_holds(classic, m.member_id, zombie_grace_ms(m.session_timeout_ms))
+            for m in leaving
         ):
             return False
         converted = self._hold_in_connect_group(classic, now_ms)
         if converted is None:
             return False
-        expired = converted.members.get(member.member_id)
-        if expired is not None:
-            converted.remove_member(expired, now_ms, min_hold_ms=grace)
+        for m in leaving:
+            expired = converted.members.get(m.member_id)
+            if expired is not None:
+                converted.remove_member(expired, now_ms, min_hold_ms=zombie_grace_ms(m.session_timeout_ms))
         self._after(classic.group_id, now_ms)
         return True
 
