@@ -298,10 +298,6 @@ class ClassicGroup:
         self.protocol_type: str | None = None
         self.protocol_name: str | None = None
         self.leader_id: str | None = None
-        self.assigned_by: tuple[str | None, int] | None = None
-        """(leader, generation) whose SyncGroup installed the stored assignments; ``None`` when they
-        came from elsewhere (a conversion, a load). In memory only: a Connect leader remembers the
-        previous assignment (and so delays lost work) only when it made it."""
         self.members: dict[str, ClassicMember] = {}
         self.member_seq = 0
         self.state_timestamp = -1
@@ -1069,7 +1065,6 @@ class ClassicGroup:
         SyncGroup, become Stable and persist the group."""
         for member in self.members.values():
             member.assignment = assignments.get(member.member_id, b"")
-        self.assigned_by = (self.leader_id, self.generation_id)
         self._propagate_assignment(ErrorCode.NONE, now_ms)
         self._transition(ClassicGroupState.STABLE, now_ms)
         self._persist()

@@ -550,7 +550,9 @@ class ConnectGroup:
         reported_owned = req.owned
         if joining:
             member = self._join(req, member, now_ms)
-            reported_owned = EMPTY  # a (re)joining worker has stopped everything
+            # A (re)joining worker has stopped everything; a possible duplicate of a first join
+            # (the member kept its epoch, see _join) says nothing about what it owns.
+            reported_owned = None if member.current.member_epoch > 0 else EMPTY
         elif member is None:
             raise RequestError(ErrorCode.UNKNOWN_MEMBER_ID, f"member {req.member_id} is not in the group")
         else:
@@ -614,6 +616,7 @@ class ConnectGroup:
             return self.take_over_static(
                 member, member.member_id, self._metadata_from(req, member.metadata), now_ms
             )
+        was_legacy = member is not None and member.metadata.is_legacy
         if member is not None and member.metadata.is_legacy:
             # A legacy worker coming back on ConnectGroupHeartbeat with its member id: it is a
             # new-protocol member from now on (Kafka drops the classic metadata the same way).
@@ -622,8 +625,15 @@ class ConnectGroup:
                 member, replace(member.metadata, protocol=NEW_PROTOCOL, classic_protocols=None)
             )
             self._bump_group_epoch()
+        if member is not None and not was_legacy and member.current.member_epoch > 0:
+            # A new-protocol member already in the group at a later epoch: the request may be a
+            # duplicate of its first join, delivered after it moved on (adversarial drill 23046776),
+            # so what it owns stays its own (a fenced member was removed, and rejoins as unknown).
+            # Answered with its current assignment; a worker that did drop everything restarts it.
+            return member
         if member is not None:
-            # A known member rejoining with epoch 0 (after being fenced): it owns nothing now.
+            # A known member rejoining with epoch 0 (a legacy worker now on this protocol): it owns
+            # nothing now.
             if member.current.owned or member.current.member_epoch != 0:
                 self._set_current(
                     member,

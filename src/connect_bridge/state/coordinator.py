@@ -11,9 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from connect_bridge.codecs.connect_protocol import decode_assignment
 from connect_bridge.codecs.error_codes import ErrorCode
-from connect_bridge.codecs.errors import CodecError
 from connect_bridge.state import classic_api as capi
 from connect_bridge.state.api import (
     DescribedGroup,
@@ -321,20 +319,19 @@ class GroupCoordinator:
 
     def _member_expiring(self, classic: ClassicGroup, key: tuple, now_ms: int) -> bool:
         """A classic timer (session, end of a join phase, sync deadline) is about to remove members
-        whose work Connect's leader would deal out at once.
+        that may still run work.
 
         A timer proves nothing about the process: a partitioned or stalled worker, or one waiting
         for a lost answer, still runs its work until it notices (docs/migration.md "Held work").
-        Connect's leader holds lost work for ``scheduled.rebalance.max.delay.ms`` only when it is
-        cooperative, remembers the assignment and has a delay at least as long as the time the
-        worker needs to notice and stop. Otherwise the bridge converts the group and removes those
-        members in the connect group with their work held for that time (or the delay), then
-        converts back. ``False`` = not this case; the classic group handles the timer."""
+        Connect's leader holds lost work only when it is cooperative, remembers the assignment
+        (which a leader change, a downgrade or a generation it did not complete wipes out) and no
+        earlier delay is about to run out, and it was still seen dealing such work out at once in
+        adversarial drills however those conditions were read (10003149, 20022560, 23072045). So
+        the bridge converts the group and removes those members in the connect group with their
+        work held for the delay, at least the zombie grace, then converts back. ``False`` = not
+        this case (or the policy forbids it); the classic group handles the timer."""
         leaving = [m for m in classic.removed_by(key) if self._may_run_any(classic, m)]
-        if not any(
-            not self._connect_leader_holds(classic, m.member_id, zombie_grace_ms(m.session_timeout_ms))
-            for m in leaving
-        ):
+        if not leaving:
             return False
         converted = self._hold_in_connect_group(classic, now_ms)
         if converted is None:
@@ -345,28 +342,6 @@ class GroupCoordinator:
                 converted.remove_member(expired, now_ms, min_hold_ms=zombie_grace_ms(m.session_timeout_ms))
         self._after(classic.group_id, now_ms)
         return True
-
-    def _connect_leader_holds(self, classic: ClassicGroup, member_id: str, grace_ms: int) -> bool:
-        """Whether Connect's own leader keeps ``member_id``'s lost work back for ``grace_ms`` or
-        more: it is cooperative, is not the member itself, made the current assignment (so it
-        remembers it), has a delay that long, and no earlier delay is running. Java's assignor
-        deals *all* lost work when a running delay expires, however recently it was lost
-        (adversarial drill 10003149), and a leader's last assignment names a running delay."""
-        if (
-            classic.protocol_name == "default"
-            or member_id == classic.leader_id
-            or self.config.scheduled_rebalance_max_delay_ms < grace_ms
-            # A leader that did not make the current assignment (fresh after a downgrade, a load
-            # or a leader change) has no memory of it and deals lost work at once (drill 20022560).
-            or classic.assigned_by != (classic.leader_id, classic.generation_id)
-        ):
-            return False
-        leader = classic.members.get(classic.leader_id or "")
-        try:
-            last = decode_assignment(leader.assignment) if leader is not None and leader.assignment else None
-        except CodecError:
-            return False
-        return last is not None and last.delay_ms == 0
 
     def _hold_for_leader(self, classic: ClassicGroup, member_id: str, now_ms: int) -> ConnectGroup | None:
         """The leader ``member_id`` leaves a cooperative group whose delay there is to honour."""
