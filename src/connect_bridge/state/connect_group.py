@@ -549,10 +549,18 @@ class ConnectGroup:
         member = self.members.get(req.member_id) if req.member_id else None
         reported_owned = req.owned
         if joining:
+            before = member
+            duplicate = (
+                before is not None
+                and not before.metadata.is_legacy
+                and not before.current.left_temporarily
+                and before.current.member_epoch > 0
+            )
             member = self._join(req, member, now_ms)
             # A (re)joining worker has stopped everything; a possible duplicate of a first join
-            # (the member kept its epoch, see _join) says nothing about what it owns.
-            reported_owned = None if member.current.member_epoch > 0 else EMPTY
+            # (the same member kept its epoch, see _join) says nothing about what it owns.
+            duplicate = duplicate and member is before and member.current.member_epoch > 0
+            reported_owned = None if duplicate else EMPTY
         elif member is None:
             raise RequestError(ErrorCode.UNKNOWN_MEMBER_ID, f"member {req.member_id} is not in the group")
         else:
