@@ -38,9 +38,7 @@ def test_random_legacy_only_scenario(seed: int) -> None:
 # Adversarial drills (issue 10): misbehaving workers, both invariants (exclusive counting zombies,
 # live). The seeds that still fail are listed with their cause (docs/known-issues.md) and run as
 # strict xfails, so a fix shows up as an unexpected pass.
-ADVERSARIAL_OPEN = {
-    50231: "live: a lost JoinGroup answer of an eager static worker delays the first classic assignment",
-}
+ADVERSARIAL_OPEN: dict[int, str] = {}
 
 
 @pytest.mark.parametrize(

@@ -192,6 +192,7 @@ def _with_adversity(doc: dict, rng: random.Random) -> dict:
     rebalance = timing["rebalance_timeout_ms"]
     session = timing["session_timeout_ms"]
     heartbeat = timing["heartbeat_interval_ms"]
+    request = timing.get("request_timeout_ms", 40_000)
     # Silent for less than this, no coordinator can have noticed: the last heartbeat may be one
     # interval old, and one more second for the network.
     unnoticed = session - heartbeat - 1_000
@@ -262,8 +263,16 @@ def _with_adversity(doc: dict, rng: random.Random) -> dict:
             kinds.append("partition")
         # A lost answer: a new worker fences itself in time; an eager one stopped its work before
         # joining; a cooperative one waits for a lost JoinGroup answer rebalance + 5 s while still
-        # running its work, which only a hold that long protects.
-        if (protocol in ("new", "eager") or delay >= rebalance + 5_000) and worker not in losing:
+        # running its work, which only a hold that long protects. And whatever the answer carried
+        # runs nowhere until the worker's request times out (rebalance + 5 s for a JoinGroup) and
+        # it rejoins, which no coordinator can see: only a live bound (delay + rebalance) that
+        # covers that wait plus a session for the rejoin can hold (docs/drills.md).
+        blind = request if protocol == "new" else max(request, rebalance + 5_000)
+        if (
+            (protocol in ("new", "eager") or delay >= rebalance + 5_000)
+            and blind + session <= delay + rebalance
+            and worker not in losing
+        ):
             # One lost answer per worker: a worker that keeps failing renews its hold each time it
             # comes back, as under Connect's own delay (docs/known-issues.md), which no bound covers.
             losing.add(worker)
@@ -279,7 +288,7 @@ def _with_adversity(doc: dict, rng: random.Random) -> dict:
         elif kind in ("lose_responses", "duplicate_requests", "duplicate_responses"):
             step["count"] = 1 if kind == "lose_responses" else rng.randint(1, 3)
             if kind == "lose_responses":  # each costs the worker a timeout before it retries
-                lost_wait += step["count"] * max(rebalance + 5_000, timing.get("request_timeout_ms", 40_000))
+                lost_wait += step["count"] * max(rebalance + 5_000, request)
         elif kind == "delay_sync":
             step["delay_ms"] = rng.randint(1_000, max(1_000, zombie_max))
         else:
