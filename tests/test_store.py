@@ -150,13 +150,44 @@ def test_torn_tail_drops_only_last_frame_and_appends_continue(
         assert store.load() == [config("g", 4), target("g", 10)]
 
 
-def test_torn_header_is_rewritten(tmp_path: Path) -> None:
-    log_path(tmp_path).write_bytes(HEADER[:3])
+@pytest.mark.parametrize("content", [b"", HEADER[:3]], ids=["empty", "torn-header"])
+def test_a_log_without_its_header_is_refused(tmp_path: Path, content: bytes) -> None:
+    """A new log appears with its header atomically, so a headerless one is damage (issue 11.1):
+    starting over from nothing would hand out work that workers still run."""
+    log_path(tmp_path).write_bytes(content)
+    with FileRecordStore.open(tmp_path) as store, pytest.raises(StoreCorrupted, match="offset 0"):
+        store.load()
+    assert log_path(tmp_path).read_bytes() == content  # left for the operator
+
+
+def test_a_new_log_is_created_with_its_header(tmp_path: Path) -> None:
     with FileRecordStore.open(tmp_path) as store:
         assert store.load() == []
-        store.commit([config("g", 1)])
+    assert log_path(tmp_path).read_bytes() == HEADER
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["LOCK", "log"]
+
+
+def test_a_record_too_large_to_store_is_refused_before_writing(tmp_path: Path) -> None:
+    from connect_bridge.bridge import store as store_module
+
     with FileRecordStore.open(tmp_path) as store:
-        assert store.load() == [config("g", 1)]
+        store.commit([config("a", 1)])
+        size = log_path(tmp_path).stat().st_size
+        big = config("b" * 40_000, 2)  # a group id past the int16 string limit cannot be encoded
+        with pytest.raises(StoreError, match="cannot encode"):
+            store.append([config("c", 3), big])
+        assert log_path(tmp_path).stat().st_size == size
+        limit = store_module.MAX_PAYLOAD
+        store_module.MAX_PAYLOAD = 64
+        try:
+            with pytest.raises(StoreError, match="exceeds"):
+                store.append([config("c", 3), config("d" * 100, 4)])
+        finally:
+            store_module.MAX_PAYLOAD = limit
+        store.sync()
+        assert store.load() == [config("a", 1)]
+    with FileRecordStore.open(tmp_path) as store:
+        assert store.load() == [config("a", 1)]
 
 
 def test_crc_mismatch_at_tail_is_truncated(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -375,7 +406,9 @@ def test_truncation_only_ever_loses_a_suffix(
             store.commit(batch)
             ends.append(store.size)
     path = state_dir / LOG_NAME
-    point = int(cut * path.stat().st_size)
+    # A crash tears appended frames, never the header (a log appears with it; a cut into it is
+    # damage, refused: test_a_log_without_its_header_is_refused).
+    point = len(HEADER) + int(cut * (path.stat().st_size - len(HEADER)))
     os.truncate(path, point)
 
     written = [r for batch in batches for r in batch]

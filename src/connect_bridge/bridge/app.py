@@ -12,7 +12,7 @@ from connect_bridge.bridge.config_topic import ConfigTopicWatcher
 from connect_bridge.bridge.metrics import Metrics, start_http
 from connect_bridge.bridge.server import BridgeServer, ServerOptions
 from connect_bridge.bridge.settings import BridgeSettings
-from connect_bridge.bridge.store import FileRecordStore
+from connect_bridge.bridge.store import FileRecordStore, StoreError
 from connect_bridge.bridge.topic_store import TopicRecordStore
 
 log = logging.getLogger("connect_bridge.app")
@@ -34,11 +34,17 @@ def server_options(settings: BridgeSettings) -> ServerOptions:
         upstream=list(settings.upstream_addresses),
         proxy_base_port=settings.proxy_base_port,
         coordinated_groups=settings.coordinated_groups,
+        limits=settings.limits.to_limits(),
+        max_inflight_per_connection=settings.limits.max_inflight_per_connection,
+        max_buffered_bytes=settings.limits.max_buffered_bytes,
+        heartbeat_cache_bytes=settings.limits.heartbeat_cache_bytes,
     )
 
 
-async def run(settings: BridgeSettings) -> None:
-    """Serve until SIGTERM/SIGINT; the first stdout line says where it listens (tools read it)."""
+async def run(settings: BridgeSettings) -> str | None:
+    """Serve until SIGTERM/SIGINT or a failure that stops the bridge (returned, one line).
+
+    The first stdout line says where it listens (tools read it)."""
     if settings.state_topic and settings.upstream:
         bootstrap = ",".join(f"{h}:{p}" for h, p in settings.upstream_addresses)
         store = TopicRecordStore.open(bootstrap, settings.state_topic)
@@ -51,7 +57,7 @@ async def run(settings: BridgeSettings) -> None:
     http = None
     if settings.metrics_address is not None:
         mhost, mport = settings.metrics_address
-        http = await start_http(mhost, mport, metrics, lambda: server.loaded)
+        http = await start_http(mhost, mport, metrics, lambda: server.ready)
         log.info("metrics on http://%s:%d/metrics", mhost, http.sockets[0].getsockname()[1])
     watcher = None
     watch_task = None
@@ -62,7 +68,7 @@ async def run(settings: BridgeSettings) -> None:
     elif view is not None and view.file is not None:
         watcher = ConfigViewWatcher(view.file, view.poll_interval_ms)
     if watcher is not None:
-        watch_task = asyncio.get_running_loop().create_task(watcher.watch(server.set_config_view))
+        watch_task = server.supervise(watcher.watch(server.set_config_view), "the config view watcher")
     print(f"connect-bridge listening on {server.options.host}:{server.port}", flush=True)
     try:
         await server.serve_until_stopped()
@@ -75,11 +81,16 @@ async def run(settings: BridgeSettings) -> None:
                 await watch_task
         if http is not None:
             http.close()
+    return server.failure
 
 
 def main(settings: BridgeSettings) -> int:
     logging.basicConfig(
         level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"
     )
-    asyncio.run(run(settings))
-    return 0
+    try:
+        failure = asyncio.run(run(settings))
+    except (StoreError, OSError) as exc:  # a locked or unreadable state dir, a port in use
+        log.error("cannot start: %s", exc)
+        return 1
+    return 0 if failure is None else 1

@@ -23,9 +23,15 @@ class RecordSink(Protocol):
 
 
 class Committer:
-    def __init__(self, store: RecordSink, on_fsync: Callable[[float], None] | None = None) -> None:
+    def __init__(
+        self,
+        store: RecordSink,
+        on_fsync: Callable[[float], None] | None = None,
+        on_failure: Callable[[BaseException], None] | None = None,
+    ) -> None:
         self.store = store
         self.on_fsync = on_fsync
+        self.on_failure = on_failure
         self._written = 0  # sequence of the last record batch handed to the store
         self._durable = 0  # sequence of the last batch known to be on disk
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -74,12 +80,14 @@ class Committer:
                 try:
                     await loop.run_in_executor(None, self.store.sync)
                 except BaseException as exc:  # a failing disk must not be hidden: fail every waiter
-                    log.exception("record store fsync failed")
+                    log.error("record store fsync failed: %s", exc)
                     self.failed = exc
                     for _, future in self._waiters:
                         if not future.done():
                             future.set_exception(RuntimeError("the record store failed"))
                     self._waiters.clear()
+                    if self.on_failure is not None:
+                        self.on_failure(exc)
                     return
                 if self.on_fsync is not None:
                     self.on_fsync(loop.time() - started)

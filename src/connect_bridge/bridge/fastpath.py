@@ -25,40 +25,64 @@ _HEARTBEAT = int(ApiKey.CONNECT_GROUP_HEARTBEAT)
 _FLEXIBLE_RESPONSE_HEADER = 1
 
 
+_ENTRY_OVERHEAD = 256
+"""Bytes counted per cache entry besides its key (the dict slot, the decoded request or body)."""
+
+
 class _Lru(OrderedDict):
-    def __init__(self, limit: int) -> None:
+    """Least recently used entries go first once the entries' bytes exceed ``limit_bytes``."""
+
+    def __init__(self, limit_bytes: int) -> None:
         super().__init__()
-        self.limit = limit
+        self.limit_bytes = limit_bytes
+        self.bytes = 0
+
+    @staticmethod
+    def _cost(key: Any) -> int:
+        return _ENTRY_OVERHEAD + (len(key) if isinstance(key, bytes) else sum(len(str(k)) for k in key))
 
     def put(self, key: Any, value: Any) -> None:
+        if key not in self:
+            self.bytes += self._cost(key)
         self[key] = value
-        if len(self) > self.limit:
-            self.popitem(last=False)
+        while self.bytes > self.limit_bytes and self:
+            old, _ = self.popitem(last=False)
+            self.bytes -= self._cost(old)
 
 
 class SteadyHeartbeats:
     def __init__(
-        self, coordinator: Callable[[], GroupCoordinator], clock: Callable[[], int], limit: int = 50_000
+        self,
+        coordinator: Callable[[], GroupCoordinator],
+        clock: Callable[[], int],
+        limit_bytes: int = 16 * 1024 * 1024,
+        max_frame: int = 4096,
     ) -> None:
         self.coordinator = coordinator
         self.clock = clock
-        self.requests: _Lru = _Lru(limit)
-        self.bodies: _Lru = _Lru(limit)
+        self.max_frame = max_frame
+        """Larger frames take the full path (a steady heartbeat is a few dozen bytes)."""
+        self.requests: _Lru = _Lru(limit_bytes // 2)
+        self.bodies: _Lru = _Lru(limit_bytes // 2)
 
     def answer(self, payload: bytes) -> bytes | None:
         """The framed response, or None when this frame needs the full path."""
         api_key, version, correlation = _KEY.unpack_from(payload, 0)
-        if api_key != _HEARTBEAT or version != 0:
+        if api_key != _HEARTBEAT or version != 0 or len(payload) > self.max_frame:
             return None
         key = payload[:4] + payload[8:]
         req: HeartbeatRequest | None = self.requests.get(key)
+        known = req is not None
         if req is None:
             decoded = decode_request(payload, framed=False)
             req = wm.heartbeat_from_wire(decoded.body, decoded.client_id or "", "")
             if not _steady_request(req):
                 return None
-            self.requests.put(key, req)
         resp = self.coordinator().connect_heartbeat(req, self.clock())
+        if not known and resp.error_code == 0:
+            # Cached only once the coordinator knew the member: requests naming unknown members
+            # must not fill the cache (issue 11.4).
+            self.requests.put(key, req)
         if resp.assignment is not None or resp.error_code != 0:
             # Not steady after all: the caller must not have changed state twice, so answer here.
             return response_frame(

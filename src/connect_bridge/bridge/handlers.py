@@ -24,6 +24,7 @@ from connect_bridge.state import api as napi
 from connect_bridge.state import classic_api as capi
 from connect_bridge.state.classic_group import ClassicDescribedGroup
 from connect_bridge.state.coordinator import GroupCoordinator
+from connect_bridge.state.limits import RequestLimits, oversize
 
 BRIDGE_NODE_ID = 0
 CLUSTER_ID = "connect-bridge"
@@ -136,8 +137,10 @@ class LocalApis:
         clock: Callable[[], int] = now_ms,
         node_id: int = BRIDGE_NODE_ID,
         api_versions: Callable[[], Any] | None = None,
+        limits: RequestLimits | None = None,
     ) -> None:
         self.coordinator = coordinator
+        self.limits = limits if limits is not None else RequestLimits()
         self.advertised = advertised
         self.node_id = node_id
         self._api_versions = api_versions
@@ -168,6 +171,9 @@ class LocalApis:
             engine_req = api.from_wire(req.body, version, client)
         except CodecError as exc:
             return api.to_wire(api.error(int(ErrorCode.INVALID_REQUEST), str(exc)), version)
+        too_large = oversize(engine_req, self.limits)
+        if too_large is not None:  # refused before anything changes (issue 11.1, 11.2)
+            return api.to_wire(api.error(int(ErrorCode.INVALID_REQUEST), too_large), version)
         parked: Parked | None = None
         if api.parks:
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()

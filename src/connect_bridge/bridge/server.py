@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
+import resource
+import secrets
 import signal
 import struct
 import time
@@ -34,6 +37,7 @@ from connect_bridge.bridge.proxy import (
     group_matcher,
     produce_acks,
 )
+from connect_bridge.bridge.store import StoreError
 from connect_bridge.codecs.messages import ApiKey, api_spec
 from connect_bridge.codecs.requests import (
     DecodedRequest,
@@ -44,12 +48,17 @@ from connect_bridge.codecs.requests import (
 )
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.coordinator import GroupCoordinator
+from connect_bridge.state.limits import RequestLimits
 from connect_bridge.state.model import ConfigView
 
 log = logging.getLogger("connect_bridge.server")
 _SIZE = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 _PEEK = struct.Struct(">hhi")
+FILES_RESERVED = 64
+"""Open files kept for the state log, the metrics listener, upstream links and the executor."""
+LARGE_FRAME = 1024 * 1024
+"""Frames above this count against ``max_buffered_bytes`` while they are read."""
 LOCAL_ONLY = {
     ApiKey.API_VERSIONS,
     ApiKey.CONNECT_GROUP_HEARTBEAT,
@@ -59,7 +68,7 @@ LOCAL_ONLY = {
 }
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class _Connection:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
@@ -69,8 +78,10 @@ class _Connection:
     links: dict[int, UpstreamLink] = field(default_factory=dict)
     queue: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     pending: int = 0
-    last_read: float = field(default_factory=time.monotonic)
     """Responses queued or being written: a new one may skip the queue only when this is 0."""
+    last_read: float = field(default_factory=time.monotonic)
+    answered: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set whenever a queued response went out (the reader waits on it at the in-flight limit)."""
 
 
 @dataclass
@@ -91,6 +102,12 @@ class ServerOptions:
     """Listener port of upstream broker N is base + N (default: the listen port + 1)."""
     coordinated_groups: list[str] | None = None
     """Regexes of the groups the bridge coordinates; None = all (embedded) / 'connect.*' (proxy)."""
+    limits: RequestLimits = field(default_factory=RequestLimits)
+    max_inflight_per_connection: int = 64
+    """Requests read and not yet answered on one connection before the bridge stops reading it."""
+    max_buffered_bytes: int = 256 * 1024 * 1024
+    """Bytes of large frames being read at once, over all connections."""
+    heartbeat_cache_bytes: int = 16 * 1024 * 1024
 
 
 class BridgeServer:
@@ -101,9 +118,18 @@ class BridgeServer:
         self.store = store
         self.metrics = metrics
         self.clock = clock
-        self.coordinator = GroupCoordinator(options.coordinator)
+        config = options.coordinator
+        if not config.member_id_salt:  # unguessable member ids on the wire (issue 11.3)
+            config = dataclasses.replace(config, member_id_salt=secrets.token_hex(16))
+        self.coordinator = GroupCoordinator(config)
         self.loaded = False
-        self.committer = Committer(store, on_fsync=self._observe_fsync)
+        self.failure: str | None = None
+        """Why the bridge stopped itself (a background task or the store failed); None while healthy."""
+        self._buffered = 0
+        self._accept_failed = _RateLimited()
+        self._refused = _RateLimited()
+        """Bytes of large frames being read right now, over all connections."""
+        self.committer = Committer(store, on_fsync=self._observe_fsync, on_failure=self._store_failed)
         self._server: asyncio.AbstractServer | None = None
         self._timer_wake = asyncio.Event()
         self._sleeping_until: int | None = None
@@ -111,6 +137,7 @@ class BridgeServer:
         self._tasks: list[asyncio.Task[Any]] = []
         self._connections: set[asyncio.Task[Any]] = set()
         self._writers: set[asyncio.StreamWriter] = set()
+        self.open_connections: set[_Connection] = set()
         self._stopping = asyncio.Event()
         self.port = options.port
         self.apis: LocalApis | None = None
@@ -121,6 +148,9 @@ class BridgeServer:
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._limit_connections_to_open_files()
+        loop.set_exception_handler(self._loop_exception)
         self.committer.start()
         self._server = await asyncio.start_server(
             self._on_connection, self.options.host, self.options.port, limit=64 * 1024
@@ -142,10 +172,45 @@ class BridgeServer:
             self.clock,
             node_id=node,
             api_versions=(lambda: api_versions_response(self.proxy)) if self.proxy else None,
+            limits=self.options.limits,
         )
-        self.steady = SteadyHeartbeats(lambda: self.coordinator, self.clock)
-        self._tasks.append(asyncio.get_running_loop().create_task(self._load(), name="load"))
+        self.steady = SteadyHeartbeats(
+            lambda: self.coordinator, self.clock, limit_bytes=self.options.heartbeat_cache_bytes
+        )
+        self._tasks.append(self.supervise(self._load(), "loading the state"))
         log.info("listening on %s:%d (advertised %s:%d)", self.options.host, self.port, *advertised)
+
+    def _limit_connections_to_open_files(self) -> None:
+        """Keep ``max_connections`` below the open-file limit (raised to its hard limit first): at
+        the limit every accept fails, and each failure used to log a traceback (issue 11.8)."""
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or hard > soft):
+            with contextlib.suppress(ValueError, OSError):
+                resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+                soft = hard
+        if soft == resource.RLIM_INFINITY:
+            return
+        room = max(1, soft - min(FILES_RESERVED, soft // 4))
+        if self.options.max_connections > room:
+            log.warning(
+                "max_connections %d is above what the open-file limit %d allows: using %d",
+                self.options.max_connections,
+                soft,
+                room,
+            )
+            self.options.max_connections = room
+
+    def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """Out-of-resource accept failures: one line per second at most, no traceback."""
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and "out of system resource" in str(context.get("message", "")):
+            self._accept_failed.log(
+                "cannot accept connections: %s; raise the open-file limit (ulimit -n) or lower "
+                "max_connections",
+                exc.strerror or exc,
+            )
+            return
+        loop.default_exception_handler(context)
 
     async def _start_proxy(self, advertised_host: str) -> int:
         """Discover the upstream brokers and open one listener per broker (base port + node id)."""
@@ -174,15 +239,56 @@ class BridgeServer:
         )
         return self._bootstrap_node
 
+    @property
+    def ready(self) -> bool:
+        """Serving group APIs from durable state: loaded, and nothing failed since."""
+        return self.loaded and self.failure is None
+
+    def supervise(self, coro: Any, what: str) -> asyncio.Task[Any]:
+        """Run a background task whose failure must stop the bridge, never die silently."""
+
+        async def guarded() -> None:
+            try:
+                await coro
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                self.fatal(f"{what} failed: {exc}")
+
+        return asyncio.get_running_loop().create_task(guarded(), name=what)
+
+    def fatal(self, reason: str) -> None:
+        """Stop serving with one line saying why; ``connect-bridge serve`` then exits non-zero.
+
+        State in memory may now differ from what is durable, so nothing more may be answered from
+        it: readiness drops at once and every connection is closed by the stop.
+        """
+        if self.failure is None:
+            self.failure = reason
+            log.error("stopping: %s", reason)
+        for writer in list(self._writers):
+            writer.transport.abort()
+        self._stopping.set()
+
+    def _store_failed(self, exc: BaseException) -> None:
+        self.fatal(f"the record store failed: {exc}; free the disk or fix the state directory, then restart")
+
     async def _load(self) -> None:
-        records = await asyncio.get_running_loop().run_in_executor(None, self.store.load)
+        try:
+            records = await asyncio.get_running_loop().run_in_executor(None, self.store.load)
+        except StoreError as exc:
+            self.fatal(
+                f"cannot load the saved state: {exc}. Restore the state directory from a backup, or move "
+                "it away to start with no state (every group then rebalances from nothing)"
+            )
+            return
         self.coordinator.replay(records, self.clock())
         self.loaded = True
         if self._pending_view is not None:
             self.set_config_view(self._pending_view)
         log.info("loaded %d records; coordinating %d groups", len(records), len(self.coordinator.groups))
         self.after_step()
-        self._tasks.append(asyncio.get_running_loop().create_task(self._timer_loop(), name="timers"))
+        self._tasks.append(self.supervise(self._timer_loop(), "the timer loop"))
 
     def install_signal_handlers(self) -> None:
         loop = asyncio.get_running_loop()
@@ -224,7 +330,13 @@ class BridgeServer:
     def after_step(self) -> None:
         """After any coordinator call: persist records, release parked responses, re-arm timers."""
         records = self.coordinator.drain_records()
-        self.committer.submit(records)
+        try:
+            self.committer.submit(records)
+        except Exception as exc:
+            # Memory has changed and the records cannot be written: never answer from that state.
+            # Request limits (state/limits.py) keep every record storable, so this is a bug or a disk.
+            self.fatal(f"cannot write {len(records)} records: {exc}")
+            raise
         if records:
             log_decisions(records)
         for token, response in self.coordinator.drain_responses():
@@ -267,7 +379,8 @@ class BridgeServer:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, node_id: int | None = None
     ) -> None:
         if len(self._connections) >= self.options.max_connections:
-            log.warning("connection limit %d reached: closing a new connection", self.options.max_connections)
+            limit = self.options.max_connections
+            self._refused.log("connection limit %d reached: closing new connections", limit)
             writer.close()
             return
         task = asyncio.current_task()
@@ -279,6 +392,7 @@ class BridgeServer:
         peer = writer.get_extra_info("peername")
         conn = _Connection(reader, writer, f"/{peer[0]}" if peer else "")
         conn.node_id = self._bootstrap_node if node_id is None else node_id
+        self.open_connections.add(conn)
         sender = asyncio.get_running_loop().create_task(self._send_loop(conn))
         watchdog = asyncio.get_running_loop().create_task(self._idle_watchdog(conn))
         try:
@@ -300,12 +414,18 @@ class BridgeServer:
                 await writer.wait_closed()
             self._connections.discard(task)
             self._writers.discard(writer)
+            self.open_connections.discard(conn)
             if self.metrics is not None:
                 self.metrics.connections.dec()
 
     async def _read_loop(self, conn: _Connection) -> None:
         reader = conn.reader
         while True:
+            while conn.pending >= self.options.max_inflight_per_connection:
+                # Kafka reads one request per connection at a time; a pipelining client gets this
+                # many before the bridge stops reading (a parked JoinGroup cannot grow the queue).
+                conn.answered.clear()
+                await conn.answered.wait()
             try:
                 size_bytes = await reader.readexactly(4)
             except asyncio.IncompleteReadError:
@@ -317,7 +437,9 @@ class BridgeServer:
                     "closing %s: frame of %d bytes (limit %d)", conn.host, size, self.options.max_frame_bytes
                 )
                 return
-            payload = await reader.readexactly(size)
+            payload = await self._read_payload(conn, size)
+            if payload is None:
+                return
             started = time.perf_counter()
             if self.loaded and len(payload) >= 8:
                 try:
@@ -358,6 +480,24 @@ class BridgeServer:
                 )
                 return
             await self._respond(conn, request, outcome, self.committer.written, started)
+
+    async def _read_payload(self, conn: _Connection, size: int) -> bytes | None:
+        """The frame's bytes; large frames share one budget over all connections (issue 11.4)."""
+        if size <= LARGE_FRAME:
+            return await conn.reader.readexactly(size)
+        if self._buffered + size > self.options.max_buffered_bytes:
+            log.warning(
+                "closing %s: a %d-byte frame would exceed the %d bytes of large frames being read at once",
+                conn.host,
+                size,
+                self.options.max_buffered_bytes,
+            )
+            return None
+        self._buffered += size
+        try:
+            return await conn.reader.readexactly(size)
+        finally:
+            self._buffered -= size
 
     def _answers_locally(self, payload: bytes) -> bool:
         """In proxy mode: the bridge's own APIs, and group APIs of the groups it coordinates."""
@@ -428,8 +568,9 @@ class BridgeServer:
         while True:
             remaining = conn.last_read + idle - time.monotonic()
             if remaining <= 0:
+                # abort, not close: a client that never reads keeps close() waiting for a flush
                 log.info("closing idle connection from %s", conn.host)
-                conn.writer.close()
+                conn.writer.transport.abort()
                 return
             await asyncio.sleep(remaining)
 
@@ -457,6 +598,7 @@ class BridgeServer:
                 await self.committer.durable(seq)
                 writer.write(self._encode(request, outcome, started))
             conn.pending -= 1
+            conn.answered.set()
             await writer.drain()
 
     def _encode(self, request: DecodedRequest | None, outcome: Any, started: float) -> bytes:
@@ -483,6 +625,25 @@ class BridgeServer:
                 described, "group_epoch", getattr(self.coordinator.groups[gid], "generation_id", 0)
             )
             self.metrics.observe_group(gid, epoch, members)
+
+
+class _RateLimited:
+    """A warning that a client can trigger at will: logged at most once a second, with a count."""
+
+    def __init__(self, interval_s: float = 1.0) -> None:
+        self.interval_s = interval_s
+        self.suppressed = 0
+        self.last = -1e9
+
+    def log(self, message: str, *args: Any) -> None:
+        now = time.monotonic()
+        if now - self.last < self.interval_s:
+            self.suppressed += 1
+            return
+        more = f" ({self.suppressed} more since the last report)" if self.suppressed else ""
+        log.warning(message + more, *args)
+        self.last = now
+        self.suppressed = 0
 
 
 def _unsupported_api_versions(apis: LocalApis) -> Any:

@@ -28,12 +28,14 @@ from pydantic import (
 )
 
 from connect_bridge.state.config import CoordinatorConfig, MigrationPolicy
+from connect_bridge.state.limits import INT16_STRING_BYTES, RequestLimits
 
 MiB = 1024 * 1024
 DEFAULT_MAX_FRAME_BYTES = 100 * MiB
 MAX_INT32 = 2**31 - 1
 
 _DEFAULTS = CoordinatorConfig()
+_LIMITS = RequestLimits()
 _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _HOST_PORT = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.%\w]+)\]|(?P<host>[^\s:\[\]]+)):(?P<port>\d{1,5})$")
@@ -116,6 +118,30 @@ class CoordinatorSettings(_Strict):
         return CoordinatorConfig(**self.model_dump())
 
 
+class LimitsSettings(_Strict):
+    """Bounds on what one client controls (docs/serve.md "Limits"): request contents, buffered bytes,
+    requests in flight per connection, cache sizes."""
+
+    max_string_bytes: int = Field(_LIMITS.max_string_bytes, gt=0, le=INT16_STRING_BYTES)
+    max_bytes_field: int = Field(_LIMITS.max_bytes_field, gt=0)
+    max_items: int = Field(_LIMITS.max_items, gt=0)
+    max_request_bytes: int = Field(_LIMITS.max_request_bytes, gt=0, le=32 * 1024 * 1024)
+    max_inflight_per_connection: int = Field(64, gt=0)
+    """Requests read but not yet answered on one connection; past this the bridge stops reading it."""
+    max_buffered_bytes: int = Field(256 * 1024 * 1024, gt=0)
+    """Bytes of large frames (over 1 MiB) being read at once over all connections."""
+    heartbeat_cache_bytes: int = Field(16 * 1024 * 1024, gt=0)
+    """Memory for the steady-heartbeat cache (request bytes kept per stable member)."""
+
+    def to_limits(self) -> RequestLimits:
+        return RequestLimits(
+            max_string_bytes=self.max_string_bytes,
+            max_bytes_field=self.max_bytes_field,
+            max_items=self.max_items,
+            max_request_bytes=self.max_request_bytes,
+        )
+
+
 class ConfigViewSource(_Strict):
     """A JSON file holding the config view (``config_source.read_config_view`` describes the format).
 
@@ -154,6 +180,7 @@ class BridgeSettings(_Strict):
     max_connections: int = Field(10000, gt=0)
     idle_timeout_ms: int = Field(600000, gt=0)
     coordinator: CoordinatorSettings = CoordinatorSettings()
+    limits: LimitsSettings = LimitsSettings()
     config_view: ConfigViewSource | None = None
     upstream: list[RemoteAddress] = []
     """Bootstrap brokers of the real cluster (HOST:PORT); what the bridge does not answer goes there."""
@@ -364,6 +391,16 @@ coordinator:
   classic_initial_rebalance_delay_ms: 3000
   classic_min_session_timeout_ms: 6000
   classic_max_session_timeout_ms: 1800000
+
+# What one client may send and hold (docs: "Hostile or broken input").
+limits:
+  max_string_bytes: 4096
+  max_bytes_field: 1048576
+  max_items: 100000
+  max_request_bytes: 8388608
+  max_inflight_per_connection: 64
+  max_buffered_bytes: 268435456
+  heartbeat_cache_bytes: 16777216
 
 # The config view (connectors and task counts), read from a JSON file that is watched for changes:
 #   {"offset": 42, "connectors": {"orders-sink": 4, "users-source": 1}}

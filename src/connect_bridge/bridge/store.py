@@ -75,6 +75,7 @@ VERSION = 1
 HEADER = MAGIC + struct.pack(">H", VERSION)
 LOG_NAME = "log"
 TMP_NAME = "log.compact.tmp"
+NEW_NAME = "log.new"
 LOCK_NAME = "LOCK"
 
 _FRAME_HEAD = struct.Struct(">II")  # payload length, crc32
@@ -304,21 +305,15 @@ class FileRecordStore:
         if tmp.exists():
             log.warning("removing stale %s left by an interrupted compaction", tmp)
             tmp.unlink()
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        f = os.fdopen(fd, "r+b")
+        if not self.path.exists():
+            self._create()
+        f = open(self.path, "r+b")
         try:
             data = f.read()
             valid_end = self._scan(memoryview(data))
             if valid_end < len(data):
                 f.truncate(valid_end)
                 os.fsync(f.fileno())
-            if valid_end == 0:
-                f.seek(0)
-                f.write(HEADER)
-                f.flush()
-                os.fsync(f.fileno())
-                _fsync_dir(self.state_dir)
-                valid_end = len(HEADER)
             f.seek(valid_end)
         except BaseException:
             f.close()
@@ -327,15 +322,23 @@ class FileRecordStore:
         self._size = valid_end
         return f
 
+    def _create(self) -> None:
+        """A new log, header included, appears atomically: so a log without its header (an empty
+        file too) is never our own crash, always damage, and is refused rather than started over."""
+        new = self.state_dir / NEW_NAME
+        with open(new, "wb") as out:
+            out.write(HEADER)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(new, self.path)
+        _fsync_dir(self.state_dir)
+
     def _scan(self, data: memoryview) -> int:
-        """Index every frame; return the offset where valid data ends (0 = no usable header)."""
+        """Index every frame; return the offset where valid data ends."""
         size = len(data)
         if size < len(HEADER):
-            if bytes(data) != HEADER[:size]:
-                raise StoreCorrupted(self.path, 0, "not a connect-bridge record log (bad header)")
-            if size:
-                log.warning("%s: truncating a torn %d-byte header", self.path, size)
-            return 0
+            what = "empty" if size == 0 else f"{size} bytes, shorter than its header"
+            raise StoreCorrupted(self.path, 0, f"the log is {what}")
         if bytes(data[: len(MAGIC)]) != MAGIC:
             raise StoreCorrupted(self.path, 0, "not a connect-bridge record log (bad magic)")
         (version,) = struct.unpack_from(">H", data, len(MAGIC))
@@ -369,8 +372,22 @@ class FileRecordStore:
 
     # ------------------------------------------------------------------ writing
     def append(self, records: Sequence[Record]) -> None:
-        """Encode and buffer-write records. Not durable until ``sync``."""
-        encoded = [encode_record(r) for r in records]
+        """Encode and buffer-write records. Not durable until ``sync``.
+
+        Every record is encoded and size-checked before anything is written, so a record the log
+        could never read back (over ``MAX_PAYLOAD``, or not encodable) raises ``StoreError`` and
+        leaves the file as it was.
+        """
+        try:
+            encoded = [encode_record(r) for r in records]
+        except (CodecError, ValueError, OverflowError, struct.error) as exc:
+            raise StoreError(f"{self.path}: cannot encode a record: {exc}") from exc
+        for key, value in encoded:
+            size = _MIN_PAYLOAD + len(key) + len(value or b"")
+            if size > MAX_PAYLOAD:
+                raise StoreError(
+                    f"{self.path}: a {size}-byte record exceeds the log's {MAX_PAYLOAD}-byte limit"
+                )
         buf = b"".join(encode_frame(k, v) for k, v in encoded)
         with self._lock:
             f = self._ensure_loaded()

@@ -631,7 +631,8 @@ class ClassicGroup:
         prefix = group_instance_id if group_instance_id is not None else client_id
         while True:
             self.member_seq += 1
-            suffix = uuid.uuid5(_MEMBER_ID_NAMESPACE, f"{self.group_id}/{self.member_seq}/{now_ms}")
+            name = f"{self.config.member_id_salt}{self.group_id}/{self.member_seq}/{now_ms}"
+            suffix = uuid.uuid5(_MEMBER_ID_NAMESPACE, name)
             member_id = f"{prefix}-{suffix}"
             if member_id not in self.members and member_id not in self.pending_members:
                 return member_id

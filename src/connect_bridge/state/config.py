@@ -35,3 +35,7 @@ class CoordinatorConfig:
     classic_initial_rebalance_delay_ms: int = 3000
     classic_min_session_timeout_ms: int = 6000
     classic_max_session_timeout_ms: int = 1800000
+    member_id_salt: str = ""
+    """Secret mixed into the member ids the coordinator makes up, so nobody can guess another
+    worker's id (ids are bearer tokens). The server draws a random one at start; simulations leave
+    it empty, so their ids stay reproducible. Not a setting: it is never persisted or shown."""

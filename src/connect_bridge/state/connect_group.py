@@ -332,7 +332,7 @@ class ConnectGroup:
     def new_member_id(self) -> str:
         seq = self.metadata.member_seq + 1
         self._set_metadata(member_seq=seq)
-        return str(uuid.uuid5(_MEMBER_ID_NAMESPACE, f"{self.group_id}/{seq}"))
+        return str(uuid.uuid5(_MEMBER_ID_NAMESPACE, f"{self.config.member_id_salt}{self.group_id}/{seq}"))
 
     def add_member(self, member_id: str, metadata: MemberMetadata, now_ms: int) -> Member:
         member = Member(member_id, metadata, CurrentAssignment())

@@ -1,0 +1,347 @@
+"""Issue 11: what one client sends cannot make the state unloadable, stop the timers, or grow memory
+without bound; a background failure stops the bridge with one line instead of hiding.
+
+Each test reproduces a red-team finding against a real ``BridgeServer`` on a socket (the harness of
+``test_server``) or ``connect-bridge serve`` as a subprocess.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from connect_bridge.bridge import wire_map as wm
+from connect_bridge.bridge.fastpath import _Lru
+from connect_bridge.bridge.store import HEADER, FileRecordStore, MemoryRecordStore
+from connect_bridge.codecs import messages as m
+from connect_bridge.state import api as napi
+from connect_bridge.state.config import CoordinatorConfig
+from test_server import (
+    HOST,
+    INVALID_REQUEST,
+    SIZE,
+    G,
+    api_versions_ok,
+    connection,
+    frame,
+    join_message,
+    new_heartbeat,
+    new_join,
+    protocols,
+    raw_socket,
+    read_frame,
+    run,
+    running,
+    wait_until,
+)
+
+# ------------------------------------------------------------------------------ 11.1 / 11.2 sizes
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("url", "http://" + "u" * 5_000_000),  # the 70 MB URL, scaled down: any string over the limit
+        ("member_id", "m" * 40_000),  # past the int16 string a record can hold
+        ("group_id", "g" * 40_000),
+        ("instance_id", "i" * 40_000),
+    ],
+)
+def test_a_request_whose_record_cannot_be_stored_is_refused_before_anything_changes(
+    tmp_path: Path, field: str, value: str
+) -> None:
+    async def attack(port: int) -> None:
+        async with connection(port) as conn:
+            fields: dict[str, Any] = {"group_id": G, "member_id": "", "member_epoch": 0}
+            fields[field] = value
+            req = napi.HeartbeatRequest(
+                **fields, rebalance_timeout_ms=60_000, url=fields.get("url", "http://w:8083"),
+                config_offset=5, owned=frozenset(),
+            ) if field != "url" else napi.HeartbeatRequest(
+                G, "", 0, rebalance_timeout_ms=60_000, url=value, config_offset=5, owned=frozenset()
+            )
+            answer = await new_heartbeat(conn, req)
+            assert answer.error_code == INVALID_REQUEST
+            assert field in (answer.error_message or "")
+            # The same connection goes on serving, and a normal member joins.
+            assert (await new_join(conn)).error_code == 0
+
+    with running(FileRecordStore.open(tmp_path)) as srv:
+        before = srv.snapshot()["groups"]
+        assert before == {}
+        run(attack(srv.port), timeout=60)
+        assert srv.server.failure is None
+        members = srv.on_loop(lambda: list(srv.server.coordinator.groups[G].members))
+        assert len(members) == 1
+    with running(FileRecordStore.open(tmp_path)) as srv:  # and the state loads again
+        assert srv.on_loop(lambda: len(srv.server.coordinator.groups[G].members)) == 1
+
+
+def test_a_classic_join_with_an_oversized_protocol_is_refused() -> None:
+    huge = (("sessioned", b"\x00" * (2 * 1024 * 1024)),)
+
+    async def attack(port: int) -> None:
+        async with connection(port) as conn:
+            answer = wm.join_response_from_wire(await conn.request(join_message("", huge), 7))
+            assert answer.error_code == INVALID_REQUEST
+            ok = wm.join_response_from_wire(await conn.request(join_message("", protocols("http://w")), 7))
+            assert ok.error_code != INVALID_REQUEST
+
+    with running() as srv:
+        run(attack(srv.port))
+
+
+# ------------------------------------------------------------------------------ 11.1 loading
+
+
+def serve(state_dir: Path, timeout: float = 20) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable, "-m", "connect_bridge.cli", "serve", "--state-dir", str(state_dir),
+            "--listen", "127.0.0.1:0", "--metrics-listen", "off",
+        ],
+        capture_output=True, text=True, timeout=timeout, check=False,
+    )
+
+
+def corrupt_in_the_middle(state_dir: Path) -> int:
+    from test_store import config
+
+    with FileRecordStore.open(state_dir) as store:
+        store.commit([config("a", 1)])
+        middle = store.size
+        store.commit([config("b", 2)])
+    path = state_dir / "log"
+    data = bytearray(path.read_bytes())
+    data[middle - 1] ^= 0xFF  # the first frame's last byte: a valid frame follows it
+    path.write_bytes(bytes(data))
+    return len(HEADER)
+
+
+@pytest.mark.parametrize("damage", ["middle", "header", "empty"])
+def test_a_log_that_cannot_be_loaded_stops_serve_with_one_line(tmp_path: Path, damage: str) -> None:
+    offset = 0
+    if damage == "middle":
+        offset = corrupt_in_the_middle(tmp_path)
+    elif damage == "header":
+        (tmp_path / "log").write_bytes(b"XXLOG\x00\x00\x01")
+    else:
+        (tmp_path / "log").write_bytes(b"")
+    done = serve(tmp_path)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1, done.stderr
+    assert f"byte offset {offset}" in errors[0] and "backup" in errors[0]
+
+
+def test_a_load_failure_makes_the_server_not_ready_and_stop(tmp_path: Path) -> None:
+    corrupt_in_the_middle(tmp_path)
+    with running(FileRecordStore.open(tmp_path), wait=False) as srv:
+        wait_until(lambda: srv.on_loop(lambda: srv.server.failure is not None))
+        assert "corrupt log" in srv.server.failure
+        assert not srv.on_loop(lambda: srv.server.ready)
+        assert srv.on_loop(lambda: srv.server._stopping.is_set())
+
+
+# ------------------------------------------------------------------------------ no silent death
+
+
+class FailingStore(MemoryRecordStore):
+    """A disk that fills up: ``sync`` fails once ``full`` is set."""
+
+    full = False
+
+    def sync(self) -> None:
+        if self.full:
+            raise OSError(28, "No space left on device")
+        super().sync()
+
+
+def test_a_failed_store_stops_the_bridge_and_reveals_nothing_uncommitted() -> None:
+    store = FailingStore()
+
+    async def join_on_a_full_disk(port: int) -> None:
+        async with connection(port) as conn:
+            with pytest.raises(Exception):  # noqa: B017 - the connection is closed, no answer
+                await new_join(conn)
+
+    with running(store) as srv:
+        store.full = True
+        run(join_on_a_full_disk(srv.port))
+        wait_until(lambda: srv.on_loop(lambda: srv.server.failure is not None))
+        assert "No space left" in srv.server.failure
+        assert not srv.on_loop(lambda: srv.server.ready)
+
+
+def test_a_failing_timer_loop_stops_the_bridge() -> None:
+    config = CoordinatorConfig(
+        session_timeout_ms=300, heartbeat_interval_ms=100, classic_initial_rebalance_delay_ms=0
+    )
+
+    def boom(now_ms: int) -> None:
+        raise RuntimeError("a timer blew up")
+
+    with running(coordinator=config) as srv:
+        srv.on_loop(lambda: setattr(srv.server.coordinator, "advance", boom))
+
+        async def join(port: int) -> None:
+            async with connection(port) as conn:
+                assert (await new_join(conn)).error_code == 0
+
+        run(join(srv.port))
+        wait_until(lambda: srv.on_loop(lambda: srv.server.failure is not None))
+        assert "timer loop failed: a timer blew up" in srv.server.failure
+
+
+def test_a_failing_config_watcher_stops_the_bridge() -> None:
+    async def broken() -> None:
+        raise OSError("config topic unreachable")
+
+    with running() as srv:
+        srv.on_loop(lambda: srv.server.supervise(broken(), "the config view watcher"))
+        wait_until(lambda: srv.on_loop(lambda: srv.server.failure is not None))
+        assert srv.server.failure == "the config view watcher failed: config topic unreachable"
+
+
+# ------------------------------------------------------------------------------ 11.4 memory
+
+
+def test_heartbeats_of_unknown_members_are_not_cached() -> None:
+    async def spray(port: int) -> None:
+        async with connection(port) as conn:
+            for i in range(50):
+                beat = await new_heartbeat(conn, napi.HeartbeatRequest(G, f"nobody-{i}" + "x" * 1000, 1))
+                assert beat.error_code != 0
+
+    with running() as srv:
+        run(spray(srv.port))
+        assert srv.on_loop(lambda: len(srv.server.steady.requests)) == 0
+
+
+def test_the_heartbeat_cache_is_bounded_in_bytes() -> None:
+    cache = _Lru(10_000)
+    for i in range(1_000):
+        cache.put(bytes(500) + i.to_bytes(4, "big"), i)
+    assert cache.bytes <= 10_000 and 0 < len(cache) < 20
+    assert list(cache.values())[-1] == 999  # the newest stays
+
+
+def test_pipelined_requests_behind_a_parked_join_stop_being_read() -> None:
+    """A parked JoinGroup followed by pipelined requests grew the connection's queue without
+    limit (1.45 GB in 61 s); now the bridge stops reading at the in-flight limit."""
+    parks = CoordinatorConfig(classic_initial_rebalance_delay_ms=60_000)
+    with running(max_inflight_per_connection=8, coordinator=parks) as srv, raw_socket(srv.port) as sock:
+        sock.sendall(frame(join_message("", protocols("http://w")), 7, 1))
+        sock.setblocking(False)
+        burst = b"".join(frame(m.ApiVersionsRequest(), 0, i) for i in range(2, 5000))
+        sent = 0
+        deadline = time.monotonic() + 1
+        while sent < len(burst) and time.monotonic() < deadline:
+            try:
+                sent += sock.send(burst[sent : sent + 65536])
+            except BlockingIOError:
+                time.sleep(0.01)
+        time.sleep(0.2)
+        pending = srv.on_loop(lambda: [c.pending for c in srv.server.open_connections])
+        assert pending and max(pending) <= 8, pending
+        assert api_versions_ok(srv.port)  # other clients are served meanwhile
+
+
+def test_large_frames_share_one_budget() -> None:
+    with running(max_buffered_bytes=3 * 1024 * 1024) as srv:
+        with raw_socket(srv.port) as a, raw_socket(srv.port) as b:
+            a.sendall(SIZE.pack(2 * 1024 * 1024) + b"\x00" * 1000)  # a big frame, partly sent
+            wait_until(lambda: srv.on_loop(lambda: srv.server._buffered) > 0)
+            b.sendall(SIZE.pack(2 * 1024 * 1024) + b"\x00" * 1000)
+            assert read_frame(b) is None  # closed: the budget is taken
+        wait_until(lambda: srv.on_loop(lambda: srv.server._buffered) == 0)
+
+
+# ------------------------------------------------------------------------------ 11.5 never reading
+
+
+def test_a_client_that_never_reads_is_closed_at_the_idle_timeout() -> None:
+    """Behind a parked JoinGroup every answer queues; a client that keeps sending and never reads
+    used to be read forever (its queue growing, its idle clock reset by every request)."""
+    parks = CoordinatorConfig(classic_initial_rebalance_delay_ms=60_000)
+    with running(idle_timeout_ms=500, coordinator=parks) as srv:
+        sock = socket.create_connection((HOST, srv.port))
+        sock.sendall(frame(join_message("", protocols("http://w")), 7, 1))  # parks for a minute
+        sock.setblocking(False)
+        request = frame(m.ApiVersionsRequest(), 3, 7)
+        started = time.monotonic()
+        closed_after = None
+        while time.monotonic() - started < 4 and closed_after is None:
+            try:
+                sock.send(request * 20)
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed_after = time.monotonic() - started
+            if srv.connections() == 0:
+                closed_after = time.monotonic() - started
+            time.sleep(0.005)
+        sock.close()
+        assert closed_after is not None and closed_after < 3, closed_after
+        assert srv.on_loop(lambda: srv.server.failure) is None
+
+
+# ------------------------------------------------------------------------------ 11.3 member ids
+
+
+def test_member_ids_the_server_makes_up_cannot_be_guessed() -> None:
+    """Ids are bearer tokens: two bridges (or one restarted) hand the same first joiner different
+    ids, where a name-based id of (group, sequence) was the same everywhere."""
+
+    async def first_id(port: int) -> str:
+        async with connection(port) as conn:
+            joined = await new_join(conn)
+            assert joined.error_code == 0
+            return joined.member_id
+
+    ids = []
+    for _ in range(2):
+        with running() as srv:
+            ids.append(run(first_id(srv.port)))
+    assert ids[0] != ids[1]
+    # the simulator's coordinator (no salt) stays reproducible
+    assert CoordinatorConfig().member_id_salt == ""
+
+
+# ------------------------------------------------------------------------------ 11.8 open files
+
+
+def test_the_open_file_limit_costs_one_line_a_second_not_a_traceback_per_accept(tmp_path: Path) -> None:
+    command = (
+        f"ulimit -n 64; exec {sys.executable} -m connect_bridge.cli serve --state-dir {tmp_path / 's'} "
+        "--listen 127.0.0.1:0 --metrics-listen off"
+    )
+    errors = tmp_path / "stderr"
+    with errors.open("w") as err:
+        proc = subprocess.Popen(["bash", "-c", command], stdout=subprocess.PIPE, stderr=err, text=True)
+        try:
+            assert proc.stdout is not None
+            port = int(proc.stdout.readline().strip().rsplit(":", 1)[1])
+            socks = []
+            for _ in range(150):
+                try:
+                    socks.append(socket.create_connection((HOST, port), timeout=1))
+                except OSError:
+                    pass
+            time.sleep(2.5)
+            for sock in socks:
+                sock.close()
+        finally:
+            proc.terminate()
+            proc.wait(10)
+    text = errors.read_text()
+    assert "Traceback" not in text
+    assert len(text.splitlines()) < 30, text
+    assert "open-file limit" in text
