@@ -345,3 +345,26 @@ def test_the_open_file_limit_costs_one_line_a_second_not_a_traceback_per_accept(
     assert "Traceback" not in text
     assert len(text.splitlines()) < 30, text
     assert "open-file limit" in text
+
+
+def test_groups_are_bounded_with_a_retriable_error() -> None:
+    bounded = CoordinatorConfig(classic_initial_rebalance_delay_ms=0, max_groups=2)
+
+    def join(group: str) -> napi.HeartbeatRequest:
+        return napi.HeartbeatRequest(
+            group, "", 0, rebalance_timeout_ms=60_000, url="http://w", config_offset=5, owned=frozenset()
+        )
+
+    async def fill(port: int) -> None:
+        async with connection(port) as conn:
+            for group in ("g1", "g2"):
+                assert (await new_heartbeat(conn, join(group))).error_code == 0
+            assert (await new_heartbeat(conn, join("g3"))).error_code == 15  # COORDINATOR_NOT_AVAILABLE
+            classic = wm.join_response_from_wire(
+                await conn.request(join_message("", protocols("http://w"), group="g4"), 7)
+            )
+            assert classic.error_code == 15
+
+    with running(coordinator=bounded) as srv:
+        run(fill(srv.port))
+        assert sorted(srv.on_loop(lambda: list(srv.server.coordinator.groups))) == ["g1", "g2"]

@@ -92,6 +92,7 @@ class CoordinatorSettings(_Strict):
     scheduled_rebalance_max_delay_ms: int = Field(_DEFAULTS.scheduled_rebalance_max_delay_ms, ge=0)
     default_assignor: Literal["connect-cooperative", "connect-eager"] = "connect-cooperative"
     max_group_size: int = Field(_DEFAULTS.max_group_size, gt=0, le=MAX_INT32)
+    max_groups: int = Field(_DEFAULTS.max_groups, gt=0)
     migration_policy: MigrationPolicy = _DEFAULTS.migration_policy
     classic_initial_rebalance_delay_ms: int = Field(_DEFAULTS.classic_initial_rebalance_delay_ms, ge=0)
     classic_min_session_timeout_ms: int = Field(_DEFAULTS.classic_min_session_timeout_ms, gt=0)
@@ -387,6 +388,7 @@ coordinator:
   scheduled_rebalance_max_delay_ms: 300000   # Connect's scheduled.rebalance.max.delay.ms
   default_assignor: connect-cooperative      # or connect-eager
   max_group_size: 2147483647
+  max_groups: 100000
   migration_policy: bidirectional            # upgrade | downgrade | disabled
   classic_initial_rebalance_delay_ms: 3000
   classic_min_session_timeout_ms: 6000

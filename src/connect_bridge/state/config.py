@@ -31,6 +31,8 @@ class CoordinatorConfig:
     """Connect's ``scheduled.rebalance.max.delay.ms``: how long lost work waits for its worker."""
     default_assignor: str = COOPERATIVE
     max_group_size: int = 2147483647
+    max_groups: int = 100_000
+    """Groups one bridge coordinates; a join that would create one more gets COORDINATOR_NOT_AVAILABLE."""
     migration_policy: MigrationPolicy = MigrationPolicy.BIDIRECTIONAL
     classic_initial_rebalance_delay_ms: int = 3000
     classic_min_session_timeout_ms: int = 6000

@@ -65,6 +65,15 @@ class GroupCoordinator:
         self.groups[group_id] = group
         return group
 
+    def _full(self) -> bool:
+        """No room for another group (``max_groups``): memory and per-group work stay bounded."""
+        return len(self.groups) >= self.config.max_groups
+
+    def _full_message(self) -> str:
+        # Retriable for the client (Kafka's answer while a coordinator cannot take the group):
+        # a worker keeps trying and gets in once another group is gone.
+        return f"the bridge coordinates its maximum of {self.config.max_groups} groups"
+
     def connect_group(self, group_id: str) -> ConnectGroup | None:
         group = self.groups.get(group_id)
         return group if isinstance(group, ConnectGroup) else None
@@ -156,6 +165,13 @@ class GroupCoordinator:
                 return _not_found(req, converted)
             group = converted
         elif group is None:
+            if req.member_epoch == 0 and self._full():
+                return HeartbeatResponse(
+                    error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                    error_message=self._full_message(),
+                    member_id=req.member_id,
+                    member_epoch=req.member_epoch,
+                )
             if req.member_epoch != 0:
                 return HeartbeatResponse(
                     error_code=int(ErrorCode.UNKNOWN_MEMBER_ID),
@@ -235,6 +251,12 @@ class GroupCoordinator:
             self._flush(group)
             group = None
         if group is None:
+            if self._full():
+                return capi.JoinGroupResponse(
+                    error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+                    member_id=req.member_id,
+                    error_message=self._full_message(),
+                )
             group = self._new_classic(req.group_id)
         if isinstance(group, ConnectGroup):
             if not policy.allows_upgrade and not policy.allows_downgrade:
