@@ -368,3 +368,25 @@ def test_groups_are_bounded_with_a_retriable_error() -> None:
     with running(coordinator=bounded) as srv:
         run(fill(srv.port))
         assert sorted(srv.on_loop(lambda: list(srv.server.coordinator.groups))) == ["g1", "g2"]
+
+
+# ------------------------------------------------------------------------------ 11.8 terminals
+
+
+def test_describe_never_prints_a_client_chosen_escape_sequence() -> None:
+    """A worker's id or URL reaches ``connect-bridge describe``: control characters are escaped."""
+    from connect_bridge.bridge.describe import render_table
+
+    evil = "w\x1b]0;pwned\x07\x1b[2J"
+    member = {
+        "member_id": evil, "protocol": "new", "member_epoch": 1, "state": "stable",
+        "current": [evil], "target": [], "instance_id": None,
+    }
+    group = {
+        "group_id": evil, "group_type": "connect", "state": "stable", "group_epoch": 1,
+        "assignment_epoch": 1, "assignor": "connect-cooperative", "leader_id": evil, "leader_url": evil,
+        "config_offset": 5, "members": [member],
+    }
+    table = render_table([group])
+    assert "\x1b" not in table and "\x07" not in table
+    assert "w\\x1b]0;pwned\\x07" in table

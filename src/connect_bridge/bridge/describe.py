@@ -6,6 +6,7 @@ DescribeGroups, whose member assignments are decoded with the Connect codec.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from kafka.protocol.admin.groups import DescribeGroupsRequest
@@ -13,12 +14,17 @@ from kafka.protocol.admin.groups import DescribeGroupsRequest
 from connect_bridge.bridge import wire_map as wm
 from connect_bridge.bridge.client import KafkaConnection
 from connect_bridge.codecs.connect_protocol import decode_assignment
+from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.errors import CodecError
 from connect_bridge.codecs.ids import ConnectorTaskId
 from connect_bridge.state.legacy_members import MODE_OF_PROTOCOL
 
 DESCRIBE_GROUPS_VERSION = 5
 LIST_GROUPS_VERSION = 5
+DESCRIBE_BATCH = 500
+"""Groups named per describe request: well below the bridge's per-request bounds (docs/serve.md
+"Bounds on work per request"), which defer the rest of a request with COORDINATOR_LOAD_IN_PROGRESS."""
+_DEFERRED = int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
 
 
 def _items(items: Any) -> list[str]:
@@ -93,20 +99,67 @@ async def describe(host: str, port: int, group: str | None = None) -> list[dict[
         connect_ids = [g for g in wanted if types.get(g, "connect") == "connect"]
         classic_ids = [g for g in wanted if types.get(g) == "classic"]
         if connect_ids:
-            resp = await conn.request(wm.describe_to_wire(connect_ids), 0)
-            out += [_connect_group(g) for g in wm.describe_response_from_wire(resp)]
+
+            async def ask_connect(ids: list[str]) -> list[Any]:
+                return wm.describe_response_from_wire(await conn.request(wm.describe_to_wire(ids), 0))
+
+            out += [_connect_group(g) for g in await _in_batches(connect_ids, ask_connect)]
         if classic_ids:
-            request = DescribeGroupsRequest(groups=classic_ids, include_authorized_operations=False)
-            resp = await conn.request(request, DESCRIBE_GROUPS_VERSION)
-            out += [_classic_group(g) for g in wm.describe_groups_response_from_wire(resp)]
+
+            async def ask_classic(ids: list[str]) -> list[Any]:
+                request = DescribeGroupsRequest(groups=ids, include_authorized_operations=False)
+                resp = await conn.request(request, DESCRIBE_GROUPS_VERSION)
+                return wm.describe_groups_response_from_wire(resp)
+
+            out += [_classic_group(g) for g in await _in_batches(classic_ids, ask_classic)]
         return out
     finally:
         await conn.close()
 
 
+async def _in_batches(ids: list[str], ask: Callable[[list[str]], Awaitable[list[Any]]]) -> list[Any]:
+    """Every group of ``ids`` (in that order), asked ``DESCRIBE_BATCH`` at a time; groups the bridge
+    deferred are asked again while a round makes progress (none does while it is loading: then the
+    deferred answers are what is shown)."""
+    answers: dict[str, Any] = {}
+    pending = list(dict.fromkeys(ids))
+    while pending:
+        deferred: list[Any] = []
+        for i in range(0, len(pending), DESCRIBE_BATCH):
+            for g in await ask(pending[i : i + DESCRIBE_BATCH]):
+                if g.error_code == _DEFERRED:
+                    deferred.append(g)
+                else:
+                    answers[g.group_id] = g
+        if len(deferred) >= len(pending):
+            answers.update((g.group_id, g) for g in deferred)
+            break
+        pending = [g.group_id for g in deferred]
+    return [answers[gid] for gid in dict.fromkeys(ids) if gid in answers]
+
+
+def printable(value: Any) -> Any:
+    """``value`` with every string made safe for a terminal: ids, URLs and names are chosen by
+    clients, and an escape sequence in one must not reach the operator's terminal (issue 11.8).
+    Characters that are not printable are shown as Python escapes (``\x1b``); a backslash is
+    doubled so that an escape shown cannot be forged."""
+    if isinstance(value, str):
+        if value.isprintable() and "\\" not in value:
+            return value
+        return "".join(
+            ch if ch.isprintable() and ch != "\\" else ch.encode("unicode_escape").decode("ascii")
+            for ch in value
+        )
+    if isinstance(value, dict):
+        return {key: printable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [printable(item) for item in value]
+    return value
+
+
 def render_table(groups: list[dict[str, Any]]) -> str:
     lines = []
-    for g in groups:
+    for g in printable(groups):
         if g["group_type"] == "classic":
             lines.append(f"group {g['group_id']}  type classic  state {g['state']}  protocol {g['protocol']}")
             for m in g["members"]:

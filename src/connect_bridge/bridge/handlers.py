@@ -8,6 +8,7 @@ response, and what to answer while the coordinator is still loading its records.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -29,6 +30,11 @@ from connect_bridge.state.limits import RequestLimits, oversize
 BRIDGE_NODE_ID = 0
 CLUSTER_ID = "connect-bridge"
 UNKNOWN_TOPIC_OR_PARTITION = 3
+UNKNOWN_TOPIC_ID = 100
+
+
+def _s(value: str | None) -> str:
+    return value if value is not None else ""
 
 
 @dataclass(slots=True)
@@ -156,7 +162,7 @@ class LocalApis:
         if key == ApiKey.FIND_COORDINATOR:
             return self.find_coordinator(req.body, req.api_version)
         if key == ApiKey.METADATA:
-            return self.metadata(req.body)
+            return self.metadata(req.body, req.api_version)
         if key == ApiKey.DESCRIBE_GROUPS:
             return self.describe_groups(req.body, req.api_version)
         if key == ApiKey.LIST_GROUPS:
@@ -225,19 +231,50 @@ class LocalApis:
             throttle_time_ms=0, error_code=0, error_message=None, node_id=self.node_id, host=host, port=port
         )
 
-    def metadata(self, body: Any) -> Any:
+    def metadata(self, body: Any, version: int) -> Any:
+        """The bridge as the only broker, and no topics: every topic asked for is unknown.
+
+        Null ``Topics`` (v1+) means all topics (none here). A null topic ``Name`` (v10+) asks by
+        topic id, which only v12+ supports: below v12 Kafka's handler throws InvalidRequestException
+        and ``MetadataRequest.getErrorResponse`` answers every topic INVALID_REQUEST, a null name as
+        "" (no brokers); from v12 an id it does not know is UNKNOWN_TOPIC_ID with a null name."""
+        topic_cls = MetadataResponse.MetadataResponseTopic
+        asked = list(body.topics or ())
+        if version < 12 and any(t.name is None or t.topic_id is not None for t in asked):
+            return MetadataResponse(
+                throttle_time_ms=0,
+                error_code=int(ErrorCode.INVALID_REQUEST),
+                brokers=[],
+                cluster_id=None,
+                controller_id=-1,
+                topics=[
+                    topic_cls(
+                        error_code=int(ErrorCode.INVALID_REQUEST),
+                        name=_s(t.name),
+                        topic_id=t.topic_id,
+                        is_internal=False,
+                        partitions=[],
+                    )
+                    for t in asked
+                ],
+            )
         host, port = self.advertised
         brokers = [
             MetadataResponse.MetadataResponseBroker(node_id=BRIDGE_NODE_ID, host=host, port=port, rack=None)
         ]
         topics = [
-            MetadataResponse.MetadataResponseTopic(
-                error_code=UNKNOWN_TOPIC_OR_PARTITION, name=t.name, is_internal=False, partitions=[]
+            topic_cls(
+                error_code=UNKNOWN_TOPIC_OR_PARTITION if t.name is not None else UNKNOWN_TOPIC_ID,
+                name=t.name,
+                topic_id=t.topic_id if t.name is None else None,
+                is_internal=False,
+                partitions=[],
             )
-            for t in (body.topics or ())
+            for t in asked
         ]
         return MetadataResponse(
             throttle_time_ms=0,
+            error_code=0,
             brokers=brokers,
             cluster_id=CLUSTER_ID,
             controller_id=BRIDGE_NODE_ID,
@@ -246,13 +283,65 @@ class LocalApis:
 
     # ------------------------------------------------------------------ describe
     # While loading, the coordinator's (empty) state must not be revealed as "no such group".
-    def describe_groups(self, body: Any, version: int) -> Any:
-        if not self.loaded():
-            loading = [ClassicDescribedGroup(gid, _LOADING, state="") for gid in body.groups]
-            return wm.describe_groups_response_to_wire(loading, version)
-        return wm.describe_groups_response_to_wire(
-            [self.coordinator.describe_any(group_id) for group_id in body.groups], version
+    #
+    # Bounds (docs/serve.md "Bounds on work per request"; 100,000 ids blocked the event loop 1.9 s,
+    # issue 11.6). Kafka puts no limit on the groups of one DescribeGroups; here one request
+    # describes at most `describe_max_groups` groups holding `describe_max_members` members in all (the
+    # first group is always described, so any group can be described on its own); the groups after
+    # those are answered COORDINATOR_LOAD_IN_PROGRESS, which Kafka's admin client retries in a later
+    # request. A request naming more than `describe_max_ids` groups is not answered: the connection is
+    # closed, as for an oversized frame (answering each id costs ~8 us even when nothing is looked
+    # up). The three bounds are ``limits.describe_max_groups`` / ``_members`` / ``_ids``.
+    def _describe_limit(self, name: str) -> int:
+        return int(getattr(self.limits, f"describe_max_{name}"))
+
+    def _check_ids(self, api: str, ids: list[str]) -> None:
+        max_ids = self._describe_limit("ids")
+        if len(ids) > max_ids:  # the server closes the connection on an exception
+            raise ValueError(f"{api} names {len(ids)} groups, more than {max_ids} per request")
+
+    def _describable(self, ids: list[str], size: Callable[[str], int]) -> int:
+        """How many of ``ids``, from the first, this request describes (``size``: a group's members)."""
+        max_groups = self._describe_limit("groups")
+        budget = self._describe_limit("members")
+        for i, gid in enumerate(ids[:max_groups]):
+            members = size(gid)
+            if i and members > budget:
+                return i
+            budget -= members
+        return min(len(ids), max_groups)
+
+    def _members_of(self, group_id: str) -> int:
+        group = self.coordinator.groups.get(group_id)
+        return len(group.members) if group is not None else 0
+
+    def _members_of_connect(self, group_id: str) -> int:
+        group = self.coordinator.connect_group(group_id)
+        return len(group.members) if group is not None else 0
+
+    def _explain_deferred(self, wire_groups: Any, start: int, total: int) -> None:
+        """The error message of the groups left undescribed (where the version has one)."""
+        message = (
+            f"not described: the request names {total} groups and one request describes at most "
+            f"{self._describe_limit('groups')} groups and {self._describe_limit('members')} members; "
+            "ask again for this group"
         )
+        for g in wire_groups[start:]:
+            g.error_message = message
+
+    def describe_groups(self, body: Any, version: int) -> Any:
+        ids = list(body.groups or ())
+        self._check_ids("DescribeGroups", ids)
+        if not self.loaded():
+            loading = [ClassicDescribedGroup(gid, _LOADING, state="") for gid in ids]
+            return wm.describe_groups_response_to_wire(loading, version)
+        n = self._describable(ids, self._members_of)
+        described: list[Any] = [self.coordinator.describe_any(gid) for gid in ids[:n]]
+        described += [ClassicDescribedGroup(gid, _LOADING, state="") for gid in ids[n:]]
+        response = wm.describe_groups_response_to_wire(described, version)
+        if n < len(ids) and version >= 6:
+            self._explain_deferred(response.groups, n, len(ids))
+        return response
 
     def list_groups(self, body: Any, version: int) -> Any:
         if not self.loaded():
@@ -260,15 +349,23 @@ class LocalApis:
         return wm.list_groups_response_to_wire(self.coordinator.list_groups(), body, version)
 
     def connect_describe(self, body: Any, version: int) -> Any:
-        ids = list(body.group_ids or ()) or sorted(
-            gid
-            for gid, g in self.coordinator.groups.items()
-            if self.coordinator.connect_group(gid) is not None
-        )
+        """Empty ``GroupIds`` = every connect group (the first `describe_max_ids` by id)."""
+        ids = list(body.group_ids or ())
+        self._check_ids("ConnectGroupDescribe", ids)
+        if not ids:
+            groups = self.coordinator.groups
+            connect = (gid for gid in groups if self.coordinator.connect_group(gid) is not None)
+            ids = heapq.nsmallest(self._describe_limit("ids"), connect)
         if not self.loaded():
             loading = [napi.DescribedGroup(gid, error_code=_LOADING) for gid in ids]
             return wm.describe_response_to_wire(loading, version)
-        return wm.describe_response_to_wire([self.coordinator.describe(gid) for gid in ids], version)
+        n = self._describable(ids, self._members_of_connect)
+        described = [self.coordinator.describe(gid) for gid in ids[:n]]
+        described += [napi.DescribedGroup(gid, error_code=_LOADING) for gid in ids[n:]]
+        response = wm.describe_response_to_wire(described, version)
+        if n < len(ids):
+            self._explain_deferred(response.groups, n, len(ids))
+        return response
 
 
 def _with_token(req: Any, token: object) -> Any:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from prometheus_client import (
@@ -107,6 +107,7 @@ class Metrics:
         self.connections = Gauge("connections", "Open client connections.", namespace=NAMESPACE, registry=r)
         self._epochs: dict[str, int] = {}
         self._member_series: dict[str, set[tuple[str, str]]] = {}
+        self._rebalance_series: set[str] = set()
 
     def observe_request(self, api: str, seconds: float, error: int | str = 0) -> None:
         """Record one answered request; ``error`` is a Kafka error code or its name."""
@@ -129,16 +130,24 @@ class Metrics:
         the baseline, and a lower epoch (group deleted and recreated) resets it. Member series that
         no longer occur are removed, not left at their last value.
         """
-        previous = self._epochs.get(group_id)
-        if previous is not None and group_epoch > previous:
-            self.rebalances.labels(group=group_id).inc()
-        self._epochs[group_id] = group_epoch
-        self.group_epoch.labels(group=group_id).set(group_epoch)
-
         counts: dict[tuple[str, str], int] = {}
         for protocol, state in members:
             key = (str(protocol), str(state))
             counts[key] = counts.get(key, 0) + 1
+        self.observe_group_counts(group_id, group_epoch, counts)
+
+    def observe_group_counts(
+        self, group_id: str, group_epoch: int, counts: Mapping[tuple[str, str], int]
+    ) -> None:
+        """:meth:`observe_group` with the members already counted per (protocol, state)."""
+        previous = self._epochs.get(group_id)
+        if previous is not None and group_epoch > previous:
+            self.rebalances.labels(group=group_id).inc()
+            self._rebalance_series.add(group_id)
+        self._epochs[group_id] = group_epoch
+        self.group_epoch.labels(group=group_id).set(group_epoch)
+
+        counts = {key: n for key, n in counts.items() if n}
         for protocol, state in self._member_series.get(group_id, set()) - counts.keys():
             self.members.remove(group_id, protocol, state)
         for (protocol, state), count in counts.items():
@@ -146,11 +155,21 @@ class Metrics:
         self._member_series[group_id] = set(counts)
 
     def forget_group(self, group_id: str) -> None:
-        """Drop a deleted group's gauges (its rebalance counter stays: counters never go back)."""
+        """Drop every series of a deleted group, its rebalance counter included: series of groups
+        that no longer exist would otherwise pile up for good as clients create and delete groups
+        (a group created again starts from its first sighting, which Prometheus reads as a reset)."""
         for protocol, state in self._member_series.pop(group_id, set()):
             self.members.remove(group_id, protocol, state)
         if self._epochs.pop(group_id, None) is not None:
             self.group_epoch.remove(group_id)
+        if group_id in self._rebalance_series:
+            self._rebalance_series.discard(group_id)
+            self.rebalances.remove(group_id)
+
+    @property
+    def observed_groups(self) -> frozenset[str]:
+        """The groups that currently have series."""
+        return frozenset(self._epochs)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of this registry."""

@@ -43,7 +43,6 @@ from connect_bridge.codecs.requests import (
     DecodedRequest,
     RequestDecodeError,
     decode_request,
-    encode_response,
     encode_response_frame,
 )
 from connect_bridge.state.config import CoordinatorConfig
@@ -66,6 +65,15 @@ LOCAL_ONLY = {
     ApiKey.CONNECT_GROUP_INSTALL_ASSIGNMENT,
     ApiKey.CONNECT_GROUP_DESCRIBE,
 }
+
+
+@dataclass(frozen=True, slots=True)
+class _Answering:
+    """What encoding an answer needs from its request."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
 
 
 @dataclass(slots=True, eq=False)
@@ -342,8 +350,8 @@ class BridgeServer:
         for token, response in self.coordinator.drain_responses():
             if isinstance(token, Parked) and not token.future.done():
                 token.future.set_result(token.to_wire(response, token.version))
-        if records and self.metrics is not None:
-            self._observe_groups()
+        if self.metrics is not None and (records or not getattr(self, "_groups_observed", False)):
+            self._observe_groups(records)
         deadline = self.coordinator.next_deadline()
         if deadline is not None and (self._sleeping_until is None or deadline < self._sleeping_until):
             self._timer_wake.set()  # only when the timer loop would otherwise sleep past it
@@ -559,7 +567,14 @@ class BridgeServer:
             await conn.writer.drain()  # backpressure: stop reading while the client lags
             return
         conn.pending += 1
-        await conn.queue.put((request, outcome, seq, started))
+        # Only what the answer needs is queued, not the request's body: up to the in-flight limit
+        # of large requests would otherwise stay in memory behind a parked one (issue 11.4).
+        answering = (
+            None
+            if request is None
+            else _Answering(request.api_key, request.api_version, request.correlation_id)
+        )
+        await conn.queue.put((answering, outcome, seq, started))
 
     async def _idle_watchdog(self, conn: _Connection) -> None:
         """Close a connection that sent nothing for the idle timeout (one timer per connection,
@@ -601,30 +616,42 @@ class BridgeServer:
             conn.answered.set()
             await writer.drain()
 
-    def _encode(self, request: DecodedRequest | None, outcome: Any, started: float) -> bytes:
+    def _encode(self, request: DecodedRequest | _Answering | None, outcome: Any, started: float) -> bytes:
         """``outcome`` is a response message, or an already framed response (``request`` None)."""
         name = "ConnectGroupHeartbeat" if request is None else api_spec(request.api_key).name
         if self.metrics is not None:
             self.metrics.observe_request(
                 name, time.perf_counter() - started, getattr(outcome, "error_code", 0)
             )
-        return outcome if request is None else encode_response(request, outcome)
+        if request is None:
+            return outcome
+        if outcome.API_KEY != request.api_key:
+            raise TypeError(f"{type(outcome).__name__} does not answer API key {request.api_key}")
+        return encode_response_frame(request.api_key, request.api_version, request.correlation_id, outcome)
 
     # ------------------------------------------------------------------ metrics
     def _observe_fsync(self, seconds: float) -> None:
         if self.metrics is not None:
             self.metrics.observe_fsync(seconds)
 
-    def _observe_groups(self) -> None:
-        for gid in list(self.coordinator.groups):
-            described = self.coordinator.describe_any(gid)
-            members = [
-                (getattr(m, "protocol", "classic"), getattr(m, "state", "")) for m in described.members
-            ]
-            epoch = getattr(
-                described, "group_epoch", getattr(self.coordinator.groups[gid], "generation_id", 0)
-            )
-            self.metrics.observe_group(gid, epoch, members)
+    def _observe_groups(self, records: list[Any]) -> None:
+        """Refresh the metrics of the groups this step's records touched (records carry their group
+        id): per step, work in proportion to what changed, not to how many groups exist (issue 11.6).
+        A touched group that no longer exists has its series dropped. Once loaded, the first call
+        observes every group (replay leaves no records behind), setting each one's baseline."""
+        if getattr(self, "_groups_observed", False):
+            touched = {r.group_id for r in records}
+        elif self.loaded:
+            self._groups_observed = True
+            touched = {*self.coordinator.groups, *(r.group_id for r in records)}
+        else:
+            return
+        for gid in touched:
+            seen = self.coordinator.metrics_view(gid)
+            if seen is None:
+                self.metrics.forget_group(gid)
+            else:
+                self.metrics.observe_group_counts(gid, *seen)
 
 
 class _RateLimited:

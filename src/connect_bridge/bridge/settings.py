@@ -127,6 +127,11 @@ class LimitsSettings(_Strict):
     max_bytes_field: int = Field(_LIMITS.max_bytes_field, gt=0)
     max_items: int = Field(_LIMITS.max_items, gt=0)
     max_request_bytes: int = Field(_LIMITS.max_request_bytes, gt=0, le=32 * 1024 * 1024)
+    describe_max_groups: int = Field(_LIMITS.describe_max_groups, gt=0)
+    """Groups one DescribeGroups / ConnectGroupDescribe describes; later ones are deferred (14)."""
+    describe_max_members: int = Field(_LIMITS.describe_max_members, gt=0)
+    describe_max_ids: int = Field(_LIMITS.describe_max_ids, gt=0)
+    """Group ids one describe request may name; more closes the connection."""
     max_inflight_per_connection: int = Field(64, gt=0)
     """Requests read but not yet answered on one connection; past this the bridge stops reading it."""
     max_buffered_bytes: int = Field(256 * 1024 * 1024, gt=0)
@@ -140,6 +145,9 @@ class LimitsSettings(_Strict):
             max_bytes_field=self.max_bytes_field,
             max_items=self.max_items,
             max_request_bytes=self.max_request_bytes,
+            describe_max_groups=self.describe_max_groups,
+            describe_max_members=self.describe_max_members,
+            describe_max_ids=self.describe_max_ids,
         )
 
 
@@ -400,6 +408,9 @@ limits:
   max_bytes_field: 1048576
   max_items: 100000
   max_request_bytes: 8388608
+  describe_max_groups: 1000
+  describe_max_members: 2000
+  describe_max_ids: 2000
   max_inflight_per_connection: 64
   max_buffered_bytes: 268435456
   heartbeat_cache_bytes: 16777216

@@ -19,7 +19,8 @@ can carry, as Kafka does:
   ``JoinGroupResponse`` does for ``ProtocolName`` before v7.
 
 Decoding a request never raises except for what the coordinator must answer with INVALID_REQUEST
-(negative task ids, null connector or member names, duplicate members): :class:`CodecError`.
+(negative task ids, null connector or member names, duplicate members, and in the Connect group APIs
+any null their spec forbids, see ``requests.NULLS_ANSWERED``): :class:`CodecError`.
 No I/O here.
 """
 
@@ -32,6 +33,7 @@ from connect_bridge.codecs import messages as m
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.errors import CodecError
 from connect_bridge.codecs.messages import connectors_and_tasks, items_of
+from connect_bridge.codecs.requests import null_violation
 from connect_bridge.state import api as napi
 from connect_bridge.state import classic_api as capi
 from connect_bridge.state.classic_group import ClassicDescribedGroup, ClassicDescribedMember
@@ -161,6 +163,14 @@ def _cat(items: Items | None) -> m.WireConnectorsAndTasks | None:
     return None if items is None else connectors_and_tasks(items)
 
 
+def _require_spec_nulls(msg: Any) -> None:
+    """A null the Connect API's spec forbids is INVALID_REQUEST (``requests.NULLS_ANSWERED``): the
+    decoder lets it through for these APIs so that it is answered, not closed on."""
+    violation = null_violation(msg, msg.version or 0)
+    if violation is not None:
+        raise CodecError(violation, field=violation.split()[2])
+
+
 def _version_of(msg: Any) -> int:
     version = msg.version
     if version is None:
@@ -174,7 +184,9 @@ def _version_of(msg: Any) -> int:
 def heartbeat_from_wire(
     msg: m.ConnectGroupHeartbeatRequest, client_id: str | None = "", client_host: str | None = ""
 ) -> napi.HeartbeatRequest:
-    """Null (and -1 for RebalanceTimeoutMs/ConfigOffset) means unchanged; raises CodecError for bad items."""
+    """Null (and -1 for RebalanceTimeoutMs/ConfigOffset) means unchanged; raises CodecError for bad
+    items and for a null the spec forbids."""
+    _require_spec_nulls(msg)
     assignors = msg.client_assignors
     owned = msg.connectors_and_tasks
     return napi.HeartbeatRequest(
@@ -283,6 +295,7 @@ def heartbeat_response_from_wire(msg: m.ConnectGroupHeartbeatResponse) -> napi.H
 
 
 def prepare_from_wire(msg: m.ConnectGroupPrepareAssignmentRequest) -> napi.PrepareAssignmentRequest:
+    _require_spec_nulls(msg)
     return napi.PrepareAssignmentRequest(_s(msg.group_id), _s(msg.member_id), msg.member_epoch)
 
 
@@ -376,6 +389,7 @@ def install_from_wire(msg: m.ConnectGroupInstallAssignmentRequest) -> napi.Insta
     """Raises CodecError for a null or repeated member id, or bad items (-> INVALID_REQUEST).
 
     A member's MetadataVersion 0 with empty Metadata is "no metadata" (no entry in ``metadata``)."""
+    _require_spec_nulls(msg)
     members: dict[str, Items] = {}
     metadata: dict[str, AssignedMetadata] = {}
     for i, entry in enumerate(msg.members or ()):

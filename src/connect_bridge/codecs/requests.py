@@ -25,6 +25,7 @@ from connect_bridge.codecs.messages import API_SPECS, ApiKey, ApiSpec
 
 __all__ = [
     "DEFAULT_CLIENT_ID",
+    "NULLS_ANSWERED",
     "DecodedRequest",
     "MalformedRequest",
     "MalformedResponse",
@@ -37,6 +38,7 @@ __all__ = [
     "encode_request",
     "encode_response",
     "encode_response_frame",
+    "null_violation",
     "peek_request_header",
 ]
 
@@ -177,6 +179,9 @@ def decode_request(frame: bytes | bytearray | memoryview, *, framed: bool = True
         body, end = _decode_body(spec.request, peek.api_version, payload, offset)
         if end != len(payload):
             raise ValueError(f"body ends at byte {end} of a {len(payload)}-byte payload")
+        violation = None if peek.api_key in NULLS_ANSWERED else null_violation(body, peek.api_version)
+        if violation is not None:
+            raise ValueError(violation)
     except Exception as exc:  # the trust boundary: any failure is a malformed request
         raise MalformedRequest(
             f"malformed {spec.name} v{peek.api_version}: {type(exc).__name__}: {exc}",
@@ -214,6 +219,67 @@ def encode_request(
         client_id=client_id,
     ).encode(flexible=flexible)
     return _frame(header, body)
+
+
+# --- Nullability -----------------------------------------------------------------------------------
+#
+# kafka-python's generated decoder reads a null (length -1) into any string, bytes, array or nullable
+# struct, whether or not the spec allows null there. Kafka's generated ``read()`` throws instead
+# ("non-nullable field X was serialized as null", also for a null element of a string array), which
+# the broker turns into InvalidRequestException and a closed connection. ``decode_request`` applies
+# the same rule through :func:`null_violation`, so a handler never sees a null the spec forbids,
+# except in the APIs below.
+
+NULLS_ANSWERED: frozenset[int] = frozenset(
+    {
+        ApiKey.CONNECT_GROUP_HEARTBEAT,
+        ApiKey.CONNECT_GROUP_PREPARE_ASSIGNMENT,
+        ApiKey.CONNECT_GROUP_INSTALL_ASSIGNMENT,
+    }
+)
+"""The bridge's own group APIs, whose specs are ours and whose responses carry an error code: a null
+their spec forbids is answered INVALID_REQUEST naming the field (``wire_map``'s ``*_from_wire``
+raise :class:`CodecError`), like every other breach of the draft's validation rules. Everything
+else (Kafka's APIs, and ConnectGroupDescribe, which has no request-level error) is closed on."""
+
+_NULLABLE_KINDS = frozenset({"string", "bytes", "records"})
+
+
+def null_violation(message: Any, version: int) -> str | None:
+    """The first null in ``message`` (a decoded request or response) that its JSON spec does not
+    allow at ``version``, as Kafka's reader words it with the field's path; None when there is none.
+    Tagged fields are not read from the wire as nulls and are not checked."""
+    return _struct_violation(type(message)._struct, message, version, "")
+
+
+def _struct_violation(struct: Any, obj: Any, version: int, path: str) -> str | None:
+    for field in struct.untagged_fields(version):
+        where = f"{path}{field._name}"
+        value = getattr(obj, field.name, None)
+        if value is None:
+            if _nullable_kind(field) and not field.nullable_for_version_q(version):
+                return f"non-nullable field {where} was serialized as null"
+            continue
+        if field.is_struct_array():
+            for i, item in enumerate(value):
+                found = _struct_violation(field.array_of, item, version, f"{where}[{i}].")
+                if found is not None:
+                    return found
+        elif field.is_array():
+            if field.array_of.type_str in _NULLABLE_KINDS:
+                for i, item in enumerate(value):
+                    if item is None:
+                        return f"non-nullable field {where}[{i}] was serialized as null"
+        elif field.is_struct():
+            found = _struct_violation(field, value, version, f"{where}.")
+            if found is not None:
+                return found
+    return None
+
+
+def _nullable_kind(field: Any) -> bool:
+    """Fields whose wire form has a null (uuid and scalars have none; a zero uuid reads as None)."""
+    return field.is_array() or field.is_struct() or field.type_str in _NULLABLE_KINDS
 
 
 # --- Responses ------------------------------------------------------------------------------------

@@ -62,6 +62,65 @@ def common_client_assignor(assignors: Mapping[str, tuple[ClientAssignor, ...]]) 
     return None
 
 
+def range_conflict(
+    assignors: Mapping[str, tuple[ClientAssignor, ...]], member_id: str, offered: Iterable[ClientAssignor]
+) -> tuple[ClientAssignor, str, ClientAssignor] | None:
+    """The first assignor in ``offered`` whose version range does not overlap another member's range
+    of the same name: (offered assignor, other member id, other member's assignor), or None.
+
+    "First" is the order of a nested scan (offered assignors in order; for the first that conflicts,
+    the other members in ``assignors`` order and their assignors in order), but the work is linear in
+    what the members advertise: per name, the lowest maximum and highest minimum version of the
+    other members say whether an offered range overlaps all of them, and only the one offered
+    assignor known to conflict is looked up member by member. ``member_id`` (the member itself) is
+    skipped. Comparing every pair instead stalled the event loop for 23 s on two joins carrying
+    30,000 assignors each (issue 11.6).
+    """
+    offered = tuple(offered)
+    wanted = {a.name for a in offered}
+    lowest_max: dict[str, int] = {}
+    highest_min: dict[str, int] = {}
+    for mid, advertised in assignors.items():
+        if mid == member_id:
+            continue
+        for other in advertised:
+            name = other.name
+            if name not in wanted:
+                continue
+            if name not in lowest_max:
+                lowest_max[name], highest_min[name] = other.maximum_version, other.minimum_version
+            else:
+                lowest_max[name] = min(lowest_max[name], other.maximum_version)
+                highest_min[name] = max(highest_min[name], other.minimum_version)
+    for a in offered:
+        lowest = lowest_max.get(a.name)
+        if lowest is None or (lowest >= a.minimum_version and highest_min[a.name] <= a.maximum_version):
+            continue
+        for mid, advertised in assignors.items():
+            if mid == member_id:
+                continue
+            for other in advertised:
+                if other.name == a.name and (
+                    other.maximum_version < a.minimum_version or a.maximum_version < other.minimum_version
+                ):
+                    return a, mid, other
+    return None
+
+
+def check_client_ranges(
+    assignors: Mapping[str, tuple[ClientAssignor, ...]], member_id: str, offered: Iterable[ClientAssignor]
+) -> None:
+    """UNSUPPORTED_ASSIGNOR when an offered assignor's range misses another member's of the same name."""
+    conflict = range_conflict(assignors, member_id, offered)
+    if conflict is not None:
+        a, mid, other = conflict
+        raise RequestError(
+            ErrorCode.UNSUPPORTED_ASSIGNOR,
+            f"assignor {a.name} versions [{a.minimum_version}-{a.maximum_version}] do not "
+            f"overlap member {mid}'s [{other.minimum_version}-{other.maximum_version}]",
+        )
+
+
 def _ranges(assignors: Mapping[str, tuple[ClientAssignor, ...]], name: str) -> dict[str, tuple[int, int]]:
     out: dict[str, tuple[int, int]] = {}
     for mid, offered in assignors.items():

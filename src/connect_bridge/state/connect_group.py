@@ -29,7 +29,7 @@ from connect_bridge.state.api import (
     PrepareAssignmentRequest,
     PrepareAssignmentResponse,
 )
-from connect_bridge.state.client_side import ClientSideAssignment, common_client_assignor
+from connect_bridge.state.client_side import ClientSideAssignment, check_client_ranges, common_client_assignor
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.errors import RequestError
 from connect_bridge.state.holds import zombie_grace_ms
@@ -524,19 +524,9 @@ class ConnectGroup:
         self.client_side.check_heartbeat(req)
 
     def _check_client_ranges(self, member_id: str, offered: tuple[ClientAssignor, ...]) -> None:
-        for a in offered:
-            for mid, m in self.members.items():
-                if mid == member_id:
-                    continue
-                for other in m.metadata.client_assignors:
-                    if other.name == a.name and (
-                        other.maximum_version < a.minimum_version or a.maximum_version < other.minimum_version
-                    ):
-                        raise RequestError(
-                            ErrorCode.UNSUPPORTED_ASSIGNOR,
-                            f"assignor {a.name} versions [{a.minimum_version}-{a.maximum_version}] do not "
-                            f"overlap member {mid}'s [{other.minimum_version}-{other.maximum_version}]",
-                        )
+        # Linear in what the members advertise, not pairwise (issue 11.6): see client_side.
+        advertised = {mid: m.metadata.client_assignors for mid, m in self.members.items()}
+        check_client_ranges(advertised, member_id, offered)
 
     def _heartbeat(self, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
         epoch = req.member_epoch

@@ -222,6 +222,25 @@ class GroupCoordinator:
             return group.describe()
         return self.describe(group_id)
 
+    def metrics_view(self, group_id: str) -> tuple[int, dict[tuple[str, str], int]] | None:
+        """What the bridge's metrics show of one group: (group epoch, member count per (protocol,
+        state)), or None when the group does not exist (any more).
+
+        The same figures as :meth:`describe_any` gives (classic groups: generation, members counted
+        as ("classic", "")), in one pass over the group's members without building a description:
+        the server refreshes a group's metrics after every change to it (issue 11.6).
+        """
+        group = self.groups.get(group_id)
+        if group is None:
+            return None
+        if isinstance(group, ClassicGroup):
+            return group.generation_id, ({("classic", ""): len(group.members)} if group.members else {})
+        counts: dict[tuple[str, str], int] = {}
+        for m in group.members.values():
+            key = (m.metadata.protocol, m.current.state.value)
+            counts[key] = counts.get(key, 0) + 1
+        return group.group_epoch, counts
+
     def list_groups(self) -> list[tuple[str, str, str, str]]:
         """(group id, protocol type, state, group type) of every group, for ListGroups."""
         out = []

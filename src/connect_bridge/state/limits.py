@@ -34,11 +34,20 @@ class RequestLimits:
     """Entries of any array: owned tasks, protocols, assignors, a leader's assignments."""
     max_request_bytes: int = 8 * 1024 * 1024
     """All strings and byte fields of one request together (8 bytes counted per array entry)."""
+    describe_max_groups: int = 1_000
+    """Groups one DescribeGroups / ConnectGroupDescribe describes; later ones are deferred."""
+    describe_max_members: int = 2_000
+    """Members over the groups one describe request describes (the first group always is)."""
+    describe_max_ids: int = 2_000
+    """Group ids one describe request may name; more closes the connection."""
 
     def __post_init__(self) -> None:
         if not 0 < self.max_string_bytes <= INT16_STRING_BYTES:
             raise ValueError(f"max_string_bytes must be in 1..{INT16_STRING_BYTES}")
-        for name in ("max_bytes_field", "max_items", "max_request_bytes"):
+        for name in (
+            "max_bytes_field", "max_items", "max_request_bytes",
+            "describe_max_groups", "describe_max_members", "describe_max_ids",
+        ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
 

@@ -1,0 +1,310 @@
+"""A long structure-aware fuzzing campaign against ``connect-bridge serve`` (issue 11).
+
+The generator, mutations and oracle are those of ``tests/test_fuzz_structured.py`` (requests built
+from the JSON specs at every version, broken one field at a time; every frame that parses must be
+answered in order with a response its spec can read, the first that does not must close the
+connection). Here they run against a ``connect-bridge serve`` subprocess from several worker
+processes at once, while a well-behaved ConnectGroupHeartbeat member of another group heartbeats
+every 100 ms on its own connection. Its latency is measured twice in the same run: alone first
+(the baseline), then during the campaign.
+
+    python benchmarks/fuzz.py                  # 1,000,000 frames
+    python benchmarks/fuzz.py --frames 100000  # a shorter run
+
+The last line printed is one JSON object: frames, answers, closes, parked (JoinGroup/SyncGroup left
+waiting for a rebalance, as Kafka's classic protocol does), violations (frames whose answer or
+close broke the invariant; the first few are printed), crashes (the server process died),
+max_rss_kb (the server's VmHWM) and its RSS before/after, heartbeat p50/p99/max during the campaign
+and the baseline p50/p99 without it, heartbeat errors, seconds and frames per second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from test_fuzz_structured import (
+    POPULATED_GROUP,
+    STEADY_GROUP,
+    Campaign,
+    SteadyMember,
+    Tally,
+    run_script,
+)
+
+HOST = "127.0.0.1"
+MAX_FRAME = 1 << 20
+CONFIG = f"""\
+max_frame_bytes: {MAX_FRAME}
+coordinator:
+  classic_initial_rebalance_delay_ms: 0
+"""
+"""Defaults but for a 1 MiB frame limit (the oracle's) and no initial classic rebalance delay (each
+new classic group would otherwise hold its first JoinGroup 3 s: parked, not fuzzed)."""
+
+
+def start_bridge(state_dir: str, config: str, log: Any) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "connect_bridge.cli",
+            "serve",
+            "--config",
+            config,
+            "--listen",
+            f"{HOST}:0",
+            "--state-dir",
+            state_dir,
+            "--metrics-listen",
+            "off",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        text=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    return proc, int(line.rsplit(":", 1)[1])
+
+
+def join_when_loaded(port: int, group: str, timeout: float = 30.0) -> SteadyMember:
+    """Join once the bridge has replayed its records (it answers COORDINATOR_LOAD_IN_PROGRESS before)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return SteadyMember.join(port, group)
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def server_problems(log_path: str) -> list[str]:
+    """Log lines of the bridge that no fuzzed frame should cause: a request it decoded but could not
+    handle, errors, tracebacks (closes of frames that do not parse are warnings, and expected)."""
+    markers = ("cannot handle", " ERROR ", " CRITICAL ", "Traceback", "closing a client connection")
+    with open(log_path, errors="replace") as f:
+        return [line.rstrip() for line in f if any(m in line for m in markers)]
+
+
+def proc_status_kb(pid: int, key: str) -> int:
+    """``VmHWM``/``VmRSS`` of ``pid`` in kB (0 when the process is gone)."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(key + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+class Heartbeats(threading.Thread):
+    """The well-behaved member: one heartbeat every 100 ms, latency recorded per phase."""
+
+    def __init__(self, port: int) -> None:
+        super().__init__(daemon=True)
+        self.member = join_when_loaded(port, STEADY_GROUP)
+        self.phase = "idle"
+        self.samples: dict[str, list[float]] = {"baseline": [], "campaign": []}
+        self.errors = 0
+        self.failure: str | None = None
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        next_at = time.monotonic()
+        while not self.stopping.is_set():
+            try:
+                code, seconds = self.member.heartbeat()
+            except Exception as exc:  # the member's connection died: the bridge did
+                self.failure = f"{type(exc).__name__}: {exc}"
+                return
+            if self.phase in self.samples:
+                self.samples[self.phase].append(seconds * 1000)
+            if code != 0:
+                self.errors += 1
+            next_at += 0.1
+            self.stopping.wait(max(0.0, next_at - time.monotonic()))
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(5)
+        self.member.sock.close()
+
+
+def worker(port: int, seed: int, frames: int, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    campaign = Campaign(random.Random(seed), MAX_FRAME)
+    total = Tally()
+    violations: list[str] = []
+    crashed = False
+    while total.frames < frames:
+        script, notes = campaign.script()
+        try:
+            tally = run_script(HOST, port, script, MAX_FRAME, pools=campaign.pools)
+        except ConnectionRefusedError:
+            crashed = True
+            break
+        except OSError as exc:  # e.g. a reset while sending: judged like a close
+            tally = Tally(scripts=1, frames=len(notes))
+            tally.failures.append(f"{type(exc).__name__}: {exc}; frames {notes}; script {script[:400].hex()}")
+        if tally.failures:
+            violations.extend(f"{f}\n    frames: {notes}" for f in tally.failures)
+            tally.failures = []
+        total.add(tally)
+    out.put(
+        {
+            "frames": total.frames,
+            "answers": total.answers,
+            "closes": total.closes,
+            "parked": total.parked,
+            "scripts": total.scripts,
+            "violations": len(violations),
+            "examples": violations[:3],
+            "crashed": crashed,
+            "outcomes": dict(total.outcomes),
+        }
+    )
+
+
+def pct(values: list[float], q: int) -> float:
+    if len(values) < 2:
+        return round(values[0], 3) if values else 0.0
+    return round(statistics.quantiles(values, n=100, method="inclusive")[q - 1], 3)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--frames", type=int, default=1_000_000, help="frames to send (default 1,000,000)")
+    parser.add_argument("--workers", type=int, default=2, help="fuzzing processes (default 2)")
+    parser.add_argument("--baseline-seconds", type=float, default=20.0, help="heartbeats alone first")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        config = os.path.join(tmp, "bridge.yaml")
+        Path(config).write_text(CONFIG)
+        log_path = os.path.join(tmp, "serve.log")
+        log = open(log_path, "w")  # closed below, after the bridge
+        bridge, port = start_bridge(os.path.join(tmp, "state"), config, log)
+        crashes = 0
+        try:
+            populated = join_when_loaded(port, POPULATED_GROUP)  # a group the fuzzer does name
+            populated.sock.close()
+            beats = Heartbeats(port)
+            rss_start = proc_status_kb(bridge.pid, "VmRSS")
+            beats.phase = "baseline"
+            beats.start()
+            time.sleep(args.baseline_seconds)
+            beats.phase = "idle"
+            alone = beats.samples["baseline"]
+            print(f"baseline: {len(alone)} heartbeats, p99 {pct(alone, 99)} ms")
+
+            context = multiprocessing.get_context("fork")
+            results: multiprocessing.Queue = context.Queue()  # type: ignore[type-arg]
+            share = -(-args.frames // args.workers)
+            started = time.perf_counter()
+            beats.phase = "campaign"
+            procs = [
+                context.Process(target=worker, args=(port, args.seed * 1000 + i, share, results))
+                for i in range(args.workers)
+            ]
+            for p in procs:
+                p.start()
+            rss_samples = []
+            while any(p.is_alive() for p in procs):
+                time.sleep(1.0)
+                rss_samples.append(proc_status_kb(bridge.pid, "VmRSS"))
+                if bridge.poll() is not None:
+                    crashes = 1
+            reports = [results.get(timeout=30) for _ in procs]
+            for p in procs:
+                p.join()
+            seconds = time.perf_counter() - started
+            beats.phase = "idle"
+            time.sleep(0.3)
+            if bridge.poll() is not None or any(r["crashed"] for r in reports) or beats.failure:
+                crashes = 1
+            max_rss = proc_status_kb(bridge.pid, "VmHWM")
+            rss_end = proc_status_kb(bridge.pid, "VmRSS")
+            beats.stop()
+        finally:
+            if bridge.poll() is None:
+                bridge.send_signal(signal.SIGTERM)
+                bridge.wait(20)
+            exit_code = bridge.returncode
+            log.close()
+            problems = server_problems(log_path)
+
+    total = {
+        k: sum(r[k] for r in reports)
+        for k in ("frames", "answers", "closes", "parked", "scripts", "violations")
+    }
+    examples = [e for r in reports for e in r["examples"]][:5]
+    outcomes: Counter[str] = Counter()
+    for r in reports:
+        outcomes.update(r["outcomes"])
+    campaign_lat = beats.samples["campaign"]
+    baseline_lat = beats.samples["baseline"]
+    result = {
+        "frames": total["frames"],
+        "answers": total["answers"],
+        "answers_without_error": sum(n for key, n in outcomes.items() if key.endswith(":0")),
+        "closes": total["closes"],
+        "parked": total["parked"],
+        "connections": total["scripts"],
+        "violations": total["violations"],
+        "server_log_problems": len(problems),
+        "crashes": crashes,
+        "server_exit_code": exit_code,
+        "max_rss_kb": max_rss,
+        "rss_start_kb": rss_start,
+        "rss_end_kb": rss_end,
+        "rss_max_sampled_kb": max(rss_samples, default=0),
+        "heartbeat_p50_ms": pct(campaign_lat, 50),
+        "heartbeat_p99_ms": pct(campaign_lat, 99),
+        "heartbeat_max_ms": round(max(campaign_lat, default=0.0), 3),
+        "heartbeats": len(campaign_lat),
+        "heartbeat_errors": beats.errors,
+        "baseline_heartbeat_p50_ms": pct(baseline_lat, 50),
+        "baseline_heartbeat_p99_ms": pct(baseline_lat, 99),
+        "baseline_heartbeats": len(baseline_lat),
+        "seconds": round(seconds, 1),
+        "frames_per_s": round(total["frames"] / seconds),
+        "workers": args.workers,
+    }
+    print("answers by API and error code: " + ", ".join(f"{k} {n}" for k, n in sorted(outcomes.items())))
+    for line in problems[:5]:
+        print(f"server log: {line[:1000]}")
+    for example in examples:
+        print(f"violation: {example[:2000]}")
+    if beats.failure:
+        print(f"the well-behaved member failed: {beats.failure}")
+    print(
+        f"{result['frames']:,} frames in {result['seconds']} s ({result['frames_per_s']:,}/s): "
+        f"{result['answers']:,} answers, {result['closes']:,} closes, {result['parked']:,} parked, "
+        f"{result['violations']} violations, {crashes} crashes"
+    )
+    print(
+        f"server RSS {rss_start:,} kB at start, {rss_end:,} kB at the end, peak (VmHWM) {max_rss:,} kB; "
+        f"heartbeat p99 {result['heartbeat_p99_ms']} ms during the campaign "
+        f"vs {result['baseline_heartbeat_p99_ms']} ms alone"
+    )
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
