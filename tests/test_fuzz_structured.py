@@ -993,4 +993,5 @@ def test_long_campaign(fuzz_target: tuple[Running, SteadyMember]) -> None:
             yield script, notes
 
     total = _run_campaign(srv, steady, scripts, campaign.pools, every=50)
-    assert total.frames >= 50_000
+    # A script whose connection closes early is not sent to its end: nearly all frames go out.
+    assert total.frames >= 49_000 and not total.failures, total

@@ -131,6 +131,8 @@ class LimitsSettings(_Strict):
     """Groups one DescribeGroups / ConnectGroupDescribe describes; later ones are deferred (14)."""
     describe_max_members: int = Field(_LIMITS.describe_max_members, gt=0)
     describe_max_ids: int = Field(_LIMITS.describe_max_ids, gt=0)
+    max_cluster_request_bytes: int = Field(_LIMITS.max_cluster_request_bytes, gt=0)
+    """Frame size of the cluster APIs the bridge decodes (FindCoordinator, Metadata, describe...)."""
     """Group ids one describe request may name; more closes the connection."""
     max_inflight_per_connection: int = Field(64, gt=0)
     """Requests read but not yet answered on one connection; past this the bridge stops reading it."""
@@ -148,6 +150,7 @@ class LimitsSettings(_Strict):
             describe_max_groups=self.describe_max_groups,
             describe_max_members=self.describe_max_members,
             describe_max_ids=self.describe_max_ids,
+            max_cluster_request_bytes=self.max_cluster_request_bytes,
         )
 
 
@@ -411,6 +414,7 @@ limits:
   describe_max_groups: 1000
   describe_max_members: 2000
   describe_max_ids: 2000
+  max_cluster_request_bytes: 65536
   max_inflight_per_connection: 64
   max_buffered_bytes: 268435456
   heartbeat_cache_bytes: 16777216

@@ -88,7 +88,13 @@ def allocation(member: ClassicMember, protocol_name: str | None) -> Items:
 
 
 def _legacy_metadata(member: ClassicMember) -> MemberMetadata:
-    name, metadata = member.protocols[0]
+    # Only the Connect protocols, in the member's order: a classic group elects any name its members
+    # share, and a first choice such as "connect-eager" names no Connect protocol version to answer
+    # the member in once it is a legacy member of the connect group (found by structured fuzzing).
+    protocols = tuple((n, m) for n, m in member.protocols if n in MODE_OF_PROTOCOL)
+    if not protocols:
+        raise ConversionError(f"member {member.member_id} advertises no Connect protocol")
+    name, metadata = protocols[0]
     try:
         subscription = decode_subscription(metadata)
     except CodecError as exc:
@@ -101,8 +107,8 @@ def _legacy_metadata(member: ClassicMember) -> MemberMetadata:
         config_offset=subscription.config_offset,
         client_id=member.client_id,
         client_host=member.client_host,
-        protocol=MODE_OF_PROTOCOL.get(name, "eager"),
-        classic_protocols=tuple(member.protocols),
+        protocol=MODE_OF_PROTOCOL[name],
+        classic_protocols=protocols,
     )
 
 

@@ -40,13 +40,16 @@ class RequestLimits:
     """Members over the groups one describe request describes (the first group always is)."""
     describe_max_ids: int = 2_000
     """Group ids one describe request may name; more closes the connection."""
+    max_cluster_request_bytes: int = 64 * 1024
+    """Frame size of ApiVersions, FindCoordinator, Metadata (answered here), ListGroups and the
+    describe requests; a larger one closes the connection before it is decoded."""
 
     def __post_init__(self) -> None:
         if not 0 < self.max_string_bytes <= INT16_STRING_BYTES:
             raise ValueError(f"max_string_bytes must be in 1..{INT16_STRING_BYTES}")
         for name in (
             "max_bytes_field", "max_items", "max_request_bytes",
-            "describe_max_groups", "describe_max_members", "describe_max_ids",
+            "describe_max_groups", "describe_max_members", "describe_max_ids", "max_cluster_request_bytes",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
