@@ -13,6 +13,12 @@ from typing import Any
 
 import pytest
 
+# The real-Kafka fixtures (tests/kafka_fixtures.py) are registered here, not per module like tansu's:
+# a Kafka broker is a JVM that takes seconds to start, so the whole session shares one.
+from kafka_fixtures import bridge_proxy, connect_worker, kafka_broker
+
+__all__ = ["bridge_proxy", "connect_worker", "kafka_broker"]
+
 CONNECT_VECTORS = "connect-embedded-protocol.json"
 
 
@@ -49,10 +55,10 @@ def spark():  # type: ignore[no-untyped-def]
     return make_spark()
 
 
-HEAVY_FIXTURES = frozenset({"spark", "tansu"})
-"""Fixtures that start Spark or a broker: their tests are ``heavy``."""
+HEAVY_FIXTURES = frozenset({"spark", "tansu", "kafka_broker", "connect_worker", "bridge_proxy"})
+"""Fixtures that start Spark, a broker, a Connect worker or a bridge process: their tests are ``heavy``."""
 HEAVY_MODULES = frozenset(
-    {"test_live_drill", "test_live_workers", "test_report_browser", "test_upstream_drill"}
+    {"test_live_drill", "test_live_workers", "test_real_kafka", "test_report_browser", "test_upstream_drill"}
 )
 """Modules that run a live bridge, live workers or chromium."""
 
