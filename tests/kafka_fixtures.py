@@ -93,6 +93,8 @@ def jvm_command(main_class: str, *args: str, heap: str = HEAP) -> list[str]:
         "-XX:+UseG1GC",
         "-XX:MaxGCPauseMillis=20",
         "-Djava.awt.headless=true",
+        # Log timestamps in UTC: drills compare them with the test's time.time() (java_timeline).
+        "-Duser.timezone=UTC",
         f"-Dlog4j2.configurationFile={log4j_config()}",
         "-cp",
         kafka_classpath(),
@@ -655,12 +657,16 @@ BRIDGE_PREFIX = "connect-bridge listening on "
 @dataclass
 class BridgeProcess(_Process):
     """``connect-bridge serve --upstream`` as a process. ``bootstrap`` is the bootstrap listener;
-    upstream broker N is relayed on ``proxy_base_port + N``."""
+    upstream broker N is relayed on ``proxy_base_port + N``. ``restart()`` starts it again on the
+    same ports, configuration and state directory (after a ``kill()``, a crash)."""
 
     host: str = HOST
     port: int = 0
     proxy_base_port: int = 0
     config_path: Path = Path()
+    upstream: str = ""
+    workdir: Path = Path()
+    restarts: int = 0
 
     @property
     def bootstrap(self) -> str:
@@ -676,6 +682,64 @@ class BridgeProcess(_Process):
         super().kill()
         if self.process.stdout is not None:
             self.process.stdout.close()
+
+    def restart(self, timeout_s: float = 30.0) -> None:
+        """Kill the process if it still runs, then start ``serve`` again with the same
+        ``bridge.yaml``, listen port and ``--state-dir`` (its log appends to ``bridge.log``). The
+        relay ports are in ``bridge.yaml``, so clients that cached the relayed broker address
+        reconnect to the same place. Raises ``KafkaStartError`` when it does not come back (a port
+        still taken is retried until ``timeout_s``)."""
+        self.kill()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            process, log_file = _spawn_bridge(self.config_path, self.upstream, self.workdir, self.port)
+            line = _readline(process, max(1.0, deadline - time.monotonic()))
+            if line.startswith(BRIDGE_PREFIX):
+                break
+            _terminate(process)
+            log_file.close()
+            if time.monotonic() > deadline:
+                raise KafkaStartError(
+                    f"connect-bridge serve did not restart on port {self.port} (first line {line!r}); "
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
+            time.sleep(0.2)
+        self.process, self._log_file = process, log_file
+        self.restarts += 1
+
+
+def _terminate(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.kill()
+        process.wait(STOP_TIMEOUT_S)
+    if process.stdout is not None:
+        process.stdout.close()
+
+
+def _spawn_bridge(
+    config: Path, upstream: str, workdir: Path, port: int = 0
+) -> tuple[subprocess.Popen[str], Any]:
+    log_file = open(workdir / "bridge.log", "ab")  # owned by the BridgeProcess, closed in stop()/kill()
+    command = [
+        sys.executable,
+        "-m",
+        "connect_bridge.cli",
+        "serve",
+        "--config",
+        str(config),
+        "--upstream",
+        upstream,
+        "--listen",
+        f"{HOST}:{port}",
+        "--metrics-listen",
+        "off",
+        "--state-dir",
+        str(workdir / "state"),
+    ]
+    process = subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log_file, text=True, cwd=workdir
+    )
+    return process, log_file
 
 
 def start_bridge(
@@ -705,36 +769,23 @@ def start_bridge(
     doc |= settings or {}
     config = workdir / "bridge.yaml"
     config.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")  # JSON is YAML
-    log_path = workdir / "bridge.log"
-    log_file = open(log_path, "ab")
-    command = [
-        sys.executable,
-        "-m",
-        "connect_bridge.cli",
-        "serve",
-        "--config",
-        str(config),
-        "--upstream",
-        upstream,
-        "--listen",
-        f"{HOST}:0",
-        "--metrics-listen",
-        "off",
-        "--state-dir",
-        str(workdir / "state"),
-    ]
-    process = subprocess.Popen(
-        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=log_file, text=True, cwd=workdir
-    )
+    process, log_file = _spawn_bridge(config, upstream, workdir)
     bridge = BridgeProcess(
-        process, log_path, log_file, proxy_base_port=proxy_port - BROKER_NODE_ID, config_path=config
-    )  # type: ignore[arg-type]
+        process,  # type: ignore[arg-type]
+        workdir / "bridge.log",
+        log_file,
+        proxy_base_port=int(doc["proxy_base_port"]),
+        config_path=config,
+        upstream=upstream,
+        workdir=workdir,
+    )
     assert process.stdout is not None
     line = _readline(process, timeout_s)
     if not line.startswith(BRIDGE_PREFIX):
         bridge.stop()
         raise KafkaStartError(
-            f"connect-bridge serve did not start (first line {line!r}); log {log_path}:\n{bridge.log_tail()}"
+            f"connect-bridge serve did not start (first line {line!r}); log {bridge.log_path}:\n"
+            f"{bridge.log_tail()}"
         )
     host, port = line[len(BRIDGE_PREFIX) :].strip().rsplit(":", 1)
     bridge.host, bridge.port = host, int(port)
