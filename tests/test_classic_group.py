@@ -782,3 +782,33 @@ def test_stale_timer_deliveries_in_one_batch_are_ignored() -> None:
     assert list(h.group.members) == [m1, m2]
     assert h.group.state is S.COMPLETING_REBALANCE and h.group.generation_id == 2
     assert h.responses["j1"].generation_id == 2
+
+
+# --- found by the differential test against Kafka 4.3.1 (tests/test_classic_differential.py) ---------
+
+
+def test_static_join_with_a_pending_member_id_answers_unknown_server_error_without_member_id() -> None:
+    """Kafka answers the IllegalStateException as any exception: the error code alone, member id ""
+    (the bridge used to echo the pending id)."""
+    h = Harness()
+    pending = h.new_member_id()
+    response = h.join(pending, group_instance_id="someone")
+    assert response is not None and response.error_code == ErrorCode.UNKNOWN_SERVER_ERROR
+    assert response.member_id == "" and response.generation_id == -1 and response.protocol_name is None
+
+
+@pytest.mark.parametrize("missing", ["protocol_type", "protocol_name"])
+def test_sync_v5_without_protocol_type_or_name_is_inconsistent_before_the_group_lookup(missing: str) -> None:
+    """KafkaApis checks areMandatoryProtocolTypeAndNamePresent (v5+) before the coordinator: even
+    for a group that does not exist the answer is INCONSISTENT_GROUP_PROTOCOL, not UNKNOWN_MEMBER_ID."""
+    from connect_bridge.state.coordinator import GroupCoordinator
+
+    coord = GroupCoordinator(CoordinatorConfig(classic_initial_rebalance_delay_ms=0))
+    names = {"protocol_type": "connect", "protocol_name": "sessioned"} | {missing: None}
+    for group in ("no-such-group", G):
+        req = SyncGroupRequest(group, "m", 1, api_version=5, **names)  # type: ignore[arg-type]
+        response = coord.classic_sync(req, 0)
+        assert response is not None and response.error_code == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    # v4 has neither field: the group's own checks answer.
+    response = coord.classic_sync(SyncGroupRequest("no-such-group", "m", 1, api_version=4), 0)
+    assert response is not None and response.error_code == ErrorCode.UNKNOWN_MEMBER_ID

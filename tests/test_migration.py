@@ -125,6 +125,8 @@ def csync(
             group_instance_id=instance,
             protocol_type="connect",
             assignments=assignments,
+            # v4: the protocol name (which this helper does not know) is mandatory only from v5.
+            api_version=4,
             token=token,
         ),
         now,

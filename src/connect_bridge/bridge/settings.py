@@ -396,7 +396,7 @@ idle_timeout_ms: 600000         # close connections silent for 10 minutes
 coordinator:
   session_timeout_ms: 10000
   heartbeat_interval_ms: 3000
-  scheduled_rebalance_max_delay_ms: 300000   # Connect's scheduled.rebalance.max.delay.ms: set it to the workers' value
+  scheduled_rebalance_max_delay_ms: 300000   # = the workers' scheduled.rebalance.max.delay.ms
   default_assignor: connect-cooperative      # or connect-eager
   max_group_size: 2147483647
   max_groups: 100000

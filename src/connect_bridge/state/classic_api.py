@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 
 UNKNOWN_MEMBER_ID = ""
 NO_GENERATION = -1
+SYNC_MANDATORY_PROTOCOL_MIN_VERSION = 5
+"""From SyncGroup v5 ProtocolType and ProtocolName must not be null (Kafka answers
+INCONSISTENT_GROUP_PROTOCOL before looking the group up)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -789,8 +789,9 @@ class ClassicGroup:
             return _join_error(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id)
         if member_id in self.pending_members:
             if req.group_instance_id is not None:
-                # Kafka: IllegalStateException (a pending member is never static).
-                return _join_error(ErrorCode.UNKNOWN_SERVER_ERROR, member_id)
+                # Kafka: IllegalStateException (a pending member is never static), answered like
+                # any exception: the error code alone, no member id (measured against Kafka 4.3.1).
+                return _join_error(ErrorCode.UNKNOWN_SERVER_ERROR)
             return self._add_member(req, parked, member_id, now_ms)
         error = self._validate_member(member_id, req.group_instance_id)
         if error is not None:

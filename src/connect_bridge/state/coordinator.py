@@ -294,6 +294,13 @@ class GroupCoordinator:
         return response
 
     def classic_sync(self, req: capi.SyncGroupRequest, now_ms: int) -> capi.SyncGroupResponse | None:
+        if req.api_version >= capi.SYNC_MANDATORY_PROTOCOL_MIN_VERSION and (
+            req.protocol_type is None or req.protocol_name is None
+        ):
+            # KafkaApis.handleSyncGroupRequest (areMandatoryProtocolTypeAndNamePresent): from v5 both
+            # are mandatory, checked before the group is looked up (found by the differential test
+            # against Kafka, tests/test_classic_differential.py).
+            return capi.SyncGroupResponse(error_code=int(ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
         group = self.groups.get(req.group_id)
         if group is None:
             return capi.SyncGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
