@@ -17,6 +17,17 @@ Fetch of up to 1 MiB from offset 0. Added latency = target p50 - direct p50; the
 bridge / tansu proxy a target of >= 0.7. The last line printed is one JSON object.
 
     python benchmarks/proxy.py [--quick]
+
+Real-Kafka mode (``--kafka [--quick] [--records N]``): an Apache Kafka 4.3.1 KRaft broker
+(tests/kafka_fixtures.py) with ``connect-bridge serve --upstream`` in front, and Kafka's own tools:
+``ProducerPerformance`` (1 KiB records, ``acks=all``, idempotent as by default, N records) then
+``ConsumerPerformance`` (the same N records, a fresh group) against the broker directly and through
+the bridge, alternating in the same run: an unmeasured warm-up of each target (the broker's JIT:
+without it the first target measured is 3x slower), then rounds direct/bridge and bridge/direct,
+each on a fresh one-partition topic deleted afterwards. N = 1,000,000 (~1 GB, 10-20 s of produce).
+Reported: throughput ratios bridge / direct (target >= 0.9 for produce and for fetch),
+ProducerPerformance's latency percentiles, and ConsumerPerformance's timings (it reports no
+percentiles). The last line printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -34,6 +45,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kafka.protocol.consumer.fetch import FetchRequest
@@ -325,8 +337,128 @@ def create_topics(port: int, topics: list[str]) -> int:
         admin.close()
 
 
+# ------------------------------------------------------------------------------------------ real Kafka
+
+
+def kafka_main(quick: bool, records: int | None) -> None:
+    tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
+    sys.path.insert(0, tests)
+    import java_tools as jt
+    from kafka_fixtures import start_bridge as start_bridge_process
+    from kafka_fixtures import start_kafka_broker
+
+    count = records or (20_000 if quick else 1_000_000)
+    rounds = 1 if quick else 2
+    started = time.monotonic()
+    runs: dict[str, list[dict[str, Any]]] = {"direct": [], "bridge": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = start_kafka_broker(Path(tmp) / "kafka", heap="1g")
+        bridge = None
+        try:
+            bridge = start_bridge_process(broker.bootstrap, Path(tmp) / "bridge")
+            targets = {"direct": broker.bootstrap, "bridge": bridge.bootstrap}
+
+            def one(name: str, topic: str, n: int) -> dict[str, Any]:
+                """Produce ``n`` records to a fresh topic, consume them with a fresh group, delete it."""
+                create = ["--bootstrap-server", broker.bootstrap, "--create", "--topic", topic]
+                jt.run_tool(jt.TOPICS, *create, "--partitions", "1", "--replication-factor", "1")
+                produced = jt.run_tool(
+                    jt.PRODUCER_PERF,
+                    *(
+                        "--topic",
+                        topic,
+                        "--num-records",
+                        str(n),
+                        "--record-size",
+                        "1024",
+                        "--throughput",
+                        "-1",
+                    ),
+                    *("--command-property", f"bootstrap.servers={targets[name]}", "acks=all"),
+                    "enable.idempotence=true",
+                    fast_start=False,
+                    timeout_s=600,
+                )
+                consumed = jt.run_tool(
+                    jt.CONSUMER_PERF,
+                    *("--bootstrap-server", targets[name], "--topic", topic, "--num-records", str(n)),
+                    *("--timeout", "30000", "--group", f"group-{topic}"),
+                    fast_start=False,
+                    timeout_s=600,
+                )
+                jt.run_tool(jt.TOPICS, "--bootstrap-server", broker.bootstrap, "--delete", "--topic", topic)
+                return {
+                    "produce": jt.producer_perf_summary(produced.stdout),
+                    "consume": jt.consumer_perf_summary(consumed.stdout),
+                }
+
+            def show(label: str, run: dict[str, Any]) -> None:
+                p, c = run["produce"], run["consume"]
+                print(
+                    f"{label:15s} produce {p['records_per_s']:9.0f} rec/s "
+                    f"{p['mb_per_s']:6.1f} MB/s p50 {p['p50_ms']:.0f} p99 {p['p99_ms']:.0f} ms | "
+                    f"consume {c['fetch.MB.sec']:6.1f} MB/s "
+                    f"(fetch {c['fetch.time.ms']:.0f} ms, rebalance {c['rebalance.time.ms']:.0f} ms)",
+                    flush=True,
+                )
+
+            for name in targets:  # JIT warm-up of the broker (and of the bridge), not measured
+                show(f"warm-up {name}", one(name, f"warmup-{name}", max(count // 5, 1000)))
+            for r in range(rounds):
+                order = ("direct", "bridge") if r % 2 == 0 else ("bridge", "direct")
+                for name in order:
+                    run = one(name, f"perf-{name}-{r}", count)
+                    runs[name].append(run)
+                    show(f"round {r} {name}", run)
+        finally:
+            if bridge is not None:
+                bridge.stop()
+            broker.stop()
+
+    def mean(name: str, part: str, key: str) -> float:
+        return statistics.fmean(run[part][key] for run in runs[name])
+
+    out: dict[str, Any] = {"records": count, "record_bytes": 1024, "rounds": rounds}
+    for name in runs:
+        out[name] = {
+            "produce_records_per_s": round(mean(name, "produce", "records_per_s")),
+            "produce_mb_per_s": round(mean(name, "produce", "mb_per_s"), 2),
+            **{
+                f"produce_{k}": round(mean(name, "produce", k), 1)
+                for k in ("avg_ms", "p50_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms")
+            },
+            "consume_mb_per_s": round(mean(name, "consume", "MB.sec"), 2),
+            "fetch_mb_per_s": round(mean(name, "consume", "fetch.MB.sec"), 2),
+            "fetch_records_per_s": round(mean(name, "consume", "fetch.nMsg.sec")),
+            "consume_rebalance_ms": round(mean(name, "consume", "rebalance.time.ms")),
+            "consume_fetch_ms": round(mean(name, "consume", "fetch.time.ms")),
+        }
+        out[name]["runs"] = runs[name]
+    d, b = out["direct"], out["bridge"]
+    out["produce_throughput_ratio"] = round(b["produce_records_per_s"] / d["produce_records_per_s"], 3)
+    out["fetch_throughput_ratio"] = round(b["fetch_mb_per_s"] / d["fetch_mb_per_s"], 3)
+    out["consume_throughput_ratio"] = round(b["consume_mb_per_s"] / d["consume_mb_per_s"], 3)
+    out["produce_p50_ratio"] = (
+        round(b["produce_p50_ms"] / d["produce_p50_ms"], 3) if d["produce_p50_ms"] else None
+    )
+    out["wall_s"] = round(time.monotonic() - started, 1)
+    print(
+        f"throughput bridge/direct: produce {out['produce_throughput_ratio']}, fetch "
+        f"{out['fetch_throughput_ratio']} (target >= 0.9); consume incl. group join "
+        f"{out['consume_throughput_ratio']}; produce p50 {d['produce_p50_ms']} -> {b['produce_p50_ms']} ms, "
+        f"p99 {d['produce_p99_ms']} -> {b['produce_p99_ms']} ms"
+    )
+    print(json.dumps(out))
+
+
 def main() -> None:
     quick = "--quick" in sys.argv
+    if "--kafka" in sys.argv:
+        records = None
+        if "--records" in sys.argv:
+            records = int(sys.argv[sys.argv.index("--records") + 1])
+        kafka_main(quick, records)
+        return
     n, seconds, rounds = (300, 0.5, 1) if quick else (1500, 1.5, 2)
     binary = tansu_binary()
     tansu_port, proxy_port, listener = free_port(), free_port(), free_port()

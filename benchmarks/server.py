@@ -5,6 +5,14 @@ frame, alternating batches between the two so that both see the same machine loa
 server answers every frame with the bridge's own response bytes (correlation id patched), so the
 difference is what the bridge does per request. Also: heartbeats per second with 200 members on
 200 concurrent connections. The last line printed is one JSON object.
+
+``--java-versions``: the same comparison with what a Java Connect worker (kafka-clients 4.3.1)
+really sends. Its ApiVersions ranges are JoinGroup v0-9, SyncGroup v0-5, Heartbeat v0-4 (flexible
+from v6/v4/v4), and ``serve`` advertises at least those, so a worker negotiates **JoinGroup v9,
+SyncGroup v5, Heartbeat v4**. One member joins a classic ``connect`` group (protocol ``sessioned``,
+Connect subscription v2 as metadata; MEMBER_ID_REQUIRED, rejoin, SyncGroup as leader), then the
+steady classic Heartbeat v4 frame (flexible header, null group instance id) is timed against
+``serve`` and against the canned server answering with ``serve``'s own response bytes.
 """
 
 from __future__ import annotations
@@ -28,13 +36,14 @@ SIZE = struct.Struct(">i")
 GROUP = "bench"
 
 
-def start_bridge(state_dir: str) -> tuple[subprocess.Popen[str], int]:
+def start_bridge(state_dir: str, config: str | None = None) -> tuple[subprocess.Popen[str], int]:
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "connect_bridge.cli",
             "serve",
+            *(["--config", config] if config else []),
             "--listen",
             "127.0.0.1:0",
             "--state-dir",
@@ -138,6 +147,121 @@ async def throughput(port: int, members: int, seconds: float) -> float:
     return done / elapsed
 
 
+JAVA_JOIN_V, JAVA_SYNC_V, JAVA_HEARTBEAT_V = 9, 5, 4
+"""What a 4.3.1 Connect worker negotiates with ``serve`` (kafka-clients' maxima, all advertised)."""
+
+
+async def java_join(port: int) -> tuple[bytes, bytes]:
+    """Join a classic connect group the way a Java worker does; its steady Heartbeat v4 frame and
+    the framed response ``serve`` gives it."""
+    from kafka.protocol.consumer.group import HeartbeatRequest as Hb
+    from kafka.protocol.consumer.group import JoinGroupRequest, SyncGroupRequest
+
+    from connect_bridge.codecs.connect_protocol import (
+        Assignment,
+        Subscription,
+        encode_assignment,
+        encode_subscription,
+    )
+    from connect_bridge.codecs.requests import decode_response
+
+    group, url = "connect-java-bench", "http://127.0.0.1:8083/"
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    metadata = encode_subscription(Subscription(url, -1, Assignment.build(0, "", "", -1, [], ())), 2)
+
+    def join_request(member_id: str) -> JoinGroupRequest:
+        protocol = JoinGroupRequest.JoinGroupRequestProtocol(name="sessioned", metadata=metadata)
+        return JoinGroupRequest(
+            group_id=group,
+            session_timeout_ms=10_000,
+            rebalance_timeout_ms=60_000,
+            member_id=member_id,
+            group_instance_id=None,
+            protocol_type="connect",
+            protocols=[protocol],
+            reason=None,
+        )
+
+    correlation = 10
+    member_id = ""
+    for _ in range(3):  # MEMBER_ID_REQUIRED (79) first, then the real join
+        correlation += 1
+        frame = encode_request(join_request(member_id), JAVA_JOIN_V, correlation, "connect-1")
+        joined = decode_response(11, JAVA_JOIN_V, await rpc(reader, writer, frame), framed=False)
+        member_id = joined.member_id
+        if joined.error_code == 0:
+            break
+    assert joined.error_code == 0, joined
+    assignment = encode_assignment(Assignment.build(0, member_id, url, -1, [], ()), 2)
+    sync = SyncGroupRequest(
+        group_id=group,
+        generation_id=joined.generation_id,
+        member_id=member_id,
+        group_instance_id=None,
+        protocol_type="connect",
+        protocol_name="sessioned",
+        assignments=[SyncGroupRequest.SyncGroupRequestAssignment(member_id=member_id, assignment=assignment)],
+    )
+    synced = decode_response(
+        14,
+        JAVA_SYNC_V,
+        await rpc(reader, writer, encode_request(sync, JAVA_SYNC_V, 20, "connect-1")),
+        framed=False,
+    )
+    assert synced.error_code == 0, synced
+    heartbeat = Hb(
+        group_id=group, generation_id=joined.generation_id, member_id=member_id, group_instance_id=None
+    )
+    frame = encode_request(heartbeat, JAVA_HEARTBEAT_V, 30, "connect-1")
+    answer = await rpc(reader, writer, frame)
+    assert decode_response(12, JAVA_HEARTBEAT_V, answer, framed=False).error_code == 0
+    writer.close()
+    return frame, SIZE.pack(len(answer)) + answer
+
+
+def java_main() -> None:
+    count = int(os.environ.get("BENCH_HEARTBEATS", "3000"))
+    with tempfile.TemporaryDirectory() as tmp:
+        config = tmp + "/bridge.yaml"
+        with open(config, "w") as f:  # JSON is YAML; no initial rebalance delay for one member
+            json.dump({"coordinator": {"classic_initial_rebalance_delay_ms": 0}}, f)
+        bridge, port = start_bridge(tmp + "/state", config)
+        try:
+            frame, canned = asyncio.run(java_join(port))
+            port_file = tmp + "/canned.port"
+            canned_proc = subprocess.Popen(
+                [sys.executable, __file__, "--canned", port_file],
+                env={**os.environ, "CANNED_HEX": canned.hex()},
+            )
+            try:
+                for _ in range(100):
+                    if os.path.exists(port_file) and open(port_file).read():
+                        break
+                    time.sleep(0.05)
+                canned_port = int(open(port_file).read())
+                bridge_lat, canned_lat = asyncio.run(latencies((port, canned_port), frame, count))
+            finally:
+                canned_proc.terminate()
+        finally:
+            bridge.send_signal(signal.SIGTERM)
+            bridge.wait(10)
+    result: dict[str, object] = {
+        "versions": {"JoinGroup": JAVA_JOIN_V, "SyncGroup": JAVA_SYNC_V, "Heartbeat": JAVA_HEARTBEAT_V},
+        "bridge_p50_us": round(pct(bridge_lat, 50), 1),
+        "bridge_p99_us": round(pct(bridge_lat, 99), 1),
+        "canned_p50_us": round(pct(canned_lat, 50), 1),
+        "canned_p99_us": round(pct(canned_lat, 99), 1),
+    }
+    result["p50_ratio"] = round(result["bridge_p50_us"] / result["canned_p50_us"], 3)  # type: ignore[operator]
+    result["p99_ratio"] = round(result["bridge_p99_us"] / result["canned_p99_us"], 3)  # type: ignore[operator]
+    print(
+        f"classic Heartbeat v{JAVA_HEARTBEAT_V} (Java worker versions) p50 {result['bridge_p50_us']} us vs "
+        f"canned {result['canned_p50_us']} us (ratio {result['p50_ratio']}, target <= 1.5); "
+        f"p99 ratio {result['p99_ratio']}"
+    )
+    print(json.dumps(result))
+
+
 def pct(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100)[int(q) - 1]
 
@@ -186,5 +310,7 @@ def main() -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--canned":
         asyncio.run(canned_server(sys.argv[2]))
+    elif "--java-versions" in sys.argv:
+        java_main()
     else:
         main()

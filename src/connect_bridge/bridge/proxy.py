@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
 import re
 import struct
@@ -22,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kafka.protocol.admin.cluster import DescribeClusterResponse
+from kafka.protocol.admin.groups import DescribeGroupsRequest
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
     ApiVersionsResponse,
@@ -32,7 +32,12 @@ from kafka.protocol.metadata import (
 
 from connect_bridge.bridge.client import KafkaConnection
 from connect_bridge.codecs.messages import API_SPECS, ApiKey, supported_api_versions
-from connect_bridge.codecs.requests import decode_response, encode_response_frame
+from connect_bridge.codecs.requests import (
+    RequestDecodeError,
+    decode_request,
+    decode_response,
+    encode_response_frame,
+)
 
 log = logging.getLogger("connect_bridge.proxy")
 _HEADER = struct.Struct(">hhi")
@@ -40,6 +45,7 @@ _I16 = struct.Struct(">h")
 _SIZE = struct.Struct(">i")
 
 PRODUCE, FETCH, METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER = 0, 1, 3, 10, 60
+DESCRIBE_GROUPS, LIST_GROUPS = 15, 16
 REWRITTEN = {
     METADATA: MetadataResponse,
     FIND_COORDINATOR: FindCoordinatorResponse,
@@ -51,6 +57,18 @@ VERSION_CAPS = {PRODUCE: 9, FETCH: 15}
 UNANSWERED_KEPT = 1024
 """acks=0 correlation ids remembered per link, for brokers that answer them anyway."""
 GROUP_KEYED = {ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP}
+
+
+@dataclass(frozen=True, slots=True)
+class SplitRequest:
+    """A request answered partly by the bridge and partly by the upstream broker.
+
+    ``local`` and ``remote`` are request payloads (no size prefix) with the client's own header;
+    ``merge(local_response, upstream_payload)`` gives the framed response for the client."""
+
+    local: bytes
+    remote: bytes
+    merge: Callable[[Any, bytes], bytes]
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,80 +154,226 @@ class UpstreamCluster:
                 response.host, response.port = self.advertised_host, self.listener_port(response.node_id)
         return encode_response_frame(api_key, version, correlation_id, response)
 
+    # ------------------------------------------------------------------ split requests
+    def split(self, payload: bytes) -> SplitRequest | None:
+        """A relayed request whose answer must also hold what the bridge coordinates, else None.
+
+        - **DescribeGroups** naming coordinated *and* other groups (the Java admin client batches
+          every group of one coordinator node, and the bridge's groups share the broker's node id):
+          the coordinated ones are described locally, the rest upstream, answers in request order.
+        - **ListGroups**: upstream's groups (minus any coordinated id it still knows) plus the
+          bridge's, so ``kafka-consumer-groups --list`` shows the Connect groups as it does on Kafka.
+        """
+        (api_key,) = _I16.unpack_from(payload, 0)
+        if api_key not in (DESCRIBE_GROUPS, LIST_GROUPS):
+            return None
+        try:
+            request = decode_request(payload, framed=False)
+        except RequestDecodeError:
+            return None  # the caller's path answers or closes
+        version, correlation = request.api_version, request.correlation_id
+        if api_key == LIST_GROUPS:
+            return SplitRequest(
+                payload, payload, lambda local, up: self._merge_list(version, correlation, local, up)
+            )
+        groups = list(request.body.groups or ())
+        mine = [g for g in groups if self.coordinated(g)]
+        if not mine or len(mine) == len(groups):
+            return None
+        header = bytes(payload[: request_body_offset(payload, flexible_header=version >= 5)])
+
+        def part(ids: list[str]) -> bytes:
+            body = DescribeGroupsRequest(
+                groups=ids, include_authorized_operations=bool(request.body.include_authorized_operations)
+            )
+            return header + body.encode(version=version)
+
+        others = [g for g in groups if not self.coordinated(g)]
+        return SplitRequest(
+            part(mine),
+            part(others),
+            lambda local, up: self._merge_describe(version, correlation, groups, local, up),
+        )
+
+    def _merge_describe(
+        self, version: int, correlation: int, groups: list[str], local: Any, upstream: bytes
+    ) -> bytes:
+        remote = decode_response(DESCRIBE_GROUPS, version, upstream, framed=False)
+        remote._header = None
+        queues: dict[bool, collections.deque[Any]] = {
+            True: collections.deque(local.groups),
+            False: collections.deque(remote.groups),
+        }
+        remote.groups = [queues[self.coordinated(g)].popleft() for g in groups]
+        if version >= 1:
+            remote.throttle_time_ms = max(remote.throttle_time_ms or 0, local.throttle_time_ms or 0)
+        return encode_response_frame(DESCRIBE_GROUPS, version, correlation, remote)
+
+    def _merge_list(self, version: int, correlation: int, local: Any, upstream: bytes) -> bytes:
+        remote = decode_response(LIST_GROUPS, version, upstream, framed=False)
+        remote._header = None
+        if remote.error_code == 0:
+            remote.error_code = local.error_code
+        remote.groups = [g for g in remote.groups if not self.coordinated(g.group_id)] + list(local.groups)
+        return encode_response_frame(LIST_GROUPS, version, correlation, remote)
+
     def local_coordinator(self, node_id: int) -> tuple[int, str, int]:
         """Where clients find a group the bridge coordinates: this very listener (any will do)."""
         return node_id, self.advertised_host, self.listener_port(node_id)
 
 
 class UpstreamLink:
-    """One client connection's relay to one upstream broker: FIFO, so responses match requests."""
+    """One client connection's relay to one upstream broker: FIFO, so responses match requests.
+
+    Responses are read with a buffered protocol: a large frame is received straight into its own
+    buffer (size prefix included), which is what the client is sent, so a 1 MiB Fetch response
+    is not copied by the bridge at all; small frames are cut out of one scratch buffer."""
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
-        self.waiting: collections.deque[tuple[int, asyncio.Future[bytes]]] = collections.deque()
+        self.transport: asyncio.Transport | None = None
+        self.protocol: _UpstreamProtocol | None = None
+        self.waiting: collections.deque[tuple[int, asyncio.Future[bytearray]]] = collections.deque()
         """Requests sent and expecting a response, oldest first (an entry precedes its response)."""
         self.unanswered: collections.deque[int] = collections.deque(maxlen=UNANSWERED_KEPT)
         """Correlation ids of recent acks=0 Produce requests. Kafka never answers them, but some
         brokers do (tansu 0.6): such a response is dropped, since the client expects none."""
-        self._task: asyncio.Task[None] | None = None
 
     async def _ensure(self) -> None:
-        if self.writer is None or self.writer.is_closing():
-            self.reader, self.writer = await asyncio.open_connection(self.broker.host, self.broker.port)
-            self._task = asyncio.get_running_loop().create_task(self._read_loop())
+        if self.transport is None or self.transport.is_closing():
+            loop = asyncio.get_running_loop()
+            self.transport, self.protocol = await loop.create_connection(
+                lambda: _UpstreamProtocol(self), self.broker.host, self.broker.port
+            )
 
     async def send(
         self, frame: bytes, correlation_id: int, expects_response: bool
-    ) -> asyncio.Future[bytes] | None:
-        """Relay a framed request; the future resolves with the response payload (no size prefix)."""
+    ) -> asyncio.Future[bytearray] | None:
+        """Relay a framed request; the future resolves with the framed response (size prefix
+        included, ready to send to the client)."""
         await self._ensure()
-        assert self.writer is not None
-        future: asyncio.Future[bytes] | None = None
+        assert self.transport is not None and self.protocol is not None
+        future: asyncio.Future[bytearray] | None = None
         if expects_response:
             future = asyncio.get_running_loop().create_future()
             self.waiting.append((correlation_id, future))
         else:
             self.unanswered.append(correlation_id)
-        self.writer.write(frame)
-        await self.writer.drain()  # backpressure: a slow upstream slows the client's reads
+        self.transport.write(frame)
+        await self.protocol.drain()  # backpressure: a slow upstream slows the client's reads
         return future
 
-    async def _read_loop(self) -> None:
-        assert self.reader is not None
-        try:
-            while True:
-                (size,) = _SIZE.unpack(await self.reader.readexactly(4))
-                payload = await self.reader.readexactly(size)
-                (got,) = _SIZE.unpack_from(payload, 0)
-                if self.waiting and self.waiting[0][0] == got:
-                    _, future = self.waiting.popleft()
-                    if not future.done():
-                        future.set_result(payload)
-                elif got in self.unanswered:
-                    self.unanswered.remove(got)  # an answer to acks=0: the client expects none
-                else:
-                    expected = self.waiting[0][0] if self.waiting else None
-                    raise ConnectionError(f"upstream answered correlation {got}, expected {expected}")
-        except (asyncio.IncompleteReadError, ConnectionError, OSError) as exc:
-            self._fail(exc)
+    def _deliver(self, frame: bytearray) -> None:
+        (got,) = _SIZE.unpack_from(frame, 4)
+        if self.waiting and self.waiting[0][0] == got:
+            _, future = self.waiting.popleft()
+            if not future.done():
+                future.set_result(frame)
+        elif got in self.unanswered:
+            self.unanswered.remove(got)  # an answer to acks=0: the client expects none
+        else:
+            expected = self.waiting[0][0] if self.waiting else None
+            raise ConnectionError(f"upstream answered correlation {got}, expected {expected}")
 
     def _fail(self, exc: BaseException) -> None:
         while self.waiting:
             _, future = self.waiting.popleft()
             if not future.done():
                 future.set_exception(ConnectionError(f"upstream broker {self.broker.node_id} failed: {exc}"))
-        if self.writer is not None:
-            self.writer.close()
+        if self.transport is not None:
+            self.transport.close()
 
     async def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._task
+        if self.transport is not None:
+            self.transport.close()
+
+
+_SCRATCH = 64 * 1024
+"""Read size for small frames; a frame with at least this much left to read is read in place."""
+
+
+class _UpstreamProtocol(asyncio.BufferedProtocol):
+    """Frames an upstream connection's bytes into responses for its ``UpstreamLink``."""
+
+    def __init__(self, link: UpstreamLink) -> None:
+        self.link = link
+        self.scratch = bytearray(_SCRATCH)
+        self.header = bytearray()
+        self.frame: bytearray | None = None
+        self.filled = 0
+        self.in_place = False
+        self.paused = False
+        self.drained: asyncio.Future[None] | None = None
+
+    # ---------------------------------------------------------------- reading
+    def get_buffer(self, sizehint: int) -> memoryview:
+        frame = self.frame
+        if frame is not None and len(frame) - self.filled >= _SCRATCH:
+            self.in_place = True
+            return memoryview(frame)[self.filled :]
+        self.in_place = False
+        return memoryview(self.scratch)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        try:
+            if self.in_place:
+                self.filled += nbytes
+                self._complete()
+                return
+            data = memoryview(self.scratch)[:nbytes]
+            while data:
+                if self.frame is None:
+                    need = 4 - len(self.header)
+                    self.header += data[:need]
+                    data = data[need:]
+                    if len(self.header) < 4:
+                        return
+                    (size,) = _SIZE.unpack(self.header)
+                    if size < 4:
+                        raise ConnectionError(f"upstream sent a frame of {size} bytes")
+                    self.frame = bytearray(4 + size)
+                    self.frame[:4] = self.header
+                    self.filled = 4
+                    self.header = bytearray()
+                take = min(len(data), len(self.frame) - self.filled)
+                self.frame[self.filled : self.filled + take] = data[:take]
+                self.filled += take
+                data = data[take:]
+                self._complete()
+        except ConnectionError as exc:
+            self.link._fail(exc)
+
+    def _complete(self) -> None:
+        frame = self.frame
+        if frame is not None and self.filled == len(frame):
+            self.frame = None
+            self.link._deliver(frame)
+
+    def eof_received(self) -> bool:
+        self.link._fail(ConnectionError("upstream closed the connection"))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.link._fail(exc or ConnectionError("upstream connection lost"))
+        if self.drained is not None and not self.drained.done():
+            self.drained.set_result(None)
+
+    # ---------------------------------------------------------------- writing
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        if self.drained is not None and not self.drained.done():
+            self.drained.set_result(None)
+
+    async def drain(self) -> None:
+        transport = self.link.transport
+        if transport is not None and transport.is_closing():
+            raise ConnectionError(f"upstream broker {self.link.broker.node_id} connection closed")
+        while self.paused:
+            self.drained = asyncio.get_running_loop().create_future()
+            await self.drained
 
 
 def request_body_offset(payload: bytes | memoryview, flexible_header: bool) -> int:

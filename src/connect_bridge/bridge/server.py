@@ -31,6 +31,7 @@ from connect_bridge.bridge.handlers import Client, LocalApis, Parked, now_ms
 from connect_bridge.bridge.proxy import (
     GROUP_KEYED,
     REWRITTEN,
+    SplitRequest,
     UpstreamCluster,
     UpstreamLink,
     api_versions_response,
@@ -490,7 +491,12 @@ class BridgeServer:
                     await self._respond(conn, None, frame, self.committer.written, started)
                     continue
             if self.proxy is not None and len(payload) >= 10 and not self._answers_locally(payload):
-                if not await self._forward(conn, payload, started):
+                split = self.proxy.split(payload)
+                if split is not None:
+                    forwarded = await self._forward_split(conn, split, started)
+                else:
+                    forwarded = await self._forward(conn, payload, started)
+                if not forwarded:
                     return True
                 continue
             try:
@@ -566,17 +572,45 @@ class BridgeServer:
             return all(self.proxy.coordinated(g) for g in body.groups)
         return self.proxy.coordinated(body.group_id)
 
-    async def _forward(self, conn: _Connection, payload: bytes, started: float) -> bool:
-        """Relay to the upstream broker behind this listener; False when the upstream is gone."""
+    def _link(self, conn: _Connection) -> UpstreamLink | None:
         assert self.proxy is not None
-        api_key, version, correlation = _PEEK.unpack_from(payload, 0)
         link = conn.links.get(conn.node_id)
         if link is None:
             broker = self.proxy.brokers.get(conn.node_id)
             if broker is None:
                 log.warning("no upstream broker %s for %s", conn.node_id, conn.host)
-                return False
+                return None
             link = conn.links[conn.node_id] = UpstreamLink(broker)
+        return link
+
+    async def _forward_split(self, conn: _Connection, split: SplitRequest, started: float) -> bool:
+        """Answer a request partly here and partly upstream, merged (``UpstreamCluster.split``)."""
+        assert self.apis is not None
+        request = decode_request(split.local, framed=False)
+        local = self.apis.handle(request, Client(request.client_id or "", conn.host))
+        link = self._link(conn)
+        if link is None:
+            return False
+        try:
+            frame = _SIZE.pack(len(split.remote)) + split.remote
+            upstream = await link.send(frame, request.correlation_id, True)
+        except OSError as exc:
+            log.warning("closing %s: upstream broker %s unreachable: %s", conn.host, conn.node_id, exc)
+            return False
+        assert upstream is not None
+
+        async def merged() -> bytes:
+            return split.merge(local, bytes(memoryview(await upstream)[4:]))
+
+        await self._respond(conn, None, asyncio.get_running_loop().create_task(merged()), 0, started)
+        return True
+
+    async def _forward(self, conn: _Connection, payload: bytes, started: float) -> bool:
+        """Relay to the upstream broker behind this listener; False when the upstream is gone."""
+        api_key, version, correlation = _PEEK.unpack_from(payload, 0)
+        link = self._link(conn)
+        if link is None:
+            return False
         expects = not (api_key == 0 and produce_acks(payload, version) == 0)
         try:
             future = await link.send(_SIZE.pack(len(payload)) + payload, correlation, expects)
@@ -584,18 +618,20 @@ class BridgeServer:
             log.warning("closing %s: upstream broker %s unreachable: %s", conn.host, conn.node_id, exc)
             return False
         if future is not None:
-            loop = asyncio.get_running_loop()
-            done = loop.create_task(self._finish_forward(future, api_key, version, correlation))
-            await self._respond(conn, None, done, 0, started)
+            if api_key in REWRITTEN:
+                loop = asyncio.get_running_loop()
+                done = loop.create_task(self._finish_forward(future, api_key, version, correlation))
+                await self._respond(conn, None, done, 0, started)
+            else:  # the link's future resolves to the framed response: no task per Produce/Fetch
+                await self._respond(conn, None, future, 0, started)
         return True
 
     async def _finish_forward(
-        self, upstream: asyncio.Future[bytes], api_key: int, version: int, correlation: int
+        self, upstream: asyncio.Future[bytearray], api_key: int, version: int, correlation: int
     ) -> bytes:
-        payload = await upstream
-        if api_key in REWRITTEN and self.proxy is not None:
-            return self.proxy.rewrite(api_key, version, correlation, payload, 0)
-        return _SIZE.pack(len(payload)) + payload
+        frame = await upstream  # framed (size prefix included)
+        assert self.proxy is not None
+        return self.proxy.rewrite(api_key, version, correlation, bytes(memoryview(frame)[4:]), 0)
 
     async def _respond(
         self, conn: _Connection, request: DecodedRequest | None, outcome: Any, seq: int, started: float
