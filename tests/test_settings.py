@@ -233,3 +233,17 @@ def test_parse_host_port_rejects(value: str) -> None:
 def test_parse_host_port_accepts() -> None:
     assert parse_host_port("[fe80::1]:9092") == ("fe80::1", 9092)
     assert parse_host_port("h:0", allow_zero_port=True) == ("h", 0)
+
+
+def test_in_front_of_a_cluster_the_bridge_coordinates_the_config_view_group_only() -> None:
+    """``connect.*`` would also capture sink connectors' consumer groups (docs/known-issues.md)."""
+    from connect_bridge.bridge.app import coordinated_groups
+    from connect_bridge.bridge.settings import BridgeSettings
+
+    view = {"topic": "cfg", "group": "connect-cluster"}
+    named = BridgeSettings(upstream=["127.0.0.1:9092"], config_view=view)
+    assert coordinated_groups(named) == ["connect\\-cluster"]
+    explicit = BridgeSettings(upstream=["127.0.0.1:9092"], coordinated_groups=["a.*"])
+    assert coordinated_groups(explicit) == ["a.*"]
+    assert coordinated_groups(BridgeSettings(upstream=["127.0.0.1:9092"])) is None  # connect.*, warned
+    assert coordinated_groups(BridgeSettings()) is None  # embedded: every group

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import sys
 
 from connect_bridge.bridge.config_source import ConfigViewWatcher
@@ -16,6 +17,23 @@ from connect_bridge.bridge.store import FileRecordStore, StoreError
 from connect_bridge.bridge.topic_store import TopicRecordStore
 
 log = logging.getLogger("connect_bridge.app")
+
+
+def coordinated_groups(settings: BridgeSettings) -> list[str] | None:
+    """The groups the bridge coordinates. In front of a cluster, without an explicit setting, the
+    Connect group the config view names (exactly) rather than ``connect.*``: that pattern also
+    matches sink connectors' consumer groups (``connect-<connector>``), whose offset requests the
+    bridge relays to a broker that never saw the group (docs/known-issues.md)."""
+    if settings.coordinated_groups is not None or not settings.upstream:
+        return settings.coordinated_groups
+    view = settings.config_view
+    if view is not None and view.group is not None:
+        return [re.escape(view.group)]
+    log.warning(
+        "coordinated_groups defaults to connect.*, which also matches sink connectors' consumer groups "
+        "(connect-<connector>): set coordinated_groups (or config_view.group) to the Connect group ids"
+    )
+    return None
 
 
 def server_options(settings: BridgeSettings) -> ServerOptions:
@@ -33,7 +51,7 @@ def server_options(settings: BridgeSettings) -> ServerOptions:
         coordinator=settings.coordinator.to_config(),
         upstream=list(settings.upstream_addresses),
         proxy_base_port=settings.proxy_base_port,
-        coordinated_groups=settings.coordinated_groups,
+        coordinated_groups=coordinated_groups(settings),
         limits=settings.limits.to_limits(),
         max_inflight_per_connection=settings.limits.max_inflight_per_connection,
         max_buffered_bytes=settings.limits.max_buffered_bytes,

@@ -17,12 +17,16 @@ from typing import Any
 from connect_bridge.bridge import wire_map as wm
 from connect_bridge.codecs.messages import ApiKey
 from connect_bridge.codecs.requests import decode_request, response_frame
+from connect_bridge.state import classic_api as capi
 from connect_bridge.state.api import HeartbeatRequest, HeartbeatResponse
 from connect_bridge.state.coordinator import GroupCoordinator
 
 _KEY = struct.Struct(">hhi")
 _HEARTBEAT = int(ApiKey.CONNECT_GROUP_HEARTBEAT)
 _FLEXIBLE_RESPONSE_HEADER = 1
+_CLASSIC_HEARTBEAT = int(ApiKey.HEARTBEAT)
+_CLASSIC_FLEXIBLE = 4
+"""Heartbeat v4+ is a flexible version: its response header carries tagged fields."""
 
 
 _ENTRY_OVERHEAD = 256
@@ -62,13 +66,18 @@ class SteadyHeartbeats:
         self.clock = clock
         self.max_frame = max_frame
         """Larger frames take the full path (a steady heartbeat is a few dozen bytes)."""
-        self.requests: _Lru = _Lru(limit_bytes // 2)
-        self.bodies: _Lru = _Lru(limit_bytes // 2)
+        self.requests: _Lru = _Lru(limit_bytes // 3)
+        self.classic_requests: _Lru = _Lru(limit_bytes // 3)
+        self.bodies: _Lru = _Lru(limit_bytes // 3)
 
     def answer(self, payload: bytes) -> bytes | None:
         """The framed response, or None when this frame needs the full path."""
         api_key, version, correlation = _KEY.unpack_from(payload, 0)
-        if api_key != _HEARTBEAT or version != 0 or len(payload) > self.max_frame:
+        if len(payload) > self.max_frame:
+            return None
+        if api_key == _CLASSIC_HEARTBEAT:
+            return self._classic(payload, version, correlation)
+        if api_key != _HEARTBEAT or version != 0:
             return None
         key = payload[:4] + payload[8:]
         req: HeartbeatRequest | None = self.requests.get(key)
@@ -91,6 +100,28 @@ class SteadyHeartbeats:
                 wm.heartbeat_response_to_wire(resp, 0).encode(version=0),
             )
         return response_frame(correlation, _FLEXIBLE_RESPONSE_HEADER, self._body(resp))
+
+    def _classic(self, payload: bytes, version: int, correlation: int) -> bytes | None:
+        """A Java worker's classic Heartbeat (the same bytes every interval) for a group this bridge
+        holds; any other group takes the full path, which relays it upstream in proxy mode."""
+        key = payload[:4] + payload[8:]
+        req: capi.HeartbeatRequest | None = self.classic_requests.get(key)
+        known = req is not None
+        if req is None:
+            decoded = decode_request(payload, framed=False)
+            req = wm.classic_heartbeat_from_wire(decoded.body, version)
+        coordinator = self.coordinator()
+        if req.group_id not in coordinator.groups:
+            return None
+        resp = coordinator.classic_heartbeat(req, self.clock())
+        if not known and resp.error_code == 0:
+            self.classic_requests.put(key, req)  # known members only, as above
+        body_key = ("classic", version, resp.error_code)
+        body = self.bodies.get(body_key)
+        if body is None:
+            body = bytes(wm.classic_heartbeat_response_to_wire(resp, version).encode(version=version))
+            self.bodies.put(body_key, body)
+        return response_frame(correlation, 1 if version >= _CLASSIC_FLEXIBLE else 0, body)
 
     def _body(self, resp: HeartbeatResponse) -> bytes:
         key = (resp.member_id, resp.member_epoch, resp.heartbeat_interval_ms)

@@ -57,6 +57,8 @@ _I16 = struct.Struct(">h")
 _PEEK = struct.Struct(">hhi")
 FILES_RESERVED = 64
 """Open files kept for the state log, the metrics listener, upstream links and the executor."""
+RELAYED = "Relayed"
+"""The metrics label of answers relayed from the upstream cluster."""
 LARGE_FRAME = 1024 * 1024
 """Frames above this count against ``max_buffered_bytes`` while they are read."""
 CLUSTER_APIS = frozenset(
@@ -488,7 +490,8 @@ class BridgeServer:
                     frame = None
                 if frame is not None:
                     self.after_step()
-                    await self._respond(conn, None, frame, self.committer.written, started)
+                    answering = _Answering(*_PEEK.unpack_from(payload, 0))
+                    await self._respond(conn, answering, frame, self.committer.written, started)
                     continue
             if self.proxy is not None and len(payload) >= 10 and not self._answers_locally(payload):
                 split = self.proxy.split(payload)
@@ -694,13 +697,13 @@ class BridgeServer:
 
     def _encode(self, request: DecodedRequest | _Answering | None, outcome: Any, started: float) -> bytes:
         """``outcome`` is a response message, or an already framed response (``request`` None)."""
-        name = "ConnectGroupHeartbeat" if request is None else api_spec(request.api_key).name
+        name = RELAYED if request is None else _api_name(request.api_key)
         if self.metrics is not None:
             self.metrics.observe_request(
                 name, time.perf_counter() - started, getattr(outcome, "error_code", 0)
             )
-        if request is None:
-            return outcome
+        if request is None or isinstance(outcome, bytes | bytearray):
+            return outcome  # relayed, or framed by the steady-heartbeat path
         if outcome.API_KEY != request.api_key:
             raise TypeError(f"{type(outcome).__name__} does not answer API key {request.api_key}")
         return encode_response_frame(request.api_key, request.api_version, request.correlation_id, outcome)
@@ -747,6 +750,11 @@ class _RateLimited:
         log.warning(message + more, *args)
         self.last = now
         self.suppressed = 0
+
+
+def _api_name(api_key: int) -> str:
+    spec = api_spec(api_key)
+    return spec.name if spec is not None else str(api_key)
 
 
 def _unsupported_api_versions(apis: LocalApis) -> Any:

@@ -201,8 +201,9 @@ class BridgeSettings(_Strict):
     proxy_base_port: int | None = Field(None, ge=1, le=65535)
     """With ``upstream``: the listener of upstream broker N is on this port + N (default: listen port + 1)."""
     coordinated_groups: list[str] | None = None
-    """Regexes of the group ids the bridge coordinates (default: every group embedded, ``connect.*``
-    in front of an upstream cluster; other groups go to the real coordinator)."""
+    """Regexes of the group ids the bridge coordinates (default: every group embedded; in front of
+    an upstream cluster exactly ``config_view.group`` if set, else ``connect.*``; other groups go to
+    the real coordinator)."""
 
     @field_validator("metrics_listen", mode="before")
     @classmethod
