@@ -36,6 +36,25 @@ SIZE = struct.Struct(">i")
 GROUP = "bench"
 
 
+def against_canned(port: int, frame: bytes, canned: bytes, count: int, tmp: str) -> tuple[list, list]:
+    """Latencies of ``frame`` through the bridge on ``port`` and through a canned server answering
+    ``canned`` (a subprocess of this script), measured in alternating batches."""
+    port_file = tmp + "/canned.port"
+    canned_proc = subprocess.Popen(
+        [sys.executable, __file__, "--canned", port_file],
+        env={**os.environ, "CANNED_HEX": canned.hex()},
+    )
+    try:
+        for _ in range(100):
+            if os.path.exists(port_file) and open(port_file).read():
+                break
+            time.sleep(0.05)
+        canned_port = int(open(port_file).read())
+        return asyncio.run(latencies((port, canned_port), frame, count))
+    finally:
+        canned_proc.terminate()
+
+
 def start_bridge(state_dir: str, config: str | None = None) -> tuple[subprocess.Popen[str], int]:
     proc = subprocess.Popen(
         [
@@ -228,20 +247,7 @@ def java_main() -> None:
         bridge, port = start_bridge(tmp + "/state", config)
         try:
             frame, canned = asyncio.run(java_join(port))
-            port_file = tmp + "/canned.port"
-            canned_proc = subprocess.Popen(
-                [sys.executable, __file__, "--canned", port_file],
-                env={**os.environ, "CANNED_HEX": canned.hex()},
-            )
-            try:
-                for _ in range(100):
-                    if os.path.exists(port_file) and open(port_file).read():
-                        break
-                    time.sleep(0.05)
-                canned_port = int(open(port_file).read())
-                bridge_lat, canned_lat = asyncio.run(latencies((port, canned_port), frame, count))
-            finally:
-                canned_proc.terminate()
+            bridge_lat, canned_lat = against_canned(port, frame, canned, count, tmp)
         finally:
             bridge.send_signal(signal.SIGTERM)
             bridge.wait(10)
@@ -272,20 +278,7 @@ def main() -> None:
         bridge, port = start_bridge(tmp + "/state")
         try:
             _, _, frame, canned = asyncio.run(join(port, "http://w0:8083/"))
-            port_file = tmp + "/canned.port"
-            canned_proc = subprocess.Popen(
-                [sys.executable, __file__, "--canned", port_file],
-                env={**os.environ, "CANNED_HEX": canned.hex()},
-            )
-            try:
-                for _ in range(100):
-                    if os.path.exists(port_file) and open(port_file).read():
-                        break
-                    time.sleep(0.05)
-                canned_port = int(open(port_file).read())
-                bridge_lat, canned_lat = asyncio.run(latencies((port, canned_port), frame, count))
-            finally:
-                canned_proc.terminate()
+            bridge_lat, canned_lat = against_canned(port, frame, canned, count, tmp)
             hb_per_s = asyncio.run(throughput(port, 200, 3.0))
         finally:
             bridge.send_signal(signal.SIGTERM)

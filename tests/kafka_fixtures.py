@@ -47,6 +47,7 @@ from typing import Any
 import pytest
 
 from kafka_jars import KafkaJarsError, java_binary, kafka_classpath, log4j_config
+from tansu import accepts, broker_answers
 
 __all__ = [
     "BridgeProcess",
@@ -241,34 +242,6 @@ def broker_properties(workdir: Path, port: int, controller_port: int) -> dict[st
     }
 
 
-def _broker_answers(bootstrap: str) -> bool:
-    """kafka-python bootstraps and finds this broker, at its advertised address, in the metadata."""
-    from kafka import KafkaAdminClient
-    from kafka.errors import KafkaError
-
-    try:
-        admin = KafkaAdminClient(
-            bootstrap_servers=bootstrap, request_timeout_ms=5000, client_id="kafka-probe"
-        )
-    except (KafkaError, OSError, ValueError):
-        return False
-    try:
-        brokers = admin.describe_cluster().get("brokers") or []
-        return any(f"{b['host']}:{b['port']}" == bootstrap for b in brokers)
-    except (KafkaError, OSError, ValueError):
-        return False
-    finally:
-        admin.close()
-
-
-def accepts(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
 def start_kafka_broker(
     workdir: Path,
     *,
@@ -328,7 +301,7 @@ def start_kafka_broker(
         )
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and broker.running:
-            if accepts(HOST, port) and _broker_answers(broker.bootstrap):
+            if accepts(HOST, port) and broker_answers(broker.bootstrap, "kafka-probe", 5000):
                 return broker
             time.sleep(0.2)
         if broker.running:

@@ -121,7 +121,8 @@ def free_port(host: str = HOST) -> int:
         return sock.getsockname()[1]
 
 
-def _accepts(host: str, port: int) -> bool:
+def accepts(host: str, port: int) -> bool:
+    """Something listens on ``host:port``."""
     try:
         with socket.create_connection((host, port), timeout=0.5):
             return True
@@ -129,20 +130,20 @@ def _accepts(host: str, port: int) -> bool:
         return False
 
 
-def _answers_metadata(bootstrap: str) -> bool:
-    """kafka-python can bootstrap and read the cluster metadata (one broker, the advertised address)."""
+def broker_answers(bootstrap: str, client_id: str = "tansu-probe", timeout_ms: int = 3000) -> bool:
+    """kafka-python bootstraps and finds this broker, at its advertised address, in the cluster
+    metadata (tansu here, Apache Kafka in ``kafka_fixtures``)."""
     from kafka import KafkaAdminClient
     from kafka.errors import KafkaError
 
     try:
         admin = KafkaAdminClient(
-            bootstrap_servers=bootstrap, request_timeout_ms=3000, client_id="tansu-probe"
+            bootstrap_servers=bootstrap, request_timeout_ms=timeout_ms, client_id=client_id
         )
     except (KafkaError, OSError, ValueError):
         return False
     try:
-        cluster = admin.describe_cluster()
-        brokers = cluster.get("brokers") or []
+        brokers = admin.describe_cluster().get("brokers") or []
         return any(f"{b['host']}:{b['port']}" == bootstrap for b in brokers)
     except (KafkaError, OSError, ValueError):
         return False
@@ -191,7 +192,7 @@ def start_tansu(tmp_path: Path | None = None, *, timeout_s: float = START_TIMEOU
         while time.monotonic() < deadline:
             if not broker.running:
                 break
-            if _accepts(HOST, port) and _answers_metadata(broker.bootstrap):
+            if accepts(HOST, port) and broker_answers(broker.bootstrap):
                 return broker
             time.sleep(0.05)
         if broker.running:
