@@ -148,9 +148,9 @@ class BridgeServer:
         self.failure: str | None = None
         """Why the bridge stopped itself (a background task or the store failed); None while healthy."""
         self._buffered = 0
+        """Bytes of large frames being read right now, over all connections."""
         self._accept_failed = _RateLimited()
         self._refused = _RateLimited()
-        """Bytes of large frames being read right now, over all connections."""
         self.committer = Committer(store, on_fsync=self._observe_fsync, on_failure=self._store_failed)
         self._server: asyncio.AbstractServer | None = None
         self._timer_wake = asyncio.Event()
