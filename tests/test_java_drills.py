@@ -272,7 +272,9 @@ def test_rolling_restart_sessioned(drill: JavaDrill) -> None:
         drill.stop(name)
         drill.start(name)
     summary, _ = drill.finish()
-    assert summary.rebalances > 0 and summary.moves > 0
+    # The restarts really stopped work (each stopped worker's tasks ran nowhere for a while); where
+    # they went is timing: a worker back within the delay gets its own work back (0 moves, the ideal).
+    assert summary.rebalances > 0 and summary.unassigned_item_ms > 0
 
 
 def test_kill_java_worker(drill: JavaDrill) -> None:
