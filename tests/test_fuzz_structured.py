@@ -70,7 +70,7 @@ from connect_bridge.codecs.requests import (
     null_violation,
 )
 from connect_bridge.state import api as napi
-from test_server import Running, running
+from test_server import Running, read_frame, running
 
 SIZE = struct.Struct(">i")
 PEEK = struct.Struct(">hhi")
@@ -630,31 +630,8 @@ class Tally:
         self.failures.extend(other.failures)
 
 
-def _recv_exactly(sock: socket.socket, n: int) -> bytes | None:
-    chunks = []
-    while n:
-        try:
-            chunk = sock.recv(n)
-        except (ConnectionResetError, BrokenPipeError):
-            return None
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)
-
-
 def _read_frame(sock: socket.socket) -> bytes | None:
-    head = _recv_exactly(sock, 4)
-    if head is None:
-        return None
-    (size,) = SIZE.unpack(head)
-    if not 0 <= size < 1 << 28:
-        raise AssertionError(f"response size prefix {size}")
-    payload = _recv_exactly(sock, size)
-    if payload is None:
-        raise AssertionError("connection closed in the middle of a response")
-    return payload
+    return read_frame(sock, max_size=1 << 28)
 
 
 def run_script(

@@ -225,7 +225,7 @@ def recv_exactly(sock: socket.socket, n: int) -> bytes | None:
     while n:
         try:
             chunk = sock.recv(n)
-        except ConnectionResetError:
+        except (ConnectionResetError, BrokenPipeError):
             return None
         if not chunk:
             return None
@@ -234,13 +234,13 @@ def recv_exactly(sock: socket.socket, n: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def read_frame(sock: socket.socket) -> bytes | None:
+def read_frame(sock: socket.socket, max_size: int = 1 << 24) -> bytes | None:
     """The next response payload (without its size), or None at EOF. Times out per the socket."""
     head = recv_exactly(sock, 4)
     if head is None:
         return None
     (size,) = SIZE.unpack(head)
-    assert 0 <= size < 1 << 24, size
+    assert 0 <= size < max_size, f"response size prefix {size}"
     payload = recv_exactly(sock, size)
     assert payload is not None, "connection closed in the middle of a response"
     return payload
