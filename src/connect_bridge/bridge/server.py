@@ -158,7 +158,6 @@ class BridgeServer:
         """The deadline the timer loop sleeps until (None: not sleeping on one)."""
         self._tasks: list[asyncio.Task[Any]] = []
         self._connections: set[asyncio.Task[Any]] = set()
-        self._writers: set[asyncio.StreamWriter] = set()
         self.open_connections: set[_Connection] = set()
         self._stopping = asyncio.Event()
         self.port = options.port
@@ -288,7 +287,7 @@ class BridgeServer:
         if self.failure is None:
             self.failure = reason
             log.error("stopping: %s", reason)
-        for writer in list(self._writers):
+        for writer in [c.writer for c in self.open_connections]:
             writer.transport.abort()
         self._stopping.set()
 
@@ -331,7 +330,7 @@ class BridgeServer:
             if server is not None:
                 server.close()
                 await server.wait_closed()
-        for writer in list(self._writers):
+        for writer in [c.writer for c in self.open_connections]:
             # abort, not close: close() waits to flush to a peer that may never read again, which
             # would leave its connection task stuck in drain() forever.
             writer.transport.abort()
@@ -408,7 +407,6 @@ class BridgeServer:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
-        self._writers.add(writer)
         if self.metrics is not None:
             self.metrics.connections.inc()
         peer = writer.get_extra_info("peername")
@@ -443,7 +441,6 @@ class BridgeServer:
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
             self._connections.discard(task)
-            self._writers.discard(writer)
             self.open_connections.discard(conn)
             if self.metrics is not None:
                 self.metrics.connections.dec()
