@@ -117,6 +117,22 @@ def test_a_static_legacy_worker_reusing_an_id_gets_a_rebalance_and_survives() ->
     assert of(events, "z1", 32_000, 200_000, "run")
 
 
+@pytest.mark.parametrize("protocol", ["sessioned", "new"])
+def test_a_static_workers_clean_stop_is_logged_as_not_having_left(protocol: str) -> None:
+    """Static members end their membership only by session timeout (no LeaveGroup; epoch -2 in
+    KIP-848): the live invariant must know the coordinator could not see that stop."""
+    steps = [
+        {"at_ms": 0, "action": "start", "worker": "w1", "protocol": protocol, "instance_id": "i-1"},
+        {"at_ms": 0, "action": "start", "worker": "w2", "protocol": protocol},
+        {"at_ms": 0, "action": "start", "worker": "w3", "protocol": protocol},
+        {"at_ms": 30_000, "action": "stop", "worker": "w1"},
+        {"at_ms": 40_000, "action": "stop", "worker": "w2"},
+    ]
+    _, events = drill(steps)
+    stops = {e["worker"]: e.get("left", True) for e in events if e["type"] == "worker_stop"}
+    assert stops == {"w1": False, "w2": True}
+
+
 def test_misbehaviour_of_a_worker_that_is_not_running_is_rejected() -> None:
     doc = {"name": "x", "connectors": {}, "end_ms": 10, "steps": [
         {"at_ms": 0, "action": "stall", "worker": "w9", "duration_ms": 5}]}

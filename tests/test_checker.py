@@ -378,15 +378,15 @@ def _ev(t: int, type_: str, worker: str | None = None, **fields: object) -> dict
     return {"t_ms": t, "type": type_, "worker": worker, **fields}
 
 
-def _unowned_for(gap: int, *middle: dict) -> list[dict]:
-    """w1 runs A, w2 is live; A runs nowhere from t=1000 for ``gap`` ms, then on w2."""
+def _unowned_for(gap: int, *middle: dict, leave: str = "worker_stop") -> list[dict]:
+    """w1 runs A, w2 is live; A runs nowhere from t=1000 for ``gap`` ms (w1 ``leave``s), then on w2."""
     return [
         TIMING,
         _ev(0, "config", connectors={"A": 0}, offset=0),
         _ev(0, "worker_start", "w1", protocol="new"),
         _ev(0, "worker_start", "w2", protocol="new"),
         _ev(0, "run", "w1", connector="A", task=-1),
-        _ev(1_000, "worker_crash", "w1", protocol="new"),
+        _ev(1_000, leave, "w1", protocol="new"),
         *middle,
         _ev(1_000 + gap, "run", "w2", connector="A", task=-1),
     ]
@@ -408,7 +408,7 @@ def test_live_does_not_count_time_nobody_could_run_it() -> None:
         _ev(8_000, "stall_start", "w2", kind="pause"),
         _ev(12_000, "stall_end", "w2", kind="pause"),
     ]
-    s = check(_unowned_for(24_000, *gaps))  # 24 s unowned, 9 s of it with nobody able to run it
+    s = check(_unowned_for(24_000, *gaps), detection_ms=0)  # 24 s unowned, 9 s of it nobody able
     assert (s.live, s.max_unowned_ms) == (True, 15_000)
     assert check(_unowned_for(24_000)[1:]).live_bound_ms is None
     assert check(_unowned_for(24_000)[1:]).live
@@ -426,8 +426,38 @@ def test_a_stall_that_ends_after_its_process_restarted_does_not_make_anyone_able
         _ev(4_000, "stall_start", "w2", kind="pause"),  # the only worker is paused from here
         _ev(20_000, "stall_end", "w2", kind="pause"),
     ]
-    s = check(_unowned_for(24_000, *gaps))  # A unowned 1-25 s; w2 able 1-1.5, 2-4 and 20-25 s
+    s = check(_unowned_for(24_000, *gaps), detection_ms=0)  # A unowned 1-25 s; w2 able 1-1.5, 2-4, 20-25 s
     assert (s.live, s.max_unowned_ms) == (True, 7_500)
+
+
+def test_live_starts_the_clock_of_a_crashed_workers_work_after_failure_detection() -> None:
+    """A crash is told from slowness only after a session timeout plus the zombie grace (3 s + 1 s +
+    5 s with this timing): the bound counts from there, not from the crash."""
+    detection = 3_000 + 1_000 + 5_000
+    ok = check(_unowned_for(detection + 15_000, leave="worker_crash"))
+    assert (ok.live, ok.max_unowned_ms) == (True, 15_000)
+    late = check(_unowned_for(detection + 15_001, leave="worker_crash"))
+    assert (late.live, late.max_unowned_ms) == (False, 15_001)
+    assert check(_unowned_for(5_000, leave="worker_crash")).max_unowned_ms == 0
+
+
+def test_live_restarts_failure_detection_when_the_bridge_comes_back() -> None:
+    """A restarted bridge re-arms every session from its load: the clock of work still unowned
+    then starts a detection later, however long it had already waited."""
+    restart = [_ev(10_000, "bridge_restart"), _ev(11_000, "bridge_up")]
+    s = check(_unowned_for(10_000 + 9_000 + 15_000, *restart))  # 9 s before, 1 s down, detection
+    assert (s.live, s.max_unowned_ms) == (True, 15_000)
+    assert not check(_unowned_for(10_000 + 9_000 + 15_001, *restart)).live
+
+
+def test_live_restarts_failure_detection_when_a_process_falls_silent() -> None:
+    """A pause, partition, stall or lost answer is noticed only by a timer too, and the silent
+    process may hold an assignment it never started: every unowned item's clock restarts."""
+    pause = [_ev(5_000, "stall_start", "w3", kind="pause"), _ev(6_000, "stall_end", "w3", kind="pause")]
+    events = _unowned_for(4_000 + 9_000 + 15_000, *pause)
+    events[3:3] = [_ev(0, "worker_start", "w3", protocol="new")]
+    assert check(events).max_unowned_ms == 15_000
+    assert check(events, detection_ms=0).max_unowned_ms == 28_000
 
 
 def test_live_judges_work_still_unowned_at_the_end() -> None:

@@ -16,7 +16,10 @@ order (which is causal order):
 - ``live``: no configured item runs nowhere for longer than ``scheduled_rebalance_max_delay_ms +
   rebalance_timeout_ms`` (from the log's ``timing`` event) of time during which some worker could
   run it: the bridge is up (between ``bridge_restart`` and ``bridge_up`` it is not) and at least one
-  live worker is not stalled, paused or partitioned (``stall_start`` / ``stall_end``).
+  live worker is not stalled, paused or partitioned (``stall_start`` / ``stall_end``); after a
+  failure the coordinator learns of only by a timer (a crash, a stop without LeaveGroup, a process
+  falling silent, a bridge restart) the clock of every unowned item restarts once that failure
+  could be told from slowness (a session timeout plus the zombie grace, :func:`failure_detection_ms`).
 
 It keeps only dicts keyed by item and worker and does O(1) work per event (a ``config`` event costs
 O(items it changes)), because it runs over logs of millions of events.
@@ -32,6 +35,7 @@ from typing import Any
 
 from connect_bridge.codecs.ids import CONNECTOR_TASK, ConnectorTaskId
 from connect_bridge.drills.events import EventLogError, iter_events
+from connect_bridge.state.holds import zombie_grace_ms
 
 MAX_VIOLATIONS = 20
 """How many violation messages a summary keeps; the rest are counted in one final line."""
@@ -109,11 +113,24 @@ def live_bound(timing: Mapping[str, Any]) -> int:
     )
 
 
+def failure_detection_ms(timing: Mapping[str, Any]) -> int:
+    """How long after a crash (or a coordinator restart) nobody can *safely* run the dead worker's work.
+
+    A crashed process and a slow or partitioned one look the same until its session expires, and a
+    removed process may still run its work for the zombie grace: handing it out earlier is exactly the
+    double run the exclusive invariant forbids. Kafka's own coordinator has the same blind window, and
+    a coordinator failover re-arms every session, so the live clock of such work starts after it.
+    """
+    session = int(timing.get("session_timeout_ms", 10_000))
+    return session + zombie_grace_ms(session)
+
+
 def check(
     events: Iterable[Mapping[str, Any]],
     name: str = "",
     end_ms: int | None = None,
     live_bound_ms: int | None = None,
+    detection_ms: int | None = None,
 ) -> Summary:
     """Judge one drill's event log (any iterable of event dicts, in file order).
 
@@ -122,7 +139,8 @@ def check(
     ignored. A ``release`` of an item the worker does not run and a repeated ``run`` of an item the
     worker already runs are no-ops. Raises :class:`EventLogError` for an event without ``t_ms``, a
     ``t_ms`` that goes backwards, or a ``run``/``release`` without worker, connector or task.
-    ``live_bound_ms`` overrides the liveness bound the log's ``timing`` event gives.
+    ``live_bound_ms`` overrides the liveness bound the log's ``timing`` event gives, ``detection_ms``
+    the failure-detection window (:func:`failure_detection_ms`).
     """
     running: dict[Item, set[str]] = {}  # item -> workers running it now (sets are kept when empty)
     by_worker: dict[str, set[Item]] = {}  # worker -> items it runs now
@@ -139,6 +157,7 @@ def check(
     # Liveness: "could run" time is a clock that only runs while the bridge is up and some live worker
     # is not stalled; an unowned item's cost is that clock's advance since the item became unowned.
     bound = live_bound_ms
+    detection = detection_ms or 0  # the live clock restarts this late after a silent failure
     stalls: dict[str, int] = {}
     able = 0  # live workers that are not stalled, paused or partitioned
     bridge_up = True
@@ -150,7 +169,7 @@ def check(
     def owned_again(item: Item, t: int) -> None:
         """The item runs again (or stops being configured): judge how long nobody could run it."""
         nonlocal max_unowned
-        waited = could_ms - unowned_at.pop(item, could_ms)
+        waited = max(0, could_ms - unowned_at.pop(item, could_ms))
         max_unowned = max(max_unowned, waited)
         if bound is not None and waited > bound:
             live_problems.append(
@@ -161,6 +180,15 @@ def check(
     def unowned(item: Item, t: int) -> None:
         unassigned_since[item] = t
         unowned_at[item] = could_ms
+
+    def unseen() -> None:
+        """A failure the coordinator learns of only by a timer: the live clock of every unowned item
+        (the failed worker's, and any it may have been assigned without starting) restarts a
+        detection later. A detection of 0 (failures seen at once) restarts nothing."""
+        if detection <= 0:
+            return
+        for item, at in unowned_at.items():
+            unowned_at[item] = max(at, could_ms + detection)
 
     def stop(item: Item, worker: str, t: int) -> None:
         """``worker`` stops running ``item`` at ``t`` (release, stop or crash)."""
@@ -235,6 +263,8 @@ def check(
                 for item in mine:
                     stop(item, worker, t)
                 mine.clear()
+            if kind == "worker_crash" or event.get("left") is False:
+                unseen()  # no LeaveGroup: only the session timer will tell the coordinator
         elif kind == "worker_start":
             worker = event.get("worker")
             if worker not in live:
@@ -245,6 +275,7 @@ def check(
             if worker in live and not stalls.get(worker):
                 able -= 1
             stalls[worker] = stalls.get(worker, 0) + 1
+            unseen()  # a silent process (paused, cut off, stuck, or waiting on a lost answer)
         elif kind == "stall_end":
             worker = event.get("worker")
             open_stalls = stalls.get(worker, 0)
@@ -256,7 +287,10 @@ def check(
             bridge_up = False
         elif kind == "bridge_up":
             bridge_up = True
+            unseen()  # the restarted bridge re-arms every session from its load
         elif kind == "timing":
+            if detection_ms is None:
+                detection = failure_detection_ms(event)
             if live_bound_ms is None:
                 bound = live_bound(event)
         elif kind == "config":

@@ -68,8 +68,13 @@ class EventLog:
     def worker_start(self, t_ms: int, worker: str, protocol: str) -> None:
         self.emit(t_ms, "worker_start", worker, protocol=protocol)
 
-    def worker_stop(self, t_ms: int, worker: str, protocol: str | None = None) -> None:
-        self.emit(t_ms, "worker_stop", worker, protocol=protocol)
+    def worker_stop(self, t_ms: int, worker: str, protocol: str | None = None, left: bool = True) -> None:
+        """``left`` is false when the process stopped without telling the coordinator (a static
+        member's clean stop sends no LeaveGroup, KIP-345); the field is written only then."""
+        if left:
+            self.emit(t_ms, "worker_stop", worker, protocol=protocol)
+        else:
+            self.emit(t_ms, "worker_stop", worker, protocol=protocol, left=False)
 
     def worker_crash(self, t_ms: int, worker: str, protocol: str | None = None) -> None:
         self.emit(t_ms, "worker_crash", worker, protocol=protocol)

@@ -286,7 +286,8 @@ class SimulatedDrill:
             self._apply(now, worker, reaction.stop, frozenset(), None)
             request = reaction.request
             call = "classic_leave"
-        self.log.worker_stop(now, name, worker.protocol)
+        # A static member's clean stop does not end its membership (KIP-345; epoch -2 in KIP-848).
+        self.log.worker_stop(now, name, worker.protocol, left=logic.instance_id is None)
         if request is None:
             return
 
