@@ -29,12 +29,14 @@ from typing import Any
 
 import pytest
 
+from connect_bridge.bridge.decoding import FrameDecoder
 from connect_bridge.bridge.store import FileRecordStore
 from connect_bridge.codecs import messages as m
 from connect_bridge.codecs import requests as rq
 from connect_bridge.codecs.connect_protocol import Subscription, encode_subscription
 from connect_bridge.codecs.requests import MalformedRequest, decode_request, decode_response
 from connect_bridge.state.config import CoordinatorConfig
+from connect_bridge.state.limits import RequestLimits
 from test_server import (
     PEEK,
     SIZE,
@@ -483,3 +485,65 @@ def test_a_legacy_member_whose_first_protocol_is_not_connect_can_sync_after_a_co
         )
         sock.sendall(frame(sync, 0, 2))
         assert read_frame(sock) is not None, "SyncGroup closed the connection instead of being answered"
+
+
+# ------------------------------------------------------------------------ decode cost (issue 11.6)
+
+
+def _tiny_protocols_join(count: int) -> bytes:
+    """A JoinGroup v9 frame of ``count`` empty protocols: 3 bytes each, the cheapest entries to send
+    and about a microsecond and 80 bytes each to decode."""
+    protocols = [m.JoinGroupRequest.JoinGroupRequestProtocol(name="", metadata=b"")] * count
+    return frame(_join(9, protocols=protocols), 9, 77)
+
+
+def test_a_group_frame_larger_than_any_admissible_request_is_closed_before_it_is_decoded() -> None:
+    """No request the limits admit is larger than ``max_request_bytes`` plus its fixed fields, so
+    the bridge closes such a frame unread (as Kafka closes one over socket.request.max.bytes)
+    instead of decoding it: before, a 1 MB frame of empty protocols was decoded (350,000 objects on
+    the event loop) and only then refused."""
+    limits = RequestLimits(max_request_bytes=256 * 1024)
+    with running(max_frame_bytes=4 << 20, coordinator=FAST, limits=limits) as srv:
+        big = _tiny_protocols_join(350_000)
+        assert len(big) > FrameDecoder(limits).max_frame_bytes
+        with raw_socket(srv.port, timeout=30) as sock:
+            sock.sendall(big)
+            assert_closed(sock)
+        small = _tiny_protocols_join(2)
+        with raw_socket(srv.port) as sock:
+            sock.sendall(small)
+            assert read_frame(sock) is not None  # a normal join is still answered
+        assert api_versions_ok(srv.port)
+
+
+def test_a_large_group_frame_is_decoded_on_the_background_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Frames above ``IN_THREAD_BYTES`` are decoded off the event loop, one at a time, so a client
+    sending big frames does not hold up everyone's heartbeats; small ones stay on the loop."""
+    import asyncio
+    import threading
+
+    from connect_bridge.bridge import decoding
+
+    threads: list[str] = []
+
+    def recording(payload: Any, *, framed: bool) -> Any:
+        threads.append(threading.current_thread().name)
+        return decode_request(payload, framed=framed)
+
+    monkeypatch.setattr(decoding, "decode_request", recording)
+    decoder = FrameDecoder(RequestLimits())
+    big = _tiny_protocols_join(30_000)[4:]
+    small = _tiny_protocols_join(2)[4:]
+    assert len(big) > decoding.IN_THREAD_BYTES >= len(small)
+
+    async def both() -> tuple[Any, Any]:
+        return await decoder.decode(big), await decoder.decode(small)
+
+    try:
+        decoded_big, decoded_small = asyncio.run(both())
+    finally:
+        decoder.close()
+    assert len(decoded_big.body.protocols) == 30_000 and len(decoded_small.body.protocols) == 2
+    assert threads[0].startswith("connect-bridge-decode") and threads[1] == threading.main_thread().name
+    garbage = asyncio.run(FrameDecoder(RequestLimits()).decode(b"\x00\x0b\x00\x09\x00"))
+    assert isinstance(garbage, rq.RequestDecodeError)  # returned, not raised

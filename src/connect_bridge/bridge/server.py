@@ -26,6 +26,7 @@ from typing import Any
 
 from connect_bridge.bridge.committer import Committer
 from connect_bridge.bridge.decisions import log_decisions
+from connect_bridge.bridge.decoding import FrameDecoder
 from connect_bridge.bridge.fastpath import SteadyHeartbeats
 from connect_bridge.bridge.handlers import Client, LocalApis, Parked, now_ms
 from connect_bridge.bridge.proxy import (
@@ -79,6 +80,8 @@ LOCAL_ONLY = {
     ApiKey.CONNECT_GROUP_INSTALL_ASSIGNMENT,
     ApiKey.CONNECT_GROUP_DESCRIBE,
 }
+ROUTED_BY_GROUP = frozenset({*GROUP_KEYED, ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_GROUPS})
+"""Proxy mode: requests answered here or upstream depending on the groups they name."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +201,7 @@ class BridgeServer:
         self.steady = SteadyHeartbeats(
             lambda: self.coordinator, self.clock, limit_bytes=self.options.heartbeat_cache_bytes
         )
+        self.decoder = FrameDecoder(self.options.limits)
         self._tasks.append(self.supervise(self._load(), "loading the state"))
         log.info("listening on %s:%d (advertised %s:%d)", self.options.host, self.port, *advertised)
 
@@ -343,6 +347,7 @@ class BridgeServer:
                 task.cancel()
             await asyncio.gather(*stuck, return_exceptions=True)
         await self.committer.close()
+        self.decoder.close()
         with contextlib.suppress(Exception):
             self.store.close()
         log.info("stopped")
@@ -479,6 +484,17 @@ class BridgeServer:
                     self.options.limits.max_cluster_request_bytes,
                 )
                 return True
+            if self.decoder.too_large(size) and self._group_api(payload):
+                # No request the limits admit is this large, and decoding it costs a microsecond
+                # and ~80 bytes per array entry on the event loop (issue 11.6).
+                log.warning(
+                    "closing %s: %s request of %d bytes (limit %d, limits.max_request_bytes)",
+                    conn.host,
+                    api_spec(_I16.unpack_from(payload, 0)[0]).name,
+                    size,
+                    self.decoder.max_frame_bytes,
+                )
+                return True
             started = time.perf_counter()
             if self.loaded and len(payload) >= 8:
                 try:
@@ -490,7 +506,10 @@ class BridgeServer:
                     answering = _Answering(*_PEEK.unpack_from(payload, 0))
                     await self._respond(conn, answering, frame, self.committer.written, started)
                     continue
-            if self.proxy is not None and len(payload) >= 10 and not self._answers_locally(payload):
+            decoded: DecodedRequest | RequestDecodeError | None = None
+            if self.proxy is not None and len(payload) >= 10:
+                decoded = await self._decode_if_routed_by_group(payload)
+            if self.proxy is not None and len(payload) >= 10 and not self._answers_locally(payload, decoded):
                 split = self.proxy.split(payload)
                 if split is not None:
                     forwarded = await self._forward_split(conn, split, started)
@@ -499,19 +518,20 @@ class BridgeServer:
                 if not forwarded:
                     return True
                 continue
-            try:
-                request = decode_request(payload, framed=False)
-            except RequestDecodeError as exc:
-                if exc.answerable and exc.correlation_id is not None:
+            if decoded is None:
+                decoded = await self.decoder.decode(payload)
+            if isinstance(decoded, RequestDecodeError):
+                if decoded.answerable and decoded.correlation_id is not None:
                     assert self.apis is not None
                     conn.pending += 1
                     frame = encode_response_frame(
-                        18, 0, exc.correlation_id, _unsupported_api_versions(self.apis)
+                        18, 0, decoded.correlation_id, _unsupported_api_versions(self.apis)
                     )
                     await conn.queue.put(frame)
                     continue
-                log.warning("closing %s: %s", conn.host, exc)
+                log.warning("closing %s: %s", conn.host, decoded)
                 return True
+            request = decoded
             try:
                 assert self.apis is not None
                 outcome = self.apis.handle(request, Client(request.client_id or "", conn.host))
@@ -553,18 +573,28 @@ class BridgeServer:
         finally:
             self._buffered -= size
 
-    def _answers_locally(self, payload: bytes) -> bool:
+    def _group_api(self, payload: bytes) -> bool:
+        """A group API the bridge decodes (answered here, or routed by its group id)."""
+        api_key = _I16.unpack_from(payload, 0)[0]
+        return api_key in LOCAL_ONLY or api_key in GROUP_KEYED
+
+    async def _decode_if_routed_by_group(self, payload: bytes) -> DecodedRequest | RequestDecodeError | None:
+        """Proxy mode: decode (once) a request whose group decides where it goes."""
+        if _I16.unpack_from(payload, 0)[0] not in ROUTED_BY_GROUP:
+            return None
+        return await self.decoder.decode(payload)
+
+    def _answers_locally(self, payload: bytes, decoded: DecodedRequest | RequestDecodeError | None) -> bool:
         """In proxy mode: the bridge's own APIs, and group APIs of the groups it coordinates."""
         assert self.proxy is not None
         api_key = _I16.unpack_from(payload, 0)[0]
         if api_key in LOCAL_ONLY:
             return True
-        if api_key not in GROUP_KEYED and api_key not in (ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_GROUPS):
+        if decoded is None:
             return False
-        try:
-            body = decode_request(payload, framed=False).body
-        except RequestDecodeError:
+        if isinstance(decoded, RequestDecodeError):
             return True  # the local path answers or closes with the right error
+        body = decoded.body
         if api_key == ApiKey.FIND_COORDINATOR:
             keys = list(getattr(body, "coordinator_keys", None) or ()) or [body.key]
             return (getattr(body, "key_type", 0) or 0) == 0 and all(self.proxy.coordinated(k) for k in keys)
