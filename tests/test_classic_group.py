@@ -812,3 +812,57 @@ def test_sync_v5_without_protocol_type_or_name_is_inconsistent_before_the_group_
     # v4 has neither field: the group's own checks answer.
     response = coord.classic_sync(SyncGroupRequest("no-such-group", "m", 1, api_version=4), 0)
     assert response is not None and response.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+# ------------------------------------------------------- leaving eager: one more round (docs/live-drills.md)
+
+
+def _leave_eager(h: Harness) -> tuple[str, str]:
+    """An eager + sessioned group (generation 1 runs ``default``); the eager member leaves and the
+    sessioned one rejoins alone: generation 2 elects ``sessioned`` and becomes Stable."""
+    eager, sessioned = stable_group(h, EAGER, SESSIONED)
+    assert h.group.protocol_name == "default"
+    h.leave((eager, None))
+    joined = h.join(sessioned, SESSIONED)
+    assert joined is not None and joined.generation_id == 2 and h.group.protocol_name == "sessioned"
+    assert h.sync(sessioned, 2, {sessioned: b"a"}).error_code == NONE
+    return eager, sessioned
+
+
+def _idle(h: Harness, ms: int, generation: int, *members: str) -> None:
+    """Let ``ms`` pass with every member heartbeating every 3 s (all answered NONE)."""
+    end = h.now + ms
+    while h.now < end:
+        h.at(min(end, h.now + 3_000))
+        assert [h.heartbeat(m, generation) for m in members] == [NONE] * len(members)
+
+
+def test_the_first_cooperative_generation_after_an_eager_one_gets_one_more_rebalance() -> None:
+    """Java Connect 4.3.1 stops tasks on stale task-config updates of the eager phase right after
+    such a generation and never asks for the rebalance that restarts them (under Kafka's own
+    coordinator too): the bridge starts that rebalance itself, once, a few seconds later."""
+    h = Harness()
+    _, sessioned = _leave_eager(h)
+    h.at(h.now + 2_999)
+    assert h.group.state is S.STABLE and h.heartbeat(sessioned, 2) == NONE
+    h.at(h.now + 1)
+    assert h.group.state is S.PREPARING_REBALANCE
+    assert h.heartbeat(sessioned, 2) == int(ErrorCode.REBALANCE_IN_PROGRESS)
+    joined = h.join(sessioned, SESSIONED)
+    assert joined is not None and joined.generation_id == 3
+    assert h.sync(sessioned, 3, {sessioned: b"a"}).error_code == NONE
+    _idle(h, 60_000, 3, sessioned)  # once: the next cooperative generation is left alone
+    assert h.group.state is S.STABLE and h.group.generation_id == 3
+
+
+@pytest.mark.parametrize("switch_ms", [None, 3000])
+def test_no_extra_rebalance_without_a_switch_or_when_turned_off(switch_ms: int | None) -> None:
+    h = Harness(classic_cooperative_switch_rebalance_ms=switch_ms)
+    if switch_ms is None:
+        members: tuple[str, ...] = (_leave_eager(h)[1],)
+        generation = 2
+    else:  # cooperative all along
+        members = tuple(stable_group(h, SESSIONED, COMPATIBLE))
+        generation = 1
+    _idle(h, 60_000, generation, *members)
+    assert h.group.state is S.STABLE and h.group.generation_id == generation

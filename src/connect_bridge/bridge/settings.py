@@ -97,6 +97,9 @@ class CoordinatorSettings(_Strict):
     classic_initial_rebalance_delay_ms: int = Field(_DEFAULTS.classic_initial_rebalance_delay_ms, ge=0)
     classic_min_session_timeout_ms: int = Field(_DEFAULTS.classic_min_session_timeout_ms, gt=0)
     classic_max_session_timeout_ms: int = Field(_DEFAULTS.classic_max_session_timeout_ms, gt=0)
+    classic_cooperative_switch_rebalance_ms: int | None = Field(
+        _DEFAULTS.classic_cooperative_switch_rebalance_ms, ge=0
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> CoordinatorSettings:
@@ -405,6 +408,7 @@ coordinator:
   classic_initial_rebalance_delay_ms: 3000
   classic_min_session_timeout_ms: 6000
   classic_max_session_timeout_ms: 1800000
+  classic_cooperative_switch_rebalance_ms: 3000   # null: no extra rebalance after eager -> cooperative
 
 # What one client may send and hold (docs: "Hostile or broken input").
 limits:

@@ -48,6 +48,10 @@ JOIN_TIMER = "classic-join"
 """``(JOIN_TIMER, group_id)``: end of the join phase (initial delay or rebalance timeout)."""
 SYNC_TIMER = "classic-sync"
 """``(SYNC_TIMER, group_id)``: members that have not sent SyncGroup by then are removed."""
+SWITCH_TIMER = "classic-switch"
+"""``(SWITCH_TIMER, group_id)``: the extra rebalance after a switch from eager to cooperative."""
+EAGER_PROTOCOL = "default"
+"""Connect's eager protocol name; ``compatible`` and ``sessioned`` are cooperative."""
 
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
 """Kafka's ``group.classic.new.member.join.timeout.ms`` (internal, 5 minutes): how long a brand-new
@@ -312,6 +316,8 @@ class ClassicGroup:
         self._initial_delay: tuple[int, int] | None = None
         """(delay, remaining) while the join timer is the initial-rebalance delay."""
         self._sync_generation = -1
+        self._eager_before = False
+        """The previous generation ran Connect's eager protocol (soft state, like Kafka's timers)."""
         self._armed: dict[tuple[str, ...], int] = {}
         """Deadlines of this group's live timers (tells a stale timer delivery from a due one)."""
         self.persisted = False
@@ -550,6 +556,8 @@ class ClassicGroup:
                 self._complete_join_phase(now_ms)
         elif kind == SYNC_TIMER:
             self._expire_pending_sync(now_ms)
+        elif kind == SWITCH_TIMER and self.state is ClassicGroupState.STABLE:
+            self._prepare_rebalance(now_ms)
 
     def removed_by(self, key: tuple) -> list[ClassicMember]:
         """The members this due timer ``key`` would remove (reads, changes nothing): a session's
@@ -990,6 +998,8 @@ class ClassicGroup:
         return False
 
     def _init_next_generation(self, now_ms: int) -> None:
+        self._eager_before = self.protocol_type == "connect" and self.protocol_name == EAGER_PROTOCOL
+        self._cancel((SWITCH_TIMER, self.group_id))
         self.generation_id += 1
         if self.members:
             self.protocol_name = self.select_protocol()
@@ -1070,6 +1080,11 @@ class ClassicGroup:
         self._propagate_assignment(ErrorCode.NONE, now_ms)
         self._transition(ClassicGroupState.STABLE, now_ms)
         self._persist()
+        delay = self.config.classic_cooperative_switch_rebalance_ms
+        if self._eager_before and self.protocol_name != EAGER_PROTOCOL and delay is not None:
+            # Connect's own stall after leaving eager (docs/live-drills.md): one more round
+            # restarts the tasks its workers stopped on stale task-config updates.
+            self._schedule((SWITCH_TIMER, self.group_id), now_ms + delay)
 
     def _remove_pending_sync(self, member_id: str) -> None:
         self.pending_sync.pop(member_id, None)

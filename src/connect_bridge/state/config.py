@@ -37,6 +37,11 @@ class CoordinatorConfig:
     classic_initial_rebalance_delay_ms: int = 3000
     classic_min_session_timeout_ms: int = 6000
     classic_max_session_timeout_ms: int = 1800000
+    classic_cooperative_switch_rebalance_ms: int | None = 3000
+    """How long after a classic Connect group's first cooperative generation following an eager one
+    becomes Stable the bridge starts one more rebalance (None: never). Java Connect 4.3.1 workers
+    stop tasks then on stale task-config updates from the eager phase and never ask for the
+    rebalance that restarts them, under Kafka's coordinator too (docs/live-drills.md)."""
     member_id_salt: str = ""
     """Secret mixed into the member ids the coordinator makes up, so nobody can guess another
     worker's id (ids are bearer tokens). The server draws a random one at start; simulations leave
