@@ -14,7 +14,7 @@ from connect_bridge.codecs.connect_protocol import decode_assignment
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.ids import ConnectorTaskId
 from connect_bridge.state.coordinator import GroupCoordinator
-from connect_bridge.state.holds import zombie_grace_ms
+from connect_bridge.state.holds import TASK_SHUTDOWN_MS, zombie_grace_ms
 from connect_bridge.state.model import (
     EMPTY,
     CurrentAssignment,
@@ -286,8 +286,11 @@ def test_removed_legacy_members_work_is_dealt_after_the_hold() -> None:
 
 
 def test_fenced_new_protocol_member_keeps_its_revoking_work_out_of_other_targets() -> None:
-    """Same for a new-protocol member: UNREVOKED (told to stop A-2 for w4), then fenced by a wrong
-    epoch before it acknowledged. It may still run A-2 until it reads the fencing."""
+    """Same for a new-protocol member: UNREVOKED (told to stop A-2 for w4), then a heartbeat with a
+    wrong epoch before it acknowledged. It may still run A-2: the fencing is answered and nothing
+    else changes (Kafka's answer, tests/test_consumer_heartbeat_differential.py), so A-2 stays its
+    own; once it stops talking, its session timer removes it and A-2 stays held until the worker
+    has surely fenced itself and stopped."""
     coord, _, w1, w2, w3, n4, now = _balance_onto_new_worker()
     g = connect(coord)
     # Make w3 the loser: the target of w4 is whatever w3 runs (as a client-side assignor could).
@@ -299,10 +302,16 @@ def test_fenced_new_protocol_member_keeps_its_revoking_work_out_of_other_targets
     assert g.members[w3.member_id].current.revoking == fs(A2) and w3.runs == {A2}
     fenced = nbeat(coord, w3.member_id, w3.epoch + 7, frozenset(w3.runs), now=now + 20)
     assert fenced.error_code == ErrorCode.FENCED_MEMBER_EPOCH
-    assert w3.member_id not in g.members
+    assert g.members[w3.member_id].current.revoking == fs(A2)  # still w3's
+    owners_consistent(coord)
+    session = g.members[w3.member_id].metadata.session_timeout_ms
+    stopped_by = now + 10 + session + TASK_SHUTDOWN_MS  # its last answer + its session + shutdown
     for t in range(now + 30, now + 60_000, 3_000):
         run_for(coord, [w1, w2, n4], t, t + 1)
-        assert A2 not in n4.runs, "granted while the fenced worker may still run it"
+        if t <= stopped_by:
+            assert A2 not in n4.runs, "granted while the fenced worker may still run it"
+    # Its session timer removed it: A-2 waits for it as lost work (scheduled delay), not for good.
+    assert w3.member_id not in g.members and A2 in g.held_items()
     owners_consistent(coord)
 
 
@@ -575,7 +584,10 @@ def test_classic_leader_leaving_has_its_work_held_and_gets_it_back_as_a_new_work
     assert g.held_items() == W1_FULL and set(g.members) == {w2}
     run_for(coord, [follower], 1_100, 6_000)
     assert follower.runs == set(W2_FULL), "the follower neither lost nor gained work"
-    back = NewLike(njoin(coord, "", "http://w1/", now=6_000).member_id, 0)
+    joined = njoin(coord, "", "http://w1/", now=6_000)
+    back = NewLike(
+        joined.member_id, joined.member_epoch, set(joined.assignment.items if joined.assignment else ())
+    )
     run_for(coord, [follower, back], 6_000, 9_000, step=500)
     assert back.runs == set(W1_FULL) and follower.runs == set(W2_FULL)  # nothing moved
     assert not g.held_items() and connect(coord) is g

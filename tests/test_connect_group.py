@@ -334,12 +334,14 @@ def test_valid_boundaries_are_accepted() -> None:
     assert sim.beat("m1", server_assignor=assignors.COOPERATIVE, client_assignors=()).error_code == OK
 
 
-def test_rebalance_timeout_is_optional_when_a_known_member_rejoins() -> None:
-    """The first-heartbeat rule applies to new members only; a known member rejoining may omit it."""
+def test_a_known_member_rejoining_without_rebalance_timeout_is_invalid_request() -> None:
+    """Every join carries the rebalance timeout, a known member's rejoin too: Kafka 4.3.1 answers
+    INVALID_REQUEST there (tests/test_consumer_heartbeat_differential.py), and nothing changes."""
     sim = stable_pair()
-    resp = sim.send(HeartbeatRequest(G, "m1", 0, owned=EMPTY))
-    assert resp.error_code == OK
-    assert sim.group.members["m1"].metadata.rebalance_timeout_ms == 60_000
+    before, deadline = baseline(sim)
+    resp = sim.coord.connect_heartbeat(HeartbeatRequest(G, "m1", 0, owned=EMPTY), sim.now)
+    assert resp.error_code == ErrorCode.INVALID_REQUEST and "RebalanceTimeoutMs" in resp.error_message
+    assert_untouched(sim, before, deadline)
 
 
 def test_invalid_join_to_unknown_group_creates_nothing() -> None:
@@ -506,21 +508,29 @@ def test_heartbeat_to_unknown_group_is_unknown_member_id() -> None:
     assert coord.snapshot()["groups"] == {}
 
 
-@pytest.mark.parametrize("delta", [+1, -1, +7])
-def test_wrong_epoch_is_fenced_and_removes_the_member(delta: int) -> None:
+@pytest.mark.parametrize(
+    ("delta", "owned"),
+    # -1 reporting its own work is the lost-response rule (accepted), tested below.
+    [(+1, False), (-1, False), (+7, False), (+1, True), (+7, True)],
+)
+def test_wrong_epoch_is_fenced_and_changes_nothing(delta: int, owned: bool) -> None:
+    """FENCED_MEMBER_EPOCH and the member stays as it was, as Kafka 4.3.1 answers (issue 11.3; seed
+    000 also removes it): anybody holding a member id could otherwise evict its member, and a stale
+    or duplicated request the live worker it spoke for."""
     sim = stable_pair()
-    epoch = sim.epoch["m1"]
-    group_epoch = sim.group.group_epoch
-    resp = sim.beat("m1", epoch=epoch + delta)
+    epoch, work = sim.epoch["m1"], sim.running["m1"]
+    before, deadline = baseline(sim)
+    resp = sim.coord.connect_heartbeat(
+        HeartbeatRequest(G, "m1", epoch + delta, owned=work if owned else None), sim.now
+    )
     assert resp.error_code == ErrorCode.FENCED_MEMBER_EPOCH
-    assert "m1" not in sim.group.members
-    assert sim.group.group_epoch == group_epoch + 1
-    assert sim.coord.drain_records()  # the removal is persisted
-    # The fenced worker rejoins with epoch 0 under the same member id.
+    assert_untouched(sim, before, deadline)
+    # The worker that did see the fencing drops everything and rejoins with epoch 0 under its id:
+    # it gets its member back as it was, and carries on.
     resp = sim.join("m1")
-    assert resp.error_code == OK and "m1" in sim.group.members
+    assert resp.error_code == OK and resp.member_epoch == epoch and resp.assignment.items == work
     sim.settle()
-    assert sim.target_union() == ALL
+    assert sim.target_union() == ALL and sim.running["m1"] == work
 
 
 def test_wrong_epoch_with_owned_subset_but_not_previous_epoch_is_fenced() -> None:
@@ -567,10 +577,10 @@ def test_lost_response_retry_with_previous_epoch_and_owned_subset_is_accepted() 
 
 def test_lost_response_retry_owning_more_than_assigned_is_fenced() -> None:
     sim, old_epoch, _ = lost_ack_response()
-    group_epoch = sim.group.group_epoch
+    before, deadline = baseline(sim)
     resp = sim.coord.connect_heartbeat(HeartbeatRequest(G, "m1", old_epoch, owned=ALL), 0)
     assert resp.error_code == ErrorCode.FENCED_MEMBER_EPOCH
-    assert "m1" not in sim.group.members and sim.group.group_epoch == group_epoch + 1
+    assert_untouched(sim, before, deadline)  # fenced, not removed (Kafka's answer)
 
 
 def test_lost_response_retry_without_owned_is_fenced() -> None:
@@ -720,6 +730,147 @@ def test_static_member_temporary_leave_with_wrong_instance_is_unknown() -> None:
     resp = sim.coord.connect_heartbeat(HeartbeatRequest(G, "s1", -2, instance_id="other"), 0)
     assert resp.error_code == ErrorCode.UNKNOWN_MEMBER_ID
     assert_untouched(sim, before, deadline)
+
+
+def static_trio() -> Sim:
+    """Dynamic members m1 and m2 and static member s1 (instance i1), settled."""
+    sim = Sim(session=NO_SESSION_EXPIRY)
+    sim.join("m1")
+    sim.join("m2")
+    sim.join("s1", instance="i1")
+    sim.settle()
+    return sim
+
+
+# Leaving (-1) and leaving temporarily (-2) look a member up as Kafka 4.3.1 does: by instance id when
+# the request has one; an unknown instance id is UNKNOWN_MEMBER_ID, an instance id held by another
+# member id is FENCED_INSTANCE_ID (measured: tests/test_consumer_heartbeat_differential.py).
+@pytest.mark.parametrize(
+    ("member_id", "epoch", "instance", "error"),
+    [
+        ("s1", -1, "ghost", ErrorCode.UNKNOWN_MEMBER_ID),  # was FENCED_INSTANCE_ID
+        ("m2", -1, "ghost", ErrorCode.UNKNOWN_MEMBER_ID),  # was FENCED_INSTANCE_ID
+        ("m1", -1, "i1", ErrorCode.FENCED_INSTANCE_ID),
+        ("m1", -2, "i1", ErrorCode.FENCED_INSTANCE_ID),  # was UNKNOWN_MEMBER_ID
+        ("ghost", -2, "i1", ErrorCode.FENCED_INSTANCE_ID),  # was UNKNOWN_MEMBER_ID
+        ("s1", -2, "ghost", ErrorCode.UNKNOWN_MEMBER_ID),
+        ("m2", -2, "ghost", ErrorCode.UNKNOWN_MEMBER_ID),
+        ("ghost", -1, None, ErrorCode.UNKNOWN_MEMBER_ID),
+    ],
+)
+def test_leave_naming_an_instance_id_is_answered_as_kafka_does(
+    member_id: str, epoch: int, instance: str | None, error: ErrorCode
+) -> None:
+    sim = static_trio()
+    before, deadline = baseline(sim)
+    resp = sim.coord.connect_heartbeat(HeartbeatRequest(G, member_id, epoch, instance_id=instance), sim.now)
+    assert resp.error_code == error
+    assert_untouched(sim, before, deadline)
+
+
+@pytest.mark.parametrize(("member_id", "instance"), [("s1", "i1"), ("s1", None)])
+def test_leave_with_a_static_members_id_removes_it(member_id: str, instance: str | None) -> None:
+    """-1 needs no epoch: whoever holds the member id (with its instance id, or none) removes it."""
+    sim = static_trio()
+    resp = sim.coord.connect_heartbeat(HeartbeatRequest(G, member_id, -1, instance_id=instance), sim.now)
+    assert resp.error_code == OK and resp.member_epoch == -1
+    assert "s1" not in sim.group.members
+
+
+def test_static_member_rejoining_with_its_own_ids_before_leaving_is_unreleased() -> None:
+    """Epoch 0 with a static member's own member id and instance id, without a -2 first: Kafka 4.3.1
+    answers UNRELEASED_INSTANCE_ID whoever sends it, and the member stays as it is (before issue
+    11.3 the bridge took it for a duplicate join and answered with the member's assignment)."""
+    sim = static_trio()
+    before, deadline = baseline(sim)
+    resp = sim.coord.connect_heartbeat(
+        HeartbeatRequest(G, "s1", 0, instance_id="i1", rebalance_timeout_ms=60_000, owned=EMPTY), sim.now
+    )
+    assert resp.error_code == ErrorCode.UNRELEASED_INSTANCE_ID
+    assert resp.assignment is None
+    assert_untouched(sim, before, deadline)
+
+
+def test_static_member_waiting_at_epoch_0_for_a_client_side_target_keeps_heartbeating() -> None:
+    """In a new group the first member waits at epoch 0 until the first client-side target is
+    installed (seed 000's walk-through), and a worker's heartbeats carry epoch 0 with everything,
+    its instance id included: those are not rejoins, UNRELEASED_INSTANCE_ID does not apply."""
+    coord = GroupCoordinator(CoordinatorConfig(session_timeout_ms=NO_SESSION_EXPIRY))
+    coord.default_view = VIEW
+    join = HeartbeatRequest(
+        G, "s1", 0, instance_id="i1", rebalance_timeout_ms=60_000, client_assignors=(CA,), owned=EMPTY
+    )
+    first = coord.connect_heartbeat(join, 0)
+    assert first.error_code == COMPUTE and first.member_epoch == 0
+    again = coord.connect_heartbeat(join, 10)
+    assert again.error_code in (OK, COMPUTE) and again.member_epoch == 0
+    assert coord.groups[G].members["s1"].current.member_epoch == 0
+
+
+def test_known_member_claiming_a_static_members_instance_id_is_unreleased() -> None:
+    """A known dynamic member's id with the instance id of a static member that never left: Kafka's
+    UNRELEASED_INSTANCE_ID (was FENCED_INSTANCE_ID)."""
+    sim = static_trio()
+    before, deadline = baseline(sim)
+    resp = sim.coord.connect_heartbeat(
+        HeartbeatRequest(G, "m1", 0, instance_id="i1", rebalance_timeout_ms=60_000, owned=EMPTY), sim.now
+    )
+    assert resp.error_code == ErrorCode.UNRELEASED_INSTANCE_ID
+    assert_untouched(sim, before, deadline)
+
+
+def test_known_member_claiming_a_released_instance_id_is_fenced() -> None:
+    """After s1's -2, m1's id with i1 at epoch 0: Kafka gives m1's entry s1's state, dropping what
+    m1 owns while m1's worker may still run it. The bridge refuses (a deliberate difference: no task
+    on two workers), and s1 stays temporarily away with its work."""
+    sim = static_trio()
+    sim.leave("s1", epoch=-2, instance="i1")
+    before, deadline = baseline(sim)
+    resp = sim.coord.connect_heartbeat(
+        HeartbeatRequest(G, "m1", 0, instance_id="i1", rebalance_timeout_ms=60_000, owned=EMPTY), sim.now
+    )
+    assert resp.error_code == ErrorCode.FENCED_INSTANCE_ID
+    assert_untouched(sim, before, deadline)
+    assert sim.group.members["s1"].current.left_temporarily
+
+
+def test_epoch_0_with_a_known_id_keeps_the_member_and_answers_its_assignment() -> None:
+    """Kafka 4.3.1 accepts epoch 0 with a known member id at any epoch: the member is unchanged and
+    the answer carries its epoch and current assignment (whoever sent it)."""
+    sim = static_trio()
+    epoch, work = sim.epoch["m1"], sim.running["m1"]
+    assert sim.group.members["m1"].current.previous_member_epoch > 0  # past its first epoch
+    before, _ = baseline(sim)
+    resp = sim.coord.connect_heartbeat(
+        HeartbeatRequest(G, "m1", 0, rebalance_timeout_ms=60_000, owned=EMPTY, url="http://m1:8083/"),
+        sim.now,
+    )
+    assert resp.error_code == OK and resp.member_epoch == epoch and resp.assignment.items == work
+    assert sim.coord.snapshot() == before
+
+
+def test_epoch_0_with_a_revoking_members_id_does_not_finish_its_revocation() -> None:
+    """A deliberate difference (safety): Kafka takes the empty owned list of an epoch-0 heartbeat as
+    the end of the member's revocation and hands the work on at once. Whoever sent it (a duplicate,
+    a stale process, anybody holding the id) proves nothing about what the worker still runs, so
+    the member stays revoking until its worker reports owning less."""
+    sim = Sim(session=NO_SESSION_EXPIRY)
+    sim.join("m1")
+    sim.settle()
+    sim.join("m2")
+    resp = sim.beat("m1")  # told to revoke part of its work, not acknowledged
+    m1 = sim.group.members["m1"].current
+    assert m1.state is MemberState.UNREVOKED and m1.revoking
+    revoking, epoch = m1.revoking, m1.member_epoch
+    resp = sim.coord.connect_heartbeat(
+        HeartbeatRequest(G, "m1", 0, rebalance_timeout_ms=60_000, owned=EMPTY, url="http://m1:8083/"),
+        sim.now,
+    )
+    assert resp.error_code == OK and resp.member_epoch == epoch
+    m1 = sim.group.members["m1"].current
+    assert m1.state is MemberState.UNREVOKED and m1.revoking == revoking
+    sim.beat("m2", ack=True)
+    assert not (sim.running.get("m2", EMPTY) & revoking)
 
 
 def test_static_member_rejoining_with_a_new_member_id_takes_over() -> None:

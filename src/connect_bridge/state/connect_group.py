@@ -360,10 +360,9 @@ class ConnectGroup:
         be dead (Connect's lost-assignment rule is about what was assigned) let one item wait out
         the delay once per crashed worker it was dealt to.
 
-        ``min_hold_ms`` holds the work even without a delay: a member fenced for a wrong epoch may be
-        a live worker that a stale or duplicated request spoke for; it learns of the fencing on its
-        next heartbeat, or fences itself after a session timeout, and then stops what it ran (a slow
-        herder within the rebalance timeout).
+        ``min_hold_ms`` holds the work even without a delay: a member removed by a timer may be a
+        live worker that was cut off or stalled; it notices after its own session timeout and then
+        stops what it ran (``holds.zombie_grace_ms``). A wrong epoch removes nobody (``_check_epoch``).
         """
         mid = member.member_id
         owned = self.legacy.may_run(member) if member.metadata.is_legacy else member.current.owned
@@ -514,7 +513,8 @@ class ConnectGroup:
             )
 
     def _validate(self, req: HeartbeatRequest, joining: bool) -> None:
-        check_heartbeat(req, known_member=req.member_id in self.members)
+        member = self.members.get(req.member_id)
+        check_heartbeat(req, at_epoch_0=member is not None and member.current.member_epoch == 0)
         if req.server_assignor is not None and req.server_assignor not in assignors.SERVER_ASSIGNORS:
             raise RequestError(
                 ErrorCode.UNSUPPORTED_ASSIGNOR, f"server assignor {req.server_assignor!r} is not supported"
@@ -554,7 +554,7 @@ class ConnectGroup:
         elif member is None:
             raise RequestError(ErrorCode.UNKNOWN_MEMBER_ID, f"member {req.member_id} is not in the group")
         else:
-            self._check_epoch(member, req, now_ms)
+            self._check_epoch(member, req)
         self.update_from_heartbeat(member, req)
         self.arm_session(member, now_ms)
         self.maybe_update_target(now_ms)
@@ -562,7 +562,17 @@ class ConnectGroup:
         self.reconcile(member, reported_owned, now_ms)
         return self._response(member, before, req, joining, now_ms)
 
-    def _check_epoch(self, member: Member, req: HeartbeatRequest, now_ms: int) -> None:
+    def _check_epoch(self, member: Member, req: HeartbeatRequest) -> None:
+        """FENCED_MEMBER_EPOCH for a wrong epoch, and nothing else: the member stays as it is.
+
+        Kafka 4.3.1's consumer-group coordinator answers the same and keeps the member (measured:
+        ``tests/test_consumer_heartbeat_differential.py``); seed 000 also removes it. Removing it
+        would let anybody who knows a member id (a bearer token) evict that member with any wrong
+        epoch, and a stale or duplicated request evict the live worker it spoke for. Keeping it is
+        safe: its work stays its own; a worker that did see the fencing stops everything and rejoins
+        with epoch 0 under its member id (accepted, see ``_join``), and one that stopped talking is
+        removed by its session timer, with its work held as for any expiry.
+        """
         current = member.current
         if current.left_temporarily:
             # After a -2 leave only a rejoin (epoch 0) with the instance id brings the member back.
@@ -572,18 +582,13 @@ class ConnectGroup:
         if req.member_epoch == current.member_epoch:
             return
         # Lost response: the member never saw its move to the new epoch. Accept if what it owns is
-        # a subset of what we gave it (seed 000 "edge case").
+        # a subset of what we gave it (seed 000 "edge case", Kafka's rule).
         if (
             req.member_epoch == current.previous_member_epoch
             and req.owned is not None
             and req.owned <= current.assigned
         ):
             return
-        # The fenced worker may be live (a stale or duplicated request spoke for it): it learns of
-        # the fencing within a session timeout, then has a rebalance timeout to stop its work.
-        fenced_hold = member.metadata.session_timeout_ms + max(0, member.metadata.rebalance_timeout_ms)
-        self.remove_member(member, now_ms, min_hold_ms=fenced_hold)
-        self.maybe_update_target(now_ms)
         raise RequestError(
             ErrorCode.FENCED_MEMBER_EPOCH,
             f"member epoch {req.member_epoch} does not match the expected epoch {current.member_epoch}",
@@ -592,20 +597,33 @@ class ConnectGroup:
     def _join(self, req: HeartbeatRequest, member: Member | None, now_ms: int) -> Member:
         if req.instance_id:
             static = self.member_by_instance(req.instance_id)
+            waiting = static is member and member is not None and member.current.member_epoch == 0
+            if (
+                static is not None
+                and not static.current.left_temporarily
+                and not static.metadata.is_legacy
+                and not waiting
+            ):
+                # Kafka's answer whoever asks, the static member itself included (its own id and
+                # instance id at epoch 0 without a -2 leave first), as long as it is in the group.
+                # Not to the member itself while it is still at epoch 0 (seed 000: it waits there
+                # for the first client-side target, and its heartbeats carry epoch 0; a Kafka member
+                # never stays at epoch 0). A new-protocol worker may take an instance id from a
+                # legacy member at once (KAFKA-17228); from another new-protocol member only after
+                # its -2 leave.
+                raise RequestError(
+                    ErrorCode.UNRELEASED_INSTANCE_ID,
+                    f"instance id {req.instance_id} is still used by member {static.member_id}",
+                )
             if static is not None and static is not member and member is not None:
-                # A known member claiming an instance id another member holds: a zombie sharing it.
+                # A known member claiming an instance id another member released: Kafka gives it
+                # the static member's state in place of its own, dropping what that member owns
+                # while its worker may still run it. Refused here (a zombie sharing the id).
                 raise RequestError(
                     ErrorCode.FENCED_INSTANCE_ID,
                     f"instance id {req.instance_id} is member {static.member_id}, not {member.member_id}",
                 )
             if static is not None and static is not member:
-                # A new-protocol worker may take an instance id from a legacy member at once
-                # (KAFKA-17228); from another new-protocol member only after its -2 leave.
-                if not static.current.left_temporarily and not static.metadata.is_legacy:
-                    raise RequestError(
-                        ErrorCode.UNRELEASED_INSTANCE_ID,
-                        f"instance id {req.instance_id} is still used by member {static.member_id}",
-                    )
                 base = replace(static.metadata, protocol=NEW_PROTOCOL, classic_protocols=None)
                 metadata = self._metadata_from(req, base)
                 return self.take_over_static(static, req.member_id or self.new_member_id(), metadata, now_ms)
@@ -624,10 +642,13 @@ class ConnectGroup:
             )
             self._bump_group_epoch()
         if member is not None and not was_legacy and member.current.member_epoch > 0:
-            # A new-protocol member already in the group at a later epoch: the request may be a
-            # duplicate of its first join, delivered after it moved on (adversarial drill 23046776),
-            # so what it owns stays its own (a fenced member was removed, and rejoins as unknown).
-            # Answered with its current assignment; a worker that did drop everything restarts it.
+            # A new-protocol member already in the group at a later epoch: its worker rejoining
+            # after a fencing, a duplicate of its first join delivered after it moved on
+            # (adversarial drill 23046776), or anybody holding its id. Kafka 4.3.1 accepts epoch 0
+            # at any member epoch and answers the member's epoch and current assignment, unchanged;
+            # so does the bridge. Unlike Kafka, the request says nothing about what the member owns
+            # (Kafka takes its empty owned list as a finished revocation and releases the work):
+            # the worker behind the member may still run it.
             return member
         if member is not None:
             # A known member rejoining with epoch 0 (a legacy worker now on this protocol): it owns
@@ -729,14 +750,29 @@ class ConnectGroup:
     def update_from_heartbeat(self, member: Member, req: HeartbeatRequest) -> None:
         self.update_member_metadata(member, self._metadata_from(req, member.metadata))
 
-    def _leave(self, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
-        member = self.members.get(req.member_id)
+    def _leaving_member(self, req: HeartbeatRequest) -> Member:
+        """Who a -1 or -2 names, looked up as Kafka 4.3.1 does: by instance id when there is one.
+
+        Unknown member id or instance id: UNKNOWN_MEMBER_ID; an instance id held by another member
+        id than the request's: FENCED_INSTANCE_ID.
+        """
+        if req.instance_id is None:
+            member = self.members.get(req.member_id)
+            if member is None:
+                raise RequestError(ErrorCode.UNKNOWN_MEMBER_ID, f"member {req.member_id} is not in the group")
+            return member
+        member = self.member_by_instance(req.instance_id)
         if member is None:
-            raise RequestError(ErrorCode.UNKNOWN_MEMBER_ID, f"member {req.member_id} is not in the group")
-        if req.instance_id is not None and member.metadata.instance_id != req.instance_id:
+            raise RequestError(ErrorCode.UNKNOWN_MEMBER_ID, f"instance id {req.instance_id} is unknown")
+        if member.member_id != req.member_id:
             raise RequestError(
-                ErrorCode.FENCED_INSTANCE_ID, f"member {req.member_id} is not {req.instance_id}"
+                ErrorCode.FENCED_INSTANCE_ID,
+                f"instance id {req.instance_id} is member {member.member_id}, not {req.member_id}",
             )
+        return member
+
+    def _leave(self, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
+        member = self._leaving_member(req)
         self.remove_member(member, now_ms)
         self.maybe_update_target(now_ms)
         return HeartbeatResponse(
@@ -744,9 +780,7 @@ class ConnectGroup:
         )
 
     def _temporary_leave(self, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
-        member = self.members.get(req.member_id)
-        if member is None or member.metadata.instance_id != req.instance_id:
-            raise RequestError(ErrorCode.UNKNOWN_MEMBER_ID, f"static member {req.instance_id} is unknown")
+        member = self._leaving_member(req)
         self._set_current(member, replace(member.current, left_temporarily=True))
         if self.client_side.forget(member.member_id):
             self.maybe_update_target(now_ms)  # someone else computes now, not after a timeout
@@ -907,8 +941,12 @@ class ConnectGroup:
         )
 
 
-def check_heartbeat(req: HeartbeatRequest, known_member: bool) -> None:
-    """Seed 000's INVALID_REQUEST rules: checks that need no group state (run before any lookup)."""
+def check_heartbeat(req: HeartbeatRequest, at_epoch_0: bool = False) -> None:
+    """Seed 000's INVALID_REQUEST rules: checks that need no group state (run before any lookup).
+
+    ``at_epoch_0``: the member named is in the group at epoch 0 (seed 000: it waits there for the
+    first client-side target), so its epoch-0 requests are heartbeats, not joins.
+    """
     joining = req.member_epoch == 0
     bad = None
     if not req.group_id:
@@ -919,7 +957,8 @@ def check_heartbeat(req: HeartbeatRequest, known_member: bool) -> None:
         bad = f"MemberEpoch must be >= -2, got {req.member_epoch}"
     elif req.instance_id is not None and not req.instance_id:
         bad = "InstanceId, if provided, must be non-empty"
-    elif joining and req.rebalance_timeout_ms <= 0 and not known_member:
+    elif joining and req.rebalance_timeout_ms <= 0 and not at_epoch_0:
+        # Every join, a known member's rejoin too: Kafka 4.3.1 answers INVALID_REQUEST there as well.
         bad = "RebalanceTimeoutMs must be larger than zero when joining"
     elif req.server_assignor is not None and req.client_assignors:
         bad = "ServerAssignor and ClientAssignors cannot be used together"

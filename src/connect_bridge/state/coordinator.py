@@ -149,7 +149,7 @@ class GroupCoordinator:
         if group is None:
             # Invalid requests never create or reveal anything (seed 000 validates first).
             try:
-                check_heartbeat(req, known_member=False)
+                check_heartbeat(req)
             except RequestError as exc:
                 return HeartbeatResponse(
                     error_code=int(exc.code),
