@@ -79,6 +79,8 @@ VERIFIABLE_SINK = "org.apache.kafka.connect.tools.VerifiableSinkConnector"
 MOCK_SOURCE = "org.apache.kafka.connect.tools.MockSourceConnector"
 JOINED_MARK = "Joined group at generation"
 JOINED_LINE = re.compile(r"Joined group at generation (-?\d+) ")
+LEADER_URL = re.compile(r"Joined group at generation -?\d+ .*?leaderUrl='([^']*)'")
+"""The leader's REST URL in a worker's ``Joined group at generation N ... Assignment{...}`` line."""
 
 
 class KafkaStartError(RuntimeError):
@@ -478,6 +480,71 @@ class ConnectWorker(_Process):
             return True
         except (RestError, OSError, ValueError):
             return False
+
+    # --- config changes as an operator's script makes them (issue 12 drill (f)) -------------------
+
+    def put_connector_config(
+        self,
+        name: str,
+        config: dict[str, Any],
+        timeout_s: float = 60.0,
+        retries: list[str] | None = None,
+    ) -> Any:
+        """``PUT /connectors/<name>/config`` (create or update), retried until ``timeout_s`` on 409
+        (rebalance in progress, stale config), 5xx (a forward to a leader that is gone) and
+        connection errors; each retried answer is appended to ``retries``. Idempotent, so a retry
+        after an answer that was lost is harmless."""
+        body = {k: str(v) for k, v in config.items()}
+        path = f"/connectors/{name}/config"
+        return self._retry_noted(lambda: self.rest("PUT", path, body, 30.0), timeout_s, retries)
+
+    def delete_connector(self, name: str, timeout_s: float = 60.0, retries: list[str] | None = None) -> None:
+        """``DELETE /connectors/<name>``, retried like :meth:`put_connector_config`. A 404 after a
+        failed attempt counts as done (that attempt may have been applied before its answer was lost)."""
+        tried: list[str] = []
+
+        def call() -> Any:
+            try:
+                return self.rest("DELETE", f"/connectors/{name}", timeout_s=30.0)
+            except RestError as exc:
+                if exc.status == 404 and tried:
+                    return None
+                raise
+
+        self._retry_noted(call, timeout_s, tried)
+        if retries is not None:
+            retries.extend(tried)
+
+    def connector_config(self, name: str) -> dict[str, str]:
+        """``GET /connectors/<name>/config``."""
+        return dict(self.rest("GET", f"/connectors/{name}/config"))
+
+    def connector_names(self) -> list[str]:
+        """``GET /connectors``."""
+        return sorted(self.rest("GET", "/connectors"))
+
+    def _retry_noted(self, call: Callable[[], Any], timeout_s: float, retries: list[str] | None) -> Any:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                return call()
+            except RestError as exc:
+                if exc.status not in (409, 500, 503) or time.monotonic() > deadline:
+                    raise
+                note = f"HTTP {exc.status}: {exc.body}"
+            except OSError as exc:
+                if time.monotonic() > deadline:
+                    raise
+                note = f"{type(exc).__name__}: {exc}"
+            if retries is not None:
+                retries.append(note)
+            time.sleep(0.25)
+
+    def leader_url(self) -> str | None:
+        """The ``leaderUrl`` of the last assignment this process logged (``Joined group at
+        generation ... Assignment{..., leaderUrl='http://...'}``), None before its first join."""
+        found = LEADER_URL.findall(self.own_log())
+        return found[-1] if found else None
 
 
 def worker_properties(

@@ -147,3 +147,38 @@ def test_watcher_starts_without_a_valid_file_and_tolerates_callback_errors(tmp_p
 
     asyncio.run(scenario())
     assert seen == [ConfigView.of(0, {"x": 2})]
+
+
+def test_refresh_polls_at_once_and_only_once(tmp_path: Path) -> None:
+    """``refresh()`` (the server's "a member is ahead of the view") polls now rather than at the end
+    of the interval, then the watcher waits for its interval again."""
+    path = tmp_path / "view.json"
+    write_view(path, {"offset": 1, "connectors": {"a": 1}})
+    seen: list[ConfigView] = []
+    polls: list[float] = []
+
+    class Counting(ConfigViewWatcher):
+        def poll(self) -> ConfigView | None:
+            polls.append(1)
+            return super().poll()
+
+    async def scenario() -> None:
+        watcher = Counting(path, poll_interval_ms=60_000)
+        task = asyncio.create_task(watcher.watch(seen.append))
+        for _ in range(400):
+            if seen:
+                break
+            await asyncio.sleep(0.005)
+        write_view(path, {"offset": 2, "connectors": {"a": 2}})
+        watcher.refresh()
+        for _ in range(400):
+            if len(seen) == 2:
+                break
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.1)
+        assert len(polls) == 2  # one at start, one refresh: no spinning on a set event
+        watcher.stop()
+        await asyncio.wait_for(task, 1)
+
+    asyncio.run(scenario())
+    assert seen == [ConfigView.of(1, {"a": 1}), ConfigView.of(2, {"a": 2})]

@@ -238,3 +238,165 @@ def test_lines_written_out_of_time_order_are_sorted() -> None:
         ("release", 0),
         ("run", 1),
     ]
+
+
+# --- drill (f): config changes during a rolling restart (f_*.log, README there) -----------------
+
+F_T0 = parse_timestamp("2026-11-25 17:28:14", "134")
+F_CONFIGS = [  # the drill's config events: when each REST call returned
+    (parse_timestamp("2026-11-25 17:28:39", "847"), {"alpha": 4}),
+    (parse_timestamp("2026-11-25 17:28:40", "023"), {"alpha": 4, "gamma": 3}),
+    (parse_timestamp("2026-11-25 17:28:46", "813"), {"alpha": 4, "gamma": 3, "beta": 4}),
+    (parse_timestamp("2026-11-25 17:29:03", "403"), {"alpha": 4, "gamma": 3, "beta": 2}),
+    (parse_timestamp("2026-11-25 17:29:16", "908"), {"alpha": 4, "beta": 2}),
+]
+F_END = parse_timestamp("2026-11-25 17:29:32", "401")  # before the teardown stopped the workers
+
+
+def spans(events: list[dict], connector: str, task: int) -> list[tuple[str, int]]:
+    """(type, t_ms) of the run/release events of one item."""
+    item = (connector, task)
+    return [(e["type"], e["t_ms"]) for e in events if (e.get("connector"), e.get("task")) == item]
+
+
+def test_tasks_above_a_lowered_tasks_max_are_released_when_their_producer_closes() -> None:
+    """beta 4 -> 2 tasks: the leader writes two task configs; w2 logs "Handling task config update
+    by stopping tasks [beta-1, beta-3], which will be restarted after rebalance if still assigned",
+    closes both producers, and after the rebalance starts beta-1 again but not beta-3 (revoked:
+    "Ignoring stop request for unowned task beta-3")."""
+    events = worker_timeline(sample("f_w2"), "w2").events
+    closed = parse_timestamp("2026-11-25 17:29:06", "844")
+    assert spans(events, "beta", 3)[-1] == ("release", closed)
+    assert [(kind, at) for kind, at in spans(events, "beta", 1) if closed <= at < closed + 9000] == [
+        ("release", parse_timestamp("2026-11-25 17:29:06", "958")),
+        ("run", parse_timestamp("2026-11-25 17:29:07", "056")),
+        ("release", parse_timestamp("2026-11-25 17:29:15", "193")),  # w2's own restart
+    ]
+    assert [kind for kind, at in spans(events, "beta", 3) if at > closed] == []
+
+
+def test_a_deleted_connectors_tasks_are_released() -> None:
+    events = worker_timeline(sample("f_w0"), "w0").events
+    removed = parse_timestamp("2026-11-25 17:29:16", "853")  # "Connector gamma config removed"
+    assert spans(events, "gamma", 0)[-1] == ("release", parse_timestamp("2026-11-25 17:29:17", "380"))
+    assert spans(events, "gamma", 1)[-1] == ("release", parse_timestamp("2026-11-25 17:29:17", "379"))
+    later = [e for e in events if e.get("connector") == "gamma" and e["t_ms"] > removed]
+    assert later and all(e["type"] == "release" for e in later)
+
+
+def test_config_change_drill_judged_by_the_checker() -> None:
+    logs = [JavaWorkerLog(w, sample(f"f_{w}"), "sessioned") for w in ("w0", "w1", "w2")]
+    configs = [config_event(at, connectors) for at, connectors in F_CONFIGS]
+    timeline = build_event_log(logs, configs, t0_ms=F_T0, end_ms=F_END)
+    summary = check(timeline.events)
+    assert summary.ok, summary.violations
+    assert not timeline.unconfirmed_stops
+    # Cut just after the delete returned: gamma's tasks still run (being revoked), so not converged.
+    early = build_event_log(logs, configs, t0_ms=F_T0, end_ms=F_CONFIGS[-1][0] + 100)
+    assert any("gamma" in v and "not configured" in v for v in check(early.events).violations)
+
+
+def test_a_task_that_could_not_be_instantiated_never_ran() -> None:
+    """Before the bridge answered CONFIG_MISMATCH while its config view lagged, w1 was assigned the
+    tasks of a connector deleted a moment earlier: "Starting task gamma-0", then "Couldn't
+    instantiate task gamma-0 because it has an invalid task configuration" (no config left). The
+    failed start releases what its "Starting" line opened."""
+    timeline = worker_timeline(sample("f_stale_w1"), "w1")
+    failed = parse_timestamp("2026-11-25 17:19:24", "723")
+    assert spans(timeline.events, "gamma", 0)[-2:] == [("run", failed - 1), ("release", failed)]
+    failed_2 = parse_timestamp("2026-11-25 17:19:24", "774")
+    assert spans(timeline.events, "gamma", 2)[-1] == ("release", failed_2)
+    assert not timeline.unconfirmed_stops
+
+
+def test_a_failed_second_start_does_not_release_the_running_instance() -> None:
+    """Java refuses to start an item a worker already runs ("Task already exists in this worker"),
+    and the herder logs that as "Couldn't instantiate task": the first instance goes on."""
+    text = "\n".join(
+        [
+            line("10:00:00,000", "Kafka Connect starting", CONNECT),
+            line("10:00:01,000", PREFIX + "Starting task c-0", HERDER),
+            line("10:00:02,000", PREFIX + "Starting task c-0", HERDER),
+            line(
+                "10:00:02,001",
+                PREFIX + "Couldn't instantiate task c-0 because it has an invalid task configuration. "
+                "This task will not execute until reconfigured.",
+                HERDER,
+            ).replace("INFO", "ERROR"),
+            line("10:00:03,000", PREFIX + "Starting connector k", HERDER),
+            line("10:00:03,005", "Failed to start connector k", WORKER),
+            line("10:00:04,000", PREFIX + "Starting task k-0", HERDER),
+            line("10:00:04,005", "Failed to start task k-0", WORKER),
+        ]
+    )
+    events = worker_timeline(text, "w").events
+    assert spans(events, "c", 0) == [("run", parse_timestamp("2026-11-25 10:00:01", "000"))]
+    assert [t for t, _ in spans(events, "k", -1)] == ["run", "release"]
+    assert [t for t, _ in spans(events, "k", 0)] == ["run", "release"]
+
+
+def test_recorded_streams_merge_with_java_logs() -> None:
+    """Drill (b): a new-protocol worker's events, recorded in the test process in epoch ms, merge with
+    a Java worker's log on the same clock and t0; a hand-over is safe only after the Java release,
+    and a run in the release's own millisecond counts as an overlap."""
+    t0 = parse_timestamp("2026-11-25 15:00:00", "000")
+    java = "\n".join(
+        [
+            line("15:00:00,000", "Kafka Connect starting", CONNECT),
+            line("15:00:01,000", PREFIX + "Starting task b-0", HERDER),
+            line("15:00:02,000", "App info kafka.producer for connector-producer-b-0 unregistered", APPINFO),
+            line("15:00:02,100", "Kafka Connect stopped", CONNECT),
+        ]
+    )
+
+    def recorded(run_at: int) -> list[dict[str, object]]:
+        return [
+            {"t_ms": t0 + 1_500, "type": "worker_start", "worker": "n0", "protocol": "new"},
+            {"t_ms": t0 + run_at, "type": "run", "worker": "n0", "connector": "b", "task": 0},
+        ]
+
+    config = config_event(t0 + 900, {"b": 1})
+    timeline = build_event_log([JavaWorkerLog("w0", java)], [config], t0_ms=t0, recorded=[recorded(2_001)])
+    assert [(e["t_ms"], e["type"], e["worker"]) for e in timeline.events if e["type"] != "config"] == [
+        (0, "worker_start", "w0"),
+        (1000, "run", "w0"),
+        (1500, "worker_start", "n0"),
+        (2000, "release", "w0"),
+        (2001, "run", "n0"),
+        (2100, "worker_stop", "w0"),
+    ]
+    assert check(timeline.events).exclusive
+    same_ms = build_event_log([JavaWorkerLog("w0", java)], [config], t0_ms=t0, recorded=[recorded(2_000)])
+    assert not check(same_ms.events).exclusive
+
+
+def test_too_many_tasks_between_a_lower_tasks_max_and_its_task_configs() -> None:
+    """Real lines (drill (f), w2): assigned beta-0 and beta-3 after beta's tasks.max went 4 -> 2 but
+    before the two new task configs were written, the worker refuses to create them
+    (``TooManyTasksException``, logged as ``Failed to start task``); nothing ran until beta-0 was
+    started again 400 ms later."""
+    herder = "[Worker clientId=connect-127.0.0.1:48977, groupId=connect-f] "
+    text = "\n".join(
+        [
+            f"[2026-11-25 17:43:21,438] INFO Kafka Connect starting ({CONNECT})",
+            f"[2026-11-25 17:43:42,812] INFO {herder}Starting task beta-0 ({HERDER})",
+            f"[2026-11-25 17:43:42,813] ERROR Failed to start task beta-0 ({WORKER})",
+            "org.apache.kafka.connect.runtime.TooManyTasksException: The connector beta has generated 4 "
+            "tasks, which is greater than 2, the maximum number of tasks it is configured to create.",
+            f"[2026-11-25 17:43:42,814] INFO {herder}Starting task beta-3 ({HERDER})",
+            f"[2026-11-25 17:43:42,815] ERROR Failed to start task beta-3 ({WORKER})",
+            f"[2026-11-25 17:43:43,066] INFO {herder}Tasks [beta-0, beta-1] configs updated ({HERDER})",
+            f"[2026-11-25 17:43:43,222] INFO {herder}Starting task beta-0 ({HERDER})",
+            "[2026-11-25 17:43:46,714] INFO App info kafka.producer for connector-producer-beta-0 "
+            "unregistered (org.apache.kafka.common.utils.AppInfoParser)",
+        ]
+    )
+    events = worker_timeline(text, "w2").events
+    at = lambda hms, ms: parse_timestamp(f"2026-11-25 {hms}", ms)  # noqa: E731
+    assert spans(events, "beta", 0) == [
+        ("run", at("17:43:42", "812")),
+        ("release", at("17:43:42", "813")),
+        ("run", at("17:43:43", "222")),
+        ("release", at("17:43:46", "714")),
+    ]
+    assert spans(events, "beta", 3) == [("run", at("17:43:42", "814")), ("release", at("17:43:42", "815"))]

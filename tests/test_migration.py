@@ -1063,3 +1063,58 @@ def test_legacy_static_member_switching_protocol_in_place_becomes_a_new_protocol
     assert (g.members[m2].metadata.is_legacy, g.members[m2].metadata.protocol) == (False, "new")
     # As a new-protocol member it no longer answers to the classic API.
     assert cbeat(coord, m2, resp.member_epoch, instance="i2", now=110) == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+# --- 9. a config view behind the workers' (Java drill (f), docs/live-drills.md)
+
+
+def test_legacy_member_ahead_of_the_config_view_gets_config_mismatch() -> None:
+    """The bridge reads the config topic a poll behind the workers. A Java worker that already read
+    a connector's deletion rejoins at the new offset; an assignment computed from the older view
+    handed it the deleted connector's tasks at that offset, and it started them (drill (f): "Couldn't
+    instantiate task gamma-0"). Like Java's leader behind a member, the bridge answers
+    CONFIG_MISMATCH (nothing assigned or revoked, the highest offset) until its view has caught up,
+    then the assignment of the new config."""
+    a_items = frozenset({AC, A0, A1, A2})
+    b_items = frozenset({BC, B0, B1})
+
+    def join(member_id: str, offset: int, owned: Items, now: int) -> capi.JoinGroupResponse:
+        allocation = Assignment.build(0, "", "", offset, sorted(owned), ())
+        protos = tuple(
+            (NAMES[v], encode_subscription(Subscription("http://w1/", offset, allocation if v else None), v))
+            for v in (2, 1, 0)
+        )
+        resp = coord.classic_join(
+            capi.JoinGroupRequest(
+                G, member_id, "connect", protos, session_timeout_ms=10_000, rebalance_timeout_ms=60_000
+            ),
+            now,
+        )
+        assert resp is not None
+        return resp
+
+    coord = coordinator()
+    coord.default_view = ConfigView.of(OFFSET, {"A": 3})
+    n1 = njoin(coord, "", "http://n1/", now=0).member_id
+    assert nbeat(coord, n1, 1, EMPTY, now=0).assignment.items == a_items  # type: ignore[union-attr]
+    w1 = join("", OFFSET, EMPTY, 10).member_id
+    jr = join(w1, OFFSET, EMPTY, 10)
+    _, asg = decoded(csync(coord, w1, jr.generation_id, now=20))
+    assert (asg.error, asg.items, asg.config_offset) == (0, (), OFFSET)  # A is still n1's
+
+    # B is created (the view has it at OFFSET + 1; some of it is w1's), then deleted at OFFSET + 2:
+    # w1 read the tombstone and rejoins at OFFSET + 2, the bridge has not read it yet.
+    coord.set_config(G, ConfigView.of(OFFSET + 1, {"A": 3, "B": 2}), 30)
+    stale = connect(coord).target[w1] & b_items
+    assert stale, connect(coord).target
+    jr = join(w1, OFFSET + 2, EMPTY, 40)
+    _, asg = decoded(csync(coord, w1, jr.generation_id, now=50))
+    assert (asg.error, asg.items, asg.revoked_items, asg.config_offset) == (1, (), (), OFFSET + 2)
+    assert (asg.leader, asg.leader_url) == (n1, "http://n1/")
+
+    coord.set_config(G, ConfigView.of(OFFSET + 2, {"A": 3}), 60)  # the view catches up
+    assert not connect(coord).target[w1] & b_items
+    jr = join(w1, OFFSET + 2, EMPTY, 70)
+    _, asg = decoded(csync(coord, w1, jr.generation_id, now=80))
+    assert asg.error == 0 and asg.config_offset == OFFSET + 2
+    assert not frozenset(asg.items) & b_items

@@ -881,3 +881,25 @@ def test_idle_connections_are_closed() -> None:
 
         run(idle_client(srv.port))
         wait_until(lambda: srv.connections() == 0)
+
+
+def test_a_member_ahead_of_the_config_view_makes_the_view_source_read_at_once() -> None:
+    """A member reporting a config offset beyond its group's view means the config topic holds
+    records the bridge has not read (its classic members get CONFIG_MISMATCH meanwhile): the
+    server asks the view source to poll now (drill (f), docs/live-drills.md)."""
+    refreshes: list[int] = []
+
+    async def scenario(port: int) -> None:
+        async with connection(port, "worker-1") as conn:
+            joined = await new_join(conn)  # at the view's offset: nothing to catch up
+            assert joined.error_code == 0
+            assert refreshes == []
+            ahead = napi.HeartbeatRequest(
+                G, joined.member_id, joined.member_epoch, config_offset=VIEW.offset + 2
+            )
+            assert (await new_heartbeat(conn, ahead)).error_code == 0
+            assert refreshes == [1]
+
+    with running() as srv:
+        srv.on_loop(lambda: setattr(srv.server, "config_refresh", lambda: refreshes.append(1)))
+        run(scenario(srv.port))

@@ -21,18 +21,14 @@ log = logging.getLogger("connect_bridge.app")
 
 def coordinated_groups(settings: BridgeSettings) -> list[str] | None:
     """The groups the bridge coordinates. In front of a cluster, without an explicit setting, the
-    Connect group the config view names (exactly) rather than ``connect.*``: that pattern also
-    matches sink connectors' consumer groups (``connect-<connector>``), whose offset requests the
-    bridge relays to a broker that never saw the group (docs/known-issues.md)."""
+    Connect group the config view names (exactly) rather than ``connect.*``, the narrowest choice.
+    A consumer group matching the pattern (a sink connector's ``connect-<connector>``) is the
+    broker's anyway: it joins with protocol type ``consumer`` (``BridgeServer._coordinates``)."""
     if settings.coordinated_groups is not None or not settings.upstream:
         return settings.coordinated_groups
     view = settings.config_view
     if view is not None and view.group is not None:
         return [re.escape(view.group)]
-    log.warning(
-        "coordinated_groups defaults to connect.*, which also matches sink connectors' consumer groups "
-        "(connect-<connector>): set coordinated_groups (or config_view.group) to the Connect group ids"
-    )
     return None
 
 
@@ -86,6 +82,7 @@ async def run(settings: BridgeSettings) -> str | None:
     elif view is not None and view.file is not None:
         watcher = ConfigViewWatcher(view.file, view.poll_interval_ms)
     if watcher is not None:
+        server.config_refresh = watcher.refresh
         watch_task = server.supervise(watcher.watch(server.set_config_view), "the config view watcher")
     print(f"connect-bridge listening on {server.options.host}:{server.port}", flush=True)
     try:

@@ -102,6 +102,8 @@ class ViewDelivery:
                     await asyncio.wait_for(self._wake.wait(), self.poll_interval_ms / 1000)
                 except TimeoutError:
                     pass
+                if not self._stopped:
+                    self._wake.clear()  # woken by refresh(): one early poll
         finally:
             self._stopped = True
             self._wake = None
@@ -113,6 +115,12 @@ class ViewDelivery:
                 await result
         except Exception:
             log.exception("config view callback failed for offset %d", view.offset)
+
+    def refresh(self) -> None:
+        """Poll again now instead of at the end of the interval (call from the event loop's thread);
+        a poll in progress is followed by another at once. Nothing when not watching."""
+        if self._wake is not None:
+            self._wake.set()
 
     def stop(self) -> None:
         """End ``watch`` promptly (call from the event loop's thread)."""

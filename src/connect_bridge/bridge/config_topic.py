@@ -334,6 +334,11 @@ class ConfigTopicWatcher(ViewDelivery):
                 for r in records:
                     self.state.apply(r.key, r.value, r.offset)
             if batches:
+                if self._caught_up and consumer.position(tp) >= consumer.end_offsets([tp])[tp]:
+                    # Read to the end once already: reaching the end offset again is proof enough,
+                    # so a refresh (a member is ahead of the view) costs one fetch, not the
+                    # ``drain_poll_ms`` of an empty poll (Java workers rejoin in a loop meanwhile).
+                    return True
                 continue
             # Empty poll: several fetches came back empty. The end offset guards against a first
             # fetch that never happened (it is a lower bound on brokers that misreport it).

@@ -47,10 +47,12 @@ from connect_bridge.codecs.requests import (
     decode_request,
     encode_response_frame,
 )
+from connect_bridge.state.classic_group import PROTOCOL_TYPE_CONNECT as CONNECT_PROTOCOL_TYPE
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.limits import RequestLimits
-from connect_bridge.state.model import ConfigView
+from connect_bridge.state.model import ConfigView, MemberMetadata
+from connect_bridge.state.records import Record, RecordType
 
 log = logging.getLogger("connect_bridge.server")
 _SIZE = struct.Struct(">i")
@@ -80,7 +82,7 @@ LOCAL_ONLY = {
     ApiKey.CONNECT_GROUP_INSTALL_ASSIGNMENT,
     ApiKey.CONNECT_GROUP_DESCRIBE,
 }
-ROUTED_BY_GROUP = frozenset({*GROUP_KEYED, ApiKey.FIND_COORDINATOR, ApiKey.DESCRIBE_GROUPS})
+ROUTED_BY_GROUP = frozenset({*GROUP_KEYED, ApiKey.DESCRIBE_GROUPS})
 """Proxy mode: requests answered here or upstream depending on the groups they name."""
 
 
@@ -166,7 +168,12 @@ class BridgeServer:
         self.port = options.port
         self.apis: LocalApis | None = None
         self._pending_view: ConfigView | None = None
+        self.config_refresh: Callable[[], None] | None = None
+        """Asks the config view source to read again at once (``ViewDelivery.refresh``; set by
+        ``app.run``): called when a member reports a config offset its group's view has not reached."""
         self.proxy: UpstreamCluster | None = None
+        self._matches: Callable[[str], bool] = lambda group: True
+        """Proxy mode: ``coordinated_groups`` as a predicate (see :meth:`_coordinates`)."""
         self._listeners: list[asyncio.AbstractServer] = []
         self._bootstrap_node = 0
 
@@ -241,11 +248,9 @@ class BridgeServer:
         """Discover the upstream brokers and open one listener per broker (base port + node id)."""
         patterns = self.options.coordinated_groups
         base = self.options.proxy_base_port or self.port + 1
+        self._matches = group_matcher(patterns if patterns is not None else ["connect.*"])
         self.proxy = UpstreamCluster(
-            self.options.upstream,
-            base,
-            advertised_host,
-            coordinated=group_matcher(patterns if patterns is not None else ["connect.*"]),
+            self.options.upstream, base, advertised_host, coordinated=self._coordinates
         )
         await self.proxy.discover()
         for node_id in sorted(self.proxy.brokers):
@@ -365,6 +370,8 @@ class BridgeServer:
             raise
         if records:
             log_decisions(records)
+            if self.config_refresh is not None and self._view_behind(records):
+                self.config_refresh()
         for token, response in self.coordinator.drain_responses():
             if isinstance(token, Parked) and not token.future.done():
                 token.future.set_result(token.to_wire(response, token.version))
@@ -388,6 +395,20 @@ class BridgeServer:
             if deadline is not None and deadline <= now:
                 self.coordinator.advance(now)
                 self.after_step()
+
+    def _view_behind(self, records: list[Record]) -> bool:
+        """A member (re)joined with a config offset beyond its group's view: the config topic holds
+        records the bridge has not read yet, and its classic members get CONFIG_MISMATCH until it
+        has (``LegacyMembers.encode_assignment``), so read now rather than a poll interval later."""
+        for record in records:
+            value = record.value
+            if (
+                record.type is RecordType.MEMBER_METADATA
+                and isinstance(value, MemberMetadata)
+                and value.config_offset > self.coordinator.view(record.group_id).offset
+            ):
+                return True
+        return False
 
     def set_config_view(self, view: ConfigView) -> None:
         """A new config view (from the watched file or the config topic)."""
@@ -595,12 +616,21 @@ class BridgeServer:
         if isinstance(decoded, RequestDecodeError):
             return True  # the local path answers or closes with the right error
         body = decoded.body
-        if api_key == ApiKey.FIND_COORDINATOR:
-            keys = list(getattr(body, "coordinator_keys", None) or ()) or [body.key]
-            return (getattr(body, "key_type", 0) or 0) == 0 and all(self.proxy.coordinated(k) for k in keys)
         if api_key == ApiKey.DESCRIBE_GROUPS:
-            return all(self.proxy.coordinated(g) for g in body.groups)
-        return self.proxy.coordinated(body.group_id)
+            return all(self._coordinates(g) for g in body.groups)
+        joining = body.protocol_type if api_key == ApiKey.JOIN_GROUP else None
+        return self._coordinates(body.group_id, joining)
+
+    def _coordinates(self, group_id: str, joining_protocol_type: str | None = None) -> bool:
+        """Proxy mode: one of the bridge's groups. Its id matches ``coordinated_groups`` and the bridge
+        has it already, or a JoinGroup creates it with Connect's protocol type. A consumer group
+        whose id matches (a sink connector's ``connect-<name>`` matches ``connect.*``) stays the
+        broker's: it joins with protocol type ``consumer``, and its offsets are the broker's.
+        FindCoordinator is always the broker's answer (the real coordinator, as this bridge's
+        listener for it): any listener answers the bridge's own groups."""
+        if not self._matches(group_id):
+            return False
+        return group_id in self.coordinator.groups or joining_protocol_type == CONNECT_PROTOCOL_TYPE
 
     def _link(self, conn: _Connection) -> UpstreamLink | None:
         assert self.proxy is not None

@@ -25,6 +25,16 @@ event                     worker log line (logger)
                           the task's loop ended and ``Task.stop()`` returned (``WorkerTask.doClose``).
                           ``Stopping task NAME-N`` (``Worker``) only *requests* the stop and is not
                           trusted as a release.
+``release`` start failed  a start that created no instance, after the ``Starting ...`` line that
+                          opened the run: ``Couldn't instantiate task NAME-N because it has an
+                          invalid task configuration`` (``DistributedHerder``; e.g. a task assigned
+                          whose config the worker does not have), ``Failed to start task NAME-N``
+                          (``Worker``; e.g. ``TooManyTasksException`` between a lower ``tasks.max``
+                          and its new task configs), ``Failed to start connector NAME`` (``Worker``),
+                          ``Unexpected error while trying to start connector NAME``
+                          (``DistributedHerder``). Ignored when the item was already running before
+                          that ``Starting`` line (Java refuses a second instance, "already exists",
+                          and the first one goes on).
 ``epoch``                 ``Joined group at generation N`` (``DistributedHerder``)
 ``worker_start``          ``Kafka Connect starting`` (``Connect``)
 ``worker_stop``           ``Kafka Connect stopped`` (``Connect``): every item is stopped by then
@@ -75,12 +85,34 @@ PATTERNS: dict[str, re.Pattern[str]] = {
         r"^Stopping connector (.+) \(org\.apache\.kafka\.connect\.runtime\.Worker\)$"
     ),
     "stop_task": re.compile(r"^Stopping task (.+)-(\d+) \(org\.apache\.kafka\.connect\.runtime\.Worker\)$"),
+    "start_failed_task": re.compile(
+        rf"^{_PREFIX}Couldn't instantiate task (.+)-(\d+) because it has an invalid task configuration\."
+        rf".* \({re.escape(HERDER)}\)$"
+    ),
+    "worker_start_failed_task": re.compile(
+        r"^Failed to start task (.+)-(\d+) \(org\.apache\.kafka\.connect\.runtime\.Worker\)$"
+    ),
+    "start_failed_connector": re.compile(
+        rf"^{_PREFIX}Unexpected error while trying to start connector (.+) \({re.escape(HERDER)}\)$"
+    ),
+    "worker_start_failed_connector": re.compile(
+        r"^Failed to start connector (.+) \(org\.apache\.kafka\.connect\.runtime\.Worker\)$"
+    ),
     "epoch": re.compile(rf"^{_PREFIX}Joined group at generation (-?\d+) "),
     "starting": re.compile(r"^Kafka Connect starting \(org\.apache\.kafka\.connect\.runtime\.Connect\)$"),
     "stopped": re.compile(r"^Kafka Connect stopped \(org\.apache\.kafka\.connect\.runtime\.Connect\)$"),
 }
 
 Item = tuple[str, int]
+START_FAILED = frozenset(
+    {
+        "start_failed_task",
+        "worker_start_failed_task",
+        "start_failed_connector",
+        "worker_start_failed_connector",
+    }
+)
+"""Line kinds of a start that created no instance."""
 
 
 def parse_timestamp(date_time: str, millis: str, tz: tzinfo = UTC) -> int:
@@ -146,6 +178,7 @@ def worker_timeline(
     with ``worker_crash`` at the first of them that is not before its last line."""
     out = WorkerTimeline(worker)
     running: dict[Item, int] = {}  # item -> line number of its start
+    fresh: set[Item] = set()  # items whose last "Starting" line opened their run (not a repeat)
     stop_requested: dict[Item, LogLine] = {}
     alive = False
     last_at = 0
@@ -160,6 +193,7 @@ def worker_timeline(
             out.unconfirmed_stops.append(f"{worker}: {line.text.strip()} (never completed; ended by {kind})")
         stop_requested.clear()
         running.clear()
+        fresh.clear()
         emit(at, kind, protocol=protocol)
         alive = False
 
@@ -188,11 +222,22 @@ def worker_timeline(
             stop_requested.pop(item, None)
             if item not in running:
                 running[item] = line.lineno
+                fresh.add(item)
                 emit(line.at_ms, "run", connector=item[0], task=item[1])
+            else:
+                fresh.discard(item)  # a start of a running item: Java refuses it, the first goes on
         elif line.kind in ("release_connector", "release_task"):
             item = _item(line)
             stop_requested.pop(item, None)
+            fresh.discard(item)
             if running.pop(item, None) is not None:
+                emit(line.at_ms, "release", connector=item[0], task=item[1])
+        elif line.kind in START_FAILED:
+            item = _item(line)
+            if item in fresh:  # the start that opened its run created no instance
+                fresh.discard(item)
+                stop_requested.pop(item, None)
+                running.pop(item, None)
                 emit(line.at_ms, "release", connector=item[0], task=item[1])
         elif line.kind in ("stop_connector", "stop_task"):
             item = _item(line)
@@ -277,14 +322,18 @@ def build_event_log(
     t0_ms: int,
     end_ms: int | None = None,
     tz: tzinfo = UTC,
+    recorded: Iterable[Sequence[Mapping[str, Any]]] = (),
 ) -> Timeline:
     """Merge the workers' timelines and the driver's own events into one §4.3 log.
 
     ``driver_events`` are what only the test knows, with epoch-ms ``t_ms``: ``config`` (from its
-    REST actions), ``timing``, ``bridge_restart`` / ``bridge_up``... ``t_ms`` becomes relative to
-    ``t0_ms`` (events before it are clamped to 0). With ``end_ms`` (epoch ms) a final ``drill_end``
-    is added and later events are dropped, so every worker's log is cut at the same instant."""
-    streams: list[list[dict[str, Any]]] = []
+    REST actions), ``timing``, ``bridge_restart`` / ``bridge_up``... ``recorded`` are event streams
+    recorded as they happened by workers running in the driver's process (new-protocol workers,
+    :class:`connect_bridge.drills.live.Incarnation`), with epoch-ms ``t_ms`` not decreasing within a
+    stream; each keeps its order. ``t_ms`` becomes relative to ``t0_ms`` (events before it are
+    clamped to 0). With ``end_ms`` (epoch ms) a final ``drill_end`` is added and later events are
+    dropped, so every worker's log is cut at the same instant."""
+    streams: list[list[dict[str, Any]]] = [[dict(e) for e in stream] for stream in recorded]
     doubts: list[str] = []
     for log in workers:
         timeline = worker_timeline(

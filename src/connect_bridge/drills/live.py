@@ -42,17 +42,18 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from connect_bridge.drills.events import EventLog
-from connect_bridge.drills.scenario import Scenario
+from connect_bridge.drills.scenario import Scenario, Timing
 from connect_bridge.state.model import NEW_PROTOCOL, ConfigView
 from connect_bridge.workers.live_legacy import LiveLegacyWorker
 from connect_bridge.workers.live_new import LiveNewWorker
 
-__all__ = ["LiveDrill", "bridge_settings_yaml", "run_live"]
+__all__ = ["Incarnation", "LiveDrill", "bridge_settings_yaml", "new_protocol_worker", "run_live"]
 
 log = logging.getLogger("connect_bridge.drills.live")
 
@@ -132,13 +133,95 @@ class _Recorder:
 
 
 @dataclass(eq=False)
-class _Handle:
-    """One incarnation of a worker process."""
+class Incarnation:
+    """One incarnation of a live worker, and how its events reach a drill's log.
+
+    ``emit(type, worker, **fields)`` appends one event and is only called with ``lock`` held (the
+    caller's log stamps the time). Also used by the Java worker drills (tests/test_java_drills.py),
+    which run new-protocol workers next to Java Connect workers."""
 
     name: str
     protocol: str
+    lock: threading.Lock
+    emit: Callable[..., None]
     worker: LiveNewWorker | LiveLegacyWorker | None = None
     alive: bool = True
+
+    def on_event(self, type: str, **fields: Any) -> None:
+        """The worker's ``on_event``: a stopped incarnation's late news is dropped; ``fatal`` (the
+        worker died of a group error) is logged as ``worker_crash``."""
+        with self.lock:
+            if not self.alive:
+                return  # an old incarnation's late news
+            if type == "fatal":
+                log.warning("worker %s died: %s", self.name, fields.get("reason"))
+                self.emit("worker_crash", self.name, protocol=self.protocol)
+                self.alive = False
+                return
+            self.emit(type, self.name, **fields)
+
+    def start(self, worker: LiveNewWorker | LiveLegacyWorker) -> None:
+        """Log ``worker_start``, then start ``worker`` (made with :meth:`on_event` as its sink)."""
+        self.worker = worker
+        with self.lock:
+            self.emit("worker_start", self.name, protocol=self.protocol)
+        worker.start()
+
+    async def stop(self) -> None:
+        """Graceful stop (work released, then the leave); ``worker_stop`` once it has left."""
+        worker = self.worker
+        if not self.alive or worker is None:
+            return
+        if isinstance(worker, LiveNewWorker):
+            await worker.stop()
+        else:
+            await asyncio.to_thread(worker.stop)
+        with self.lock:
+            if self.alive:
+                self.emit("worker_stop", self.name, protocol=self.protocol)
+                self.alive = False
+
+    async def crash(self, log_it: bool = True) -> None:
+        """``worker_crash`` (unless ``log_it`` is false), then the client dies without a leave."""
+        worker = self.worker
+        if worker is None:
+            return
+        with self.lock:
+            if self.alive and log_it:
+                self.emit("worker_crash", self.name, protocol=self.protocol)
+            self.alive = False
+        if isinstance(worker, LiveNewWorker):
+            await worker.crash()
+        else:
+            await asyncio.to_thread(worker.crash)
+
+
+def new_protocol_worker(
+    host: str,
+    port: int,
+    group: str,
+    name: str,
+    on_event: Callable[..., None],
+    timing: Timing,
+    *,
+    url: str | None = None,
+    config_offset: int = -1,
+) -> LiveNewWorker:
+    """The new-protocol worker of live drills, for the bridge at ``host:port``: ``timing``'s session,
+    rebalance timeout and heartbeat interval, client id ``name``, REST url ``url`` (default
+    ``http://NAME:8083/``; the worker serves no REST API)."""
+    return LiveNewWorker(
+        host,
+        port,
+        group,
+        url or f"http://{name}:8083/",
+        on_event,
+        session_timeout_ms=timing.session_timeout_ms,
+        rebalance_timeout_ms=timing.rebalance_timeout_ms,
+        heartbeat_interval_ms=timing.heartbeat_interval_ms,
+        config_offset=config_offset,
+        client_id=name,
+    )
 
 
 @dataclass
@@ -160,7 +243,7 @@ class LiveDrill:
         self.connectors = dict(self.scenario.connectors)
         self.offset = 0
         self.view = ConfigView.of(self.offset, self.connectors)
-        self.handles: dict[str, _Handle] = {}
+        self.handles: dict[str, Incarnation] = {}
         self.proc: asyncio.subprocess.Process | None = None
         self.port = 0
         self.rec = _Recorder(self.scenario.end_ms)
@@ -229,42 +312,25 @@ class LiveDrill:
             await proc.wait()
 
     # ------------------------------------------------------------------ workers
-    def _sink(self, handle: _Handle) -> Any:
-        def on_event(type: str, **fields: Any) -> None:
-            with self.rec.lock:
-                if not handle.alive:
-                    return  # an old incarnation's late news
-                if type == "fatal":
-                    log.warning("worker %s died: %s", handle.name, fields.get("reason"))
-                    self.rec._emit("worker_crash", handle.name, protocol=handle.protocol)
-                    handle.alive = False
-                    return
-                self.rec._emit(type, handle.name, **fields)
-
-        return on_event
-
     def _start_worker(self, name: str, protocol: str) -> None:
         old = self.handles.get(name)
         if old is not None and old.alive:
             log.warning("start %s: already running; ignored", name)
             return
         t = self.scenario.timing
-        handle = _Handle(name, protocol)
-        sink = self._sink(handle)
+        handle = Incarnation(name, protocol, self.rec.lock, self.rec._emit)
         url = f"http://{name}:8083/"
         worker: LiveNewWorker | LiveLegacyWorker
         if protocol == NEW_PROTOCOL:
-            worker = LiveNewWorker(
+            worker = new_protocol_worker(
                 HOST,
                 self.port,
                 self.scenario.group,
-                url,
-                sink,
-                session_timeout_ms=t.session_timeout_ms,
-                rebalance_timeout_ms=t.rebalance_timeout_ms,
-                heartbeat_interval_ms=t.heartbeat_interval_ms,
+                name,
+                handle.on_event,
+                t,
+                url=url,
                 config_offset=self.offset,
-                client_id=name,
             )
         else:
             worker = LiveLegacyWorker(
@@ -272,7 +338,7 @@ class LiveDrill:
                 self.scenario.group,
                 url,
                 protocol,  # type: ignore[arg-type]
-                sink,
+                handle.on_event,
                 session_timeout_ms=t.session_timeout_ms,
                 rebalance_timeout_ms=t.rebalance_timeout_ms,
                 heartbeat_interval_ms=t.heartbeat_interval_ms,
@@ -280,38 +346,18 @@ class LiveDrill:
                 config_provider=lambda: self.view,
                 client_id=name,
             )
-        handle.worker = worker
         self.handles[name] = handle
-        self.rec.emit("worker_start", name, protocol=protocol)
-        worker.start()
+        handle.start(worker)
 
     async def _stop_worker(self, name: str) -> None:
         handle = self.handles.get(name)
-        if handle is None or not handle.alive or handle.worker is None:
-            return
-        worker = handle.worker
-        if isinstance(worker, LiveNewWorker):
-            await worker.stop()
-        else:
-            await asyncio.to_thread(worker.stop)
-        with self.rec.lock:
-            if handle.alive:
-                self.rec._emit("worker_stop", name, protocol=handle.protocol)
-                handle.alive = False
+        if handle is not None:
+            await handle.stop()
 
     async def _crash_worker(self, name: str, log_it: bool = True) -> None:
         handle = self.handles.get(name)
-        if handle is None or handle.worker is None:
-            return
-        with self.rec.lock:
-            if handle.alive and log_it:
-                self.rec._emit("worker_crash", name, protocol=handle.protocol)
-            handle.alive = False
-        worker = handle.worker
-        if isinstance(worker, LiveNewWorker):
-            await worker.crash()
-        else:
-            await asyncio.to_thread(worker.crash)
+        if handle is not None:
+            await handle.crash(log_it)
 
     # ------------------------------------------------------------------ the upstream cluster
     def _prepare_upstream(self) -> None:

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from connect_bridge.state.connect_group import ConnectGroup
 
 PROTOCOL_TYPE = "connect"
+CONFIG_MISMATCH = 1
+"""Connect's ``Assignment.CONFIG_MISMATCH``: the leader's config is behind a member's; rejoin."""
 MODE_OF_PROTOCOL = {"default": "eager", "compatible": "compatible", "sessioned": "sessioned"}
 """Connect's protocol names (JoinGroup) -> the worker's ``connect.protocol`` mode (event log names)."""
 
@@ -317,6 +319,21 @@ class LegacyMembers:
         group = self.group
         own = CONNECT_PROTOCOL_NAMES[first_protocol(member.metadata)]
         version = CONNECT_PROTOCOL_NAMES.get(protocol or "", own)
+        offset = group.assignment_config_offset()
+        if offset > group.view.offset:
+            # A member has read config records the bridge's view has not (the bridge reads the config
+            # topic on its own, a poll behind): the target was computed from an older config, e.g.
+            # still holding a connector just deleted or tasks above a lowered tasks.max. A Java
+            # worker as far as that offset would start them (no config: "Couldn't instantiate
+            # task"; a stale one: a removed task running again). Java's leader never assigns from a
+            # config older than a member's (IncrementalCooperativeAssignor/EagerAssignor
+            # ensureLeaderConfig: "do not have latest config found in sync request"): it answers
+            # CONFIG_MISMATCH, nothing assigned or revoked, at the highest offset, to everyone. So
+            # does the bridge until its view catches up; workers start nothing, catch up and rejoin.
+            payload = Assignment.build(
+                CONFIG_MISMATCH, group.metadata.leader_id, group.leader_url(), offset, (), (), 0
+            )
+            return encode_assignment(payload, version)
         assigned = member.current.assigned
         if version == 0:
             granted, revoked = assigned, EMPTY
@@ -327,7 +344,7 @@ class LegacyMembers:
             0,
             group.metadata.leader_id,
             group.leader_url(),
-            group.assignment_config_offset(),
+            offset,
             sorted(granted),
             sorted(revoked),
             0,
