@@ -453,9 +453,10 @@ class SimulatedDrill:
                 if tag == "dupresp":
                     deliver(resp, at + self.latency(), True)
 
-        self.at(now + self.latency(), lambda t: arrive(t, main_tag))
-        if duplicate:
-            self.at(now + self.latency() + self.latency(), lambda t: arrive(t, "dup"))
+        first = now + self.latency()
+        self.at(first, lambda t: arrive(t, main_tag))
+        if duplicate:  # the resend reaches the bridge after its original (one connection, in order)
+            self.at(first + self.latency() + self.latency(), lambda t: arrive(t, "dup"))
 
     # ------------------------------------------------------------------ new-protocol workers
     def _new_heartbeat(self, now: int, worker: _SimWorker) -> None:

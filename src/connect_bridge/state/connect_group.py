@@ -303,6 +303,25 @@ class ConnectGroup:
         if key not in self.timers:
             self.timers.schedule(key, now_ms + member.metadata.rebalance_timeout_ms)
 
+    def _expect_revoked(self, member: Member, req: HeartbeatRequest, now_ms: int) -> None:
+        """A member at a later epoch rejoined (epoch 0) owning none of what it now revokes: its worker
+        reset.
+
+        Its later heartbeats carry no owned set (nothing changed since this one), so the revocation
+        would only end at the rebalance timeout, with the work running nowhere all that time
+        (adversarial drill 27024565). Not trusted at once (the request may not be the worker's):
+        the revocation timer is brought forward to the zombie grace, and removal then holds the
+        work for another grace, time enough for a worker that still runs it to learn it is out.
+        """
+        current = member.current
+        if current.state is not MemberState.UNREVOKED or req.owned is None or req.owned & current.revoking:
+            return
+        key = ("revoke", self.group_id, member.member_id)
+        soon = now_ms + zombie_grace_ms(member.metadata.session_timeout_ms)
+        armed = self.timers.deadline(key)
+        if armed is None or soon < armed:
+            self.timers.schedule(key, soon)
+
     def _arm_held_timer(self) -> None:
         key = ("held", self.group_id)
         if self.metadata.held:
@@ -560,6 +579,8 @@ class ConnectGroup:
         self.maybe_update_target(now_ms)
         before = member.current
         self.reconcile(member, reported_owned, now_ms)
+        if joining and reported_owned is None:
+            self._expect_revoked(member, req, now_ms)
         return self._response(member, before, req, joining, now_ms)
 
     def _check_epoch(self, member: Member, req: HeartbeatRequest) -> None:
@@ -648,7 +669,7 @@ class ConnectGroup:
             # at any member epoch and answers the member's epoch and current assignment, unchanged;
             # so does the bridge. Unlike Kafka, the request says nothing about what the member owns
             # (Kafka takes its empty owned list as a finished revocation and releases the work):
-            # the worker behind the member may still run it.
+            # the worker behind the member may still run it (see _expect_revoked).
             return member
         if member is not None:
             # A known member rejoining with epoch 0 (a legacy worker now on this protocol): it owns
