@@ -18,9 +18,10 @@ bridge / tansu proxy a target of >= 0.7. The last line printed is one JSON objec
 
     python benchmarks/proxy.py [--quick]
 
-Real-Kafka mode (``--kafka [--quick] [--records N]``): an Apache Kafka 4.3.1 KRaft broker
-(tests/kafka_fixtures.py) with ``connect-bridge serve --upstream`` in front, and Kafka's own tools:
-``ProducerPerformance`` (1 KiB records, ``acks=all``, idempotent as by default, N records) then
+Real-Kafka mode (``--kafka [--quick] [--records N] [--event-loop auto|uvloop|asyncio]``): an
+Apache Kafka 4.3.1 KRaft broker (tests/kafka_fixtures.py) with ``connect-bridge serve --upstream``
+in front, and Kafka's own tools: ``ProducerPerformance`` (1 KiB records, ``acks=all``, idempotent
+as by default, N records) then
 ``ConsumerPerformance`` (the same N records, a fresh group) against the broker directly and through
 the bridge, alternating in the same run: an unmeasured warm-up of each target (the broker's JIT:
 without it the first target measured is 3x slower), then rounds direct/bridge and bridge/direct,
@@ -340,7 +341,7 @@ def create_topics(port: int, topics: list[str]) -> int:
 # ------------------------------------------------------------------------------------------ real Kafka
 
 
-def kafka_main(quick: bool, records: int | None) -> None:
+def kafka_main(quick: bool, records: int | None, event_loop: str = "auto") -> None:
     tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
     sys.path.insert(0, tests)
     import java_tools as jt
@@ -355,7 +356,9 @@ def kafka_main(quick: bool, records: int | None) -> None:
         broker = start_kafka_broker(Path(tmp) / "kafka", heap="1g")
         bridge = None
         try:
-            bridge = start_bridge_process(broker.bootstrap, Path(tmp) / "bridge")
+            bridge = start_bridge_process(
+                broker.bootstrap, Path(tmp) / "bridge", settings={"event_loop": event_loop}
+            )
             targets = {"direct": broker.bootstrap, "bridge": bridge.bootstrap}
 
             def one(name: str, topic: str, n: int) -> dict[str, Any]:
@@ -438,6 +441,7 @@ def kafka_main(quick: bool, records: int | None) -> None:
     out["produce_throughput_ratio"] = round(b["produce_records_per_s"] / d["produce_records_per_s"], 3)
     out["fetch_throughput_ratio"] = round(b["fetch_mb_per_s"] / d["fetch_mb_per_s"], 3)
     out["consume_throughput_ratio"] = round(b["consume_mb_per_s"] / d["consume_mb_per_s"], 3)
+    out["event_loop"] = event_loop
     out["produce_p50_ratio"] = (
         round(b["produce_p50_ms"] / d["produce_p50_ms"], 3) if d["produce_p50_ms"] else None
     )
@@ -457,7 +461,8 @@ def main() -> None:
         records = None
         if "--records" in sys.argv:
             records = int(sys.argv[sys.argv.index("--records") + 1])
-        kafka_main(quick, records)
+        loop = sys.argv[sys.argv.index("--event-loop") + 1] if "--event-loop" in sys.argv else "auto"
+        kafka_main(quick, records, loop)
         return
     n, seconds, rounds = (300, 0.5, 1) if quick else (1500, 1.5, 2)
     binary = tansu_binary()

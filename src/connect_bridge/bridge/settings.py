@@ -194,6 +194,8 @@ class BridgeSettings(_Strict):
     """Largest request frame accepted; checked on the 4-byte length prefix, before buffering."""
     max_connections: int = Field(10000, gt=0)
     idle_timeout_ms: int = Field(600000, gt=0)
+    event_loop: Literal["auto", "uvloop", "asyncio"] = "auto"
+    """``auto``: uvloop when it is installed (a dependency), else asyncio's own loop."""
     coordinator: CoordinatorSettings = CoordinatorSettings()
     limits: LimitsSettings = LimitsSettings()
     config_view: ConfigViewSource | None = None
@@ -396,6 +398,7 @@ metrics_listen: "127.0.0.1:9404"
 max_frame_bytes: 104857600      # 100 MiB
 max_connections: 10000
 idle_timeout_ms: 600000         # close connections silent for 10 minutes
+event_loop: auto                # uvloop when installed; or uvloop | asyncio
 
 coordinator:
   session_timeout_ms: 10000
