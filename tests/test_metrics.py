@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 
 import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -151,3 +152,37 @@ def test_readyz_is_503_when_the_check_raises(caplog: pytest.LogCaptureFixture) -
 
     with caplog.at_level(logging.ERROR):
         assert asyncio.run(scenario()) == 503
+
+
+def test_requests_are_labelled_by_api_and_their_own_error_code() -> None:
+    """Answers framed by the steady-heartbeat fast path used to count as error NONE whatever they
+    said (issue 13.6): a fenced heartbeat and a classic heartbeat of an unknown member answered there
+    carry their codes; a relayed answer is not decoded and counts under its own label."""
+    from kafka.protocol.consumer.group import HeartbeatRequest as WireHeartbeat
+
+    import test_server as ts
+    from connect_bridge.state import api as napi
+
+    metrics = Metrics()
+
+    async def traffic(port: int) -> None:
+        async with ts.connection(port, "worker-1") as conn:
+            joined = await ts.new_join(conn)
+            steady = napi.HeartbeatRequest(ts.G, joined.member_id, joined.member_epoch)
+            for _ in range(3):  # the fast path answers these once the member is known
+                assert (await ts.new_heartbeat(conn, steady)).error_code == 0
+            fenced = napi.HeartbeatRequest(ts.G, joined.member_id, joined.member_epoch + 7)
+            assert (await ts.new_heartbeat(conn, fenced)).error_code == 110
+            classic = WireHeartbeat(group_id=ts.G, generation_id=1, member_id="x", group_instance_id=None)
+            answer = await conn.request(classic, 4)
+            assert answer.error_code == 25
+
+    with ts.running(metrics=metrics) as srv:
+        ts.run(traffic(srv.port))
+        text = srv.on_loop(metrics.render).decode()
+    line = re.compile(r'^connect_bridge_requests_total\{api="([^"]+)",error="([^"]+)"\} (\S+)$', re.M)
+    counts = {(m.group(1), m.group(2)): float(m.group(3)) for m in line.finditer(text)}
+    assert counts[("ConnectGroupHeartbeat", "NONE")] == 4  # the join and three steady beats
+    assert counts[("ConnectGroupHeartbeat", "FENCED_MEMBER_EPOCH")] == 1
+    assert counts[("Heartbeat", "UNKNOWN_MEMBER_ID")] == 1
+    assert not any(api == "Relayed" for api, _ in counts)  # nothing was relayed here

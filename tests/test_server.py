@@ -69,8 +69,11 @@ UNKNOWN_TOPIC = 3  # UNKNOWN_TOPIC_OR_PARTITION
 class Running:
     """A ``BridgeServer`` serving from a background thread's event loop."""
 
-    def __init__(self, store: Any = None, *, view: ConfigView | None = VIEW, **options: Any) -> None:
+    def __init__(
+        self, store: Any = None, *, view: ConfigView | None = VIEW, metrics: Any = None, **options: Any
+    ) -> None:
         options.setdefault("coordinator", FAST)
+        self.metrics = metrics
         self.store = store if store is not None else MemoryRecordStore()
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="bridge", daemon=True)
@@ -79,7 +82,7 @@ class Running:
         self.port = self.server.port
 
     async def _start(self, view: ConfigView | None, options: dict[str, Any]) -> BridgeServer:
-        server = BridgeServer(ServerOptions(host=HOST, port=0, **options), self.store)
+        server = BridgeServer(ServerOptions(host=HOST, port=0, **options), self.store, self.metrics)
         if view is not None:
             server.set_config_view(view)
         await server.start()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from connect_bridge.bridge import wire_map as wm
 from connect_bridge.codecs.messages import ApiKey
@@ -32,6 +32,13 @@ _CLASSIC_FLEXIBLE = 4
 _ENTRY_OVERHEAD = 256
 """Bytes counted per cache entry besides its key (the dict slot, the decoded request or body)."""
 
+
+
+class Framed(NamedTuple):
+    """A response already framed here, with its error code (the metrics label it by that code)."""
+
+    frame: bytes
+    error_code: int
 
 class _Lru(OrderedDict):
     """Least recently used entries go first once the entries' bytes exceed ``limit_bytes``."""
@@ -70,8 +77,8 @@ class SteadyHeartbeats:
         self.classic_requests: _Lru = _Lru(limit_bytes // 3)
         self.bodies: _Lru = _Lru(limit_bytes // 3)
 
-    def answer(self, payload: bytes) -> bytes | None:
-        """The framed response, or None when this frame needs the full path."""
+    def answer(self, payload: bytes) -> Framed | None:
+        """The framed response and its error code, or None when this frame needs the full path."""
         api_key, version, correlation = _KEY.unpack_from(payload, 0)
         if len(payload) > self.max_frame:
             return None
@@ -94,14 +101,11 @@ class SteadyHeartbeats:
             self.requests.put(key, req)
         if resp.assignment is not None or resp.error_code != 0:
             # Not steady after all: the caller must not have changed state twice, so answer here.
-            return response_frame(
-                correlation,
-                _FLEXIBLE_RESPONSE_HEADER,
-                wm.heartbeat_response_to_wire(resp, 0).encode(version=0),
-            )
-        return response_frame(correlation, _FLEXIBLE_RESPONSE_HEADER, self._body(resp))
+            body = wm.heartbeat_response_to_wire(resp, 0).encode(version=0)
+            return Framed(response_frame(correlation, _FLEXIBLE_RESPONSE_HEADER, body), resp.error_code)
+        return Framed(response_frame(correlation, _FLEXIBLE_RESPONSE_HEADER, self._body(resp)), 0)
 
-    def _classic(self, payload: bytes, version: int, correlation: int) -> bytes | None:
+    def _classic(self, payload: bytes, version: int, correlation: int) -> Framed | None:
         """A Java worker's classic Heartbeat (the same bytes every interval) for a group this bridge
         holds; any other group takes the full path, which relays it upstream in proxy mode."""
         key = payload[:4] + payload[8:]
@@ -121,7 +125,8 @@ class SteadyHeartbeats:
         if body is None:
             body = bytes(wm.classic_heartbeat_response_to_wire(resp, version).encode(version=version))
             self.bodies.put(body_key, body)
-        return response_frame(correlation, 1 if version >= _CLASSIC_FLEXIBLE else 0, body)
+        header = 1 if version >= _CLASSIC_FLEXIBLE else 0
+        return Framed(response_frame(correlation, header, body), resp.error_code)
 
     def _body(self, resp: HeartbeatResponse) -> bytes:
         key = (resp.member_id, resp.member_epoch, resp.heartbeat_interval_ms)

@@ -27,7 +27,7 @@ from typing import Any
 from connect_bridge.bridge.committer import Committer
 from connect_bridge.bridge.decisions import log_decisions
 from connect_bridge.bridge.decoding import FrameDecoder
-from connect_bridge.bridge.fastpath import SteadyHeartbeats
+from connect_bridge.bridge.fastpath import Framed, SteadyHeartbeats
 from connect_bridge.bridge.handlers import Client, LocalApis, Parked, now_ms
 from connect_bridge.bridge.proxy import (
     GROUP_KEYED,
@@ -756,11 +756,14 @@ class BridgeServer:
         """``outcome`` is a response message, or an already framed response (``request`` None)."""
         name = RELAYED if request is None else _api_name(request.api_key)
         if self.metrics is not None:
+            # A relayed answer is not decoded: its error code is the broker's business (0 here).
             self.metrics.observe_request(
                 name, time.perf_counter() - started, getattr(outcome, "error_code", 0)
             )
+        if isinstance(outcome, Framed):
+            return outcome.frame  # framed by the steady-heartbeat path
         if request is None or isinstance(outcome, bytes | bytearray):
-            return outcome  # relayed, or framed by the steady-heartbeat path
+            return outcome  # relayed
         if outcome.API_KEY != request.api_key:
             raise TypeError(f"{type(outcome).__name__} does not answer API key {request.api_key}")
         return encode_response_frame(request.api_key, request.api_version, request.correlation_id, outcome)
