@@ -55,18 +55,33 @@ def spark():  # type: ignore[no-untyped-def]
     return make_spark()
 
 
-HEAVY_FIXTURES = frozenset({"spark", "tansu", "kafka_broker", "connect_worker", "bridge_proxy"})
-"""Fixtures that start Spark, a broker, a Connect worker or a bridge process: their tests are ``heavy``."""
-HEAVY_MODULES = frozenset(
-    {"test_live_drill", "test_live_workers", "test_real_kafka", "test_report_browser", "test_upstream_drill"}
-)
-"""Modules that run a live bridge, live workers or chromium."""
+MARKS_BY_FIXTURE: dict[str, tuple[str, ...]] = {
+    "spark": ("spark",),
+    "tansu": ("broker",),
+    "kafka_broker": ("broker", "jvm"),
+    "connect_worker": ("jvm",),
+    "bridge_proxy": ("live",),
+}
+"""What a fixture starts: Spark, a broker (tansu or Apache Kafka), a JVM, a bridge process."""
+MARKS_BY_MODULE: dict[str, tuple[str, ...]] = {
+    "test_live_drill": ("live",),
+    "test_live_workers": ("live",),
+    "test_upstream_drill": ("live",),
+    "test_real_kafka": ("jvm",),
+    "test_report_browser": ("browser",),
+}
+"""Modules that run a live bridge, live workers or chromium without one of those fixtures."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the tests that need Spark, a broker, a live bridge or a browser ``heavy``, so
-    ``pytest -m "not heavy"`` runs the quick subset (everything else, in about two minutes)."""
+    """Mark what each test needs (``spark``, ``broker``, ``jvm``, ``live``, ``browser``), and every
+    such test ``heavy``: ``pytest -m "not heavy"`` runs the quick subset (about a minute), and, for
+    example, ``-m "not jvm and not spark"`` everything but the Java and Spark tests."""
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
-        if fixtures & HEAVY_FIXTURES or item.module.__name__ in HEAVY_MODULES:  # type: ignore[union-attr]
+        marks = {m for f in fixtures & MARKS_BY_FIXTURE.keys() for m in MARKS_BY_FIXTURE[f]}
+        marks.update(MARKS_BY_MODULE.get(item.module.__name__, ()))  # type: ignore[union-attr]
+        for mark in sorted(marks):
+            item.add_marker(getattr(pytest.mark, mark))
+        if marks:
             item.add_marker(pytest.mark.heavy)
