@@ -1849,3 +1849,24 @@ def test_new_member_leads_an_emptied_group() -> None:
     sim.leave("m1")
     assert sim.group.metadata.leader_id == ""
     assert sim.join("m2").assignment.leader_id == "m2"
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("owned", frozenset()),
+        ("client_assignors", ()),
+        ("server_assignor", "connect-cooperative"),
+        ("url", "http://w:8083/"),
+        ("config_offset", 3),
+        ("instance_id", "i-1"),
+        ("rebalance_timeout_ms", 60_000),
+    ],
+)
+def test_a_heartbeat_reports_nothing_only_without_every_optional_field(field: str, value: object) -> None:
+    """The one predicate behind the group's steady path and the server's fast-path cache."""
+    from dataclasses import replace as with_field
+
+    partial = HeartbeatRequest("g", "m", 3)
+    assert partial.reports_nothing
+    assert not with_field(partial, **{field: value}).reports_nothing

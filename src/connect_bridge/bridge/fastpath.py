@@ -139,13 +139,4 @@ class SteadyHeartbeats:
 
 def _steady_request(req: HeartbeatRequest) -> bool:
     """Only partial heartbeats that report nothing new are cached (they change no state by themselves)."""
-    return (
-        req.member_epoch > 0
-        and req.owned is None
-        and req.client_assignors is None
-        and req.server_assignor is None
-        and req.url is None
-        and req.config_offset is None
-        and req.instance_id is None
-        and req.rebalance_timeout_ms == -1
-    )
+    return req.member_epoch > 0 and req.reports_nothing

@@ -30,6 +30,22 @@ class HeartbeatRequest:
     client_id: str = ""
     client_host: str = ""
 
+    @property
+    def reports_nothing(self) -> bool:
+        """A partial heartbeat that carries none of the optional fields: by itself it changes no
+        state. The group's steady path and the server's fast-path cache both key on this one
+        predicate, so they cannot drift apart (a cached request must be one the group treats as
+        steady)."""
+        return (
+            self.owned is None
+            and self.client_assignors is None
+            and self.server_assignor is None
+            and self.url is None
+            and self.config_offset is None
+            and self.instance_id is None
+            and self.rebalance_timeout_ms == -1
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class MemberAssignment:

@@ -502,13 +502,7 @@ class ConnectGroup:
             and member.current.state is MemberState.STABLE
             and not member.current.left_temporarily
             and self.metadata.group_epoch == epoch
-            and req.owned is None
-            and req.client_assignors is None
-            and req.server_assignor is None
-            and req.url is None
-            and req.config_offset is None
-            and req.instance_id is None
-            and req.rebalance_timeout_ms == -1
+            and req.reports_nothing
             and (not req.client_id or req.client_id == member.metadata.client_id)
             and (not req.client_host or req.client_host == member.metadata.client_host)
             and self.client_side.member != req.member_id
