@@ -10,12 +10,24 @@ the caller's ``token``, from ``GroupCoordinator.drain_responses()``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 UNKNOWN_MEMBER_ID = ""
 NO_GENERATION = -1
 SYNC_MANDATORY_PROTOCOL_MIN_VERSION = 5
 """From SyncGroup v5 ProtocolType and ProtocolName must not be null (Kafka answers
 INCONSISTENT_GROUP_PROTOCOL before looking the group up)."""
+
+
+class ClassicGroupState(StrEnum):
+    """Kafka's ``ClassicGroupState``, spelled as Kafka prints it (DescribeGroups, ListGroups): the
+    state of a classic group, and of each legacy member the bridge keeps inside a connect group."""
+
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+    DEAD = "Dead"
 
 
 @dataclass(frozen=True, slots=True)

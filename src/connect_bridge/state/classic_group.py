@@ -21,10 +21,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from enum import StrEnum
 
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state.classic_api import (
+    ClassicGroupState,
     HeartbeatRequest,
     HeartbeatResponse,
     JoinGroupMember,
@@ -65,16 +65,6 @@ MEMBER_ID_REQUIRED_MIN_VERSION = 4
 _MEMBER_ID_NAMESPACE = uuid.UUID("3f0c9a56-2b7e-4d1a-8c65-9e4b1d7a2f30")
 
 Protocols = tuple[tuple[str, bytes], ...]
-
-
-class ClassicGroupState(StrEnum):
-    """Kafka's ``ClassicGroupState``, spelled as Kafka prints it (DescribeGroups, ListGroups)."""
-
-    EMPTY = "Empty"
-    PREPARING_REBALANCE = "PreparingRebalance"
-    COMPLETING_REBALANCE = "CompletingRebalance"
-    STABLE = "Stable"
-    DEAD = "Dead"
 
 
 _S = ClassicGroupState

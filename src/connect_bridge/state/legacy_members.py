@@ -4,13 +4,12 @@ Each legacy worker is an ordinary member of the epoch engine whose generation *i
 JoinGroup is answered at once (no barrier, empty leader, so no legacy worker runs its own assignor),
 reporting the worker's owned work from the allocation in its subscription; SyncGroup re-encodes the
 member's current assignment at the worker's own protocol version; Heartbeat tells it to rejoin when
-its reconciliation needs another round. Per-member classic states (PrepareRebalance /
+its reconciliation needs another round. Per-member classic states (PreparingRebalance /
 CompletingRebalance / Stable) are transient, like a broker's: after a restart members count as Stable.
 """
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from connect_bridge.codecs.connect_protocol import (
@@ -24,6 +23,7 @@ from connect_bridge.codecs.connect_protocol import (
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.errors import CodecError
 from connect_bridge.state import classic_api as api
+from connect_bridge.state.classic_api import ClassicGroupState
 from connect_bridge.state.errors import RequestError
 from connect_bridge.state.model import EMPTY, Items, Member, MemberMetadata, MemberState
 
@@ -35,12 +35,6 @@ CONFIG_MISMATCH = 1
 """Connect's ``Assignment.CONFIG_MISMATCH``: the leader's config is behind a member's; rejoin."""
 MODE_OF_PROTOCOL = {"default": "eager", "compatible": "compatible", "sessioned": "sessioned"}
 """Connect's protocol names (JoinGroup) -> the worker's ``connect.protocol`` mode (event log names)."""
-
-
-class ClassicState(StrEnum):
-    PREPARE_REBALANCE = "PrepareRebalance"
-    COMPLETING_REBALANCE = "CompletingRebalance"
-    STABLE = "Stable"
 
 
 def first_protocol(metadata: MemberMetadata) -> str:
@@ -66,7 +60,7 @@ class LegacyMembers:
 
     def __init__(self, group: ConnectGroup) -> None:
         self.group = group
-        self.states: dict[str, ClassicState] = {}
+        self.states: dict[str, ClassicGroupState] = {}
         self.elected: str | None = None
         """The legacy member last answered as leader in a JoinGroup (its Java leader state is built).
         Transient: after a load the current leader counts as elected (it kept its leader state)."""
@@ -75,19 +69,19 @@ class LegacyMembers:
     def _timer(self, kind: str, member_id: str) -> tuple[str, str, str]:
         return (kind, self.group.group_id, member_id)
 
-    def _set_state(self, member_id: str, state: ClassicState, now_ms: int, timeout_ms: int) -> None:
+    def _set_state(self, member_id: str, state: ClassicGroupState, now_ms: int, timeout_ms: int) -> None:
         self.states[member_id] = state
         timers = self.group.timers
         timers.cancel(self._timer("legacy-join", member_id))
         timers.cancel(self._timer("legacy-sync", member_id))
-        if state is ClassicState.PREPARE_REBALANCE:
+        if state is ClassicGroupState.PREPARING_REBALANCE:
             timers.schedule(self._timer("legacy-join", member_id), now_ms + timeout_ms)
-        elif state is ClassicState.COMPLETING_REBALANCE:
+        elif state is ClassicGroupState.COMPLETING_REBALANCE:
             timers.schedule(self._timer("legacy-sync", member_id), now_ms + timeout_ms)
 
     def any_completing(self) -> bool:
         """Some legacy member got its JoinGroup answer and has not sent its SyncGroup yet."""
-        return any(state is ClassicState.COMPLETING_REBALANCE for state in self.states.values())
+        return any(state is ClassicGroupState.COMPLETING_REBALANCE for state in self.states.values())
 
     def may_run(self, member: Member) -> Items:
         """What a legacy worker may be running. Between its JoinGroup answer and its SyncGroup it
@@ -95,7 +89,7 @@ class LegacyMembers:
         worker: nothing), so work granted in that round is not its to hold (adversarial drill
         17001619: a worker that died before its SyncGroup held its new work for a second delay)."""
         owned = member.current.owned
-        if self.states.get(member.member_id) is ClassicState.COMPLETING_REBALANCE:
+        if self.states.get(member.member_id) is ClassicGroupState.COMPLETING_REBALANCE:
             return owned & owned_from_metadata(member.metadata)
         return owned
 
@@ -193,7 +187,7 @@ class LegacyMembers:
                 ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"member {member.member_id} uses ConnectGroupHeartbeat"
             )
         else:
-            synced = self.states.get(member.member_id, ClassicState.STABLE) is ClassicState.STABLE
+            synced = self.states.get(member.member_id, ClassicGroupState.STABLE) is ClassicGroupState.STABLE
             repeat = synced and member.metadata == metadata
             before = member.current
             group.update_member_metadata(member, metadata)
@@ -208,7 +202,7 @@ class LegacyMembers:
             # it in a Stable group: arming one would remove a healthy member that never syncs again.
             self._set_state(
                 member.member_id,
-                ClassicState.COMPLETING_REBALANCE,
+                ClassicGroupState.COMPLETING_REBALANCE,
                 now_ms,
                 member.metadata.rebalance_timeout_ms,
             )
@@ -303,12 +297,12 @@ class LegacyMembers:
                     ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
                     f"protocol {req.protocol_type}/{req.protocol_name} is not connect/{name}",
                 )
-            if self.states.get(member.member_id) is ClassicState.PREPARE_REBALANCE:
+            if self.states.get(member.member_id) is ClassicGroupState.PREPARING_REBALANCE:
                 raise RequestError(ErrorCode.REBALANCE_IN_PROGRESS, "rejoin first")
         except RequestError as exc:
             return api.SyncGroupResponse(error_code=int(exc.code), error_message=exc.message)
         self.group.arm_session(member, now_ms)
-        self._set_state(member.member_id, ClassicState.STABLE, now_ms, 0)
+        self._set_state(member.member_id, ClassicGroupState.STABLE, now_ms, 0)
         return api.SyncGroupResponse(
             protocol_type=PROTOCOL_TYPE, protocol_name=name, assignment=self.encode_assignment(member, name)
         )
@@ -359,11 +353,11 @@ class LegacyMembers:
         except RequestError as exc:
             return api.HeartbeatResponse(error_code=int(exc.code))
         self.group.arm_session(member, now_ms)
-        state = self.states.get(member.member_id, ClassicState.STABLE)
-        if state is ClassicState.STABLE and self.needs_rejoin(member):
-            state = ClassicState.PREPARE_REBALANCE
+        state = self.states.get(member.member_id, ClassicGroupState.STABLE)
+        if state is ClassicGroupState.STABLE and self.needs_rejoin(member):
+            state = ClassicGroupState.PREPARING_REBALANCE
             self._set_state(member.member_id, state, now_ms, member.metadata.rebalance_timeout_ms)
-        if state is ClassicState.PREPARE_REBALANCE:
+        if state is ClassicGroupState.PREPARING_REBALANCE:
             return api.HeartbeatResponse(error_code=int(ErrorCode.REBALANCE_IN_PROGRESS))
         return api.HeartbeatResponse()
 
@@ -414,8 +408,8 @@ class LegacyMembers:
     def on_timer(self, key: tuple, now_ms: int) -> None:
         member = self.group.members.get(key[2])
         expected = {
-            "legacy-join": ClassicState.PREPARE_REBALANCE,
-            "legacy-sync": ClassicState.COMPLETING_REBALANCE,
+            "legacy-join": ClassicGroupState.PREPARING_REBALANCE,
+            "legacy-sync": ClassicGroupState.COMPLETING_REBALANCE,
         }
         if member is not None and self.states.get(member.member_id) is expected[key[0]]:
             self.group.remove_by_timer(member, now_ms)
