@@ -292,7 +292,8 @@ def test_group_tool_over_both_coordinators(
             sock.sendall(frame(m.DescribeGroupsRequest(groups=[mine, theirs]), 5, 1))
             payload = read_frame(sock)
         assert payload is not None
-        described = {g.group_id: g for g in decode_response(15, 5, payload, framed=False).groups}
+        answer = decode_response(m.ApiKey.DESCRIBE_GROUPS, 5, payload, framed=False)
+        described = {g.group_id: g for g in answer.groups}
         assert (described[mine].group_state, described[mine].protocol_type) == ("Stable", "connect")
         assert len(described[mine].members) == 1
         assert (described[theirs].group_state, described[theirs].members) == ("Empty", [])
@@ -308,7 +309,8 @@ def test_group_tool_over_both_coordinators(
             sock.sendall(frame(m.ListGroupsRequest(), 4, 2))
             payload = read_frame(sock)
         assert payload is not None
-        groups = {g.group_id: g.protocol_type for g in decode_response(16, 4, payload, framed=False).groups}
+        listing = decode_response(m.ApiKey.LIST_GROUPS, 4, payload, framed=False)
+        groups = {g.group_id: g.protocol_type for g in listing.groups}
         assert groups[mine] == "connect" and theirs in groups
     finally:
         worker.stop()

@@ -31,6 +31,7 @@ from connect_bridge.bridge.fastpath import Framed, SteadyHeartbeats
 from connect_bridge.bridge.handlers import Client, LocalApis, Parked, now_ms
 from connect_bridge.bridge.proxy import (
     GROUP_KEYED,
+    PRODUCE,
     REWRITTEN,
     SplitRequest,
     UpstreamCluster,
@@ -546,7 +547,7 @@ class BridgeServer:
                     assert self.apis is not None
                     conn.pending += 1
                     frame = encode_response_frame(
-                        18, 0, decoded.correlation_id, _unsupported_api_versions(self.apis)
+                        ApiKey.API_VERSIONS, 0, decoded.correlation_id, _unsupported_api_versions(self.apis)
                     )
                     await conn.queue.put(frame)
                     continue
@@ -671,7 +672,7 @@ class BridgeServer:
         link = self._link(conn)
         if link is None:
             return False
-        expects = not (api_key == 0 and produce_acks(payload, version) == 0)
+        expects = not (api_key == PRODUCE and produce_acks(payload, version) == 0)
         try:
             future = await link.send(_SIZE.pack(len(payload)) + payload, correlation, expects)
         except OSError as exc:
