@@ -29,6 +29,7 @@ from connect_bridge.bridge.decisions import log_decisions
 from connect_bridge.bridge.decoding import FrameDecoder
 from connect_bridge.bridge.fastpath import Framed, SteadyHeartbeats
 from connect_bridge.bridge.handlers import Client, LocalApis, Parked, now_ms
+from connect_bridge.bridge.metrics import Metrics
 from connect_bridge.bridge.proxy import (
     GROUP_KEYED,
     PRODUCE,
@@ -40,7 +41,7 @@ from connect_bridge.bridge.proxy import (
     group_matcher,
     produce_acks,
 )
-from connect_bridge.bridge.store import StoreError
+from connect_bridge.bridge.store import RecordStore, StoreError
 from connect_bridge.codecs.messages import ApiKey, api_spec
 from connect_bridge.codecs.requests import (
     DecodedRequest,
@@ -140,7 +141,11 @@ class ServerOptions:
 
 class BridgeServer:
     def __init__(
-        self, options: ServerOptions, store: Any, metrics: Any = None, clock: Callable[[], int] = now_ms
+        self,
+        options: ServerOptions,
+        store: RecordStore,
+        metrics: Metrics | None = None,
+        clock: Callable[[], int] = now_ms,
     ) -> None:
         self.options = options
         self.store = store

@@ -53,7 +53,7 @@ import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import BinaryIO, NoReturn, Self
+from typing import BinaryIO, NoReturn, Protocol, Self
 
 from connect_bridge.codecs.errors import CodecError
 from connect_bridge.state.record_codec import decode_record, encode_record
@@ -88,6 +88,17 @@ MAX_PAYLOAD = 64 * 1024 * 1024
 
 DEFAULT_COMPACT_MIN_BYTES = 1024 * 1024
 DEFAULT_COMPACT_LIVE_RATIO = 0.5
+
+
+class RecordStore(Protocol):
+    """What the server needs of a store (the file log, the compacted topic, memory for tests):
+    ``load`` once at start, then ``append`` + ``sync`` per commit (``Committer``), ``close`` at stop.
+    Every method may raise :class:`StoreError`."""
+
+    def load(self) -> list[Record]: ...
+    def append(self, records: Sequence[Record]) -> None: ...
+    def sync(self) -> None: ...
+    def close(self) -> None: ...
 
 
 class StoreError(Exception):
