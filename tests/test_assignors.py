@@ -263,3 +263,69 @@ def test_eager_orders_tasks_numerically_and_names_by_code_point() -> None:
     ]
     expected = {"w1": frozenset(order[0::2]), "w2": frozenset(order[1::2])}
     assert out == expected
+
+
+# --- the same answer as the straightforward assignor, which looked at every member (issue 11.6) ---
+
+
+def _reference_cooperative(spec: AssignmentSpec) -> dict[str, Items]:
+    """The assignor before it skipped idle members: every member keyed, sorted and heaped."""
+    import heapq
+
+    def split(items: Items) -> tuple[list[ConnectorTaskId], list[ConnectorTaskId]]:
+        return [i for i in items if i.is_connector], [i for i in items if not i.is_connector]
+
+    def balance(wanted: list, sticky: dict, other: dict) -> dict[str, list]:
+        keep = {m: sorted(sticky.get(m, ())) for m in spec.members}
+        if not spec.holding:
+            base, extra = divmod(len(wanted), len(spec.members))
+            for rank, m in enumerate(sorted(spec.members, key=lambda m: (-len(keep[m]), m))):
+                del keep[m][base + (1 if rank < extra else 0) :]
+        kept = {item for items in keep.values() for item in items}
+        heap = [(len(keep[m]), other[m], m) for m in spec.members]
+        heapq.heapify(heap)
+        for item in sorted(i for i in wanted if i not in kept):
+            load, o, m = heap[0]
+            keep[m].append(item)
+            heapq.heapreplace(heap, (load + 1, o, m))
+        return keep
+
+    returned_all = frozenset().union(*spec.returned.values()) if spec.returned else EMPTY
+    sticky_c, sticky_t = {}, {}
+    for m in spec.members:
+        mine = ((spec.previous.get(m, EMPTY) - returned_all) | spec.returned.get(m, EMPTY)) & spec.configured
+        sticky_c[m], sticky_t[m] = split(mine)
+    connectors, tasks = split(spec.configured)
+    out_c = balance(connectors, sticky_c, {m: len(sticky_t[m]) for m in spec.members})
+    out_t = balance(tasks, sticky_t, {m: len(out_c[m]) for m in spec.members})
+    return {m: frozenset(out_c[m]) | frozenset(out_t[m]) for m in spec.members}
+
+
+@st.composite
+def _specs(draw: st.DrawFn) -> AssignmentSpec:
+    connectors = draw(st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 6), max_size=6))
+    configured = frozenset(configured_items(connectors))
+    pool = sorted(configured | {ConnectorTaskId("gone", 0), ConnectorTaskId("gone", -1)})
+    members = draw(st.lists(st.text("wxyz", min_size=1, max_size=3), min_size=1, max_size=12, unique=True))
+    some = st.frozensets(st.sampled_from(pool), max_size=8) if pool else st.just(EMPTY)
+    previous = {m: draw(some) for m in [*members, "departed"] if draw(st.booleans())}
+    returned = {m: draw(some) for m in members if draw(st.integers(0, 4)) == 0}
+    return AssignmentSpec(tuple(sorted(members)), configured, previous, returned, draw(st.booleans()))
+
+
+@settings(max_examples=400, deadline=None)
+@given(_specs())
+def test_skipping_idle_members_changes_no_assignment(spec: AssignmentSpec) -> None:
+    assert cooperative(spec) == _reference_cooperative(spec)
+
+
+def test_a_join_into_ten_thousand_members_gives_the_newcomer_work_and_moves_only_that() -> None:
+    """The many-idle-members case the shortcut is for: 550 items over 10,000 members."""
+    configured = frozenset(configured_items({f"c{i:02d}": 10 for i in range(50)}))
+    members = tuple(f"w{i:05d}" for i in range(10_000))
+    dealt = {m: frozenset([item]) for m, item in zip(members, sorted(configured), strict=False)}
+    spec = AssignmentSpec(tuple(sorted((*members, "a-new"))), configured, dealt, {}, holding=False)
+    out = cooperative(spec)
+    assert out == _reference_cooperative(spec)
+    moved = {m for m in dealt if out[m] != dealt[m]}
+    assert moved == set() and out["a-new"] == EMPTY  # one item each already: balanced, nothing moves

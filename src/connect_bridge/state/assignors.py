@@ -10,6 +10,7 @@ sorted round-robin, no stickiness.
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -52,12 +53,24 @@ def _fill(
     keep: dict[str, list[ConnectorTaskId]],
     other_load: dict[str, int],
 ) -> None:
-    """Deal ``pool`` (sorted) to the least loaded members; ties go to the lighter member overall."""
-    heap = [(len(keep[m]), other_load[m], m) for m in members]
+    """Deal ``pool`` (sorted) to the least loaded members; ties go to the lighter member overall.
+
+    Each item goes to the smallest ``(load, other load, member id)`` and raises its load, so only
+    the ``len(pool)`` smallest starting keys can ever be picked: a member ranked lower would need
+    everyone before it picked first. Those are the busy members (in ``keep`` or ``other_load``)
+    plus the first idle ones in id order (``members`` is sorted), found without building a key for
+    each of thousands of idle members.
+    """
+    if not pool:
+        return
+    busy = keep.keys() | {m for m, n in other_load.items() if n}
+    heap = [(len(keep.get(m, ())), other_load.get(m, 0), m) for m in busy]
+    idle = (m for m in members if m not in busy)
+    heap.extend((0, 0, m) for m in itertools.islice(idle, len(pool)))
     heapq.heapify(heap)
     for item in pool:
         load, other, m = heap[0]
-        keep[m].append(item)
+        keep.setdefault(m, []).append(item)
         heapq.heapreplace(heap, (load + 1, other, m))
 
 
@@ -68,10 +81,15 @@ def _balance_kind(
     revoke: bool,
     other_load: dict[str, int],
 ) -> dict[str, list[ConnectorTaskId]]:
-    keep = {m: sorted(sticky.get(m, ())) for m in members}
+    """Keep what each member had (trimmed to a balanced quota when revoking), deal the rest.
+
+    Only members with work appear in the result; the others get nothing of this kind. Members
+    without sticky work rank last by load, so trimming needs only the ones with work.
+    """
+    keep = {m: sorted(items) for m, items in sticky.items() if items}
     if revoke:
         base, extra = divmod(len(wanted), len(members))
-        by_load = sorted(members, key=lambda m: (-len(keep[m]), m))
+        by_load = sorted(keep, key=lambda m: (-len(keep[m]), m))
         for rank, m in enumerate(by_load):
             quota = base + (1 if rank < extra else 0)
             if len(keep[m]) > quota:
@@ -91,16 +109,22 @@ def cooperative(spec: AssignmentSpec) -> dict[str, Items]:
     # Returned work may sit in another member's previous target (work a departed worker still ran
     # after a newer target had moved it): it goes back to the worker that runs it, never to both.
     returned_all: Items = frozenset().union(*spec.returned.values()) if spec.returned else EMPTY
-    for m in spec.members:
+    members = set(spec.members)
+    with_work = {m for m, items in spec.previous.items() if items and m in members}
+    with_work.update(m for m in spec.returned if m in members)
+    for m in with_work:  # members with neither keep nothing: skip thousands of idle ones
         mine = ((spec.previous.get(m, EMPTY) - returned_all) | spec.returned.get(m, EMPTY)) & configured
         sticky_c[m], sticky_t[m] = _split(mine)
     connectors, tasks = _split(configured)
     revoke = not spec.holding
-    load_c = {m: len(sticky_t[m]) for m in spec.members}
+    load_c = {m: len(t) for m, t in sticky_t.items() if t}
     out_c = _balance_kind(connectors, spec.members, sticky_c, revoke, load_c)
-    load_t = {m: len(out_c[m]) for m in spec.members}
+    load_t = {m: len(c) for m, c in out_c.items()}
     out_t = _balance_kind(tasks, spec.members, sticky_t, revoke, load_t)
-    return {m: frozenset(out_c[m]) | frozenset(out_t[m]) for m in spec.members}
+    out = dict.fromkeys(spec.members, EMPTY)
+    for m in out_c.keys() | out_t.keys():
+        out[m] = frozenset(out_c.get(m, ())) | frozenset(out_t.get(m, ()))
+    return out
 
 
 def eager(spec: AssignmentSpec) -> dict[str, Items]:
