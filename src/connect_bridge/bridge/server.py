@@ -536,15 +536,15 @@ class BridgeServer:
             decoded: DecodedRequest | RequestDecodeError | None = None
             if self.proxy is not None and len(payload) >= 10:
                 decoded = await self._decode_if_routed_by_group(payload)
-            if self.proxy is not None and len(payload) >= 10 and not self._answers_locally(payload, decoded):
-                split = self.proxy.split(payload)
-                if split is not None:
-                    forwarded = await self._forward_split(conn, split, started)
-                else:
-                    forwarded = await self._forward(conn, payload, started)
-                if not forwarded:
-                    return True
-                continue
+                if not self._answers_locally(payload, decoded):
+                    split = self.proxy.split(payload)
+                    if split is not None:
+                        forwarded = await self._forward_split(conn, split, started)
+                    else:
+                        forwarded = await self._forward(conn, payload, started)
+                    if not forwarded:
+                        return True
+                    continue
             if decoded is None:
                 decoded = await self.decoder.decode(payload)
             if isinstance(decoded, RequestDecodeError):
