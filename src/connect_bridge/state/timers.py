@@ -9,6 +9,87 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Hashable
+from enum import StrEnum
+from typing import NamedTuple
+
+
+class TimerKind(StrEnum):
+    """Every timer the engine arms. The value is what logs and snapshots show."""
+
+    SESSION = "session"
+    REVOKE = "revoke"
+    HELD = "held"
+    COMPUTE = "compute"
+    LEGACY_JOIN = "legacy-join"
+    LEGACY_SYNC = "legacy-sync"
+    CLASSIC_SESSION = "classic-session"
+    CLASSIC_JOIN = "classic-join"
+    CLASSIC_SYNC = "classic-sync"
+    CLASSIC_SWITCH = "classic-switch"
+
+    @property
+    def is_connect(self) -> bool:
+        """Handled by a connect group (the rest belong to a classic group)."""
+        return not self.value.startswith("classic-")
+
+
+class TimerKey(NamedTuple):
+    """Which timer: its kind, its group and, for a per-member timer, the member.
+
+    A tuple so that it hashes and compares cheaply (a heartbeat re-arms one on every call); build
+    it with the named constructors, which say which timers are per group and which per member.
+    """
+
+    kind: TimerKind
+    group_id: str
+    member_id: str = ""
+
+    @classmethod
+    def of(cls, kind: TimerKind | str, group_id: str, member_id: str = "") -> TimerKey:
+        """A key from its parts; an unknown kind is a ValueError, never a timer that cannot fire."""
+        return cls(TimerKind(kind), group_id, member_id)
+
+    # per member
+    @classmethod
+    def session(cls, group_id: str, member_id: str) -> TimerKey:
+        return cls(TimerKind.SESSION, group_id, member_id)
+
+    @classmethod
+    def revoke(cls, group_id: str, member_id: str) -> TimerKey:
+        return cls(TimerKind.REVOKE, group_id, member_id)
+
+    @classmethod
+    def legacy_join(cls, group_id: str, member_id: str) -> TimerKey:
+        return cls(TimerKind.LEGACY_JOIN, group_id, member_id)
+
+    @classmethod
+    def legacy_sync(cls, group_id: str, member_id: str) -> TimerKey:
+        return cls(TimerKind.LEGACY_SYNC, group_id, member_id)
+
+    @classmethod
+    def classic_session(cls, group_id: str, member_id: str) -> TimerKey:
+        return cls(TimerKind.CLASSIC_SESSION, group_id, member_id)
+
+    # per group
+    @classmethod
+    def held(cls, group_id: str) -> TimerKey:
+        return cls(TimerKind.HELD, group_id)
+
+    @classmethod
+    def compute(cls, group_id: str) -> TimerKey:
+        return cls(TimerKind.COMPUTE, group_id)
+
+    @classmethod
+    def classic_join(cls, group_id: str) -> TimerKey:
+        return cls(TimerKind.CLASSIC_JOIN, group_id)
+
+    @classmethod
+    def classic_sync(cls, group_id: str) -> TimerKey:
+        return cls(TimerKind.CLASSIC_SYNC, group_id)
+
+    @classmethod
+    def classic_switch(cls, group_id: str) -> TimerKey:
+        return cls(TimerKind.CLASSIC_SWITCH, group_id)
 
 
 class Timers:
