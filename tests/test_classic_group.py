@@ -21,9 +21,6 @@ from connect_bridge.state.classic_api import (
     SyncGroupResponse,
 )
 from connect_bridge.state.classic_group import (
-    JOIN_TIMER,
-    SESSION_TIMER,
-    SYNC_TIMER,
     ClassicGroup,
     ClassicGroupSnapshot,
     ClassicGroupState,
@@ -32,7 +29,7 @@ from connect_bridge.state.classic_group import (
 )
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.records import Record, RecordType
-from connect_bridge.state.timers import Timers
+from connect_bridge.state.timers import TimerKey, Timers
 
 G = "connect-cluster"
 SESSIONED = (("sessioned", b"s2"), ("compatible", b"s1"), ("default", b"s0"))
@@ -344,7 +341,7 @@ def test_initial_delay_is_extended_by_new_members() -> None:
         h.join(mid, SESSIONED, token=name, rebalance_timeout_ms=10_000)
         joins[name] = mid
     h.at(3000)  # a new member arrived during the first delay: wait another 3s
-    assert not h.responses and h.timers.deadline((JOIN_TIMER, G)) == 6000
+    assert not h.responses and h.timers.deadline(TimerKey.classic_join(G)) == 6000
     h.at(6000)
     assert {h.responses[n].generation_id for n in joins} == {1}
     assert h.responses["a"].leader == joins["a"]
@@ -356,7 +353,7 @@ def test_initial_delay_is_capped_by_the_rebalance_timeout() -> None:
     for t in (0, 2000, 5000, 8000, 9500):
         h.at(t)
         h.join(h.new_member_id(), SESSIONED, token=t, rebalance_timeout_ms=10_000)
-        fired.append(h.timers.deadline((JOIN_TIMER, G)))
+        fired.append(h.timers.deadline(TimerKey.classic_join(G)))
     assert fired == [3000, 3000, 6000, 9000, 10_000]
     h.at(9999)
     assert not h.responses
@@ -471,7 +468,7 @@ def test_a_member_that_never_syncs_is_removed_after_the_sync_timeout() -> None:
     assert h.group.leader_id == m1
     assert h.sync(m1, 1, {m1: b"a", m2: b"b"}) is not None
     assert h.group.state is S.STABLE
-    assert h.timers.deadline((SYNC_TIMER, G)) == joined_at + REBALANCE
+    assert h.timers.deadline(TimerKey.classic_sync(G)) == joined_at + REBALANCE
     for t in range(joined_at + 3000, joined_at + REBALANCE, 3000):
         h.at(t)
         assert h.heartbeat(m1, 1) == NONE
@@ -485,7 +482,7 @@ def test_a_member_that_never_syncs_is_removed_after_the_sync_timeout() -> None:
 def test_sync_timer_is_cancelled_once_everyone_synced() -> None:
     h = Harness()
     stable_group(h, SESSIONED, SESSIONED)
-    assert (SYNC_TIMER, G) not in h.timers
+    assert TimerKey.classic_sync(G) not in h.timers
 
 
 def test_parked_syncs_are_answered_rebalance_in_progress_when_a_rebalance_starts() -> None:
@@ -512,7 +509,7 @@ def test_leave_batch_with_per_member_errors() -> None:
         ("", "no-such-instance", int(ErrorCode.UNKNOWN_MEMBER_ID)),
     ]
     assert h.group.state is S.PREPARING_REBALANCE
-    assert (SESSION_TIMER, G, m2) not in h.timers
+    assert TimerKey.classic_session(G, m2) not in h.timers
     joined = h.join(m1, SESSIONED)
     assert joined.generation_id == 2
     assert h.sync(m1, 2, {m1: b"x"}).error_code == NONE
@@ -537,7 +534,7 @@ def test_leave_of_a_pending_member() -> None:
     h = Harness()
     pending = h.new_member_id()
     assert h.leave((pending, None)) == [(pending, None, NONE)]
-    assert not h.group.pending_member_ids and (SESSION_TIMER, G, pending) not in h.timers
+    assert not h.group.pending_member_ids and TimerKey.classic_session(G, pending) not in h.timers
 
 
 # ------------------------------------------------------------------------------------ static members
@@ -701,7 +698,7 @@ def test_records_replay_rebuilds_the_group() -> None:
     assert loaded.snapshot() == h.group.snapshot()
     assert loaded.state is S.STABLE and loaded.static_member_id("w3") == h.group.static_member_id("w3")
     for mid in loaded.members:
-        assert loaded.timers.deadline((SESSION_TIMER, G, mid)) == 100_000 + SESSION
+        assert loaded.timers.deadline(TimerKey.classic_session(G, mid)) == 100_000 + SESSION
     # The loaded group carries on: a member's heartbeat, then a rebalance.
     assert loaded.heartbeat(HeartbeatRequest(G, w1, 2), 100_000).error_code == NONE
     assert loaded.join(JoinGroupRequest(G, w1, "connect", SESSIONED, token="x"), 100_000) is None

@@ -10,6 +10,7 @@ what it runs, acknowledges revocations when asked to, and settles the group by h
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -359,41 +360,32 @@ def test_invalid_heartbeat_to_unknown_group_is_invalid_request(req: HeartbeatReq
     assert coord.connect_heartbeat(req, 0).error_code == ErrorCode.INVALID_REQUEST
 
 
-def test_join_to_full_group_changes_nothing() -> None:
+@pytest.mark.parametrize("member_id", ["", "m2"], ids=["server-member-id", "client-member-id"])
+def test_join_to_full_group_changes_nothing(member_id: str) -> None:
+    """Whether the server or the client makes up the joiner's id, a full group turns it away."""
     sim = Sim(max_group_size=1)
     sim.join("m1")
     sim.settle()
     before, deadline = baseline(sim)
-    resp = sim.coord.connect_heartbeat(HeartbeatRequest(G, "", 0, rebalance_timeout_ms=1000), 0)
-    assert resp.error_code == ErrorCode.GROUP_MAX_SIZE_REACHED
-    assert_untouched(sim, before, deadline)
-
-
-def test_join_to_full_group_with_client_member_id_changes_nothing() -> None:
-    sim = Sim(max_group_size=1)
-    sim.join("m1")
-    sim.settle()
-    before, deadline = baseline(sim)
-    resp = sim.coord.connect_heartbeat(HeartbeatRequest(G, "m2", 0, rebalance_timeout_ms=1000), 0)
+    resp = sim.coord.connect_heartbeat(HeartbeatRequest(G, member_id, 0, rebalance_timeout_ms=1000), 0)
     assert resp.error_code == ErrorCode.GROUP_MAX_SIZE_REACHED
     assert_untouched(sim, before, deadline)
 
 
 # ============================================================================ UNSUPPORTED_ASSIGNOR
 
+UNKNOWN_SERVER_ASSIGNOR: dict[str, Callable[[Sim], HeartbeatResponse]] = {
+    "join": lambda sim: sim.join("m3", server="range"),
+    "heartbeat": lambda sim: sim.beat("m1", server_assignor="uniform"),
+}
+"""A server assignor the bridge does not have, named by a joining member or on a known one's heartbeat."""
 
-def test_unknown_server_assignor_on_join_is_unsupported() -> None:
+
+@pytest.mark.parametrize("request_kind", list(UNKNOWN_SERVER_ASSIGNOR))
+def test_unknown_server_assignor_is_unsupported(request_kind: str) -> None:
     sim = stable_pair()
     before, deadline = baseline(sim)
-    resp = sim.join("m3", server="range")
-    assert resp.error_code == ErrorCode.UNSUPPORTED_ASSIGNOR
-    assert_untouched(sim, before, deadline)
-
-
-def test_unknown_server_assignor_on_heartbeat_is_unsupported() -> None:
-    sim = stable_pair()
-    before, deadline = baseline(sim)
-    resp = sim.beat("m1", server_assignor="uniform")
+    resp = UNKNOWN_SERVER_ASSIGNOR[request_kind](sim)
     assert resp.error_code == ErrorCode.UNSUPPORTED_ASSIGNOR
     assert_untouched(sim, before, deadline)
 
@@ -1682,6 +1674,7 @@ def test_a_not_yet_told_choice_follows_the_rule() -> None:
     assert sim.beat("m2").error_code == OK
     sim.compute("m3")
     sim.settle()
+    assert sim.running["m2"] | sim.running["m3"] | sim.running["m4"] == ALL
 
 
 def test_chosen_static_member_leaving_temporarily_hands_the_computation_over() -> None:

@@ -14,6 +14,10 @@ from enum import StrEnum
 
 UNKNOWN_MEMBER_ID = ""
 NO_GENERATION = -1
+PROTOCOL_TYPE_CONNECT = "connect"
+"""The protocol type of Kafka Connect's embedded protocol (a classic group of Connect workers)."""
+EAGER_PROTOCOL = "default"
+"""Connect's eager protocol name; ``compatible`` and ``sessioned`` are cooperative."""
 SYNC_MANDATORY_PROTOCOL_MIN_VERSION = 5
 """From SyncGroup v5 ProtocolType and ProtocolName must not be null (Kafka answers
 INCONSISTENT_GROUP_PROTOCOL before looking the group up)."""

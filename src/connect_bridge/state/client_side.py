@@ -14,13 +14,14 @@ chosen. A group in which no member's range covers every other member's cannot co
 000's fatal error, UNSUPPORTED_ASSIGNOR (see :meth:`ClientSideAssignment.check_heartbeat`).
 
 Nothing here is persisted: a restarted coordinator simply chooses again. The assignor's output (the
-target, its error and per-member metadata) is, by ``ConnectGroup._install_target``.
+target, its error and per-member metadata) is: the group installs what :meth:`ClientSideAssignment
+.validate_install` accepts, by records. The steps take the group as an argument and only read it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING
+from typing import NamedTuple
 
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.ids import ConnectorTaskId
@@ -28,16 +29,14 @@ from connect_bridge.state.api import (
     HeartbeatRequest,
     HeartbeatResponse,
     InstallAssignmentRequest,
-    InstallAssignmentResponse,
-    PrepareAssignmentRequest,
     PrepareAssignmentResponse,
     PreparedMember,
 )
+from connect_bridge.state.assignors import AssignmentSpec
+from connect_bridge.state.cg_view import ConnectGroupView
 from connect_bridge.state.errors import RequestError
 from connect_bridge.state.model import EMPTY, AssignedMetadata, ClientAssignor, Items, Member
-
-if TYPE_CHECKING:
-    from connect_bridge.state.connect_group import ConnectGroup
+from connect_bridge.state.timers import TimerKey, Timers
 
 _JOINING = "(joining member)"
 """How a member joining without a member id is named in an UNSUPPORTED_ASSIGNOR message."""
@@ -155,8 +154,16 @@ def no_cover_problem(assignors: Mapping[str, tuple[ClientAssignor, ...]]) -> str
 
 
 class ClientSideAssignment:
-    def __init__(self, group: ConnectGroup) -> None:
-        self.group = group
+    """Who computes the next client-side target, and what it was shown (soft state, no records).
+
+    Its steps take the group as an argument (:class:`ConnectGroupView`) and only read it: the group
+    itself installs what :meth:`validate_install` accepts. The only effect of its own is the compute
+    timer.
+    """
+
+    def __init__(self, group_id: str, timers: Timers) -> None:
+        self._compute_timer = TimerKey.compute(group_id)
+        self._timers = timers
         self.member: str | None = None
         """The member chosen to compute the next target."""
         self.notified = False
@@ -175,10 +182,6 @@ class ClientSideAssignment:
         """:func:`no_cover_problem` of the group as it is, cached by (group epoch, member count)."""
 
     # ------------------------------------------------------------------ choosing
-    def _key(self) -> tuple[int, int]:
-        g = self.group
-        return (g.group_epoch, len(g.members))
-
     def _drop(self) -> None:
         """Take the job away from the chosen member; a computation it prepared becomes stale."""
         if self.member is not None and self.snapshot is not None:
@@ -186,7 +189,7 @@ class ClientSideAssignment:
         self.member = None
         self.notified = False
         self.snapshot = None
-        self.group.timers.cancel(("compute", self.group.group_id))
+        self._timers.cancel(self._compute_timer)
 
     def forget(self, member_id: str) -> bool:
         """The member left (possibly temporarily) or was replaced: if it was chosen, choose again.
@@ -207,31 +210,37 @@ class ClientSideAssignment:
             self._drop()
         self._evaluated = None
 
-    def on_timeout(self) -> None:
+    def installed(self) -> None:
+        """A target was installed: the computation is done, nobody is passed over any more."""
+        self._drop()
+        self.superseded = None
+        self.passed_over = None
+        self._evaluated = None
+
+    def on_timeout(self, group: ConnectGroupView) -> None:
         if self.member is not None and self.notified:
             self.passed_over = self.member
             self._drop()
-            self._choose()
+            self._choose(group)
 
-    def reevaluate(self) -> None:
+    def reevaluate(self, group: ConnectGroupView) -> None:
         """Called while a client-side target is due: redo the choice if the group changed since."""
-        if self._evaluated != self._key():
-            self._choose()
+        if self._evaluated != _key(group):
+            self._choose(group)
 
-    def _choose(self) -> None:
+    def _choose(self, group: ConnectGroupView) -> None:
         """Seed 000 "Worker Selection": a member whose version range covers everyone else's; among
         them the leader if it qualifies, else the lowest id. Members away after a -2 leave cannot
         compute. A member already told keeps the job while it still qualifies."""
-        g = self.group
-        self._evaluated = self._key()
-        assignors = {mid: m.metadata.client_assignors for mid, m in g.members.items()}
+        self._evaluated = _key(group)
+        assignors = {mid: m.metadata.client_assignors for mid, m in group.members.items()}
         name = common_client_assignor(assignors)
         covering = _covering(_ranges(assignors, name)) if name is not None else []
-        eligible = [mid for mid in covering if not g.members[mid].current.left_temporarily]
+        eligible = [mid for mid in covering if not group.members[mid].current.left_temporarily]
         if self.member in eligible and self.notified:
             return
         candidates = [mid for mid in eligible if mid != self.passed_over] or eligible
-        leader = g.metadata.leader_id
+        leader = group.metadata.leader_id
         chosen: str | None = None
         if candidates:
             chosen = leader if leader in candidates else candidates[0]  # sorted: the lowest id
@@ -239,7 +248,7 @@ class ClientSideAssignment:
             self._drop()
             self.member = chosen
 
-    def check_heartbeat(self, req: HeartbeatRequest) -> None:
+    def check_heartbeat(self, group: ConnectGroupView, req: HeartbeatRequest) -> None:
         """UNSUPPORTED_ASSIGNOR for a heartbeat after which no member could compute for everyone.
 
         Seed 000 makes a group without such a member a FATAL error. A join or an assignor change that
@@ -247,22 +256,21 @@ class ClientSideAssignment:
         got there by losing its covering member, every heartbeat is refused the same way, except one
         that brings a covering range back. Leaving is always allowed.
         """
-        g = self.group
         if req.member_epoch < 0:
             return
-        member = g.members.get(req.member_id) if req.member_id else None
+        member = group.members.get(req.member_id) if req.member_id else None
         if member is None and req.member_epoch != 0:
             return  # UNKNOWN_MEMBER_ID, answered later
         if member is not None and req.client_assignors is None:
-            key = self._key()
+            key = _key(group)
             if self._problem is None or self._problem[0] != key:
-                current = {mid: m.metadata.client_assignors for mid, m in g.members.items()}
+                current = {mid: m.metadata.client_assignors for mid, m in group.members.items()}
                 self._problem = (key, no_cover_problem(current))
             problem = self._problem[1]
         else:
             assignors = {
                 mid: m.metadata.client_assignors
-                for mid, m in g.members.items()
+                for mid, m in group.members.items()
                 # A static member coming back replaces its old member.
                 if not (req.instance_id and m.metadata.instance_id == req.instance_id)
             }
@@ -274,20 +282,22 @@ class ClientSideAssignment:
         if problem is not None:
             raise RequestError(ErrorCode.UNSUPPORTED_ASSIGNOR, problem)
 
-    def signal(self, member: Member, resp: HeartbeatResponse, now_ms: int) -> None:
+    def signal(self, group: ConnectGroupView, member: Member, resp: HeartbeatResponse, now_ms: int) -> None:
         """COMPUTE_ASSIGNMENT on the chosen member's heartbeat while a new target is due."""
-        g = self.group
-        if self.member == member.member_id and g.group_epoch > g.assignment_epoch:
+        if self.member == member.member_id and group.group_epoch > group.assignment_epoch:
             resp.error_code = int(ErrorCode.COMPUTE_ASSIGNMENT)
             resp.error_message = "compute the new target assignment of the group"
             if not self.notified:
                 self.notified = True
-                g.timers.schedule(("compute", g.group_id), now_ms + member.metadata.rebalance_timeout_ms)
+                self._timers.schedule(self._compute_timer, now_ms + member.metadata.rebalance_timeout_ms)
 
-    def _check_chosen(self, member_id: str, member_epoch: int, group_epoch: int | None = None) -> Member:
-        """Seed 000 steps 2-4 of PrepareAssignment/InstallAssignment. ``group_epoch``: an install's."""
-        g = self.group
-        member = g.members.get(member_id)
+    def check_chosen(
+        self, group: ConnectGroupView, member_id: str, member_epoch: int, group_epoch: int | None = None
+    ) -> Member:
+        """Seed 000 steps 1-4 of PrepareAssignment/InstallAssignment. ``group_epoch``: an install's."""
+        if not member_id or member_epoch < 0:
+            raise RequestError(ErrorCode.INVALID_REQUEST, "MemberId must be non-empty and MemberEpoch >= 0")
+        member = group.members.get(member_id)
         if member is None:
             raise RequestError(ErrorCode.UNKNOWN_MEMBER_ID, f"member {member_id} is not in the group")
         if member.current.member_epoch != member_epoch:
@@ -307,22 +317,15 @@ class ClientSideAssignment:
             )
         return member
 
-    def prepare(self, req: PrepareAssignmentRequest, now_ms: int) -> PrepareAssignmentResponse:
-        g = self.group
-        try:
-            if not req.member_id or req.member_epoch < 0:
-                raise RequestError(
-                    ErrorCode.INVALID_REQUEST, "MemberId must be non-empty and MemberEpoch >= 0"
-                )
-            self._check_chosen(req.member_id, req.member_epoch)
-        except RequestError as exc:
-            return PrepareAssignmentResponse(error_code=int(exc.code), error_message=exc.message)
-        spec = g._assignment_spec(now_ms)
-        self.snapshot = (g.group_epoch, frozenset(g.members), spec.configured)
-        name = g.assignor_name()
+    # ------------------------------------------------------------------ Prepare / Install
+    def prepared(self, group: ConnectGroupView, spec: AssignmentSpec) -> PrepareAssignmentResponse:
+        """What PrepareAssignment shows the chosen member (``spec``: the group's assignor input,
+        held work resolved); Install is later checked against exactly this."""
+        self.snapshot = (group.group_epoch, frozenset(group.members), spec.configured)
+        name = group.assignor_name()
         members = []
-        for mid in sorted(g.members):
-            m = g.members[mid]
+        for mid in sorted(group.members):
+            m = group.members[mid]
             chosen = next((a for a in m.metadata.client_assignors if a.name == name), None)
             members.append(
                 PreparedMember(
@@ -332,7 +335,7 @@ class ClientSideAssignment:
                     m.metadata.url,
                     m.metadata.config_offset,
                     chosen,
-                    g.target.get(mid, EMPTY) | spec.returned.get(mid, EMPTY),
+                    group.target.get(mid, EMPTY) | spec.returned.get(mid, EMPTY),
                 )
             )
         connectors = {c.connector: 0 for c in spec.configured if c.is_connector}
@@ -340,55 +343,55 @@ class ClientSideAssignment:
             if not item.is_connector:
                 connectors[item.connector] = max(connectors.get(item.connector, 0), item.task + 1)
         return PrepareAssignmentResponse(
-            group_epoch=g.group_epoch,
+            group_epoch=group.group_epoch,
             assignor_name=name,
-            config_offset=g.assignment_config_offset(),
+            config_offset=group.assignment_config_offset(),
             connectors=connectors,
             members=tuple(members),
         )
 
-    def install(self, req: InstallAssignmentRequest, now_ms: int) -> InstallAssignmentResponse:
-        g = self.group
-        try:
-            if not req.member_id or req.member_epoch < 0:
-                raise RequestError(
-                    ErrorCode.INVALID_REQUEST, "MemberId must be non-empty and MemberEpoch >= 0"
-                )
-            self._check_chosen(req.member_id, req.member_epoch, req.group_epoch)
-            snapshot = self.snapshot
-            if snapshot is None or snapshot[0] != req.group_epoch:
-                raise RequestError(
-                    ErrorCode.INVALID_ASSIGNMENT,
-                    f"group epoch {req.group_epoch} is not the epoch the assignment was prepared for",
-                )
-            epoch, members, configured = snapshot
-            if epoch <= g.assignment_epoch:
-                # Never move the target back (e.g. a server-side assignor installed a newer one).
-                raise RequestError(
-                    ErrorCode.INVALID_ASSIGNMENT,
-                    f"group epoch {epoch} is not newer than the installed target's {g.assignment_epoch}",
-                )
-            metadata: dict[str, AssignedMetadata]
-            if req.error == 0:
-                _validate_assignment(req.members, members, configured, req.metadata)
-                target = {mid: items for mid, items in req.members.items() if mid in g.members}
-                metadata = {mid: data for mid, data in req.metadata.items() if mid in g.members}
-            else:
-                # Seed 000 "Assignment Error": the current assignments stay (with their metadata);
-                # the error itself reaches every member with its next assignment.
-                target = {mid: items for mid, items in g.target.items() if mid in g.members}
-                metadata = g.assignor_metadata
-        except RequestError as exc:
-            return InstallAssignmentResponse(error_code=int(exc.code), error_message=exc.message)
-        for mid in g.members:
+    def validate_install(self, group: ConnectGroupView, req: InstallAssignmentRequest) -> InstalledTarget:
+        """The target an InstallAssignment installs, checked against what its Prepare showed."""
+        self.check_chosen(group, req.member_id, req.member_epoch, req.group_epoch)
+        snapshot = self.snapshot
+        if snapshot is None or snapshot[0] != req.group_epoch:
+            raise RequestError(
+                ErrorCode.INVALID_ASSIGNMENT,
+                f"group epoch {req.group_epoch} is not the epoch the assignment was prepared for",
+            )
+        epoch, members, configured = snapshot
+        if epoch <= group.assignment_epoch:
+            # Never move the target back (e.g. a server-side assignor installed a newer one).
+            raise RequestError(
+                ErrorCode.INVALID_ASSIGNMENT,
+                f"group epoch {epoch} is not newer than the installed target's {group.assignment_epoch}",
+            )
+        metadata: Mapping[str, AssignedMetadata]
+        if req.error == 0:
+            _validate_assignment(req.members, members, configured, req.metadata)
+            target = {mid: items for mid, items in req.members.items() if mid in group.members}
+            metadata = {mid: data for mid, data in req.metadata.items() if mid in group.members}
+        else:
+            # Seed 000 "Assignment Error": the current assignments stay (with their metadata);
+            # the error itself reaches every member with its next assignment.
+            target = {mid: items for mid, items in group.target.items() if mid in group.members}
+            metadata = group.assignor_metadata
+        for mid in group.members:
             target.setdefault(mid, EMPTY)
-        g._install_target(epoch, target, req.error, metadata)
-        self._drop()
-        self.superseded = None
-        self.passed_over = None
-        self._evaluated = None
-        g.maybe_update_target(now_ms)
-        return InstallAssignmentResponse()
+        return InstalledTarget(epoch, target, req.error, metadata)
+
+
+class InstalledTarget(NamedTuple):
+    """A validated InstallAssignment: the target, its epoch, the assignor's error and metadata."""
+
+    epoch: int
+    target: dict[str, Items]
+    error: int
+    metadata: Mapping[str, AssignedMetadata]
+
+
+def _key(group: ConnectGroupView) -> tuple[int, int]:
+    return (group.group_epoch, len(group.members))
 
 
 def _validate_assignment(

@@ -17,6 +17,7 @@ from connect_bridge.codecs.connect_protocol import (
     encode_assignment,
 )
 from connect_bridge.codecs.errors import CodecError
+from connect_bridge.state.classic_api import EAGER_PROTOCOL, PROTOCOL_TYPE_CONNECT
 from connect_bridge.state.classic_group import (
     ClassicGroup,
     ClassicGroupSnapshot,
@@ -25,7 +26,7 @@ from connect_bridge.state.classic_group import (
     load_converted,
 )
 from connect_bridge.state.connect_group import ConnectGroup
-from connect_bridge.state.legacy_members import MODE_OF_PROTOCOL, PROTOCOL_TYPE
+from connect_bridge.state.legacy_members import MODE_OF_PROTOCOL
 from connect_bridge.state.model import (
     EMPTY,
     ConfigView,
@@ -42,6 +43,24 @@ class ConversionError(ValueError):
     """The classic group cannot be represented as a connect group (bad embedded metadata)."""
 
 
+def _own_metadata(member: ClassicMember) -> bytes:
+    """The member's preferred subscription (its first protocol's metadata)."""
+    return member.protocols[0][1] if member.protocols else b""
+
+
+def _allocation_in(member: ClassicMember, metadata: bytes) -> Items:
+    """The allocation a Connect subscription reports (none: nothing)."""
+    try:
+        owned = decode_subscription(metadata).allocation if metadata else None
+    except CodecError as exc:
+        raise ConversionError(f"member {member.member_id}: {exc}") from exc
+    return frozenset(owned.items) if isinstance(owned, Assignment) else EMPTY
+
+
+def _is_eager(protocol_name: str | None) -> bool:
+    return CONNECT_PROTOCOL_NAMES.get(protocol_name or "") == 0
+
+
 def full_assignment(member: ClassicMember, protocol_name: str | None) -> Items:
     """What a classic member runs after its last sync.
 
@@ -50,18 +69,15 @@ def full_assignment(member: ClassicMember, protocol_name: str | None) -> Items:
     member joined again after that sync its allocation already contains the delta, and the formula
     still gives its allocation.
     """
-    advertised = dict(member.protocols)
     try:
         assignment = decode_assignment(member.assignment) if member.assignment else None
-        if CONNECT_PROTOCOL_NAMES.get(protocol_name or "") == 0:
-            return frozenset(assignment.items) if assignment else EMPTY
-        # A member that joined during the rebalance may not advertise the last elected protocol:
-        # its own preferred subscription says what it runs.
-        metadata = advertised.get(protocol_name or "", member.protocols[0][1] if member.protocols else b"")
-        allocation = decode_subscription(metadata).allocation if metadata else None
     except CodecError as exc:
         raise ConversionError(f"member {member.member_id}: {exc}") from exc
-    owned = frozenset(allocation.items) if isinstance(allocation, Assignment) else EMPTY
+    if _is_eager(protocol_name):
+        return frozenset(assignment.items) if assignment else EMPTY
+    # A member that joined during the rebalance may not advertise the last elected protocol:
+    # its own preferred subscription says what it runs.
+    owned = _allocation_in(member, dict(member.protocols).get(protocol_name or "", _own_metadata(member)))
     if assignment is None:
         return owned
     return (owned - frozenset(assignment.revoked_items)) | frozenset(assignment.items)
@@ -76,15 +92,9 @@ def allocation(member: ClassicMember, protocol_name: str | None) -> Items:
     the stopping may still be under way: its own preferred subscription says what it still runs (an
     eager worker's carries no allocation).
     """
-    advertised = dict(member.protocols)
-    own = member.protocols[0][1] if member.protocols else b""
-    eager = CONNECT_PROTOCOL_NAMES.get(protocol_name or "") == 0
-    metadata = own if eager else advertised.get(protocol_name or "", own)
-    try:
-        owned = decode_subscription(metadata).allocation if metadata else None
-    except CodecError as exc:
-        raise ConversionError(f"member {member.member_id}: {exc}") from exc
-    return frozenset(owned.items) if isinstance(owned, Assignment) else EMPTY
+    own = _own_metadata(member)
+    metadata = own if _is_eager(protocol_name) else dict(member.protocols).get(protocol_name or "", own)
+    return _allocation_in(member, metadata)
 
 
 def _legacy_metadata(member: ClassicMember) -> MemberMetadata:
@@ -115,27 +125,46 @@ def _legacy_metadata(member: ClassicMember) -> MemberMetadata:
 def upgrade(classic: ClassicGroup, group: ConnectGroup, now_ms: int) -> None:
     """Fill the (fresh) connect ``group`` from ``classic``; raises ConversionError before any change."""
     generation = classic.generation_id
-    members: list[tuple[str, MemberMetadata, CurrentAssignment]] = []
     may_run: dict[str, tuple[Items, Items]] = {}
     for member in classic.members.values():
-        if member.protocol_type != PROTOCOL_TYPE:
+        if member.protocol_type != PROTOCOL_TYPE_CONNECT:
             raise ConversionError(f"member {member.member_id} has protocol type {member.protocol_type!r}")
         may_run[member.member_id] = (
             full_assignment(member, classic.protocol_name),
             allocation(member, classic.protocol_name),
         )
-    # A follower whose SyncGroup of this generation is still to come has not applied the round: it
-    # still runs its allocation, revocations included. That work is claimed first, as pending
-    # revocations of that member, before anyone's newly granted work (KIP-848's online upgrade keeps
-    # each member's current assignment). Members that synced applied the round (a lost SyncGroup
-    # response is the residual case: docs/known-issues.md).
-    # Members that synced run their full assignment: claimed first. Under a cooperative protocol
-    # nothing revoked from an unsynced member is granted to anyone in the same round, so this takes
-    # nothing from it; under eager the leader deals everything as if all had stopped, and an item a
-    # synced member was given and started stays with it (the unsynced member's copy, if it is still
-    # stopping it, is the eager round's own race; adversarial drill 20084266 returned it to the
-    # unsynced member later, a second overlap).
-    unsynced = set(classic.pending_sync)
+    claims = _claim(may_run, set(classic.pending_sync))
+    members: list[tuple[str, MemberMetadata, CurrentAssignment]] = []
+    for member in classic.members.values():
+        mid = member.member_id
+        assigned, pending = claims[mid]
+        state = MemberState.UNREVOKED if pending else MemberState.STABLE
+        current = CurrentAssignment(generation, state=state, assigned=assigned, revoking=pending)
+        members.append((mid, _legacy_metadata(member), current))
+    leader = classic.leader_id if classic.leader_id in classic.members else (members[0][0] if members else "")
+    group.install_converted(
+        GroupMetadata(group_epoch=generation, leader_id=leader or "", member_seq=classic.member_seq),
+        TargetMetadata(generation),
+        members,
+        now_ms,
+    )
+
+
+def _claim(may_run: dict[str, tuple[Items, Items]], unsynced: set[str]) -> dict[str, tuple[Items, Items]]:
+    """(assigned, pending revocation) per member, from (full assignment, allocation) per member.
+
+    A follower whose SyncGroup of this generation is still to come has not applied the round: it
+    still runs its allocation, revocations included. That work is claimed first, as pending
+    revocations of that member, before anyone's newly granted work (KIP-848's online upgrade keeps
+    each member's current assignment). Members that synced applied the round (a lost SyncGroup
+    response is the residual case: docs/known-issues.md).
+    Members that synced run their full assignment: claimed first. Under a cooperative protocol
+    nothing revoked from an unsynced member is granted to anyone in the same round, so this takes
+    nothing from it; under eager the leader deals everything as if all had stopped, and an item a
+    synced member was given and started stays with it (the unsynced member's copy, if it is still
+    stopping it, is the eager round's own race; adversarial drill 20084266 returned it to the
+    unsynced member later, a second overlap).
+    """
     claimed: set = set()
     assigned: dict[str, Items] = {}
     for mid, (full, _) in may_run.items():
@@ -153,24 +182,14 @@ def upgrade(classic: ClassicGroup, group: ConnectGroup, now_ms: int) -> None:
     # A member that synced stops what the round revoked, and only then rejoins (KIP-415: the revoked
     # work is dealt in the next round). Until that rejoin it may still be stopping it (a slow
     # revocation): work revoked from it that the round gave nobody stays pending on it.
-    for member in classic.members.values():
-        mid = member.member_id
-        full, runs = may_run[mid]
+    out: dict[str, tuple[Items, Items]] = {}
+    for mid, (full, runs) in may_run.items():
         pending = running[mid] - assigned[mid]
         if mid not in unsynced:
             pending = (runs - full) - claimed
             claimed |= pending
-        state = MemberState.UNREVOKED if pending else MemberState.STABLE
-        members.append(
-            (mid, _legacy_metadata(member), CurrentAssignment(generation, -1, state, assigned[mid], pending))
-        )
-    leader = classic.leader_id if classic.leader_id in classic.members else (members[0][0] if members else "")
-    group.install_converted(
-        GroupMetadata(group_epoch=generation, leader_id=leader or "", member_seq=classic.member_seq),
-        TargetMetadata(generation),
-        members,
-        now_ms,
-    )
+        out[mid] = (assigned[mid], pending)
+    return out
 
 
 def _elect(group: ConnectGroup) -> str:
@@ -186,7 +205,7 @@ def _elect(group: ConnectGroup) -> str:
                 votes[name] = votes.get(name, 0) + 1
                 break
     if not votes:
-        return "default"
+        return EAGER_PROTOCOL
     return max(votes, key=lambda n: (votes[n], CONNECT_PROTOCOL_NAMES.get(n, -1)))
 
 
@@ -220,7 +239,7 @@ def downgrade(group: ConnectGroup, classic: ClassicGroup, now_ms: int) -> None:
         # otherwise take classic generation E + 1 for one it led, and skip KIP-415's empty round
         # while cooperative members still run their work (found by a random drill, seed 10254).
         generation=group.group_epoch + 1,
-        protocol_type=PROTOCOL_TYPE,
+        protocol_type=PROTOCOL_TYPE_CONNECT,
         protocol_name=name,
         leader=leader_id or (members[0].member_id if members else None),
         member_seq=group.metadata.member_seq,

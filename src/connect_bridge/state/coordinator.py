@@ -22,6 +22,7 @@ from connect_bridge.state.api import (
     PrepareAssignmentRequest,
     PrepareAssignmentResponse,
 )
+from connect_bridge.state.classic_api import EAGER_PROTOCOL, PROTOCOL_TYPE_CONNECT
 from connect_bridge.state.classic_group import (
     ClassicDescribedGroup,
     ClassicGroup,
@@ -29,20 +30,19 @@ from connect_bridge.state.classic_group import (
     ClassicMember,
 )
 from connect_bridge.state.config import CoordinatorConfig
-from connect_bridge.state.connect_group import ConnectGroup, RequestError, check_heartbeat
+from connect_bridge.state.connect_group import ConnectGroup, check_heartbeat
 from connect_bridge.state.conversion import ConversionError, allocation, downgrade, full_assignment, upgrade
+from connect_bridge.state.errors import RequestError
 from connect_bridge.state.holds import zombie_grace_ms
-from connect_bridge.state.model import ConfigView
+from connect_bridge.state.model import ConfigView, GroupType
 from connect_bridge.state.records import Record, RecordType
+from connect_bridge.state.timers import Timers
 
 Group = ConnectGroup | ClassicGroup
-_CONNECT_TIMERS = frozenset({"session", "revoke", "held", "compute", "legacy-join", "legacy-sync"})
 
 
 class GroupCoordinator:
     def __init__(self, config: CoordinatorConfig | None = None) -> None:
-        from connect_bridge.state.timers import Timers
-
         self.config = config or CoordinatorConfig()
         self.timers = Timers()
         self.groups: dict[str, Group] = {}
@@ -102,7 +102,7 @@ class GroupCoordinator:
                 return f"migration policy {self.config.migration_policy.value} does not allow upgrades"
             if len(classic.members) >= self.config.max_group_size:
                 return f"group {classic.group_id} is at its maximum size"
-            if classic.protocol_type not in (None, "connect"):
+            if classic.protocol_type not in (None, PROTOCOL_TYPE_CONNECT):
                 return f"group {classic.group_id} has protocol type {classic.protocol_type!r}"
         group = ConnectGroup(classic.group_id, self.config, self.timers, self.view(classic.group_id))
         try:
@@ -151,12 +151,7 @@ class GroupCoordinator:
             try:
                 check_heartbeat(req)
             except RequestError as exc:
-                return HeartbeatResponse(
-                    error_code=int(exc.code),
-                    error_message=exc.message,
-                    member_id=req.member_id,
-                    member_epoch=req.member_epoch,
-                )
+                return _heartbeat_error(req, exc.code, exc.message)
         if isinstance(group, ClassicGroup):
             if req.member_epoch != 0:
                 return _not_found(req, f"group {req.group_id} is not a connect group")
@@ -166,18 +161,10 @@ class GroupCoordinator:
             group = converted
         elif group is None:
             if req.member_epoch == 0 and self._full():
-                return HeartbeatResponse(
-                    error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                    error_message=self._full_message(),
-                    member_id=req.member_id,
-                    member_epoch=req.member_epoch,
-                )
+                return _heartbeat_error(req, ErrorCode.COORDINATOR_NOT_AVAILABLE, self._full_message())
             if req.member_epoch != 0:
-                return HeartbeatResponse(
-                    error_code=int(ErrorCode.UNKNOWN_MEMBER_ID),
-                    error_message=f"group {req.group_id} does not exist",
-                    member_id=req.member_id,
-                    member_epoch=req.member_epoch,
+                return _heartbeat_error(
+                    req, ErrorCode.UNKNOWN_MEMBER_ID, f"group {req.group_id} does not exist"
                 )
             group = ConnectGroup(req.group_id, self.config, self.timers, self.view(req.group_id))
             response = group.heartbeat(req, now_ms)
@@ -234,7 +221,8 @@ class GroupCoordinator:
         if group is None:
             return None
         if isinstance(group, ClassicGroup):
-            return group.generation_id, ({("classic", ""): len(group.members)} if group.members else {})
+            members = {(GroupType.CLASSIC.value, ""): len(group.members)} if group.members else {}
+            return group.generation_id, members
         counts: dict[tuple[str, str], int] = {}
         for m in group.members.values():
             key = (m.metadata.protocol, m.current.state.value)
@@ -246,9 +234,9 @@ class GroupCoordinator:
         out = []
         for gid, group in sorted(self.groups.items()):
             if isinstance(group, ClassicGroup):
-                out.append((gid, group.protocol_type or "", group.state.value, "classic"))
+                out.append((gid, group.protocol_type or "", group.state.value, GroupType.CLASSIC.value))
             else:
-                out.append((gid, "connect", group.state.value, "connect"))
+                out.append((gid, PROTOCOL_TYPE_CONNECT, group.state.value, GroupType.CONNECT.value))
         return out
 
     # ------------------------------------------------------------------ classic APIs
@@ -398,7 +386,7 @@ class GroupCoordinator:
             self.config.scheduled_rebalance_max_delay_ms <= 0
             or leader is None
             or member_id != classic.leader_id
-            or classic.protocol_name == "default"
+            or classic.protocol_name == EAGER_PROTOCOL
             or not self._may_run_any(classic, leader)
         ):
             return None
@@ -426,7 +414,7 @@ class GroupCoordinator:
         if (
             not classic.members
             or classic.state in (ClassicGroupState.EMPTY, ClassicGroupState.DEAD)
-            or classic.protocol_type != "connect"
+            or classic.protocol_type != PROTOCOL_TYPE_CONNECT
         ):
             return None
         converted = self._upgrade(classic, now_ms)
@@ -450,14 +438,14 @@ class GroupCoordinator:
     def advance(self, now_ms: int) -> None:
         """Fire every timer due at ``now_ms``, one at a time (a handler may cancel the next one)."""
         while (key := self.timers.pop_due(now_ms)) is not None:
-            group = self.groups.get(key[1])
+            group = self.groups.get(key.group_id)
             if group is None:
                 continue
             if isinstance(group, ClassicGroup) and self._member_expiring(group, key, now_ms):
                 continue
-            if isinstance(group, ConnectGroup) == (key[0] in _CONNECT_TIMERS):
+            if isinstance(group, ConnectGroup) == key.kind.is_connect:
                 group.on_timer(key, now_ms)
-                self._after(key[1], now_ms)
+                self._after(key.group_id, now_ms)
 
     # ------------------------------------------------------------------ records
     def drain_records(self) -> list[Record]:
@@ -507,13 +495,15 @@ class GroupCoordinator:
         }
 
 
-def _not_found(req: HeartbeatRequest, message: str) -> HeartbeatResponse:
+def _heartbeat_error(req: HeartbeatRequest, code: ErrorCode, message: str) -> HeartbeatResponse:
+    """A ConnectGroupHeartbeat rejected before any group sees it (the member's own id and epoch)."""
     return HeartbeatResponse(
-        error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
-        error_message=message,
-        member_id=req.member_id,
-        member_epoch=req.member_epoch,
+        error_code=int(code), error_message=message, member_id=req.member_id, member_epoch=req.member_epoch
     )
+
+
+def _not_found(req: HeartbeatRequest, message: str) -> HeartbeatResponse:
+    return _heartbeat_error(req, ErrorCode.GROUP_ID_NOT_FOUND, message)
 
 
 __all__ = ["GroupCoordinator"]

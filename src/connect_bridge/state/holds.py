@@ -1,10 +1,15 @@
-"""How long the bridge holds the work of a member it removed without hearing it stop.
+"""How long, and for whom, the bridge holds the work of a member it removed without hearing it stop.
 
-A pure function of the member's session timeout, shared by the connect group's timers, the legacy members'
-join and sync timers and the coordinator's classic-group expiry (``state/`` rules: no clock, no I/O).
+Pure functions (``state/`` rules: no clock, no I/O). The grace, a function of the member's session
+timeout, is shared by the connect group's timers, the legacy members' join and sync timers and the
+coordinator's classic-group expiry.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+
+from connect_bridge.state.model import HeldWork, Items, Member, MemberMetadata
 
 TASK_SHUTDOWN_MS = 5_000
 """Connect's ``task.shutdown.graceful.timeout.ms`` default: how long a worker may take to stop."""
@@ -21,3 +26,22 @@ def zombie_grace_ms(session_timeout_ms: int) -> int:
     ran items twice in adversarial drills (a partitioned worker in an eager group).
     """
     return max(0, session_timeout_ms) // 3 + TASK_SHUTDOWN_MS
+
+
+def hold_departed(
+    work: Items, departed: MemberMetadata, others: Iterable[Member], deadline_ms: int
+) -> HeldWork:
+    """The hold on a departed member's work, to go back to the member that comes back with its url
+    or instance id.
+
+    One that is in the group already is another process (a stale incarnation of the same worker):
+    handing it the work would prove nothing about this one (drill 14001202), so a url or instance id
+    still in use is not remembered.
+    """
+    url, instance = departed.url, departed.instance_id
+    for other in others:
+        if url and other.metadata.url == url:
+            url = ""
+        if instance and other.metadata.instance_id == instance:
+            instance = None
+    return HeldWork(work, url, instance, deadline_ms)

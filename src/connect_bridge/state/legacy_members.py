@@ -10,8 +10,6 @@ CompletingRebalance / Stable) are transient, like a broker's: after a restart me
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from connect_bridge.codecs.connect_protocol import (
     CONNECT_PROTOCOL_NAMES,
     Assignment,
@@ -23,12 +21,11 @@ from connect_bridge.codecs.connect_protocol import (
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.errors import CodecError
 from connect_bridge.state import classic_api as api
+from connect_bridge.state.cg_view import LegacyHost
 from connect_bridge.state.classic_api import ClassicGroupState
 from connect_bridge.state.errors import RequestError
 from connect_bridge.state.model import EMPTY, Items, Member, MemberMetadata, MemberState
-
-if TYPE_CHECKING:
-    from connect_bridge.state.connect_group import ConnectGroup
+from connect_bridge.state.timers import TimerKey, TimerKind, Timers
 
 PROTOCOL_TYPE = "connect"
 CONFIG_MISMATCH = 1
@@ -55,29 +52,46 @@ def owned_from_metadata(metadata: MemberMetadata) -> Items:
     return frozenset(allocation.items)
 
 
-class LegacyMembers:
-    """The classic API of a connect group. It mutates the group only through the group's own steps."""
+_STATE_TIMERS = {
+    ClassicGroupState.PREPARING_REBALANCE: TimerKey.legacy_join,
+    ClassicGroupState.COMPLETING_REBALANCE: TimerKey.legacy_sync,
+}
+"""The classic state a legacy member may be removed from by a timer, and that timer."""
+_TIMER_STATES = {
+    TimerKind.LEGACY_JOIN: ClassicGroupState.PREPARING_REBALANCE,
+    TimerKind.LEGACY_SYNC: ClassicGroupState.COMPLETING_REBALANCE,
+}
+"""A firing join or sync timer removes the member only if it is still in the state it bounds."""
 
-    def __init__(self, group: ConnectGroup) -> None:
-        self.group = group
+
+class LegacyMembers:
+    """The classic API of a connect group: the legacy members' classic states (soft state, no
+    records) and the steps of JoinGroup, SyncGroup, Heartbeat and LeaveGroup.
+
+    The steps take the group as an argument (:class:`LegacyHost`) and change it only through its
+    own membership and reconciliation steps, the ones ConnectGroupHeartbeat goes through.
+    """
+
+    def __init__(self, group_id: str, timers: Timers) -> None:
+        self.group_id = group_id
+        self.timers = timers
         self.states: dict[str, ClassicGroupState] = {}
         self.elected: str | None = None
         """The legacy member last answered as leader in a JoinGroup (its Java leader state is built).
         Transient: after a load the current leader counts as elected (it kept its leader state)."""
 
     # ------------------------------------------------------------------ helpers
-    def _timer(self, kind: str, member_id: str) -> tuple[str, str, str]:
-        return (kind, self.group.group_id, member_id)
+    def _cancel_timers(self, member_id: str) -> None:
+        for timer in _STATE_TIMERS.values():
+            self.timers.cancel(timer(self.group_id, member_id))
 
     def _set_state(self, member_id: str, state: ClassicGroupState, now_ms: int, timeout_ms: int) -> None:
+        """Enter a classic state; the join and sync states are bounded by their timers."""
         self.states[member_id] = state
-        timers = self.group.timers
-        timers.cancel(self._timer("legacy-join", member_id))
-        timers.cancel(self._timer("legacy-sync", member_id))
-        if state is ClassicGroupState.PREPARING_REBALANCE:
-            timers.schedule(self._timer("legacy-join", member_id), now_ms + timeout_ms)
-        elif state is ClassicGroupState.COMPLETING_REBALANCE:
-            timers.schedule(self._timer("legacy-sync", member_id), now_ms + timeout_ms)
+        self._cancel_timers(member_id)
+        timer = _STATE_TIMERS.get(state)
+        if timer is not None:
+            self.timers.schedule(timer(self.group_id, member_id), now_ms + timeout_ms)
 
     def any_completing(self) -> bool:
         """Some legacy member got its JoinGroup answer and has not sent its SyncGroup yet."""
@@ -95,13 +109,13 @@ class LegacyMembers:
 
     def forget(self, member_id: str) -> None:
         self.states.pop(member_id, None)
-        self.group.timers.cancel(self._timer("legacy-join", member_id))
-        self.group.timers.cancel(self._timer("legacy-sync", member_id))
+        self._cancel_timers(member_id)
 
-    def _member(self, member_id: str, instance_id: str | None) -> Member:
-        member = self.group.members.get(member_id)
+    @staticmethod
+    def _member(group: LegacyHost, member_id: str, instance_id: str | None) -> Member:
+        member = group.members.get(member_id)
         if member is None or not member.metadata.is_legacy:
-            if member is None and instance_id and self.group.member_by_instance(instance_id) is not None:
+            if member is None and instance_id and group.member_by_instance(instance_id) is not None:
                 raise RequestError(
                     ErrorCode.FENCED_INSTANCE_ID, f"instance {instance_id} has another member id"
                 )
@@ -112,7 +126,8 @@ class LegacyMembers:
             )
         return member
 
-    def _check_generation(self, member: Member, generation_id: int) -> None:
+    @staticmethod
+    def _check_generation(member: Member, generation_id: int) -> None:
         if generation_id != member.current.member_epoch:
             raise RequestError(
                 ErrorCode.ILLEGAL_GENERATION,
@@ -120,16 +135,17 @@ class LegacyMembers:
             )
 
     # ------------------------------------------------------------------ JoinGroup
-    def join(self, req: api.JoinGroupRequest, now_ms: int) -> api.JoinGroupResponse:
+    def join(self, group: LegacyHost, req: api.JoinGroupRequest, now_ms: int) -> api.JoinGroupResponse:
         try:
-            return self._join(req, now_ms)
+            return self._join(group, req, now_ms)
         except RequestError as exc:
             return api.JoinGroupResponse(
                 error_code=int(exc.code), member_id=req.member_id, error_message=exc.message
             )
 
-    def _validate_join(self, req: api.JoinGroupRequest) -> MemberMetadata:
-        config = self.group.config
+    @staticmethod
+    def _validate_join(group: LegacyHost, req: api.JoinGroupRequest) -> MemberMetadata:
+        config = group.config
         if (
             not config.classic_min_session_timeout_ms
             <= req.session_timeout_ms
@@ -166,13 +182,12 @@ class LegacyMembers:
             classic_protocols=tuple(req.protocols),
         )
 
-    def _join(self, req: api.JoinGroupRequest, now_ms: int) -> api.JoinGroupResponse:
-        group = self.group
-        metadata = self._validate_join(req)
+    def _join(self, group: LegacyHost, req: api.JoinGroupRequest, now_ms: int) -> api.JoinGroupResponse:
+        metadata = self._validate_join(group, req)
         member = group.members.get(req.member_id) if req.member_id else None
         repeat, before = False, None
         if req.group_instance_id:
-            member = self._static_join(req, member, metadata, now_ms)
+            member = _static_join(group, req, member, metadata, now_ms)
         if member is None:
             if not req.member_id and req.api_version >= 4 and not req.group_instance_id:
                 # MEMBER_ID_REQUIRED keeps no state: the id is admitted when the worker rejoins with it.
@@ -209,7 +224,7 @@ class LegacyMembers:
         name = req.protocols[0][0]
         leader, members = "", ()
         if member.member_id == group.metadata.leader_id:
-            leader, members = member.member_id, self.leader_view(CONNECT_PROTOCOL_NAMES[name])
+            leader, members = member.member_id, leader_view(group, CONNECT_PROTOCOL_NAMES[name])
             self.elected = member.member_id
         return api.JoinGroupResponse(
             generation_id=member.current.member_epoch,
@@ -220,69 +235,10 @@ class LegacyMembers:
             members=members,
         )
 
-    def leader_view(self, version: int) -> tuple[api.JoinGroupMember, ...]:
-        """What the Connect leader is elected with: every member with what it runs now.
-
-        A Java worker has leader state (``WorkerCoordinator.leaderState``: REST owner lookups for
-        restarts, the session-key writer role) only after it ran its assignor in
-        ``onLeaderElected``, and ``onJoinPrepare`` clears it on every rejoin. So the designated
-        leader is elected in each of its JoinGroup responses, with each member's current assignment
-        as its allocation: the assignor it runs then starts from the bridge's ownership. What it
-        sends back in SyncGroup is ignored; the bridge's own assignment is what it receives.
-        """
-        group = self.group
-        out = []
-        for mid in sorted(group.members):
-            m = group.members[mid]
-            allocation = None
-            if version > 0:
-                allocation = Assignment.build(
-                    0,
-                    group.metadata.leader_id,
-                    group.leader_url(),
-                    group.assignment_config_offset(),
-                    sorted(m.current.assigned),
-                    (),
-                    0,
-                )
-            subscription = Subscription(m.metadata.url, m.metadata.config_offset, allocation)
-            metadata = encode_subscription(subscription, version)
-            out.append(api.JoinGroupMember(mid, m.metadata.instance_id, metadata))
-        return tuple(out)
-
-    def _static_join(
-        self, req: api.JoinGroupRequest, member: Member | None, metadata: MemberMetadata, now_ms: int
-    ) -> Member | None:
-        """Kafka's classic rules for a JoinGroup with a group.instance.id.
-
-        Only a process that does not know its member id (a restart) replaces the member holding the
-        instance id; one that names another member id is a zombie sharing the instance id and is
-        fenced; a member id with an instance id nobody holds is unknown. Letting any of them take
-        over left the old member's owner entries behind and its work running nowhere.
-        """
-        group = self.group
-        instance_id = req.group_instance_id
-        assert instance_id
-        static = group.member_by_instance(instance_id)
-        if static is None:
-            if req.member_id:
-                raise RequestError(
-                    ErrorCode.UNKNOWN_MEMBER_ID, f"instance {instance_id} has no member {req.member_id}"
-                )
-            return None
-        if static is member:
-            return member
-        if req.member_id:
-            raise RequestError(
-                ErrorCode.FENCED_INSTANCE_ID,
-                f"instance {instance_id} is member {static.member_id}, not {req.member_id}",
-            )
-        return group.take_over_static(static, group.new_member_id(), metadata, now_ms)
-
     # ------------------------------------------------------------------ SyncGroup
-    def sync(self, req: api.SyncGroupRequest, now_ms: int) -> api.SyncGroupResponse:
+    def sync(self, group: LegacyHost, req: api.SyncGroupRequest, now_ms: int) -> api.SyncGroupResponse:
         try:
-            member = self._member(req.member_id, req.group_instance_id)
+            member = self._member(group, req.member_id, req.group_instance_id)
             self._check_generation(member, req.generation_id)
             # The protocol its JoinGroup answer named: its own first choice, or, for a member of a
             # classic group converted while it was between JoinGroup and SyncGroup, the protocol that
@@ -301,67 +257,31 @@ class LegacyMembers:
                 raise RequestError(ErrorCode.REBALANCE_IN_PROGRESS, "rejoin first")
         except RequestError as exc:
             return api.SyncGroupResponse(error_code=int(exc.code), error_message=exc.message)
-        self.group.arm_session(member, now_ms)
+        group.arm_session(member, now_ms)
         self._set_state(member.member_id, ClassicGroupState.STABLE, now_ms, 0)
         return api.SyncGroupResponse(
-            protocol_type=PROTOCOL_TYPE, protocol_name=name, assignment=self.encode_assignment(member, name)
+            protocol_type=PROTOCOL_TYPE,
+            protocol_name=name,
+            assignment=encode_member_assignment(group, member, name),
         )
-
-    def encode_assignment(self, member: Member, protocol: str | None = None) -> bytes:
-        """The SyncGroup payload: v0 the complete set; v1/v2 newly granted work + what to stop.
-        ``protocol``: the one the member syncs under (default: its first choice)."""
-        group = self.group
-        own = CONNECT_PROTOCOL_NAMES[first_protocol(member.metadata)]
-        version = CONNECT_PROTOCOL_NAMES.get(protocol or "", own)
-        offset = group.assignment_config_offset()
-        if offset > group.view.offset:
-            # A member has read config records the bridge's view has not (the bridge reads the config
-            # topic on its own, a poll behind): the target was computed from an older config, e.g.
-            # still holding a connector just deleted or tasks above a lowered tasks.max. A Java
-            # worker as far as that offset would start them (no config: "Couldn't instantiate
-            # task"; a stale one: a removed task running again). Java's leader never assigns from a
-            # config older than a member's (IncrementalCooperativeAssignor/EagerAssignor
-            # ensureLeaderConfig: "do not have latest config found in sync request"): it answers
-            # CONFIG_MISMATCH, nothing assigned or revoked, at the highest offset, to everyone. So
-            # does the bridge until its view catches up; workers start nothing, catch up and rejoin.
-            payload = Assignment.build(
-                CONFIG_MISMATCH, group.metadata.leader_id, group.leader_url(), offset, (), (), 0
-            )
-            return encode_assignment(payload, version)
-        assigned = member.current.assigned
-        if version == 0:
-            granted, revoked = assigned, EMPTY
-        else:
-            owned = owned_from_metadata(member.metadata)
-            granted, revoked = assigned - owned, owned - assigned
-        payload = Assignment.build(
-            0,
-            group.metadata.leader_id,
-            group.leader_url(),
-            offset,
-            sorted(granted),
-            sorted(revoked),
-            0,
-        )
-        return encode_assignment(payload, version)
 
     # ------------------------------------------------------------------ Heartbeat
-    def heartbeat(self, req: api.HeartbeatRequest, now_ms: int) -> api.HeartbeatResponse:
+    def heartbeat(self, group: LegacyHost, req: api.HeartbeatRequest, now_ms: int) -> api.HeartbeatResponse:
         try:
-            member = self._member(req.member_id, req.group_instance_id)
+            member = self._member(group, req.member_id, req.group_instance_id)
             self._check_generation(member, req.generation_id)
         except RequestError as exc:
             return api.HeartbeatResponse(error_code=int(exc.code))
-        self.group.arm_session(member, now_ms)
+        group.arm_session(member, now_ms)
         state = self.states.get(member.member_id, ClassicGroupState.STABLE)
-        if state is ClassicGroupState.STABLE and self.needs_rejoin(member):
+        if state is ClassicGroupState.STABLE and self.needs_rejoin(group, member):
             state = ClassicGroupState.PREPARING_REBALANCE
             self._set_state(member.member_id, state, now_ms, member.metadata.rebalance_timeout_ms)
         if state is ClassicGroupState.PREPARING_REBALANCE:
             return api.HeartbeatResponse(error_code=int(ErrorCode.REBALANCE_IN_PROGRESS))
         return api.HeartbeatResponse()
 
-    def needs_rejoin(self, member: Member) -> bool:
+    def needs_rejoin(self, group: LegacyHost, member: Member) -> bool:
         """Rejoin when the target moved on, to acknowledge a revocation, or to collect released work.
 
         The epoch comes first (Kafka's ``throwIfRebalanceInProgress``): a member behind the target
@@ -371,7 +291,6 @@ class LegacyMembers:
         everything it waits for is free, so it does not loop through rebalances while other workers
         are still stopping that work (KAFKA-16793).
         """
-        group = self.group
         current = member.current
         if current.state is MemberState.UNREVOKED or current.member_epoch < group.assignment_epoch:
             return True
@@ -384,8 +303,7 @@ class LegacyMembers:
         return False
 
     # ------------------------------------------------------------------ LeaveGroup
-    def leave(self, req: api.LeaveGroupRequest, now_ms: int) -> api.LeaveGroupResponse:
-        group = self.group
+    def leave(self, group: LegacyHost, req: api.LeaveGroupRequest, now_ms: int) -> api.LeaveGroupResponse:
         results: list[tuple[str, str | None, int]] = []
         for leaving in req.members:
             member = group.members.get(leaving.member_id) if leaving.member_id else None
@@ -405,11 +323,105 @@ class LegacyMembers:
         return api.LeaveGroupResponse(members=results)
 
     # ------------------------------------------------------------------ timers
-    def on_timer(self, key: tuple, now_ms: int) -> None:
-        member = self.group.members.get(key[2])
-        expected = {
-            "legacy-join": ClassicGroupState.PREPARING_REBALANCE,
-            "legacy-sync": ClassicGroupState.COMPLETING_REBALANCE,
-        }
-        if member is not None and self.states.get(member.member_id) is expected[key[0]]:
-            self.group.remove_by_timer(member, now_ms)
+    def on_timer(self, group: LegacyHost, key: TimerKey, now_ms: int) -> None:
+        """A join or sync timer: the member never came back in the state the timer bounds."""
+        member = group.members.get(key.member_id)
+        if member is not None and self.states.get(member.member_id) is _TIMER_STATES[key.kind]:
+            group.remove_by_timer(member, now_ms)
+
+
+def leader_view(group: LegacyHost, version: int) -> tuple[api.JoinGroupMember, ...]:
+    """What the Connect leader is elected with: every member with what it runs now.
+
+    A Java worker has leader state (``WorkerCoordinator.leaderState``: REST owner lookups for
+    restarts, the session-key writer role) only after it ran its assignor in
+    ``onLeaderElected``, and ``onJoinPrepare`` clears it on every rejoin. So the designated
+    leader is elected in each of its JoinGroup responses, with each member's current assignment
+    as its allocation: the assignor it runs then starts from the bridge's ownership. What it
+    sends back in SyncGroup is ignored; the bridge's own assignment is what it receives.
+    """
+    out = []
+    for mid in sorted(group.members):
+        m = group.members[mid]
+        allocation = None
+        if version > 0:
+            allocation = Assignment.build(
+                0,
+                group.metadata.leader_id,
+                group.leader_url(),
+                group.assignment_config_offset(),
+                sorted(m.current.assigned),
+                (),
+                0,
+            )
+        subscription = Subscription(m.metadata.url, m.metadata.config_offset, allocation)
+        metadata = encode_subscription(subscription, version)
+        out.append(api.JoinGroupMember(mid, m.metadata.instance_id, metadata))
+    return tuple(out)
+
+
+def _static_join(
+    group: LegacyHost, req: api.JoinGroupRequest, member: Member | None, metadata: MemberMetadata, now_ms: int
+) -> Member | None:
+    """Kafka's classic rules for a JoinGroup with a group.instance.id.
+
+    Only a process that does not know its member id (a restart) replaces the member holding the
+    instance id; one that names another member id is a zombie sharing the instance id and is
+    fenced; a member id with an instance id nobody holds is unknown. Letting any of them take
+    over left the old member's owner entries behind and its work running nowhere.
+    """
+    instance_id = req.group_instance_id
+    assert instance_id
+    static = group.member_by_instance(instance_id)
+    if static is None:
+        if req.member_id:
+            raise RequestError(
+                ErrorCode.UNKNOWN_MEMBER_ID, f"instance {instance_id} has no member {req.member_id}"
+            )
+        return None
+    if static is member:
+        return member
+    if req.member_id:
+        raise RequestError(
+            ErrorCode.FENCED_INSTANCE_ID,
+            f"instance {instance_id} is member {static.member_id}, not {req.member_id}",
+        )
+    return group.take_over_static(static, group.new_member_id(), metadata, now_ms)
+
+
+def encode_member_assignment(group: LegacyHost, member: Member, protocol: str | None = None) -> bytes:
+    """The SyncGroup payload: v0 the complete set; v1/v2 newly granted work + what to stop.
+    ``protocol``: the one the member syncs under (default: its first choice)."""
+    own = CONNECT_PROTOCOL_NAMES[first_protocol(member.metadata)]
+    version = CONNECT_PROTOCOL_NAMES.get(protocol or "", own)
+    offset = group.assignment_config_offset()
+    if offset > group.view.offset:
+        # A member has read config records the bridge's view has not (the bridge reads the config
+        # topic on its own, a poll behind): the target was computed from an older config, e.g.
+        # still holding a connector just deleted or tasks above a lowered tasks.max. A Java
+        # worker as far as that offset would start them (no config: "Couldn't instantiate
+        # task"; a stale one: a removed task running again). Java's leader never assigns from a
+        # config older than a member's (IncrementalCooperativeAssignor/EagerAssignor
+        # ensureLeaderConfig: "do not have latest config found in sync request"): it answers
+        # CONFIG_MISMATCH, nothing assigned or revoked, at the highest offset, to everyone. So
+        # does the bridge until its view catches up; workers start nothing, catch up and rejoin.
+        payload = Assignment.build(
+            CONFIG_MISMATCH, group.metadata.leader_id, group.leader_url(), offset, (), (), 0
+        )
+        return encode_assignment(payload, version)
+    assigned = member.current.assigned
+    if version == 0:
+        granted, revoked = assigned, EMPTY
+    else:
+        owned = owned_from_metadata(member.metadata)
+        granted, revoked = assigned - owned, owned - assigned
+    payload = Assignment.build(
+        0,
+        group.metadata.leader_id,
+        group.leader_url(),
+        offset,
+        sorted(granted),
+        sorted(revoked),
+        0,
+    )
+    return encode_assignment(payload, version)

@@ -8,7 +8,6 @@ dict; the heap entry is re-queued lazily when it surfaces. That keeps a heartbea
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable
 from enum import StrEnum
 from typing import NamedTuple
 
@@ -93,29 +92,34 @@ class TimerKey(NamedTuple):
 
 
 class Timers:
+    """Armed timers by key. Only ``TimerKey``s are accepted: a raw tuple is refused where it is
+    armed, so a misspelt kind fails in the code that wrote it, not later when it fires."""
+
     def __init__(self) -> None:
-        self._deadline: dict[Hashable, int] = {}
-        self._queued: dict[Hashable, int] = {}
-        self._heap: list[tuple[int, int, Hashable]] = []
+        self._deadline: dict[TimerKey, int] = {}
+        self._queued: dict[TimerKey, int] = {}
+        self._heap: list[tuple[int, int, TimerKey]] = []
         self._seq = 0
 
-    def __contains__(self, key: Hashable) -> bool:
+    def __contains__(self, key: TimerKey) -> bool:
         return key in self._deadline
 
-    def deadline(self, key: Hashable) -> int | None:
+    def deadline(self, key: TimerKey) -> int | None:
         return self._deadline.get(key)
 
-    def schedule(self, key: Hashable, deadline_ms: int) -> None:
+    def schedule(self, key: TimerKey, deadline_ms: int) -> None:
+        if type(key) is not TimerKey:
+            raise TypeError(f"timer key {key!r} is not a TimerKey")
         self._deadline[key] = deadline_ms
         queued = self._queued.get(key)
         if queued is not None and queued <= deadline_ms:
             return  # surfaces earlier and is re-queued then
         self._push(key, deadline_ms)
 
-    def cancel(self, key: Hashable) -> None:
+    def cancel(self, key: TimerKey) -> None:
         self._deadline.pop(key, None)
 
-    def _push(self, key: Hashable, deadline_ms: int) -> None:
+    def _push(self, key: TimerKey, deadline_ms: int) -> None:
         self._queued[key] = deadline_ms
         self._seq += 1
         heapq.heappush(self._heap, (deadline_ms, self._seq, key))
@@ -139,7 +143,7 @@ class Timers:
             return deadline
         return None
 
-    def pop_due(self, now_ms: int) -> Hashable | None:
+    def pop_due(self, now_ms: int) -> TimerKey | None:
         """Remove and return the earliest key due at ``now_ms`` (one at a time, so a handler that
         cancels or re-arms another due timer is respected)."""
         deadline = self.next_deadline()
@@ -150,7 +154,7 @@ class Timers:
         del self._deadline[key]
         return key
 
-    def expired(self, now_ms: int) -> list[Hashable]:
+    def expired(self, now_ms: int) -> list[TimerKey]:
         """Remove and return the keys whose deadline is <= now, earliest first (ties: scheduling order)."""
         out = []
         while True:
@@ -162,5 +166,5 @@ class Timers:
             del self._deadline[key]
             out.append(key)
 
-    def keys(self) -> list[Hashable]:
+    def keys(self) -> list[TimerKey]:
         return list(self._deadline)

@@ -1,0 +1,347 @@
+"""The membership steps of a ``connect`` group, shared by both protocols.
+
+ConnectGroupHeartbeat (``connect_group``) and the classic API of legacy members
+(``legacy_members``) go through the same steps: a member is added, has its metadata updated, is
+reconciled toward the target, is taken over by its static successor or removed (its work held
+while its worker may still run it); a bumped group epoch brings a new target; timers expire
+members and holds. Each step decides and writes records (``ConnectGroupState._write``), never
+state directly.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+
+from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.state import assignors
+from connect_bridge.state.cg_state import ConnectGroupState
+from connect_bridge.state.cg_validation import epoch_relevant
+from connect_bridge.state.client_side import ClientSideAssignment
+from connect_bridge.state.config import CoordinatorConfig
+from connect_bridge.state.connect_records import (
+    current_assignment_record,
+    group_metadata_record,
+    group_metadata_tombstone,
+    member_tombstones,
+    target_member_record,
+    target_member_tombstone,
+    target_metadata_tombstone,
+)
+from connect_bridge.state.errors import RequestError
+from connect_bridge.state.holds import hold_departed, zombie_grace_ms
+from connect_bridge.state.legacy_members import LegacyMembers
+from connect_bridge.state.model import (
+    EMPTY,
+    NO_METADATA,
+    ConfigView,
+    CurrentAssignment,
+    GroupMetadata,
+    GroupState,
+    Items,
+    Member,
+    MemberMetadata,
+    MemberState,
+    TargetMetadata,
+)
+from connect_bridge.state.reconciliation import Reconciliation, next_assignment
+from connect_bridge.state.target_assignment import assignment_spec, resolve_held
+from connect_bridge.state.timers import TimerKey, TimerKind, Timers
+
+_MEMBER_ID_NAMESPACE = uuid.UUID("8a6f2b8e-5c1d-4b7a-9f3e-2d4c6b8a0e1f")
+
+
+class ConnectGroupMembership(ConnectGroupState):
+    """Membership, target and timer steps of a connect group.
+
+    Soft state kept here besides the timers (none of it persisted; a restart redoes it): who
+    computes a client-side target (``client_side``), the legacy members' classic states
+    (``legacy_members``), what members last reported owning (``_reported``), the session timer
+    keys (``_session_keys``) and ``downgrade_pending``.
+    """
+
+    def __init__(
+        self, group_id: str, config: CoordinatorConfig, timers: Timers, view: ConfigView | None = None
+    ) -> None:
+        super().__init__(group_id, config, timers, view)
+        self.client_side = ClientSideAssignment(group_id, timers)
+        self.legacy_members = LegacyMembers(group_id, timers)
+        self.downgrade_pending = False
+        """Set when the last new-protocol member left a group that still has legacy members."""
+        self._reported: dict[str, Items] = {}
+        """What each member last reported owning (in memory only: after a restart nothing is resent
+        until a member reports again)."""
+        self._session_keys: dict[str, TimerKey] = {}
+        """Each member's session timer key, built once: a heartbeat re-arms it on every call."""
+
+    # ------------------------------------------------------------------ conversion
+    def install_converted(
+        self,
+        metadata: GroupMetadata,
+        target_metadata: TargetMetadata,
+        members: list[tuple[str, MemberMetadata, CurrentAssignment]],
+        now_ms: int,
+    ) -> None:
+        """Become the image of a converted classic group: target = current, nothing moves."""
+        for mid, member_metadata, current in members:
+            self._set_member_metadata(mid, member_metadata)
+            member = self.members[mid]
+            self._set_current(member, current)
+            self.arm_session(member, now_ms)
+            if current.state is MemberState.UNREVOKED:
+                self._arm_revocation(member, now_ms)
+        self._install_target(target_metadata.assignment_epoch, {mid: c.assigned for mid, _, c in members})
+        self._write(group_metadata_record(self.group_id, metadata))
+        self.legacy_members.elected = metadata.leader_id  # elected by the classic group
+
+    def tombstone_all(self) -> None:
+        """Delete every record of this group (it becomes a classic group); timers go with it."""
+        for mid in list(self.members):
+            self._delete_member(mid)
+        for mid in list(self.target):
+            self._write(target_member_tombstone(self.group_id, mid))
+        self.timers.cancel(TimerKey.held(self.group_id))
+        self.timers.cancel(TimerKey.compute(self.group_id))
+        # The group-level tombstones are queued, not applied: this object is retired with them, and
+        # the conversion and its callers still read the epochs it ended at (the replayed log has no
+        # group left to read them from).
+        self._records += (target_metadata_tombstone(self.group_id), group_metadata_tombstone(self.group_id))
+        self.owners.clear()
+
+    def rebuild_after_load(self, now_ms: int) -> None:
+        """Derive the owner index and re-arm timers once all records are replayed."""
+        self.owners = {}
+        for mid, member in self.members.items():
+            for item in member.current.owned:
+                self.owners[item] = mid
+            self.arm_session(member, now_ms)
+            if member.current.state is MemberState.UNREVOKED:
+                self._arm_revocation(member, now_ms)
+        self._arm_held_timer()
+        self.legacy_members.elected = self.metadata.leader_id  # a loaded leader kept its leader state
+
+    # ------------------------------------------------------------------ timers
+    def arm_session(self, member: Member, now_ms: int) -> None:
+        key = self._session_keys.get(member.member_id)
+        if key is None:
+            key = self._session_keys[member.member_id] = TimerKey.session(self.group_id, member.member_id)
+        self.timers.schedule(key, now_ms + member.metadata.session_timeout_ms)
+
+    def _arm_revocation(self, member: Member, now_ms: int) -> None:
+        key = TimerKey.revoke(self.group_id, member.member_id)
+        if key not in self.timers:
+            self.timers.schedule(key, now_ms + member.metadata.rebalance_timeout_ms)
+
+    def _arm_held_timer(self) -> None:
+        key = TimerKey.held(self.group_id)
+        if self.metadata.held:
+            self.timers.schedule(key, min(h.deadline_ms for h in self.metadata.held))
+        else:
+            self.timers.cancel(key)
+
+    def on_timer(self, key: TimerKey, now_ms: int) -> None:
+        _TIMER_HANDLERS[key.kind](self, key, now_ms)
+        self.maybe_update_target(now_ms)
+
+    def _on_session_timeout(self, key: TimerKey, now_ms: int) -> None:
+        member = self.members.get(key.member_id)
+        if member is not None:
+            self.remove_by_timer(member, now_ms)
+
+    def _on_revocation_timeout(self, key: TimerKey, now_ms: int) -> None:
+        member = self.members.get(key.member_id)
+        if member is not None and member.current.state is MemberState.UNREVOKED:
+            self.remove_by_timer(member, now_ms)
+
+    def _on_compute_timeout(self, _key: TimerKey, _now_ms: int) -> None:
+        self.client_side.on_timeout(self)
+
+    def _on_hold_expired(self, _key: TimerKey, _now_ms: int) -> None:
+        self._bump_group_epoch()
+
+    def _on_legacy_timeout(self, key: TimerKey, now_ms: int) -> None:
+        self.legacy_members.on_timer(self, key, now_ms)
+
+    # ------------------------------------------------------------------ membership
+    def new_member_id(self) -> str:
+        seq = self.metadata.member_seq + 1
+        self._set_metadata(member_seq=seq)
+        return str(uuid.uuid5(_MEMBER_ID_NAMESPACE, f"{self.config.member_id_salt}{self.group_id}/{seq}"))
+
+    def add_member(self, member_id: str, metadata: MemberMetadata, now_ms: int) -> Member:
+        self._set_member_metadata(member_id, metadata)
+        member = self.members[member_id]
+        self._write(current_assignment_record(self.group_id, member_id, member.current))
+        if not self.metadata.leader_id or self.metadata.leader_id not in self.members:
+            self._set_metadata(leader_id=member_id)
+        self._bump_group_epoch()
+        self.arm_session(member, now_ms)
+        return member
+
+    def _delete_member(self, member_id: str) -> None:
+        """Delete a member's records and its timers; the caller settles its work and the target."""
+        self.timers.cancel(TimerKey.session(self.group_id, member_id))
+        self.timers.cancel(TimerKey.revoke(self.group_id, member_id))
+        self._session_keys.pop(member_id, None)
+        self.legacy_members.forget(member_id)
+        for record in member_tombstones(self.group_id, member_id):
+            self._write(record)
+
+    def remove_by_timer(self, member: Member, now_ms: int) -> None:
+        """A session, revocation, join or sync timer removes ``member``: it may still be running."""
+        self.remove_member(member, now_ms, min_hold_ms=zombie_grace_ms(member.metadata.session_timeout_ms))
+
+    def remove_member(self, member: Member, now_ms: int, min_hold_ms: int = 0) -> None:
+        """Drop a member; everything it may still run is held for the scheduled delay.
+
+        Removal proves nothing about the process: a Java worker whose herder stalled keeps running
+        everything it owns after its generation is reset, and so does a new-protocol worker until it
+        sees its fencing. So its *owned* set (assigned and pending revocation) stays out of every
+        target until it comes back (the work returns to it) or the hold expires. Targeted work it
+        was never granted is not held: nobody runs it, and holding it for a worker that may already
+        be dead (Connect's lost-assignment rule is about what was assigned) let one item wait out
+        the delay once per crashed worker it was dealt to. Not only what is configured now: an item
+        removed from the config while the member still runs it can be configured again before the
+        member stops (adversarial drill 20094737).
+
+        ``min_hold_ms`` holds the work even without a delay: a member removed by a timer may be a
+        live worker that was cut off or stalled; it notices after its own session timeout and then
+        stops what it ran (``holds.zombie_grace_ms``). A wrong epoch removes nobody (``_check_epoch``).
+        """
+        mid = member.member_id
+        owned = self.legacy_members.may_run(member) if member.metadata.is_legacy else member.current.owned
+        self._set_current(member, CurrentAssignment())
+        self._delete_member(mid)
+        held = self.metadata.held
+        delay = self.config.scheduled_rebalance_max_delay_ms if self.assignor_name() != assignors.EAGER else 0
+        hold = max(delay, min_hold_ms)
+        if owned and hold > 0:
+            held = (*held, hold_departed(owned, member.metadata, self.members.values(), now_ms + hold))
+        leader = self.metadata.leader_id
+        if leader == mid:
+            leader = min(self.members) if self.members else ""
+        self.client_side.forget(mid)
+        self._reported.pop(mid, None)
+        self._set_metadata(group_epoch=self.metadata.group_epoch + 1, leader_id=leader, held=held)
+        self._arm_held_timer()
+        self._check_downgrade(member.metadata)
+
+    def take_over_static(self, old: Member, new_id: str, metadata: MemberMetadata, now_ms: int) -> Member:
+        """A static member coming back: the new member id takes the old member's epoch and work."""
+        if new_id != old.member_id and new_id in self.members:
+            # Overwriting a live member would leave its owner entries behind (work running nowhere).
+            raise RequestError(ErrorCode.FENCED_INSTANCE_ID, f"member id {new_id} is already in use")
+        current = replace(old.current, left_temporarily=False)
+        target = self.target.get(old.member_id)
+        data = self.assignor_metadata.get(old.member_id, NO_METADATA)
+        self._delete_member(old.member_id)
+        self._set_member_metadata(new_id, metadata)
+        member = self.members[new_id]
+        for item in current.owned:
+            self.owners[item] = new_id
+        self._write(current_assignment_record(self.group_id, new_id, current))
+        if target is not None:
+            self._write(target_member_tombstone(self.group_id, old.member_id))
+            self._write(target_member_record(self.group_id, new_id, target, data))
+        if self.metadata.leader_id == old.member_id:
+            self._set_metadata(leader_id=new_id)
+        self.client_side.forget(old.member_id)
+        if epoch_relevant(metadata) != epoch_relevant(old.metadata):
+            self._bump_group_epoch()
+        self.arm_session(member, now_ms)
+        if metadata.is_legacy:
+            self._check_downgrade(old.metadata)
+        return member
+
+    def update_member_metadata(self, member: Member, metadata: MemberMetadata) -> None:
+        if metadata != member.metadata:
+            bump = epoch_relevant(metadata) != epoch_relevant(member.metadata)
+            self._set_member_metadata(member.member_id, metadata)
+            if bump:
+                self._bump_group_epoch()
+
+    def release_unowned(self, member: Member, owned: Items) -> None:
+        """A legacy worker's JoinGroup allocation is what it runs: anything else it has given up."""
+        c = member.current
+        assigned, revoking = c.assigned & owned, c.revoking & owned
+        if assigned != c.assigned or revoking != c.revoking:
+            self._set_current(member, replace(c, assigned=assigned, revoking=revoking))
+
+    # ------------------------------------------------------------------ downgrade
+    def ready_to_downgrade(self) -> bool:
+        """Downgrade only once nothing is held (docs/migration.md "Downgrade and held work").
+
+        Held work protects a departed worker that may come back (or still run it) for the scheduled
+        delay; a classic group has no such memory, so converting earlier would let the next classic
+        leader deal that work out at once. Until the hold ends (the worker returned, or the delay
+        expired and the bridge dealt the work) the legacy members are served as a connect group.
+        It also waits while a legacy member is between its JoinGroup answer and its SyncGroup: that
+        answer named the member's own protocol, and a SyncGroup reaching a classic group that elected
+        another one at the same generation number fails with INCONSISTENT_GROUP_PROTOCOL, which is
+        fatal for a Java worker. The sync timer bounds the wait.
+
+        A classic rebalance is slower than the engine at handing out work (it waits for every
+        member, a dead one for its session timeout, and a fresh Connect leader may delay work it
+        thinks lost), so the bridge first deals what the hold released and converts once the group
+        is stable: every member at the target epoch with everything it was targeted.
+        """
+        return (
+            not self.metadata.held
+            and not self.legacy_members.any_completing()
+            and self.state is GroupState.STABLE
+        )
+
+    def _check_downgrade(self, departed: MemberMetadata) -> None:
+        if departed.is_legacy or not self.members:
+            return
+        if all(m.metadata.is_legacy for m in self.members.values()):
+            self.downgrade_pending = True
+
+    # ------------------------------------------------------------------ target assignment
+    def maybe_update_target(self, now_ms: int) -> None:
+        if self.group_epoch <= self.assignment_epoch:
+            return
+        if not self.members:
+            self._install_target(self.group_epoch, {})
+            return
+        server = assignors.SERVER_ASSIGNORS.get(self.assignor_name())
+        if server is not None:
+            self.client_side.clear()
+            self._install_target(self.group_epoch, server(self._assignment_spec(now_ms)))
+        else:
+            self.client_side.reevaluate(self)
+
+    def _assignment_spec(self, now_ms: int) -> assignors.AssignmentSpec:
+        """Resolve held work (returned to its worker, expired, or still waiting) and build the input."""
+        waiting, returned = resolve_held(self.metadata.held, self.members, now_ms)
+        if waiting != self.metadata.held:
+            self._set_metadata(held=waiting)
+            self._arm_held_timer()
+        return assignment_spec(self.members, self.view.items(), waiting, self.target, returned)
+
+    def reconcile(self, member: Member, owned: Items | None, now_ms: int) -> None:
+        """One step of the member toward its target (``reconciliation``), written as its record."""
+        step = Reconciliation(
+            member.member_id,
+            member.current,
+            self.assignment_epoch,
+            self.target.get(member.member_id, EMPTY),
+            self.owner_lookup(),
+            owned,
+        )
+        nxt = next_assignment(step)
+        if nxt is not None:
+            self._set_current(member, nxt)
+            if nxt.state is MemberState.UNREVOKED:
+                self._arm_revocation(member, now_ms)
+
+
+_TIMER_HANDLERS = {
+    TimerKind.SESSION: ConnectGroupMembership._on_session_timeout,
+    TimerKind.REVOKE: ConnectGroupMembership._on_revocation_timeout,
+    TimerKind.COMPUTE: ConnectGroupMembership._on_compute_timeout,
+    TimerKind.HELD: ConnectGroupMembership._on_hold_expired,
+    TimerKind.LEGACY_JOIN: ConnectGroupMembership._on_legacy_timeout,
+    TimerKind.LEGACY_SYNC: ConnectGroupMembership._on_legacy_timeout,
+}
+"""What each connect-group timer does when it fires (then the target is brought up to date)."""

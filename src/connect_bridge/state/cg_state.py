@@ -1,0 +1,295 @@
+"""The state of a ``connect`` group and the one way it changes (Kafka's ``modern.consumer.ConsumerGroup``).
+
+Persisted state (members' metadata and current assignments, the target and its metadata, the group
+metadata) changes only in :meth:`ConnectGroupState._write`: it applies a record with :meth:`apply`,
+the very code a restart replays, and queues it for ``drain_records``. So what a run wrote and what
+it holds cannot drift apart. The steps that decide what to write live in ``connect_group``.
+
+Soft state, set directly because no record carries it: the owner index (derived from the current
+assignments, rebuilt after a load), the config view (the coordinator writes its CONFIG record),
+and the timers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+from connect_bridge.codecs.ids import ConnectorTaskId
+from connect_bridge.state.api import DescribedGroup, DescribedMember, MemberAssignment
+from connect_bridge.state.client_side import common_client_assignor
+from connect_bridge.state.config import CoordinatorConfig
+from connect_bridge.state.connect_records import (
+    current_assignment_record,
+    group_metadata_record,
+    member_metadata_record,
+)
+from connect_bridge.state.model import (
+    EMPTY,
+    NO_METADATA,
+    AssignedMetadata,
+    ConfigView,
+    CurrentAssignment,
+    GroupMetadata,
+    GroupState,
+    GroupType,
+    Items,
+    Member,
+    MemberMetadata,
+    MemberState,
+    TargetMetadata,
+    split_target_member,
+)
+from connect_bridge.state.records import Record, RecordType
+from connect_bridge.state.target_assignment import target_records
+from connect_bridge.state.timers import TimerKey, Timers
+
+HELD_OWNER = "\0held"
+"""Owner of work held for a departed worker that may still run it (never a member id)."""
+_PLACEHOLDER = MemberMetadata(url="\0placeholder")
+"""Metadata of a member whose current-assignment record was replayed before its metadata record."""
+
+
+class ConnectGroupState:
+    """A connect group's persisted state, its derived views, and the record writers."""
+
+    def __init__(
+        self, group_id: str, config: CoordinatorConfig, timers: Timers, view: ConfigView | None = None
+    ) -> None:
+        self.group_id = group_id
+        self.config = config
+        self.timers = timers
+        self.view = view or ConfigView()
+        self.metadata = GroupMetadata()
+        self.members: dict[str, Member] = {}
+        self.target_metadata = TargetMetadata()
+        self.target: dict[str, Items] = {}
+        self.assignor_metadata: dict[str, AssignedMetadata] = {}
+        """The client-side assignor's metadata per member of the target (only members that have some)."""
+        self.owners: dict[ConnectorTaskId, str] = {}
+        self._records: list[Record] = []
+
+    # ------------------------------------------------------------------ derived views
+    @property
+    def group_epoch(self) -> int:
+        return self.metadata.group_epoch
+
+    @property
+    def assignment_epoch(self) -> int:
+        return self.target_metadata.assignment_epoch
+
+    @property
+    def state(self) -> GroupState:
+        if not self.members:
+            return GroupState.EMPTY
+        if self.group_epoch > self.assignment_epoch:
+            return GroupState.ASSIGNING
+        for m in self.members.values():
+            c = m.current
+            if c.member_epoch != self.assignment_epoch or c.state is not MemberState.STABLE:
+                return GroupState.RECONCILING
+        return GroupState.STABLE
+
+    def assignor_name(self) -> str:
+        client = common_client_assignor({mid: m.metadata.client_assignors for mid, m in self.members.items()})
+        if client is not None:
+            return client
+        votes: dict[str, int] = {}
+        for m in self.members.values():
+            name = m.metadata.server_assignor or self.config.default_assignor
+            votes[name] = votes.get(name, 0) + 1
+        if not votes:
+            return self.config.default_assignor
+        return min(votes, key=lambda n: (-votes[n], n))
+
+    def leader_url(self) -> str:
+        leader = self.members.get(self.metadata.leader_id)
+        return leader.metadata.url if leader else ""
+
+    def assignment_config_offset(self) -> int:
+        offset = self.view.offset
+        for m in self.members.values():
+            offset = max(offset, m.metadata.config_offset)
+        return offset
+
+    def member_by_instance(self, instance_id: str) -> Member | None:
+        for m in self.members.values():
+            if m.metadata.instance_id == instance_id:
+                return m
+        return None
+
+    def held_items(self) -> Items:
+        held = self.metadata.held
+        if not held:
+            return EMPTY
+        return frozenset().union(*(h.items for h in held))
+
+    def owner_lookup(self) -> Callable[[ConnectorTaskId], str | None]:
+        """Who holds an item: its owning member, or the hold of a departed worker that may run it.
+
+        Held work is out of every server-side target, but a client-side target computed before the
+        departure may still name it: it must not be granted while its old worker may still run it.
+        """
+        held = self.held_items()
+        if not held:
+            return self.owners.get
+        owners = self.owners
+
+        def owner_of(item: ConnectorTaskId) -> str | None:
+            owner = owners.get(item)
+            return owner if owner is not None else (HELD_OWNER if item in held else None)
+
+        return owner_of
+
+    def assignment_for(self, member: Member) -> MemberAssignment:
+        """The assignor's error and its metadata for the member come with the target it converges to."""
+        data = self.assignor_metadata.get(member.member_id, NO_METADATA)
+        return MemberAssignment(
+            items=member.current.assigned,
+            leader_id=self.metadata.leader_id,
+            leader_url=self.leader_url(),
+            config_offset=self.assignment_config_offset(),
+            error=self.target_metadata.error,
+            metadata_version=data.version,
+            metadata=data.metadata,
+        )
+
+    def describe(self) -> DescribedGroup:
+        members = tuple(
+            DescribedMember(
+                mid,
+                m.metadata.instance_id,
+                m.metadata.protocol,
+                m.current.member_epoch,
+                m.current.state.value,
+                m.metadata.url,
+                m.metadata.config_offset,
+                m.current.assigned,
+                m.current.revoking,
+                self.target.get(mid, EMPTY),
+            )
+            for mid, m in sorted(self.members.items())
+        )
+        return DescribedGroup(
+            group_id=self.group_id,
+            group_type=GroupType.CONNECT.value,
+            state=self.state.value,
+            group_epoch=self.group_epoch,
+            assignment_epoch=self.assignment_epoch,
+            assignor=self.assignor_name(),
+            leader_id=self.metadata.leader_id,
+            leader_url=self.leader_url(),
+            config_offset=self.assignment_config_offset(),
+            members=members,
+        )
+
+    def snapshot(self) -> dict:
+        """Everything persisted, in a comparable form (tests compare replayed state with live state)."""
+        return {
+            "metadata": self.metadata,
+            "view": self.view,
+            "target_metadata": self.target_metadata,
+            "target": dict(self.target),
+            "assignor_metadata": dict(self.assignor_metadata),
+            "members": {mid: (m.metadata, m.current) for mid, m in sorted(self.members.items())},
+        }
+
+    # ------------------------------------------------------------------ records
+    def drain_records(self) -> list[Record]:
+        out, self._records = self._records, []
+        return out
+
+    def _write(self, record: Record) -> None:
+        """The one way persisted state changes: apply the record as replay would, and queue it."""
+        self.apply(record)
+        self._records.append(record)
+
+    def _set_metadata(self, **changes: object) -> None:
+        self._write(group_metadata_record(self.group_id, replace(self.metadata, **changes)))
+
+    def _bump_group_epoch(self) -> None:
+        self._set_metadata(group_epoch=self.metadata.group_epoch + 1)
+
+    def _set_member_metadata(self, member_id: str, metadata: MemberMetadata) -> None:
+        self._write(member_metadata_record(self.group_id, member_id, metadata))
+
+    def _set_current(self, member: Member, current: CurrentAssignment) -> None:
+        """Write the member's current assignment; keep the owner index (soft) in step with it."""
+        old = member.current
+        if old.assigned is not current.assigned or old.revoking is not current.revoking:
+            mid = member.member_id
+            for item in old.owned - current.owned:
+                if self.owners.get(item) == mid:
+                    del self.owners[item]
+            for item in current.owned - old.owned:
+                self.owners[item] = mid
+        self._write(current_assignment_record(self.group_id, member.member_id, current))
+        if current.state is not MemberState.UNREVOKED:
+            self.timers.cancel(TimerKey.revoke(self.group_id, member.member_id))
+
+    def _install_target(
+        self,
+        epoch: int,
+        target: Mapping[str, Items],
+        error: int = 0,
+        metadata: Mapping[str, AssignedMetadata] | None = None,
+    ) -> None:
+        """``metadata``: the client-side assignor's per-member metadata (none from server-side ones)."""
+        old_target, old_metadata = self.target, self.assignor_metadata
+        for record in target_records(self.group_id, old_target, old_metadata, epoch, target, error, metadata):
+            self._write(record)
+
+    # ------------------------------------------------------------------ replay
+    def apply(self, record: Record) -> None:
+        """Change state by one record: live writes (``_write``) and replay after a restart alike."""
+        applier = _APPLIERS.get(record.type)
+        if applier is not None:
+            applier(self, record.member_id, record.value)
+
+    def _apply_group_metadata(self, _mid: str, value: object) -> None:
+        self.metadata = value if value is not None else GroupMetadata()  # type: ignore[assignment]
+
+    def _apply_target_metadata(self, _mid: str, value: object) -> None:
+        self.target_metadata = value if value is not None else TargetMetadata()  # type: ignore[assignment]
+
+    def _apply_target_member(self, mid: str, value: object) -> None:
+        if value is None:
+            self.target.pop(mid, None)
+            self.assignor_metadata.pop(mid, None)
+            return
+        self.target[mid], data = split_target_member(value)  # type: ignore[arg-type]
+        if data == NO_METADATA:
+            self.assignor_metadata.pop(mid, None)
+        else:
+            self.assignor_metadata[mid] = data
+
+    def _apply_member_metadata(self, mid: str, value: object) -> None:
+        if value is None:
+            self.members.pop(mid, None)
+            return
+        member = self.members.get(mid)
+        if member is None:
+            self.members[mid] = Member(mid, value, CurrentAssignment())  # type: ignore[arg-type]
+        else:
+            member.metadata = value  # type: ignore[assignment]
+
+    def _apply_current_assignment(self, mid: str, value: object) -> None:
+        # Records of one key are independent of other keys' order: a current assignment may arrive
+        # before its member's metadata after compaction.
+        member = self.members.get(mid)
+        if value is None:
+            if member is not None and member.metadata is _PLACEHOLDER:
+                del self.members[mid]
+        elif member is None:
+            self.members[mid] = Member(mid, _PLACEHOLDER, value)  # type: ignore[arg-type]
+        else:
+            member.current = value  # type: ignore[assignment]
+
+
+_APPLIERS: dict[RecordType, Callable[[ConnectGroupState, str, object], None]] = {
+    RecordType.GROUP_METADATA: ConnectGroupState._apply_group_metadata,
+    RecordType.TARGET_METADATA: ConnectGroupState._apply_target_metadata,
+    RecordType.TARGET_MEMBER: ConnectGroupState._apply_target_member,
+    RecordType.MEMBER_METADATA: ConnectGroupState._apply_member_metadata,
+    RecordType.CURRENT_ASSIGNMENT: ConnectGroupState._apply_current_assignment,
+}

@@ -1,0 +1,67 @@
+"""The classic group's one record type, ``CLASSIC_GROUP``, and the helper that builds it.
+
+Like Kafka's ``GroupMetadataValue`` the record is a whole-group snapshot: the latest one is the
+group, a tombstone (``None``) deletes it. :func:`classic_group_record` is the only place a classic
+record is built (Kafka's ``GroupCoordinatorRecordHelpers.newGroupMetadataRecord`` and
+``newGroupMetadataTombstoneRecord``), so the log and ``ClassicGroupBase.apply`` (replay) always see
+the same shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from connect_bridge.state.records import Record, RecordType
+
+Protocols = tuple[tuple[str, bytes], ...]
+"""(protocol name, metadata) in the member's order of preference."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicMemberSnapshot:
+    """One member as persisted: everything needed to serve it again after a restart."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocols: Protocols
+    """Every protocol the member advertised, in its order (Kafka keeps only the elected one)."""
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicGroupSnapshot:
+    """The value of a ``CLASSIC_GROUP`` record: the whole group (Kafka's ``GroupMetadataValue``)."""
+
+    generation: int
+    protocol_type: str
+    """"" when the group never had a member (Kafka writes "" for an absent protocol type)."""
+    protocol_name: str | None
+    leader: str | None
+    member_seq: int
+    """Counter behind generated member ids, so ids stay unique across restarts."""
+    members: tuple[ClassicMemberSnapshot, ...]
+    current_state_timestamp: int = -1
+    """``now_ms`` when the group entered the state it was persisted in (Kafka's field of that name)."""
+
+
+def classic_group_record(group_id: str, value: ClassicGroupSnapshot | None) -> Record:
+    """The ``CLASSIC_GROUP`` record of ``group_id``: a snapshot, or ``None`` for the tombstone."""
+    return Record(RecordType.CLASSIC_GROUP, group_id, "", value)
+
+
+def empty_group_snapshot(generation: int, member_seq: int, state_timestamp: int) -> ClassicGroupSnapshot:
+    """Kafka's ``newEmptyGroupMetadataRecord`` value, written when a JoinGroup creates the group."""
+    return ClassicGroupSnapshot(generation, "", None, None, member_seq, (), state_timestamp)
+
+
+__all__ = [
+    "ClassicGroupSnapshot",
+    "ClassicMemberSnapshot",
+    "Protocols",
+    "classic_group_record",
+    "empty_group_snapshot",
+]

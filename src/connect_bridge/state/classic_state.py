@@ -1,0 +1,516 @@
+"""The state of a classic group (Kafka's ``classic.ClassicGroup``): members, state machine, records.
+
+The join/sync/heartbeat/leave steps and the timers (``classic_join``, ``classic_sync``,
+``classic_leave``, ``classic_rebalance``, ``classic_timers``) read and change this state through
+the primitives here; :class:`connect_bridge.state.classic_group.ClassicGroup` binds them together.
+
+Persisted state changes reach the log only as ``CLASSIC_GROUP`` snapshot records built by
+:func:`classic_group_record` in :meth:`ClassicGroupBase.write`, and replay loads them with
+:meth:`ClassicGroupBase.apply`. The steps mutate the in-memory group first and write the snapshot at
+the points Kafka writes ``GroupMetadata`` (a JoinGroup creating the group, a generation becoming
+Stable or Empty, a static member replaced, deletion), not by applying each record: between those
+points the group holds soft state a record cannot carry (below), which ``apply`` would wipe.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.state.classic_api import (
+    ClassicGroupState,
+    JoinGroupMember,
+    JoinGroupResponse,
+    SyncGroupResponse,
+)
+from connect_bridge.state.classic_member import (
+    ClassicMember,
+    IllegalStateError,
+    ParkedRequest,
+    java_hashmap_order,
+)
+from connect_bridge.state.classic_records import (
+    ClassicGroupSnapshot,
+    Protocols,
+    classic_group_record,
+)
+from connect_bridge.state.config import CoordinatorConfig
+from connect_bridge.state.records import Record, RecordType
+from connect_bridge.state.timers import TimerKey, Timers
+
+NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
+"""Kafka's ``group.classic.new.member.join.timeout.ms`` (internal, 5 minutes): how long a brand-new
+member's parked JoinGroup may wait before the member is dropped (it cannot heartbeat yet)."""
+
+_MEMBER_ID_NAMESPACE = uuid.UUID("3f0c9a56-2b7e-4d1a-8c65-9e4b1d7a2f30")
+
+_S = ClassicGroupState
+_VALID_PREVIOUS: dict[ClassicGroupState, frozenset[ClassicGroupState]] = {
+    _S.EMPTY: frozenset({_S.PREPARING_REBALANCE}),
+    _S.PREPARING_REBALANCE: frozenset({_S.STABLE, _S.COMPLETING_REBALANCE, _S.EMPTY}),
+    _S.COMPLETING_REBALANCE: frozenset({_S.PREPARING_REBALANCE}),
+    _S.STABLE: frozenset({_S.COMPLETING_REBALANCE}),
+    _S.DEAD: frozenset(_S),
+}
+"""Kafka's ``validPreviousStates``: a transition from anywhere else is a bug, not a request error."""
+
+IN_GENERATION = frozenset({_S.COMPLETING_REBALANCE, _S.STABLE})
+"""States in which the group has a generation its members sync and heartbeat in."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicDescribedMember:
+    """A DescribeGroups member; ``metadata`` is empty unless the group is Stable (as in Kafka)."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicDescribedGroup:
+    """What DescribeGroups v0-5 needs for one classic group."""
+
+    group_id: str
+    error_code: int = 0
+    state: str = ClassicGroupState.DEAD.value
+    protocol_type: str = ""
+    protocol_data: str = ""
+    """The elected protocol while Stable, else "" (Kafka's ``ProtocolData``)."""
+    members: tuple[ClassicDescribedMember, ...] = ()
+
+
+def join_error(code: ErrorCode, member_id: str = "") -> JoinGroupResponse:
+    return JoinGroupResponse(error_code=int(code), member_id=member_id)
+
+
+class ClassicGroupBase:
+    """One classic group's state and the primitives the steps change it with.
+
+    Persisted (in the ``CLASSIC_GROUP`` snapshot): generation, protocol type and name, leader,
+    members with their protocols and assignments, the member id counter, the state timestamp.
+
+    Soft (memory only, as in Kafka, whose reload starts from Stable or Empty): the parked
+    JoinGroup/SyncGroup requests (they belong to client connections that a restart closes), the
+    timers and which deadlines this group armed (re-armed from ``now_ms`` on load), the pending
+    MEMBER_ID_REQUIRED ids and the members yet to sync (answers the clients must repeat anyway),
+    the initial-delay bookkeeping, ``previous_state`` and whether the last generation was eager.
+    """
+
+    def __init__(
+        self,
+        group_id: str,
+        config: CoordinatorConfig,
+        timers: Timers,
+        *,
+        new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS,
+    ) -> None:
+        self.group_id = group_id
+        self.config = config
+        self.timers = timers
+        self.new_member_join_timeout_ms = new_member_join_timeout_ms
+        self.join_key = TimerKey.classic_join(group_id)
+        self.sync_key = TimerKey.classic_sync(group_id)
+        self.switch_key = TimerKey.classic_switch(group_id)
+        # persisted state
+        self.state = ClassicGroupState.EMPTY
+        self.generation_id = 0
+        self.protocol_type: str | None = None
+        self.protocol_name: str | None = None
+        self.leader_id: str | None = None
+        self.members: dict[str, ClassicMember] = {}
+        self.member_seq = 0
+        self.state_timestamp = -1
+        # soft state
+        self.previous_state = ClassicGroupState.DEAD
+        self.pending_members: dict[str, None] = {}
+        """Member ids handed out with MEMBER_ID_REQUIRED, not yet joined (an ordered set)."""
+        self.pending_sync: dict[str, None] = {}
+        """Members of the current generation that have not sent SyncGroup yet (an ordered set)."""
+        self.new_member_added = False
+        self.static: dict[str, str] = {}
+        """group.instance.id -> member id of the static members."""
+        self.initial_delay: tuple[int, int] | None = None
+        """(delay, remaining) while the join timer is the initial-rebalance delay."""
+        self.sync_generation = -1
+        self.eager_before = False
+        """The previous generation ran Connect's eager protocol."""
+        self.armed: dict[TimerKey, int] = {}
+        """Deadlines of this group's live timers (tells a stale timer delivery from a due one)."""
+        self.persisted = False
+        """True once the group has a record (Kafka: the group exists in the log)."""
+        self._records: list[Record] = []
+        self._outbox: list[tuple[ParkedRequest, object]] = []
+
+    # ------------------------------------------------------------------ read accessors
+    @property
+    def rebalance_timeout_ms(self) -> int:
+        """The group's rebalance timeout: the largest of its members' (Kafka's rule)."""
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
+
+    @property
+    def pending_member_ids(self) -> list[str]:
+        return list(self.pending_members)
+
+    def static_member_id(self, group_instance_id: str) -> str | None:
+        return self.static.get(group_instance_id)
+
+    def parked_tokens(self) -> list[object]:
+        """Tokens of every parked JoinGroup and SyncGroup, joins first, in member order."""
+        joins = [m.parked_join.token for m in self.members.values() if m.parked_join is not None]
+        syncs = [m.parked_sync.token for m in self.members.values() if m.parked_sync is not None]
+        return joins + syncs
+
+    def has_all_members_joined(self) -> bool:
+        """The join barrier: every member has a parked JoinGroup and no MEMBER_ID_REQUIRED is out."""
+        return all(m.awaiting_join for m in self.members.values()) and not self.pending_members
+
+    def candidate_protocols(self) -> set[str]:
+        counts = self._protocol_counts()
+        return {name for name, n in counts.items() if n == len(self.members)}
+
+    def select_protocol(self) -> str:
+        """Each member votes for its most preferred candidate; most votes wins.
+
+        Ties go to the first maximum in the iteration order of Kafka's vote ``HashMap``.
+        """
+        if not self.members:
+            raise IllegalStateError(f"cannot select a protocol for empty group {self.group_id}")
+        candidates = self.candidate_protocols()
+        votes: dict[str, int] = {}
+        for member in self.members.values():
+            name = member.vote(candidates)
+            votes[name] = votes.get(name, 0) + 1
+        best = max(votes.values())
+        return next(name for name in java_hashmap_order(votes) if votes[name] == best)
+
+    def describe(self) -> ClassicDescribedGroup:
+        """DescribeGroups: members with metadata of the elected protocol only while Stable."""
+        stable = self.state is ClassicGroupState.STABLE
+        members = tuple(
+            ClassicDescribedMember(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.metadata(self.protocol_name) if stable else b"",
+                m.assignment,
+            )
+            for m in self.members.values()
+        )
+        return ClassicDescribedGroup(
+            group_id=self.group_id,
+            state=self.state.value,
+            protocol_type=self.protocol_type or "",
+            protocol_data=(self.protocol_name or "") if stable else "",
+            members=members,
+        )
+
+    # ------------------------------------------------------------------ parked responses
+    def drain_responses(self) -> list[tuple[object, object]]:
+        """Responses to parked requests, as (token, response), in the order they were completed."""
+        out, self._outbox = self._outbox, []
+        return [(parked.token, response) for parked, response in out]
+
+    def take(self, parked: ParkedRequest) -> object | None:
+        """The response produced for ``parked`` during this call, removed from the outbox."""
+        for i, (p, response) in enumerate(self._outbox):
+            if p is parked:
+                del self._outbox[i]
+                return response
+        return None
+
+    def _answer(self, parked: ParkedRequest | None, response: object) -> bool:
+        if parked is None:
+            return False
+        self._outbox.append((parked, response))
+        return True
+
+    def complete_join(self, member: ClassicMember, response: JoinGroupResponse) -> bool:
+        parked, member.parked_join = member.parked_join, None
+        return self._answer(parked, response)
+
+    def complete_sync(self, member: ClassicMember, response: SyncGroupResponse) -> bool:
+        parked, member.parked_sync = member.parked_sync, None
+        return self._answer(parked, response)
+
+    def release_parked(self, error: ErrorCode) -> None:
+        """Answer every parked JoinGroup and SyncGroup with ``error`` (Kafka's
+        ``completeAllJoinFutures``/``completeAllSyncFutures``, used when a group is converted)."""
+        for member in self.members.values():
+            self.complete_join(member, join_error(error, member.member_id))
+        for member in self.members.values():
+            self.complete_sync(member, SyncGroupResponse(error_code=int(error)))
+
+    # ------------------------------------------------------------------ records and replay
+    def drain_records(self) -> list[Record]:
+        out, self._records = self._records, []
+        return out
+
+    def to_snapshot(self) -> ClassicGroupSnapshot:
+        return ClassicGroupSnapshot(
+            generation=self.generation_id,
+            protocol_type=self.protocol_type or "",
+            protocol_name=self.protocol_name,
+            leader=self.leader_id,
+            member_seq=self.member_seq,
+            members=tuple(m.to_snapshot() for m in self.members.values()),
+            current_state_timestamp=self.state_timestamp,
+        )
+
+    def write(self, value: ClassicGroupSnapshot | None) -> Record:
+        """Append the group's record (a snapshot, or ``None``: the tombstone) to the log."""
+        record = classic_group_record(self.group_id, value)
+        self._records.append(record)
+        self.persisted = True
+        return record
+
+    def persist(self) -> None:
+        """Write the group as it is now."""
+        self.write(self.to_snapshot())
+
+    def apply(self, record: Record) -> None:
+        """Load the group from its record, as Kafka's ``replay(GroupMetadataKey, GroupMetadataValue)``."""
+        if record.type is not RecordType.CLASSIC_GROUP:
+            return
+        self.clear()
+        self.persisted = True
+        value = record.value
+        if value is None:
+            self.state = ClassicGroupState.DEAD
+            return
+        assert isinstance(value, ClassicGroupSnapshot)
+        self.generation_id = value.generation
+        self.protocol_type = value.protocol_type or None
+        self.protocol_name = value.protocol_name
+        self.leader_id = value.leader
+        self.member_seq = value.member_seq
+        self.state_timestamp = value.current_state_timestamp
+        for s in value.members:
+            self.members[s.member_id] = ClassicMember.from_snapshot(s, value.protocol_type)
+            if s.group_instance_id is not None:
+                self.static[s.group_instance_id] = s.member_id
+        self.state = ClassicGroupState.STABLE if self.members else ClassicGroupState.EMPTY
+
+    def clear(self) -> None:
+        self.generation_id = 0
+        self.protocol_type = self.protocol_name = self.leader_id = None
+        self.members.clear()
+        self.static.clear()
+        self.pending_members.clear()
+        self.pending_sync.clear()
+        self.previous_state = ClassicGroupState.DEAD
+        self.new_member_added = False
+        self.initial_delay = None
+        self.state_timestamp = -1
+
+    def snapshot(self) -> dict:
+        """The persisted part of the current state, comparable (replay tests compare these)."""
+        s = self.to_snapshot()
+        return {
+            "state": self.state.value,
+            "generation": s.generation,
+            "protocol_type": s.protocol_type,
+            "protocol_name": s.protocol_name,
+            "leader": s.leader,
+            "member_seq": s.member_seq,
+            "current_state_timestamp": s.current_state_timestamp,
+            "members": {m.member_id: m for m in s.members},
+        }
+
+    # ------------------------------------------------------------------ state machine
+    def transition(self, target: ClassicGroupState, now_ms: int) -> None:
+        if self.state not in _VALID_PREVIOUS[target]:
+            raise IllegalStateError(
+                f"group {self.group_id}: {self.state} -> {target} is not a valid transition"
+            )
+        self.previous_state = self.state
+        self.state = target
+        self.state_timestamp = now_ms
+
+    def can_rebalance(self) -> bool:
+        return self.state in _VALID_PREVIOUS[ClassicGroupState.PREPARING_REBALANCE]
+
+    # ------------------------------------------------------------------ timers
+    def session_key(self, member_id: str) -> TimerKey:
+        return TimerKey.classic_session(self.group_id, member_id)
+
+    def schedule(self, key: TimerKey, deadline_ms: int) -> None:
+        self.armed[key] = deadline_ms
+        self.timers.schedule(key, deadline_ms)
+
+    def cancel(self, key: TimerKey) -> None:
+        self.armed.pop(key, None)
+        self.timers.cancel(key)
+
+    def arm_session(self, member: ClassicMember, now_ms: int, timeout_ms: int | None = None) -> None:
+        key = member.session_key
+        if key is None:  # built once per member: a heartbeat must not pay for a new key
+            key = member.session_key = self.session_key(member.member_id)
+        self.schedule(key, now_ms + (member.session_timeout_ms if timeout_ms is None else timeout_ms))
+
+    def schedule_join(self, now_ms: int, delay_ms: int, initial: tuple[int, int] | None = None) -> None:
+        self.initial_delay = initial
+        self.schedule(self.join_key, now_ms + delay_ms)
+
+    def cancel_join(self) -> None:
+        self.initial_delay = None
+        self.cancel(self.join_key)
+
+    # ------------------------------------------------------------------ membership primitives
+    def _protocol_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for member in self.members.values():
+            for name in set(member.protocol_names()):
+                counts[name] = counts.get(name, 0) + 1
+        return counts
+
+    def supports_protocols(self, protocol_type: str, names: set[str]) -> bool:
+        """Kafka's ``supportsProtocols``: an Empty group takes any non-empty type and list; otherwise
+        the type must match and one of the names must be supported by every member."""
+        if self.state is ClassicGroupState.EMPTY:
+            return bool(protocol_type) and bool(names)
+        if self.protocol_type != protocol_type:
+            return False
+        counts = self._protocol_counts()
+        return any(counts.get(name, 0) == len(self.members) for name in names)
+
+    def generate_member_id(self, client_id: str, group_instance_id: str | None, now_ms: int) -> str:
+        """``<instance id or client id>-<uuid>`` like Kafka, with a name-based UUID instead of a random
+        one. ``now_ms`` is part of the name so ids handed out after the last persisted counter value
+        are not handed out again after a restart."""
+        prefix = group_instance_id if group_instance_id is not None else client_id
+        while True:
+            self.member_seq += 1
+            name = f"{self.config.member_id_salt}{self.group_id}/{self.member_seq}/{now_ms}"
+            suffix = uuid.uuid5(_MEMBER_ID_NAMESPACE, name)
+            member_id = f"{prefix}-{suffix}"
+            if member_id not in self.members and member_id not in self.pending_members:
+                return member_id
+
+    def add(self, member: ClassicMember, parked: ParkedRequest | None) -> None:
+        if member.group_instance_id is not None:
+            if member.group_instance_id in self.static:
+                raise IllegalStateError(f"static member {member.group_instance_id} is already a member")
+            self.static[member.group_instance_id] = member.member_id
+        if not self.members:
+            self.protocol_type = member.protocol_type
+        if self.leader_id is None:
+            self.leader_id = member.member_id
+        self.members[member.member_id] = member
+        member.parked_join = parked
+        self.pending_members.pop(member.member_id, None)
+
+    def remove(self, member_id: str) -> None:
+        """Kafka's ``ClassicGroup.remove``; a parked request still left is answered
+        UNKNOWN_MEMBER_ID so no token is orphaned (where Kafka's callers complete the JoinGroup
+        future with that error first)."""
+        member = self.members.pop(member_id, None)
+        if member is not None:
+            if member.group_instance_id is not None:
+                self.static.pop(member.group_instance_id, None)
+            self.complete_join(member, join_error(ErrorCode.UNKNOWN_MEMBER_ID))
+            self.complete_sync(member, SyncGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID)))
+        if self.leader_id == member_id:
+            self.leader_id = next(iter(self.members), None)
+        self.pending_members.pop(member_id, None)
+        self.pending_sync.pop(member_id, None)
+
+    def remove_member(self, member_id: str) -> None:
+        """A member (or pending member) leaves for good: removed, its session timer cancelled."""
+        self.remove(member_id)
+        self.cancel(self.session_key(member_id))
+
+    def update_member(
+        self,
+        member: ClassicMember,
+        protocols: Protocols,
+        rebalance_ms: int,
+        session_ms: int,
+        parked: ParkedRequest,
+    ) -> None:
+        member.protocols = protocols
+        member.rebalance_timeout_ms = rebalance_ms
+        member.session_timeout_ms = session_ms
+        # Kafka overwrites the future of an earlier parked JoinGroup without completing it; answer it
+        # so its token does not dangle (the client has given up on that request).
+        self.complete_join(member, join_error(ErrorCode.REBALANCE_IN_PROGRESS, member.member_id))
+        member.parked_join = parked
+
+    def replace_static_member_id(self, old_id: str, new_id: str) -> ClassicMember:
+        """Kafka's ``replaceStaticMember``: same member under a new id, old requests fenced."""
+        old = self.members[old_id]
+        self.complete_join(old, join_error(ErrorCode.FENCED_INSTANCE_ID, old_id))
+        self.complete_sync(old, SyncGroupResponse(error_code=int(ErrorCode.FENCED_INSTANCE_ID)))
+        new = old.renamed(new_id)
+        # Keep the member's position (so "first member" choices do not change) and the dict itself
+        # (callers may hold it).
+        entries = [(new_id, new) if mid == old_id else (mid, m) for mid, m in self.members.items()]
+        self.members.clear()
+        self.members.update(entries)
+        if self.leader_id == old_id:
+            self.leader_id = new_id
+        assert old.group_instance_id is not None
+        self.static[old.group_instance_id] = new_id
+        return new
+
+    def validate_member(self, member_id: str, group_instance_id: str | None) -> ErrorCode | None:
+        """Kafka's ``validateMember``: a known instance id must map to this member id."""
+        if group_instance_id is not None:
+            existing = self.static.get(group_instance_id)
+            if existing is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID
+            if existing != member_id:
+                return ErrorCode.FENCED_INSTANCE_ID
+        if member_id not in self.members:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        return None
+
+    def maybe_elect_new_joined_leader(self) -> bool:
+        """Keep the leader if it rejoined, else the first member that did; False if nobody did."""
+        if self.leader_id is None:
+            return False
+        leader = self.members.get(self.leader_id)
+        if leader is not None and leader.awaiting_join:
+            return True
+        for member in self.members.values():
+            if member.awaiting_join:
+                self.leader_id = member.member_id
+                return True
+        return False
+
+    def join_response(
+        self, member_id: str, with_members: bool, leader: str | None = None
+    ) -> JoinGroupResponse:
+        """A JoinGroup answer in the current generation; the leader's lists every member with its
+        metadata for the elected protocol."""
+        members = (
+            tuple(
+                JoinGroupMember(m.member_id, m.group_instance_id, m.metadata(self.protocol_name))
+                for m in self.members.values()
+            )
+            if with_members
+            else ()
+        )
+        return JoinGroupResponse(
+            generation_id=self.generation_id,
+            protocol_type=self.protocol_type,
+            protocol_name=self.protocol_name,
+            leader=(self.leader_id if leader is None else leader) or "",
+            member_id=member_id,
+            members=members,
+        )
+
+
+__all__ = [
+    "IN_GENERATION",
+    "NEW_MEMBER_JOIN_TIMEOUT_MS",
+    "ClassicDescribedGroup",
+    "ClassicDescribedMember",
+    "ClassicGroupBase",
+    "join_error",
+]

@@ -1,0 +1,119 @@
+"""SyncGroup and Heartbeat on a classic group (Kafka's ``classicGroupSync`` / ``classicGroupHeartbeat``).
+
+A follower's SyncGroup parks until the leader's arrives with the assignment; the leader's installs
+it, answers every parked SyncGroup and makes the generation Stable (and persisted).
+"""
+
+from __future__ import annotations
+
+from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.state.classic_api import (
+    EAGER_PROTOCOL,
+    ClassicGroupState,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from connect_bridge.state.classic_member import ParkedRequest
+from connect_bridge.state.classic_rebalance import propagate_assignment
+from connect_bridge.state.classic_state import IN_GENERATION, ClassicGroupBase
+
+_S = ClassicGroupState
+
+
+def sync(group: ClassicGroupBase, req: SyncGroupRequest, now_ms: int) -> SyncGroupResponse | None:
+    """SyncGroup: the response, or ``None`` for a follower parked until the leader syncs."""
+    parked = ParkedRequest(req.token, req.api_version)
+    response = _sync(group, req, parked, now_ms)
+    if response is None:
+        response = group.take(parked)  # type: ignore[assignment]
+    return response
+
+
+def _inconsistent(requested: str | None, group: str | None) -> bool:
+    """Kafka's ``isProtocolInconsistent``: only a value given on both sides can disagree."""
+    return requested is not None and group is not None and requested != group
+
+
+def _sync_error(group: ClassicGroupBase, req: SyncGroupRequest) -> ErrorCode | None:
+    if group.state is _S.EMPTY:
+        return ErrorCode.UNKNOWN_MEMBER_ID
+    if group.state is _S.DEAD:
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    error = group.validate_member(req.member_id, req.group_instance_id)
+    if error is not None:
+        return error
+    if req.generation_id != group.generation_id:
+        return ErrorCode.ILLEGAL_GENERATION
+    if _inconsistent(req.protocol_type, group.protocol_type) or _inconsistent(
+        req.protocol_name, group.protocol_name
+    ):
+        return ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    if group.state is _S.PREPARING_REBALANCE:
+        return ErrorCode.REBALANCE_IN_PROGRESS
+    return None
+
+
+def _sync(
+    group: ClassicGroupBase, req: SyncGroupRequest, parked: ParkedRequest, now_ms: int
+) -> SyncGroupResponse | None:
+    error = _sync_error(group, req)
+    if error is not None:
+        return SyncGroupResponse(error_code=int(error))
+    member = group.members[req.member_id]
+    if group.state is _S.COMPLETING_REBALANCE:
+        # As for JoinGroup, an earlier parked SyncGroup of this member is answered, not dropped.
+        group.complete_sync(member, SyncGroupResponse(error_code=int(ErrorCode.REBALANCE_IN_PROGRESS)))
+        member.parked_sync = parked
+        _remove_pending_sync(group, req.member_id)
+        if req.member_id == group.leader_id:
+            _install_assignment(group, dict(req.assignments), now_ms)
+        return None
+    _remove_pending_sync(group, req.member_id)  # Stable: answer with the stored assignment
+    group.arm_session(member, now_ms)  # Kafka reschedules the member's heartbeat here too
+    return SyncGroupResponse(
+        protocol_type=group.protocol_type, protocol_name=group.protocol_name, assignment=member.assignment
+    )
+
+
+def _install_assignment(group: ClassicGroupBase, assignments: dict[str, bytes], now_ms: int) -> None:
+    """The leader's assignment: store it per member (absent = b""), answer every parked
+    SyncGroup, become Stable and persist the group."""
+    for member in group.members.values():
+        member.assignment = assignments.get(member.member_id, b"")
+    propagate_assignment(group, ErrorCode.NONE, now_ms)
+    group.transition(_S.STABLE, now_ms)
+    group.persist()
+    delay = group.config.classic_cooperative_switch_rebalance_ms
+    if group.eager_before and group.protocol_name != EAGER_PROTOCOL and delay is not None:
+        # Connect's own stall after leaving eager (docs/live-drills.md): one more round
+        # restarts the tasks its workers stopped on stale task-config updates.
+        group.schedule(group.switch_key, now_ms + delay)
+
+
+def _remove_pending_sync(group: ClassicGroupBase, member_id: str) -> None:
+    group.pending_sync.pop(member_id, None)
+    if group.state not in IN_GENERATION or not group.pending_sync:
+        group.cancel(group.sync_key)
+
+
+def heartbeat(group: ClassicGroupBase, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
+    """Heartbeat: keeps the session; REBALANCE_IN_PROGRESS tells a member to rejoin."""
+    if group.state is _S.DEAD:
+        return HeartbeatResponse(int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+    error = group.validate_member(req.member_id, req.group_instance_id)
+    if error is None and req.generation_id != group.generation_id:
+        error = ErrorCode.ILLEGAL_GENERATION
+    if error is not None:
+        return HeartbeatResponse(int(error))
+    if group.state is _S.EMPTY:
+        return HeartbeatResponse(int(ErrorCode.UNKNOWN_MEMBER_ID))
+    group.arm_session(group.members[req.member_id], now_ms)
+    if group.state is _S.PREPARING_REBALANCE:
+        return HeartbeatResponse(int(ErrorCode.REBALANCE_IN_PROGRESS))
+    # CompletingRebalance too: a member may heartbeat between its JoinGroup answer and SyncGroup.
+    return HeartbeatResponse()
+
+
+__all__ = ["heartbeat", "sync"]
