@@ -12,6 +12,7 @@ import pytest
 
 from connect_bridge.bridge.config_source import ConfigViewError, ConfigViewWatcher, read_config_view
 from connect_bridge.state.model import ConfigView
+from polling import eventually
 
 
 def write_view(path: Path, doc: object) -> None:
@@ -82,11 +83,14 @@ def test_watcher_reports_changes_and_survives_bad_files(
     seen: list[ConfigView] = []
 
     async def wait_for(count: int) -> None:
-        for _ in range(400):
-            if len(seen) >= count:
-                return
-            await asyncio.sleep(0.005)
-        raise AssertionError(f"expected {count} views, got {seen}")
+        message = lambda: f"expected {count} views, got {seen}"  # noqa: E731
+        await eventually(lambda: len(seen) >= count, 5.0, 0.005, message)
+
+    async def warned(fragment: str) -> None:
+        """Until the watcher warned about ``fragment``; then a few more polls of the same problem,
+        which must not warn again."""
+        await eventually(lambda: any(fragment in r.getMessage() for r in caplog.records), 5.0, 0.005)
+        await asyncio.sleep(0.1)
 
     async def scenario() -> None:
         watcher = ConfigViewWatcher(path, poll_interval_ms=10)
@@ -99,9 +103,9 @@ def test_watcher_reports_changes_and_survives_bad_files(
         write_view(path, {"offset": 2, "connectors": {"a": 3}})
         await wait_for(2)
         write_view(path, '{"offset": 3, "connectors": {"a": -5}}')  # bad: kept out
-        await asyncio.sleep(0.1)
+        await warned("keeping the view at offset 2")
         path.unlink()  # gone: still no crash
-        await asyncio.sleep(0.1)
+        await warned("No such file")
         assert watcher.current == ConfigView.of(2, {"a": 3})
         write_view(path, {"offset": 4, "connectors": {"a": 3, "b": 1}})
         await wait_for(3)
@@ -133,14 +137,11 @@ def test_watcher_starts_without_a_valid_file_and_tolerates_callback_errors(tmp_p
     async def scenario() -> None:
         watcher = ConfigViewWatcher(path, poll_interval_ms=10)
         task = asyncio.create_task(watcher.watch(on_view))
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # a few polls of the invalid file: none may deliver a view
         assert seen == [] and watcher.current is None
         write_view(path, {"offset": 0, "connectors": {"x": 2}})
-        for _ in range(200):
-            if seen:
-                break
-            await asyncio.sleep(0.005)
-        await asyncio.sleep(0.05)
+        await eventually(lambda: seen, 5.0, 0.005)
+        await asyncio.sleep(0.05)  # a few polls after the callback raised: the watcher goes on
         assert not task.done()
         watcher.stop()
         await asyncio.wait_for(task, 1)
@@ -165,17 +166,11 @@ def test_refresh_polls_at_once_and_only_once(tmp_path: Path) -> None:
     async def scenario() -> None:
         watcher = Counting(path, poll_interval_ms=60_000)
         task = asyncio.create_task(watcher.watch(seen.append))
-        for _ in range(400):
-            if seen:
-                break
-            await asyncio.sleep(0.005)
+        await eventually(lambda: seen, 5.0, 0.005)
         write_view(path, {"offset": 2, "connectors": {"a": 2}})
         watcher.refresh()
-        for _ in range(400):
-            if len(seen) == 2:
-                break
-            await asyncio.sleep(0.005)
-        await asyncio.sleep(0.1)
+        await eventually(lambda: len(seen) == 2, 5.0, 0.005)
+        await asyncio.sleep(0.1)  # time to spin, were the refresh event left set
         assert len(polls) == 2  # one at start, one refresh: no spinning on a set event
         watcher.stop()
         await asyncio.wait_for(task, 1)

@@ -460,7 +460,7 @@ def test_a_legacy_member_whose_first_protocol_is_not_connect_can_sync_after_a_co
     """Found by benchmarks/fuzz.py. A classic JoinGroup may list a protocol that is not one of
     Connect's first ("connect-eager", then "default"); the classic group elects it. When a
     new-protocol worker converts the group before that member's SyncGroup, the SyncGroup raises
-    KeyError('connect-eager') in ``LegacyMembers.encode_assignment``
+    KeyError('connect-eager') in the legacy assignment encoder
     (``CONNECT_PROTOCOL_NAMES[first_protocol(...)]``): the bridge logged "cannot handle SyncGroup v0"
     and closed the connection, on every retry, until the member timed out. The conversion now keeps
     only a member's Connect protocols."""

@@ -537,7 +537,7 @@ def test_upstream_death_closes_client_connections_and_the_bridge_stays_up(tmp_pa
         assert [t.name for t in idle.ask(m.MetadataRequest(topics=[]), 9, 3).topics] == [topic]
         # a fetch tansu holds for 5 s: in flight when the broker dies
         waiting.send(fetch_request(topic, max_wait_ms=5000), 11, 1)
-        time.sleep(0.3)
+        time.sleep(0.3)  # for the fetch to reach tansu and wait there: nothing outside shows that it did
         broker.kill9()
         assert waiting.closed_within(3.0), "in-flight request: the client connection hangs"
         idle.send(m.MetadataRequest(topics=[]), 9, 2)

@@ -43,6 +43,7 @@ from connect_bridge.state import api as napi
 from connect_bridge.state import classic_api as capi
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.model import ConfigView
+from polling import wait_until
 
 G = "connect-cluster"
 VIEW = ConfigView.of(5, {"A": 2})
@@ -124,14 +125,6 @@ def running(store: Any = None, *, wait: bool = True, **kwargs: Any) -> Iterator[
         yield srv
     finally:
         srv.stop()
-
-
-def wait_until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.01)
 
 
 def run(coro: Coroutine[Any, Any, Any], timeout: float = 20.0) -> Any:
@@ -402,7 +395,7 @@ async def classic_group_of_two(port: int) -> tuple[str, str, int]:
         w2 = second.member_id
         # w2's JoinGroup parks: the group waits for w1 to rejoin.
         parked = asyncio.ensure_future(legacy_join(c2, w2, "http://w2:8083"))
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # time enough to be answered, were it not parked
         assert not parked.done()
         assert await legacy_heartbeat(c1, w1, 1) == REBALANCE_IN_PROGRESS
         j1 = await legacy_join(c1, w1, "http://w1:8083")
@@ -616,7 +609,8 @@ def test_connect_heartbeat_with_a_negative_task_id_is_invalid_request(group_serv
 
 
 def test_client_disconnecting_with_a_parked_join_group_leaves_the_server_fine() -> None:
-    async def scenario(port: int) -> None:
+    async def scenario(srv: Running) -> None:
+        port = srv.port
         w1, _w2, generation = await classic_group_of_two(port)
         # A third worker's JoinGroup parks (the group waits for w1 and w2 to rejoin); then it hangs up.
         reader, writer = await asyncio.open_connection(HOST, port)
@@ -628,7 +622,8 @@ def test_client_disconnecting_with_a_parked_join_group_leaves_the_server_fine() 
         writer.write(frame(join_message(w3, protocols("http://w3:8083")), JOIN_V, 2))
         writer.write(SIZE.pack(100) + b"\x00\x0b")  # and the start of one more request
         await writer.drain()
-        await asyncio.sleep(0.1)
+        # Hang up only once the server holds the parked JoinGroup (the next frame is right behind it).
+        wait_until(lambda: srv.on_loop(lambda: any(c.pending for c in srv.server.open_connections)))
         writer.close()
         await writer.wait_closed()
         # Everyone else carries on.
@@ -637,7 +632,7 @@ def test_client_disconnecting_with_a_parked_join_group_leaves_the_server_fine() 
             assert await legacy_heartbeat(conn, w1, generation) == REBALANCE_IN_PROGRESS
 
     with running() as srv:
-        run(scenario(srv.port))
+        run(scenario(srv))
         wait_until(lambda: srv.connections() == 0)
     # ... and ``stop`` above returned although the parked JoinGroup was never answered.
 

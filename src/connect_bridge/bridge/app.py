@@ -9,12 +9,12 @@ import re
 import sys
 from collections.abc import Callable
 
-from connect_bridge.bridge.config_source import ConfigViewWatcher
+from connect_bridge.bridge.config_source import ConfigViewWatcher, ViewDelivery
 from connect_bridge.bridge.config_topic import ConfigTopicWatcher
 from connect_bridge.bridge.metrics import Metrics, start_http
 from connect_bridge.bridge.server import BridgeServer, ServerOptions
 from connect_bridge.bridge.settings import BridgeSettings
-from connect_bridge.bridge.store import FileRecordStore, StoreError
+from connect_bridge.bridge.store import FileRecordStore, RecordStore, StoreError
 from connect_bridge.bridge.topic_store import TopicRecordStore
 
 log = logging.getLogger("connect_bridge.app")
@@ -33,38 +33,59 @@ def coordinated_groups(settings: BridgeSettings) -> list[str] | None:
     return None
 
 
+_PASSED_AS_IS = (
+    "advertised_host",
+    "advertised_port",
+    "max_frame_bytes",
+    "max_connections",
+    "idle_timeout_ms",
+    "proxy_base_port",
+)
+"""Settings that are ``ServerOptions`` fields of the same name and meaning."""
+_SERVER_LIMITS = ("max_inflight_per_connection", "max_buffered_bytes", "heartbeat_cache_bytes")
+"""``limits.*`` settings that bound the server rather than one request (``to_limits`` has those)."""
+
+
 def server_options(settings: BridgeSettings) -> ServerOptions:
+    """The server's options: the settings that pass as they are, and the ones derived here."""
     host, port = settings.listen_address
     view = settings.config_view
     return ServerOptions(
         host=host,
         port=port,
-        advertised_host=settings.advertised_host,
-        advertised_port=settings.advertised_port,
-        max_frame_bytes=settings.max_frame_bytes,
-        max_connections=settings.max_connections,
-        idle_timeout_ms=settings.idle_timeout_ms,
         config_group=view.group if view is not None else None,
         coordinator=settings.coordinator.to_config(),
         upstream=list(settings.upstream_addresses),
-        proxy_base_port=settings.proxy_base_port,
         coordinated_groups=coordinated_groups(settings),
         limits=settings.limits.to_limits(),
-        max_inflight_per_connection=settings.limits.max_inflight_per_connection,
-        max_buffered_bytes=settings.limits.max_buffered_bytes,
-        heartbeat_cache_bytes=settings.limits.heartbeat_cache_bytes,
+        **{name: getattr(settings, name) for name in _PASSED_AS_IS},
+        **{name: getattr(settings.limits, name) for name in _SERVER_LIMITS},
     )
+
+
+def open_store(settings: BridgeSettings) -> RecordStore:
+    """The state topic in front of a cluster when one is named (state survives the host), else the
+    state directory. Raises ``StoreError`` (a locked directory, an unreachable cluster)."""
+    if settings.state_topic and settings.upstream:
+        return TopicRecordStore.open(settings.upstream_bootstrap, settings.state_topic)
+    return FileRecordStore.open(settings.state_dir)
+
+
+def config_watcher(settings: BridgeSettings) -> ViewDelivery | None:
+    """The source of the config view: Connect's config topic, or a watched JSON file, or none."""
+    view = settings.config_view
+    if view is not None and view.topic is not None:
+        return ConfigTopicWatcher(settings.upstream_bootstrap, view.topic, view.poll_interval_ms)
+    if view is not None and view.file is not None:
+        return ConfigViewWatcher(view.file, view.poll_interval_ms)
+    return None
 
 
 async def run(settings: BridgeSettings) -> str | None:
     """Serve until SIGTERM/SIGINT or a failure that stops the bridge (returned, one line).
 
     The first stdout line says where it listens (tools read it)."""
-    if settings.state_topic and settings.upstream:
-        bootstrap = ",".join(f"{h}:{p}" for h, p in settings.upstream_addresses)
-        store = TopicRecordStore.open(bootstrap, settings.state_topic)
-    else:
-        store = FileRecordStore.open(settings.state_dir)
+    store = open_store(settings)
     metrics = Metrics()
     server = BridgeServer(server_options(settings), store, metrics)
     await server.start()
@@ -74,14 +95,8 @@ async def run(settings: BridgeSettings) -> str | None:
         mhost, mport = settings.metrics_address
         http = await start_http(mhost, mport, metrics, lambda: server.ready)
         log.info("metrics on http://%s:%d/metrics", mhost, http.sockets[0].getsockname()[1])
-    watcher = None
     watch_task = None
-    view = settings.config_view
-    if view is not None and view.topic is not None:
-        bootstrap = ",".join(f"{h}:{p}" for h, p in settings.upstream_addresses)
-        watcher = ConfigTopicWatcher(bootstrap, view.topic, view.poll_interval_ms)
-    elif view is not None and view.file is not None:
-        watcher = ConfigViewWatcher(view.file, view.poll_interval_ms)
+    watcher = config_watcher(settings)
     if watcher is not None:
         server.config_refresh = watcher.refresh
         watch_task = server.supervise(watcher.watch(server.set_config_view), "the config view watcher")

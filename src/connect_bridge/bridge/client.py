@@ -21,6 +21,8 @@ class ClientError(ConnectionError):
 
 
 class KafkaConnection:
+    """One pipelined connection: responses are matched to requests by correlation id."""
+
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, client_id: str) -> None:
         self.reader = reader
         self.writer = writer
@@ -75,6 +77,7 @@ class KafkaConnection:
         self._pending.clear()
 
     async def close(self) -> None:
+        """Close and stop reading; requests still waiting fail with ClientError."""
         self.writer.close()
         with contextlib.suppress(Exception):
             await self.writer.wait_closed()

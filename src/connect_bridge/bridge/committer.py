@@ -18,11 +18,18 @@ log = logging.getLogger(__name__)
 
 
 class RecordSink(Protocol):
+    """The part of a ``RecordStore`` the committer uses: it only writes, the server loads and closes."""
+
     def append(self, records: Sequence[Record]) -> None: ...
     def sync(self) -> None: ...
 
 
 class Committer:
+    """Group commit over one store (module docstring). ``on_fsync`` gets each sync's duration (the
+    server's fsync histogram); ``on_failure`` gets the error of a failed sync, after which the
+    committer stops and every waiter fails, because a store that lost a write is never trusted
+    again."""
+
     def __init__(
         self,
         store: RecordSink,
@@ -40,6 +47,7 @@ class Committer:
         self.failed: BaseException | None = None
 
     def start(self) -> None:
+        """Start the sync task on the running loop (the constructor may run before there is one)."""
         self._task = asyncio.get_running_loop().create_task(self._run(), name="committer")
 
     @property
@@ -48,6 +56,7 @@ class Committer:
         return self._written
 
     def is_durable(self, seq: int) -> bool:
+        """Whether a response waiting for ``seq`` may leave now, without awaiting ``durable``."""
         return seq <= self._durable
 
     def submit(self, records: Sequence[Record]) -> int:

@@ -17,7 +17,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
@@ -80,14 +80,64 @@ ViewCallback = Callable[[ConfigView], Awaitable[None] | None]
 
 
 class ViewDelivery:
-    """What every config view source shares: delivering a view to the callback, and stopping."""
+    """What every config view source shares: the last good view, reporting a problem once and its
+    end, delivering a view to the callback, and stopping.
 
-    _stopped: bool
-    _wake: asyncio.Event | None
-    poll_interval_ms: int
+    A source's ``poll`` never raises for a problem with what it reads (a broken file, an
+    unreachable broker): it ``_report``s it and the running view stays, so a bad edit or a broker
+    outage cannot wipe the connectors the coordinator assigns.
+    """
+
+    _logger: ClassVar[logging.Logger] = log
+
+    def __init__(self, poll_interval_ms: int, unusable: str, recovered: str) -> None:
+        """``unusable`` starts the warning about a problem, ``recovered`` is logged when it ends."""
+        if poll_interval_ms <= 0:
+            raise ValueError("poll_interval_ms must be positive")
+        self.poll_interval_ms = poll_interval_ms
+        self._unusable = unusable
+        self._recovered = recovered
+        self._problem: str | None = None
+        self._view: ConfigView | None = None
+        self._stopped = False
+        self._wake: asyncio.Event | None = None
+
+    @property
+    def current(self) -> ConfigView | None:
+        """The last view answered (None until the source has been read successfully once)."""
+        return self._view
 
     def poll(self) -> ConfigView | None:
         raise NotImplementedError
+
+    def _report(self, problem: str) -> None:
+        # Once per distinct problem: a source left broken must not flood the log every poll.
+        if problem != self._problem:
+            kept = f"keeping the view at offset {self._view.offset}" if self._view else "no view yet"
+            self._logger.warning("%s (%s): %s", self._unusable, kept, problem)
+            self._problem = problem
+
+    def _resolved(self) -> None:
+        """The source is readable again after a reported problem."""
+        if self._problem is not None:
+            self._logger.info("%s", self._recovered)
+            self._problem = None
+
+    def _changed(self, view: ConfigView) -> ConfigView | None:
+        """``view`` when it differs from the last one answered (and it becomes that), else None."""
+        if view == self._view:
+            return None
+        self._view = view
+        return view
+
+    async def watch(self, callback: ViewCallback) -> None:
+        """Call ``callback(view)`` with the source's view now (when valid) and after every change.
+
+        Runs until ``stop()`` or cancellation. ``callback`` may be a plain or an async function; if it
+        raises, the error is logged and the view still counts as delivered (so a failing callback is
+        not retried, and not logged, every poll).
+        """
+        await self._poll_loop(callback)
 
     async def _poll_loop(self, callback: ViewCallback) -> None:
         """Poll (in a thread) every interval, deliver each new view, until ``stop()``."""
@@ -137,22 +187,14 @@ class ConfigViewWatcher(ViewDelivery):
     """
 
     def __init__(self, path: Path, poll_interval_ms: int = 1000) -> None:
-        if poll_interval_ms <= 0:
-            raise ValueError("poll_interval_ms must be positive")
-        self.path = Path(path)
-        self.poll_interval_ms = poll_interval_ms
+        path = Path(path)
+        super().__init__(
+            poll_interval_ms, "config view file unusable", f"config view file {path} is valid again"
+        )
+        self.path = path
         self._signature: tuple[int, int] | None = None
         self._racy = False
         self._digest: bytes | None = None
-        self._problem: str | None = None
-        self._view: ConfigView | None = None
-        self._stopped = False
-        self._wake: asyncio.Event | None = None
-
-    @property
-    def current(self) -> ConfigView | None:
-        """The last good view (None until the file has been valid once)."""
-        return self._view
 
     def poll(self) -> ConfigView | None:
         """Check the file once; the new view when it changed, else None. Never raises for file problems.
@@ -162,9 +204,7 @@ class ConfigViewWatcher(ViewDelivery):
         try:
             stat = os.stat(self.path)
         except OSError as exc:
-            self._report(f"{self.path}: cannot read: {exc.strerror or exc}")
-            self._signature = self._digest = None
-            return None
+            return self._unreadable(exc)
         signature = (stat.st_mtime_ns, stat.st_size)
         if signature == self._signature and not self._racy:
             return None
@@ -173,9 +213,7 @@ class ConfigViewWatcher(ViewDelivery):
         try:
             data = self.path.read_bytes()
         except OSError as exc:
-            self._report(f"{self.path}: cannot read: {exc.strerror or exc}")
-            self._signature = self._digest = None
-            return None
+            return self._unreadable(exc)
         digest = hashlib.sha256(data).digest()
         if digest == self._digest:
             return None
@@ -185,26 +223,11 @@ class ConfigViewWatcher(ViewDelivery):
         except ConfigViewError as exc:
             self._report(str(exc))
             return None
-        if self._problem is not None:
-            log.info("config view file %s is valid again", self.path)
-            self._problem = None
-        if view == self._view:  # reformatted, same content: nothing for the coordinator to do
-            return None
-        self._view = view
-        return view
+        self._resolved()
+        return self._changed(view)  # None when reformatted only: nothing for the coordinator to do
 
-    def _report(self, problem: str) -> None:
-        # Once per distinct problem: a file left broken must not flood the log every poll.
-        if problem != self._problem:
-            kept = f"keeping the view at offset {self._view.offset}" if self._view else "no view yet"
-            log.warning("config view file unusable (%s): %s", kept, problem)
-            self._problem = problem
-
-    async def watch(self, callback: ViewCallback) -> None:
-        """Call ``callback(view)`` with the file's view now (when valid) and after every change.
-
-        Runs until ``stop()`` or cancellation. ``callback`` may be a plain or an async function; if it
-        raises, the error is logged and the view still counts as delivered (so a failing callback is
-        not retried, and not logged, every poll).
-        """
-        await self._poll_loop(callback)
+    def _unreadable(self, exc: OSError) -> None:
+        """Report the file unreadable and forget its signature and digest: once it is back it is
+        read and checked again even if unchanged, which ends the reported problem."""
+        self._report(f"{self.path}: cannot read: {exc.strerror or exc}")
+        self._signature = self._digest = None

@@ -44,11 +44,12 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from connect_bridge.bridge.config_source import ViewDelivery
+from connect_bridge.bridge.config_source import ViewCallback, ViewDelivery
+from connect_bridge.bridge.store_base import assign_partition_zero
 from connect_bridge.state.model import ConfigView
 
 __all__ = [
@@ -72,6 +73,7 @@ SESSION_KEY = "session-key"
 LOGGER_PREFIX = "logger-cluster-"
 
 _INT32_MAX = 2**31 - 1
+DRAIN_MAX_RECORDS = 2000
 _JAVA_INT = re.compile(r"\+?[0-9]+")  # Integer.parseInt; a "-" cannot survive the split
 
 ConfigRecord = tuple[bytes | None, bytes | None, int]
@@ -233,9 +235,6 @@ def parse_config_records(records: Iterable[ConfigRecord]) -> ConfigView:
     return state.view()
 
 
-ViewCallback = Callable[[ConfigView], Awaitable[None] | None]
-
-
 class ConfigTopicWatcher(ViewDelivery):
     """Follows the Connect config topic and reports every new view (``ConfigViewWatcher``'s shape).
 
@@ -250,6 +249,8 @@ class ConfigTopicWatcher(ViewDelivery):
     its workers then read committed records only; without transactions it makes no difference.
     """
 
+    _logger = log
+
     def __init__(
         self,
         bootstrap: str | list[str],
@@ -262,15 +263,15 @@ class ConfigTopicWatcher(ViewDelivery):
         max_drain_s: float = 10.0,
         client_id: str = "connect-bridge-config-reader",
     ) -> None:
-        if poll_interval_ms <= 0:
-            raise ValueError("poll_interval_ms must be positive")
+        super().__init__(
+            poll_interval_ms, f"config topic {topic!r} unreadable", f"config topic {topic!r} readable again"
+        )
         if drain_poll_ms <= fetch_max_wait_ms:
             raise ValueError(
                 "drain_poll_ms must exceed fetch_max_wait_ms (an empty poll must mean 'no more')"
             )
         self.bootstrap = bootstrap
         self.topic = topic
-        self.poll_interval_ms = poll_interval_ms
         self.isolation_level = isolation_level
         self.fetch_max_wait_ms = fetch_max_wait_ms
         self.drain_poll_ms = drain_poll_ms
@@ -281,19 +282,10 @@ class ConfigTopicWatcher(ViewDelivery):
         self._tp: Any = None
         self._io_lock = threading.Lock()  # the consumer is not thread-safe: poll vs close
         self._caught_up = False
-        self._problem: str | None = None
-        self._view: ConfigView | None = None
-        self._stopped = False
-        self._wake: asyncio.Event | None = None
-
-    @property
-    def current(self) -> ConfigView | None:
-        """The last view answered (None until the topic has been read to its end once)."""
-        return self._view
 
     # ------------------------------------------------------------------ blocking part
     def _open(self) -> None:
-        from kafka import KafkaConsumer, TopicPartition
+        from kafka import KafkaConsumer
 
         consumer = KafkaConsumer(
             bootstrap_servers=self.bootstrap,
@@ -305,18 +297,9 @@ class ConfigTopicWatcher(ViewDelivery):
             client_id=self.client_id,
         )
         try:
-            partitions = consumer.partitions_for_topic(self.topic)
-            if not partitions:
-                raise LookupError(f"config topic {self.topic!r} does not exist")
-            if len(partitions) > 1:
-                log.warning(
-                    "config topic %r has %d partitions; Connect requires exactly 1, reading partition 0",
-                    self.topic,
-                    len(partitions),
-                )
-            tp = TopicPartition(self.topic, 0)
-            consumer.assign([tp])
-            consumer.seek_to_beginning(tp)
+            missing = LookupError(f"config topic {self.topic!r} does not exist")
+            many = "config topic %r has %d partitions; Connect requires exactly 1, reading partition 0"
+            tp = assign_partition_zero(consumer, self.topic, missing, log, many)
         except BaseException:
             consumer.close()
             raise
@@ -329,7 +312,7 @@ class ConfigTopicWatcher(ViewDelivery):
         consumer, tp = self._consumer, self._tp
         deadline = time.monotonic() + self.max_drain_s
         while time.monotonic() < deadline and not self._stopped:
-            batches = consumer.poll(timeout_ms=self.drain_poll_ms, max_records=2000)
+            batches = consumer.poll(timeout_ms=self.drain_poll_ms, max_records=DRAIN_MAX_RECORDS)
             for records in batches.values():
                 for r in records:
                     self.state.apply(r.key, r.value, r.offset)
@@ -360,18 +343,12 @@ class ConfigTopicWatcher(ViewDelivery):
                 self._report(f"{type(exc).__name__}: {exc}")
                 self._close_consumer_locked()
                 return None
-        if self._problem is not None:
-            log.info("config topic %r readable again", self.topic)
-            self._problem = None
+        self._resolved()
         if at_end:
             self._caught_up = True
         if not self._caught_up:
             return None
-        view = self.state.view()
-        if view == self._view:
-            return None
-        self._view = view
-        return view
+        return self._changed(self.state.view())
 
     def read_to_end(self, timeout_s: float = 10.0) -> ConfigView:
         """Poll until the topic has been read to its end once; the view there (for tests and startup)."""
@@ -383,12 +360,6 @@ class ConfigTopicWatcher(ViewDelivery):
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"config topic {self.topic!r} not read to its end: {self._problem}")
             time.sleep(min(0.1, self.poll_interval_ms / 1000))
-
-    def _report(self, problem: str) -> None:
-        if problem != self._problem:
-            kept = f"keeping the view at offset {self._view.offset}" if self._view else "no view yet"
-            log.warning("config topic %r unreadable (%s): %s", self.topic, kept, problem)
-            self._problem = problem
 
     def _close_consumer(self) -> None:
         with self._io_lock:

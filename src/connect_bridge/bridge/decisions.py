@@ -64,6 +64,7 @@ def _fields(record: Record) -> tuple[str, dict[str, Any]] | None:
 
 
 def log_decisions(records: Iterable[Record]) -> None:
+    """One ``log_event`` per record that states a decision (skipped cheaply when INFO is off)."""
     if not log.isEnabledFor(logging.INFO):
         return
     for record in records:

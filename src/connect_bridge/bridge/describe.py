@@ -18,6 +18,7 @@ from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.errors import CodecError
 from connect_bridge.codecs.ids import ConnectorTaskId
 from connect_bridge.state.legacy_members import MODE_OF_PROTOCOL
+from connect_bridge.state.model import GroupType
 
 DESCRIBE_GROUPS_VERSION = 5
 LIST_GROUPS_VERSION = 5
@@ -35,7 +36,7 @@ def _connect_group(g: Any) -> dict[str, Any]:
     return {
         "group_id": g.group_id,
         "error_code": g.error_code,
-        "group_type": g.group_type or "connect",
+        "group_type": g.group_type or GroupType.CONNECT.value,
         "state": g.state,
         "group_epoch": g.group_epoch,
         "assignment_epoch": g.assignment_epoch,
@@ -80,7 +81,7 @@ def _classic_group(g: Any) -> dict[str, Any]:
     return {
         "group_id": g.group_id,
         "error_code": g.error_code,
-        "group_type": "classic",
+        "group_type": GroupType.CLASSIC.value,
         "state": g.state,
         "protocol": g.protocol_data,
         "members": members,
@@ -88,6 +89,7 @@ def _classic_group(g: Any) -> dict[str, Any]:
 
 
 async def describe(host: str, port: int, group: str | None = None) -> list[dict[str, Any]]:
+    """Every group (or ``group``) as a plain dict: ListGroups says which API describes each one."""
     conn = await KafkaConnection.connect(host, port, client_id="connect-bridge-describe")
     try:
         listed = wm.list_groups_response_from_wire(
@@ -96,8 +98,8 @@ async def describe(host: str, port: int, group: str | None = None) -> list[dict[
         types = {entry[0]: entry[3] for entry in listed}
         wanted = [group] if group else sorted(types)
         out: list[dict[str, Any]] = []
-        connect_ids = [g for g in wanted if types.get(g, "connect") == "connect"]
-        classic_ids = [g for g in wanted if types.get(g) == "classic"]
+        connect_ids = [g for g in wanted if types.get(g, GroupType.CONNECT) == GroupType.CONNECT]
+        classic_ids = [g for g in wanted if types.get(g) == GroupType.CLASSIC]
         if connect_ids:
 
             async def ask_connect(ids: list[str]) -> list[Any]:
@@ -158,9 +160,10 @@ def printable(value: Any) -> Any:
 
 
 def render_table(groups: list[dict[str, Any]]) -> str:
+    """:func:`describe`'s groups for a terminal (every client-chosen string made printable)."""
     lines = []
     for g in printable(groups):
-        if g["group_type"] == "classic":
+        if g["group_type"] == GroupType.CLASSIC:
             lines.append(f"group {g['group_id']}  type classic  state {g['state']}  protocol {g['protocol']}")
             for m in g["members"]:
                 last = ",".join(m["last_assignment"])

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from connect_bridge.bridge import wire_map as wm
-from connect_bridge.codecs.messages import ApiKey
+from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.codecs.messages import API_SPECS, ApiKey
 from connect_bridge.codecs.requests import decode_request, response_frame
 from connect_bridge.state import classic_api as capi
 from connect_bridge.state.api import HeartbeatRequest, HeartbeatResponse
@@ -23,15 +24,18 @@ from connect_bridge.state.coordinator import GroupCoordinator
 
 _KEY = struct.Struct(">hhi")
 _HEARTBEAT = int(ApiKey.CONNECT_GROUP_HEARTBEAT)
-_FLEXIBLE_RESPONSE_HEADER = 1
 _CLASSIC_HEARTBEAT = int(ApiKey.HEARTBEAT)
-_CLASSIC_FLEXIBLE = 4
-"""Heartbeat v4+ is a flexible version: its response header carries tagged fields."""
-
-
+_NONE = int(ErrorCode.NONE)
+_HEARTBEAT_VERSION = 0
+"""The one ConnectGroupHeartbeat version taken here."""
+_RESPONSE_HEADER = API_SPECS[_HEARTBEAT].response_header_version(_HEARTBEAT_VERSION)
+_CLASSIC_RESPONSE_HEADER = tuple(
+    API_SPECS[_CLASSIC_HEARTBEAT].response_header_version(v)
+    for v in range(API_SPECS[_CLASSIC_HEARTBEAT].max_version + 1)
+)
+"""Response header version by Heartbeat version (v4+ is flexible: the header has tagged fields)."""
 _ENTRY_OVERHEAD = 256
 """Bytes counted per cache entry besides its key (the dict slot, the decoded request or body)."""
-
 
 
 class Framed(NamedTuple):
@@ -39,6 +43,7 @@ class Framed(NamedTuple):
 
     frame: bytes
     error_code: int
+
 
 class _Lru(OrderedDict):
     """Least recently used entries go first once the entries' bytes exceed ``limit_bytes``."""
@@ -62,6 +67,8 @@ class _Lru(OrderedDict):
 
 
 class SteadyHeartbeats:
+    """Caches decoded steady heartbeats and encoded answers (three LRUs sharing ``limit_bytes``)."""
+
     def __init__(
         self,
         coordinator: Callable[[], GroupCoordinator],
@@ -84,7 +91,7 @@ class SteadyHeartbeats:
             return None
         if api_key == _CLASSIC_HEARTBEAT:
             return self._classic(payload, version, correlation)
-        if api_key != _HEARTBEAT or version != 0:
+        if api_key != _HEARTBEAT or version != _HEARTBEAT_VERSION:
             return None
         key = payload[:4] + payload[8:]
         req: HeartbeatRequest | None = self.requests.get(key)
@@ -95,15 +102,15 @@ class SteadyHeartbeats:
             if not _steady_request(req):
                 return None
         resp = self.coordinator().connect_heartbeat(req, self.clock())
-        if not known and resp.error_code == 0:
+        if not known and resp.error_code == _NONE:
             # Cached only once the coordinator knew the member: requests naming unknown members
             # must not fill the cache (issue 11.4).
             self.requests.put(key, req)
-        if resp.assignment is not None or resp.error_code != 0:
+        if resp.assignment is not None or resp.error_code != _NONE:
             # Not steady after all: the caller must not have changed state twice, so answer here.
-            body = wm.heartbeat_response_to_wire(resp, 0).encode(version=0)
-            return Framed(response_frame(correlation, _FLEXIBLE_RESPONSE_HEADER, body), resp.error_code)
-        return Framed(response_frame(correlation, _FLEXIBLE_RESPONSE_HEADER, self._body(resp)), 0)
+            body = wm.heartbeat_response_to_wire(resp, version).encode(version=version)
+            return Framed(response_frame(correlation, _RESPONSE_HEADER, body), resp.error_code)
+        return Framed(response_frame(correlation, _RESPONSE_HEADER, self._body(resp)), _NONE)
 
     def _classic(self, payload: bytes, version: int, correlation: int) -> Framed | None:
         """A Java worker's classic Heartbeat (the same bytes every interval) for a group this bridge
@@ -118,25 +125,28 @@ class SteadyHeartbeats:
         if req.group_id not in coordinator.groups:
             return None
         resp = coordinator.classic_heartbeat(req, self.clock())
-        if not known and resp.error_code == 0:
+        if not known and resp.error_code == _NONE:
             self.classic_requests.put(key, req)  # known members only, as above
         body_key = ("classic", version, resp.error_code)
         body = self.bodies.get(body_key)
         if body is None:
             body = bytes(wm.classic_heartbeat_response_to_wire(resp, version).encode(version=version))
             self.bodies.put(body_key, body)
-        header = 1 if version >= _CLASSIC_FLEXIBLE else 0
-        return Framed(response_frame(correlation, header, body), resp.error_code)
+        return Framed(response_frame(correlation, _CLASSIC_RESPONSE_HEADER[version], body), resp.error_code)
 
     def _body(self, resp: HeartbeatResponse) -> bytes:
         key = (resp.member_id, resp.member_epoch, resp.heartbeat_interval_ms)
         body = self.bodies.get(key)
         if body is None:
-            body = bytes(wm.heartbeat_response_to_wire(resp, 0).encode(version=0))
+            body = bytes(
+                wm.heartbeat_response_to_wire(resp, _HEARTBEAT_VERSION).encode(version=_HEARTBEAT_VERSION)
+            )
             self.bodies.put(key, body)
         return body
 
 
 def _steady_request(req: HeartbeatRequest) -> bool:
-    """Only partial heartbeats that report nothing new are cached (they change no state by themselves)."""
+    """Only partial heartbeats of a member in the group (epoch > 0: not a join or a leave) that report
+    nothing new are cached. ``reports_nothing`` is the group's own steady-heartbeat predicate, so
+    the cache cannot hold a request the group would not treat as steady."""
     return req.member_epoch > 0 and req.reports_nothing

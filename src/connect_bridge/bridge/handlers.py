@@ -1,8 +1,10 @@
 """The APIs the bridge answers itself: ApiVersions, FindCoordinator, Metadata and every group API.
 
-Group APIs go through ``wire_map`` to the coordinator's typed requests and back. One table says, per
-API key, how to turn the wire request into an engine call and the engine response into a wire
-response, and what to answer while the coordinator is still loading its records.
+Which method answers which API key is a column of ``api_table``: a cluster API names a method of
+:class:`LocalApis`, a group API a :class:`GroupCall` (``wire_map`` to the coordinator's typed
+request, the coordinator method, ``wire_map`` back). The group path is written once here: refuse
+while the coordinator is loading, refuse requests the codec or the limits reject, park the
+JoinGroup/SyncGroup the classic protocol answers later.
 """
 
 from __future__ import annotations
@@ -11,26 +13,34 @@ import asyncio
 import heapq
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
 
 from connect_bridge.bridge import wire_map as wm
+from connect_bridge.bridge.api_table import GROUP_CALLS, LOCAL_HANDLERS, Client, GroupCall
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.errors import CodecError
-from connect_bridge.codecs.messages import ApiKey, supported_api_versions
+from connect_bridge.codecs.messages import supported_api_versions
 from connect_bridge.codecs.requests import DecodedRequest
 from connect_bridge.state import api as napi
-from connect_bridge.state import classic_api as capi
 from connect_bridge.state.classic_group import ClassicDescribedGroup
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.limits import RequestLimits, oversize
 
+__all__ = ["BRIDGE_NODE_ID", "CLUSTER_ID", "Client", "LocalApis", "Parked", "now_ms", "versions_response"]
+
 BRIDGE_NODE_ID = 0
 CLUSTER_ID = "connect-bridge"
-UNKNOWN_TOPIC_OR_PARTITION = 3
-UNKNOWN_TOPIC_ID = 100
+KEY_TYPE_GROUP = 0
+"""FindCoordinator ``KeyType`` of a group (1 is a transaction, which the bridge does not coordinate)."""
+NO_NODE = -1
+"""Node id and port of "no coordinator" / "no controller"."""
+NOT_A_GROUP = "the bridge coordinates groups only"
+
+_LOADING = int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+_INVALID = int(ErrorCode.INVALID_REQUEST)
 
 
 def _s(value: str | None) -> str:
@@ -46,145 +56,57 @@ class Parked:
     to_wire: Callable[[Any, int], Any]
 
 
-@dataclass(frozen=True, slots=True)
-class Client:
-    client_id: str
-    host: str
-
-
-@dataclass(frozen=True, slots=True)
-class GroupApi:
-    """How one group API crosses between the wire and the coordinator."""
-
-    from_wire: Callable[[Any, int, Client], Any]
-    call: Callable[[GroupCoordinator, Any, int], Any]
-    to_wire: Callable[[Any, int], Any]
-    error: Callable[[int, str | None], Any]
-    """An engine error response: COORDINATOR_LOAD_IN_PROGRESS while loading, INVALID_REQUEST for
-    a request that decodes but breaks the protocol's rules (e.g. a negative task id)."""
-    parks: bool = False
-
-
-_LOADING = int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
-
-
-def _error(response_type: type) -> Callable[[int, str | None], Any]:
-    def build(code: int, message: str | None) -> Any:
-        response = response_type(error_code=code)
-        if message is not None and hasattr(response, "error_message"):
-            response.error_message = message
-        return response
-
-    return build
-
-
-GROUP_APIS: dict[int, GroupApi] = {
-    ApiKey.CONNECT_GROUP_HEARTBEAT: GroupApi(
-        lambda m, v, c: wm.heartbeat_from_wire(m, c.client_id, c.host),
-        lambda g, r, now: g.connect_heartbeat(r, now),
-        lambda r, v: wm.heartbeat_response_to_wire(r, v),
-        _error(napi.HeartbeatResponse),
-    ),
-    ApiKey.CONNECT_GROUP_PREPARE_ASSIGNMENT: GroupApi(
-        lambda m, v, c: wm.prepare_from_wire(m),
-        lambda g, r, now: g.prepare_assignment(r, now),
-        lambda r, v: wm.prepare_response_to_wire(r, v),
-        _error(napi.PrepareAssignmentResponse),
-    ),
-    ApiKey.CONNECT_GROUP_INSTALL_ASSIGNMENT: GroupApi(
-        lambda m, v, c: wm.install_from_wire(m),
-        lambda g, r, now: g.install_assignment(r, now),
-        lambda r, v: wm.install_response_to_wire(r, v),
-        _error(napi.InstallAssignmentResponse),
-    ),
-    ApiKey.JOIN_GROUP: GroupApi(
-        lambda m, v, c: wm.join_from_wire(m, v, c.client_id, c.host),
-        lambda g, r, now: g.classic_join(r, now),
-        lambda r, v: wm.join_response_to_wire(r, v),
-        _error(capi.JoinGroupResponse),
-        parks=True,
-    ),
-    ApiKey.SYNC_GROUP: GroupApi(
-        lambda m, v, c: wm.sync_from_wire(m, v),
-        lambda g, r, now: g.classic_sync(r, now),
-        lambda r, v: wm.sync_response_to_wire(r, v),
-        _error(capi.SyncGroupResponse),
-        parks=True,
-    ),
-    ApiKey.HEARTBEAT: GroupApi(
-        lambda m, v, c: wm.classic_heartbeat_from_wire(m, v),
-        lambda g, r, now: g.classic_heartbeat(r, now),
-        lambda r, v: wm.classic_heartbeat_response_to_wire(r, v),
-        _error(capi.HeartbeatResponse),
-    ),
-    ApiKey.LEAVE_GROUP: GroupApi(
-        lambda m, v, c: wm.leave_from_wire(m, v),
-        lambda g, r, now: g.classic_leave(r, now),
-        lambda r, v: wm.leave_response_to_wire(r, v),
-        _error(capi.LeaveGroupResponse),
-    ),
-}
-
-
 def now_ms() -> int:
     """Wall-clock milliseconds: held-work deadlines in the records must survive a restart."""
     return int(time.time() * 1000)
 
 
+def versions_response(rows: list[tuple[int, int, int]]) -> Any:
+    """An ApiVersions response advertising ``(api_key, min_version, max_version)`` rows."""
+    keys = [ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in rows]
+    return ApiVersionsResponse(error_code=int(ErrorCode.NONE), api_keys=keys, throttle_time_ms=0)
+
+
+@dataclass(eq=False)
 class LocalApis:
     """Answers the requests the bridge owns; ``after_step`` persists and releases parked responses."""
 
-    def __init__(
-        self,
-        coordinator: GroupCoordinator,
-        advertised: tuple[str, int],
-        after_step: Callable[[], None],
-        loaded: Callable[[], bool],
-        clock: Callable[[], int] = now_ms,
-        node_id: int = BRIDGE_NODE_ID,
-        api_versions: Callable[[], Any] | None = None,
-        limits: RequestLimits | None = None,
-    ) -> None:
-        self.coordinator = coordinator
-        self.limits = limits if limits is not None else RequestLimits()
-        self.advertised = advertised
-        self.node_id = node_id
-        self._api_versions = api_versions
-        self.after_step = after_step
-        self.loaded = loaded
-        self.clock = clock
+    coordinator: GroupCoordinator
+    advertised: tuple[str, int]
+    after_step: Callable[[], None]
+    loaded: Callable[[], bool]
+    clock: Callable[[], int] = now_ms
+    node_id: int = BRIDGE_NODE_ID
+    advertised_versions: Callable[[], list[tuple[int, int, int]]] | None = None
+    """Proxy mode: the versions advertised (upstream's intersected with the bridge's)."""
+    limits: RequestLimits = field(default_factory=RequestLimits)
+
+    def __post_init__(self) -> None:
+        if self.limits is None:
+            self.limits = RequestLimits()
 
     def handle(self, req: DecodedRequest, client: Client) -> Any:
         """A wire response, or a future of one (a parked classic request); None = no response."""
-        key = req.api_key
-        if key == ApiKey.API_VERSIONS:
-            return self.api_versions()
-        if key == ApiKey.FIND_COORDINATOR:
-            return self.find_coordinator(req.body, req.api_version)
-        if key == ApiKey.METADATA:
-            return self.metadata(req.body, req.api_version)
-        if key == ApiKey.DESCRIBE_GROUPS:
-            return self.describe_groups(req.body, req.api_version)
-        if key == ApiKey.LIST_GROUPS:
-            return self.list_groups(req.body, req.api_version)
-        if key == ApiKey.CONNECT_GROUP_DESCRIBE:
-            return self.connect_describe(req.body, req.api_version)
-        api = GROUP_APIS[key]
-        version = req.api_version
+        method = LOCAL_HANDLERS.get(req.api_key)
+        if method is not None:
+            return getattr(self, method)(req.body, req.api_version)
+        return self._group(GROUP_CALLS[req.api_key], req.body, req.api_version, client)
+
+    def _group(self, api: GroupCall, body: Any, version: int, client: Client) -> Any:
         if not self.loaded():
             return api.to_wire(api.error(_LOADING, "the coordinator is loading its state"), version)
         try:
-            engine_req = api.from_wire(req.body, version, client)
+            engine_req = api.from_wire(body, version, client)
         except CodecError as exc:
-            return api.to_wire(api.error(int(ErrorCode.INVALID_REQUEST), str(exc)), version)
+            return api.to_wire(api.error(_INVALID, str(exc)), version)
         too_large = oversize(engine_req, self.limits)
         if too_large is not None:  # refused before anything changes (issue 11.1, 11.2)
-            return api.to_wire(api.error(int(ErrorCode.INVALID_REQUEST), too_large), version)
+            return api.to_wire(api.error(_INVALID, too_large), version)
         parked: Parked | None = None
         if api.parks:
             future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
             parked = Parked(future, version, api.to_wire)
-            engine_req = _with_token(engine_req, parked)
+            engine_req = replace(engine_req, token=parked)
         response = api.call(self.coordinator, engine_req, self.clock())
         self.after_step()
         if response is None:
@@ -193,42 +115,44 @@ class LocalApis:
         return api.to_wire(response, version)
 
     # ------------------------------------------------------------------ cluster APIs
-    def api_versions(self) -> Any:
-        if self._api_versions is not None:
-            return self._api_versions()
-        keys = [
-            ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-            for k, lo, hi in supported_api_versions()
-        ]
-        return ApiVersionsResponse(error_code=0, api_keys=keys, throttle_time_ms=0)
+    def api_versions(self, body: Any = None, version: int = 0) -> Any:
+        """The bridge's versions (embedded), or upstream's intersected with them (proxy mode)."""
+        rows = (
+            self.advertised_versions() if self.advertised_versions is not None else supported_api_versions()
+        )
+        return versions_response(rows)
+
+    def _coordinator(self, key_type: int) -> dict[str, Any]:
+        """FindCoordinator's answer for one key: this listener for a group, none for anything else."""
+        if key_type != KEY_TYPE_GROUP:
+            error = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            return {
+                "error_code": error,
+                "error_message": NOT_A_GROUP,
+                "node_id": NO_NODE,
+                "host": "",
+                "port": NO_NODE,
+            }
+        host, port = self.advertised
+        return {
+            "error_code": int(ErrorCode.NONE),
+            "error_message": None,
+            "node_id": self.node_id,
+            "host": host,
+            "port": port,
+        }
 
     def find_coordinator(self, body: Any, version: int) -> Any:
-        host, port = self.advertised
+        """This listener coordinates every group (v4+ answers a batch of keys)."""
         if version >= 4:
+            answer = self._coordinator(body.key_type)
             coordinators = [
-                FindCoordinatorResponse.Coordinator(
-                    key=key,
-                    node_id=self.node_id if body.key_type == 0 else -1,
-                    host=host if body.key_type == 0 else "",
-                    port=port if body.key_type == 0 else -1,
-                    error_code=0 if body.key_type == 0 else int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                    error_message=None if body.key_type == 0 else "the bridge coordinates groups only",
-                )
-                for key in body.coordinator_keys
+                FindCoordinatorResponse.Coordinator(key=key, **answer) for key in body.coordinator_keys
             ]
             return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
-        key_type = getattr(body, "key_type", 0) or 0
-        if key_type != 0:
-            return FindCoordinatorResponse(
-                throttle_time_ms=0,
-                error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-                error_message="the bridge coordinates groups only",
-                node_id=-1,
-                host="",
-                port=-1,
-            )
         return FindCoordinatorResponse(
-            throttle_time_ms=0, error_code=0, error_message=None, node_id=self.node_id, host=host, port=port
+            throttle_time_ms=0,
+            **self._coordinator(getattr(body, "key_type", KEY_TYPE_GROUP) or KEY_TYPE_GROUP),
         )
 
     def metadata(self, body: Any, version: int) -> Any:
@@ -238,33 +162,36 @@ class LocalApis:
         topic id, which only v12+ supports: below v12 Kafka's handler throws InvalidRequestException
         and ``MetadataRequest.getErrorResponse`` answers every topic INVALID_REQUEST, a null name as
         "" (no brokers); from v12 an id it does not know is UNKNOWN_TOPIC_ID with a null name."""
-        topic_cls = MetadataResponse.MetadataResponseTopic
+        topic = MetadataResponse.MetadataResponseTopic
         asked = list(body.topics or ())
         if version < 12 and any(t.name is None or t.topic_id is not None for t in asked):
+            topics = [
+                topic(
+                    error_code=_INVALID,
+                    name=_s(t.name),
+                    topic_id=t.topic_id,
+                    is_internal=False,
+                    partitions=[],
+                )
+                for t in asked
+            ]
             return MetadataResponse(
                 throttle_time_ms=0,
-                error_code=int(ErrorCode.INVALID_REQUEST),
+                error_code=_INVALID,
                 brokers=[],
                 cluster_id=None,
-                controller_id=-1,
-                topics=[
-                    topic_cls(
-                        error_code=int(ErrorCode.INVALID_REQUEST),
-                        name=_s(t.name),
-                        topic_id=t.topic_id,
-                        is_internal=False,
-                        partitions=[],
-                    )
-                    for t in asked
-                ],
+                controller_id=NO_NODE,
+                topics=topics,
             )
         host, port = self.advertised
-        brokers = [
-            MetadataResponse.MetadataResponseBroker(node_id=BRIDGE_NODE_ID, host=host, port=port, rack=None)
-        ]
+        broker = MetadataResponse.MetadataResponseBroker(
+            node_id=BRIDGE_NODE_ID, host=host, port=port, rack=None
+        )
         topics = [
-            topic_cls(
-                error_code=UNKNOWN_TOPIC_OR_PARTITION if t.name is not None else UNKNOWN_TOPIC_ID,
+            topic(
+                error_code=int(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if t.name is not None else ErrorCode.UNKNOWN_TOPIC_ID
+                ),
                 name=t.name,
                 topic_id=t.topic_id if t.name is None else None,
                 is_internal=False,
@@ -274,8 +201,8 @@ class LocalApis:
         ]
         return MetadataResponse(
             throttle_time_ms=0,
-            error_code=0,
-            brokers=brokers,
+            error_code=int(ErrorCode.NONE),
+            brokers=[broker],
             cluster_id=CLUSTER_ID,
             controller_id=BRIDGE_NODE_ID,
             topics=topics,
@@ -330,6 +257,7 @@ class LocalApis:
             g.error_message = message
 
     def describe_groups(self, body: Any, version: int) -> Any:
+        """Classic and Connect groups alike, in the classic shape (``kafka-consumer-groups``)."""
         ids = list(body.groups or ())
         self._check_ids("DescribeGroups", ids)
         if not self.loaded():
@@ -344,6 +272,7 @@ class LocalApis:
         return response
 
     def list_groups(self, body: Any, version: int) -> Any:
+        """Every group, with its type; nothing while loading (the state is not known yet)."""
         if not self.loaded():
             return wm.list_groups_response_to_wire([], body, version, error_code=_LOADING)
         return wm.list_groups_response_to_wire(self.coordinator.list_groups(), body, version)
@@ -366,9 +295,3 @@ class LocalApis:
         if n < len(ids):
             self._explain_deferred(response.groups, n, len(ids))
         return response
-
-
-def _with_token(req: Any, token: object) -> Any:
-    from dataclasses import replace
-
-    return replace(req, token=token)

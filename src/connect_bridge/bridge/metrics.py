@@ -120,6 +120,7 @@ class Metrics:
         children[1].inc()
 
     def observe_fsync(self, seconds: float) -> None:
+        """One fsync of the record store (every state-revealing answer waits for one)."""
         self.fsync_latency.observe(seconds)
 
     def observe_group(self, group_id: str, group_epoch: int, members: Iterable[tuple[str, str]]) -> None:
@@ -153,6 +154,20 @@ class Metrics:
         for (protocol, state), count in counts.items():
             self.members.labels(group=group_id, protocol=protocol, state=state).set(count)
         self._member_series[group_id] = set(counts)
+
+    def observe_groups(
+        self,
+        group_ids: Iterable[str],
+        view: Callable[[str], tuple[int, Mapping[tuple[str, str], int]] | None],
+    ) -> None:
+        """Refresh the series of ``group_ids``, as ``view`` (the coordinator's ``metrics_view``) sees
+        them now; a group it no longer has (None) has its series dropped."""
+        for gid in group_ids:
+            seen = view(gid)
+            if seen is None:
+                self.forget_group(gid)
+            else:
+                self.observe_group_counts(gid, *seen)
 
     def forget_group(self, group_id: str) -> None:
         """Drop every series of a deleted group, its rebalance counter included: series of groups

@@ -20,18 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka.protocol.admin.cluster import DescribeClusterResponse
 from kafka.protocol.admin.groups import DescribeGroupsRequest
-from kafka.protocol.metadata import (
-    ApiVersionsRequest,
-    ApiVersionsResponse,
-    FindCoordinatorResponse,
-    MetadataRequest,
-    MetadataResponse,
-)
+from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
+from connect_bridge.bridge.api_table import RELAY_CAPS, ROWS, SPLIT
 from connect_bridge.bridge.client import KafkaConnection
-from connect_bridge.codecs.messages import API_SPECS, ApiKey, supported_api_versions
+from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.codecs.messages import ApiKey, supported_api_versions
 from connect_bridge.codecs.requests import (
     RequestDecodeError,
     decode_request,
@@ -40,23 +35,13 @@ from connect_bridge.codecs.requests import (
 )
 
 log = logging.getLogger("connect_bridge.proxy")
-_HEADER = struct.Struct(">hhi")
 _I16 = struct.Struct(">h")
 _SIZE = struct.Struct(">i")
 
-PRODUCE, FETCH, METADATA, FIND_COORDINATOR, DESCRIBE_CLUSTER = 0, 1, 3, 10, 60
-DESCRIBE_GROUPS, LIST_GROUPS = 15, 16
-REWRITTEN = {
-    METADATA: MetadataResponse,
-    FIND_COORDINATOR: FindCoordinatorResponse,
-    DESCRIBE_CLUSTER: DescribeClusterResponse,
-}
-"""Responses carrying broker addresses: decoded and rewritten to the bridge's listeners."""
-VERSION_CAPS = {PRODUCE: 9, FETCH: 15}
-"""Produce v10+ / Fetch v16+ may carry NodeEndpoints (leader hints): the bridge does not rewrite them."""
 UNANSWERED_KEPT = 1024
 """acks=0 correlation ids remembered per link, for brokers that answer them anyway."""
-GROUP_KEYED = {ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT, ApiKey.LEAVE_GROUP}
+PRODUCE_FLEXIBLE = 9
+"""Produce's first flexible version (request header with tagged fields, compact strings)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +58,8 @@ class SplitRequest:
 
 @dataclass(frozen=True, slots=True)
 class Broker:
+    """An upstream broker, as its Metadata names it."""
+
     node_id: int
     host: str
     port: int
@@ -90,6 +77,7 @@ class UpstreamCluster:
     coordinated: Callable[[str], bool] = lambda group: True
 
     def listener_port(self, node_id: int) -> int:
+        """Deterministic, so the addresses handed out survive a restart of the bridge."""
         return self.base_port + node_id
 
     async def discover(self) -> None:
@@ -117,9 +105,7 @@ class UpstreamCluster:
         ours = {key: (lo, hi) for key, lo, hi in supported_api_versions()}
         out: dict[int, tuple[int, int]] = {}
         for key, (lo, hi) in self.api_versions.items():
-            hi = min(hi, VERSION_CAPS.get(key, hi))
-            if key in REWRITTEN:
-                hi = min(hi, REWRITTEN[key].max_version)
+            hi = min(hi, RELAY_CAPS.get(key, hi))
             if key in ours:  # answered (or decoded) by the bridge: only versions it decodes
                 lo, hi = max(lo, ours[key][0]), min(hi, ours[key][1])
             if lo <= hi:
@@ -129,30 +115,37 @@ class UpstreamCluster:
         return sorted((k, lo, hi) for k, (lo, hi) in out.items())
 
     # ------------------------------------------------------------------ rewriting
-    def rewrite(
-        self, api_key: int, version: int, correlation_id: int, frame: bytes, header_version: int
-    ) -> bytes:
-        if api_key in API_SPECS:
+    def rewrite(self, api_key: int, version: int, correlation_id: int, frame: bytes) -> bytes:
+        """A relayed response pointed at the bridge's listeners (``ApiRow.rewrite`` says how)."""
+        row = ROWS[api_key]
+        if row.spec is not None:
             response = decode_response(api_key, version, frame, framed=False)
         else:
             # DescribeCluster is not one of the bridge's own APIs (no spec in codecs.messages), so
             # decode_response refuses it: decode with kafka-python's class (header + body).
-            response = REWRITTEN[api_key].decode(frame, version=version, header=True)
+            response = row.response_class.decode(frame, version=version, header=True)
         response._header = None  # re-encoded below with our own header (kafka-python would touch it)
-        if api_key == METADATA:
-            for b in response.brokers:
-                b.host, b.port = self.advertised_host, self.listener_port(b.node_id)
-        elif api_key == DESCRIBE_CLUSTER:
-            for b in response.brokers:
-                b.host, b.port = self.advertised_host, self.listener_port(b.broker_id)
-        elif api_key == FIND_COORDINATOR:
-            if version >= 4:
-                for c in response.coordinators:
-                    if c.error_code == 0:
-                        c.host, c.port = self.advertised_host, self.listener_port(c.node_id)
-            elif response.error_code == 0:
-                response.host, response.port = self.advertised_host, self.listener_port(response.node_id)
+        assert row.rewrite is not None
+        getattr(self, row.rewrite)(response, version)
         return encode_response_frame(api_key, version, correlation_id, response)
+
+    def _point_at_listener(self, entry: Any, node_id: int) -> None:
+        entry.host, entry.port = self.advertised_host, self.listener_port(node_id)
+
+    def rewrite_metadata(self, response: Any, version: int) -> None:
+        """Every broker becomes the bridge's listener for it, so clients keep talking through it."""
+        for b in response.brokers:
+            self._point_at_listener(b, b.node_id)
+
+    def rewrite_describe_cluster(self, response: Any, version: int) -> None:
+        for b in response.brokers:
+            self._point_at_listener(b, b.broker_id)
+
+    def rewrite_find_coordinator(self, response: Any, version: int) -> None:
+        found = response.coordinators if version >= 4 else [response]
+        for c in found:
+            if c.error_code == ErrorCode.NONE:
+                self._point_at_listener(c, c.node_id)
 
     # ------------------------------------------------------------------ split requests
     def split(self, payload: bytes) -> SplitRequest | None:
@@ -165,14 +158,14 @@ class UpstreamCluster:
           bridge's, so ``kafka-consumer-groups --list`` shows the Connect groups as it does on Kafka.
         """
         (api_key,) = _I16.unpack_from(payload, 0)
-        if api_key not in (DESCRIBE_GROUPS, LIST_GROUPS):
+        if api_key not in SPLIT:
             return None
         try:
             request = decode_request(payload, framed=False)
         except RequestDecodeError:
             return None  # the caller's path answers or closes
         version, correlation = request.api_version, request.correlation_id
-        if api_key == LIST_GROUPS:
+        if api_key == ApiKey.LIST_GROUPS:
             return SplitRequest(
                 payload, payload, lambda local, up: self._merge_list(version, correlation, local, up)
             )
@@ -180,7 +173,9 @@ class UpstreamCluster:
         mine = [g for g in groups if self.coordinated(g)]
         if not mine or len(mine) == len(groups):
             return None
-        header = bytes(payload[: request_body_offset(payload, flexible_header=version >= 5)])
+        header = bytes(
+            payload[: request_body_offset(payload, flexible_header=request.spec.request_flexible(version))]
+        )
 
         def part(ids: list[str]) -> bytes:
             body = DescribeGroupsRequest(
@@ -198,7 +193,7 @@ class UpstreamCluster:
     def _merge_describe(
         self, version: int, correlation: int, groups: list[str], local: Any, upstream: bytes
     ) -> bytes:
-        remote = decode_response(DESCRIBE_GROUPS, version, upstream, framed=False)
+        remote = decode_response(ApiKey.DESCRIBE_GROUPS, version, upstream, framed=False)
         remote._header = None
         queues: dict[bool, collections.deque[Any]] = {
             True: collections.deque(local.groups),
@@ -207,19 +202,15 @@ class UpstreamCluster:
         remote.groups = [queues[self.coordinated(g)].popleft() for g in groups]
         if version >= 1:
             remote.throttle_time_ms = max(remote.throttle_time_ms or 0, local.throttle_time_ms or 0)
-        return encode_response_frame(DESCRIBE_GROUPS, version, correlation, remote)
+        return encode_response_frame(ApiKey.DESCRIBE_GROUPS, version, correlation, remote)
 
     def _merge_list(self, version: int, correlation: int, local: Any, upstream: bytes) -> bytes:
-        remote = decode_response(LIST_GROUPS, version, upstream, framed=False)
+        remote = decode_response(ApiKey.LIST_GROUPS, version, upstream, framed=False)
         remote._header = None
-        if remote.error_code == 0:
+        if remote.error_code == ErrorCode.NONE:
             remote.error_code = local.error_code
         remote.groups = [g for g in remote.groups if not self.coordinated(g.group_id)] + list(local.groups)
-        return encode_response_frame(LIST_GROUPS, version, correlation, remote)
-
-    def local_coordinator(self, node_id: int) -> tuple[int, str, int]:
-        """Where clients find a group the bridge coordinates: this very listener (any will do)."""
-        return node_id, self.advertised_host, self.listener_port(node_id)
+        return encode_response_frame(ApiKey.LIST_GROUPS, version, correlation, remote)
 
 
 class UpstreamLink:
@@ -392,8 +383,9 @@ def request_body_offset(payload: bytes | memoryview, flexible_header: bool) -> i
 
 def produce_acks(payload: bytes | memoryview, version: int) -> int:
     """``acks`` of a Produce request (acks=0 gets no response, so none may be queued for it)."""
-    offset = request_body_offset(payload, flexible_header=version >= 9)
-    if version >= 9:
+    flexible = version >= PRODUCE_FLEXIBLE
+    offset = request_body_offset(payload, flexible_header=flexible)
+    if flexible:
         length, offset = _uvarint(payload, offset)
         offset += max(length - 1, 0)
     elif version >= 3:
@@ -420,11 +412,3 @@ def group_matcher(patterns: list[str] | None) -> Callable[[str], bool]:
         return lambda group: True
     compiled = [re.compile(p) for p in patterns]
     return lambda group: any(p.fullmatch(group) for p in compiled)
-
-
-def api_versions_response(cluster: UpstreamCluster) -> Any:
-    keys = [
-        ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi)
-        for k, lo, hi in cluster.advertised_versions()
-    ]
-    return ApiVersionsResponse(error_code=0, api_keys=keys, throttle_time_ms=0)

@@ -9,6 +9,7 @@ pure engine.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import socket
@@ -33,9 +34,11 @@ from connect_bridge.state.limits import INT16_STRING_BYTES, RequestLimits
 MiB = 1024 * 1024
 DEFAULT_MAX_FRAME_BYTES = 100 * MiB
 MAX_INT32 = 2**31 - 1
+MAX_PORT = 65535
 
 _DEFAULTS = CoordinatorConfig()
 _LIMITS = RequestLimits()
+_REQUEST_LIMIT_FIELDS = {f.name for f in dataclasses.fields(RequestLimits)}
 _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _HOST_PORT = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.%\w]+)\]|(?P<host>[^\s:\[\]]+)):(?P<port>\d{1,5})$")
@@ -57,8 +60,8 @@ def parse_host_port(value: str, *, allow_zero_port: bool = False) -> tuple[str, 
     host = match.group("v6") or match.group("host")
     port = int(match.group("port"))
     low = 0 if allow_zero_port else 1
-    if not low <= port <= 65535:
-        raise ValueError(f"port must be in {low}..65535, got {port}")
+    if not low <= port <= MAX_PORT:
+        raise ValueError(f"port must be in {low}..{MAX_PORT}, got {port}")
     return host, port
 
 
@@ -129,32 +132,25 @@ class LimitsSettings(_Strict):
     max_string_bytes: int = Field(_LIMITS.max_string_bytes, gt=0, le=INT16_STRING_BYTES)
     max_bytes_field: int = Field(_LIMITS.max_bytes_field, gt=0)
     max_items: int = Field(_LIMITS.max_items, gt=0)
-    max_request_bytes: int = Field(_LIMITS.max_request_bytes, gt=0, le=32 * 1024 * 1024)
+    max_request_bytes: int = Field(_LIMITS.max_request_bytes, gt=0, le=32 * MiB)
     describe_max_groups: int = Field(_LIMITS.describe_max_groups, gt=0)
     """Groups one DescribeGroups / ConnectGroupDescribe describes; later ones are deferred (14)."""
     describe_max_members: int = Field(_LIMITS.describe_max_members, gt=0)
     describe_max_ids: int = Field(_LIMITS.describe_max_ids, gt=0)
+    """Group ids one describe request may name; more closes the connection."""
     max_cluster_request_bytes: int = Field(_LIMITS.max_cluster_request_bytes, gt=0)
     """Frame size of the cluster APIs the bridge decodes (FindCoordinator, Metadata, describe...)."""
-    """Group ids one describe request may name; more closes the connection."""
     max_inflight_per_connection: int = Field(64, gt=0)
     """Requests read but not yet answered on one connection; past this the bridge stops reading it."""
-    max_buffered_bytes: int = Field(256 * 1024 * 1024, gt=0)
+    max_buffered_bytes: int = Field(256 * MiB, gt=0)
     """Bytes of large frames (over 1 MiB) being read at once over all connections."""
-    heartbeat_cache_bytes: int = Field(16 * 1024 * 1024, gt=0)
+    heartbeat_cache_bytes: int = Field(16 * MiB, gt=0)
     """Memory for the steady-heartbeat cache (request bytes kept per stable member)."""
 
     def to_limits(self) -> RequestLimits:
-        return RequestLimits(
-            max_string_bytes=self.max_string_bytes,
-            max_bytes_field=self.max_bytes_field,
-            max_items=self.max_items,
-            max_request_bytes=self.max_request_bytes,
-            describe_max_groups=self.describe_max_groups,
-            describe_max_members=self.describe_max_members,
-            describe_max_ids=self.describe_max_ids,
-            max_cluster_request_bytes=self.max_cluster_request_bytes,
-        )
+        """The engine's per-request bounds: the fields ``RequestLimits`` has. The others here bound
+        the server (in-flight requests, buffers, caches) and go to ``ServerOptions``."""
+        return RequestLimits(**self.model_dump(include=_REQUEST_LIMIT_FIELDS))
 
 
 class ConfigViewSource(_Strict):
@@ -186,7 +182,7 @@ class BridgeSettings(_Strict):
     listen: ListenAddress = "127.0.0.1:9092"
     advertised_host: str | None = Field(None, min_length=1)
     """Host workers are told to connect to; defaults to the listen host (see ``advertised``)."""
-    advertised_port: int | None = Field(None, ge=1, le=65535)
+    advertised_port: int | None = Field(None, ge=1, le=MAX_PORT)
     state_dir: Path = Path("state")
     metrics_listen: ListenAddress | None = "127.0.0.1:9404"
     """HTTP listener for /metrics, /livez, /readyz; None (or "off") disables it."""
@@ -203,7 +199,7 @@ class BridgeSettings(_Strict):
     """Bootstrap brokers of the real cluster (HOST:PORT); what the bridge does not answer goes there."""
     state_topic: str | None = Field(None, min_length=1)
     """With ``upstream``: keep the state records on this compacted topic instead of ``state_dir``."""
-    proxy_base_port: int | None = Field(None, ge=1, le=65535)
+    proxy_base_port: int | None = Field(None, ge=1, le=MAX_PORT)
     """With ``upstream``: the listener of upstream broker N is on this port + N (default: listen port + 1)."""
     coordinated_groups: list[str] | None = None
     """Regexes of the group ids the bridge coordinates (default: every group embedded; in front of
@@ -244,6 +240,11 @@ class BridgeSettings(_Strict):
     @property
     def upstream_addresses(self) -> list[tuple[str, int]]:
         return [parse_host_port(address) for address in self.upstream]
+
+    @property
+    def upstream_bootstrap(self) -> str:
+        """``upstream`` as kafka-python's ``bootstrap_servers`` (for the state and config topics)."""
+        return ",".join(f"{host}:{port}" for host, port in self.upstream_addresses)
 
     def advertised(self, bound_port: int | None = None) -> tuple[str, int]:
         """The address put in FindCoordinator/Metadata responses.

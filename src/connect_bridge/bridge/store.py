@@ -47,22 +47,27 @@ import fcntl
 import logging
 import os
 import struct
-import threading
-import time
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import BinaryIO, NoReturn, Protocol, Self
+from typing import BinaryIO
 
+from connect_bridge.bridge.store_base import (
+    EncodedRecord,
+    LogStore,
+    RecordStore,
+    StoreBase,
+    StoreError,
+    index_writes,
+)
 from connect_bridge.codecs.errors import CodecError
-from connect_bridge.state.record_codec import decode_record, encode_record
 from connect_bridge.state.records import Record
 
 __all__ = [
     "HEADER",
     "FileRecordStore",
     "MemoryRecordStore",
+    "RecordStore",
     "StoreCorrupted",
     "StoreError",
     "StoreLocked",
@@ -88,21 +93,6 @@ MAX_PAYLOAD = 64 * 1024 * 1024
 
 DEFAULT_COMPACT_MIN_BYTES = 1024 * 1024
 DEFAULT_COMPACT_LIVE_RATIO = 0.5
-
-
-class RecordStore(Protocol):
-    """What the server needs of a store (the file log, the compacted topic, memory for tests):
-    ``load`` once at start, then ``append`` + ``sync`` per commit (``Committer``), ``close`` at stop.
-    Every method may raise :class:`StoreError`."""
-
-    def load(self) -> list[Record]: ...
-    def append(self, records: Sequence[Record]) -> None: ...
-    def sync(self) -> None: ...
-    def close(self) -> None: ...
-
-
-class StoreError(Exception):
-    """Base class for record store failures."""
 
 
 class StoreCorrupted(StoreError):
@@ -200,16 +190,12 @@ def _compacted(records: Sequence[Record]) -> list[Record]:
 
 
 # --------------------------------------------------------------------------- file store
-class FileRecordStore:
+class FileRecordStore(LogStore[BinaryIO]):
     """Append-only checksummed record log with a durable ``sync`` and compaction.
 
-    Use ``open``; the constructor is internal.
-
-    Thread-safe for the bridge's group commit, where ``append`` runs on the event loop while
-    ``sync`` runs in a worker thread: ``_lock`` guards the file handle and the index and is held
-    only briefly (buffer writes, flush, and a compaction's rewrite), while the slow fsync runs
-    outside it so appends keep flowing. ``_sync_lock`` serialises fsync and compaction, so a
-    compaction never swaps the handle under an fsync in progress.
+    Use ``open``; the constructor is internal. The lifecycle, the failure state and the locking
+    are ``LogStore``'s; this class is the file format. ``_sync_lock`` also serialises compaction,
+    so a compaction never swaps the handle under an fsync in progress.
     """
 
     def __init__(
@@ -223,23 +209,15 @@ class FileRecordStore:
     ) -> None:
         self.state_dir = state_dir
         self.path = state_dir / LOG_NAME
+        super().__init__(str(self.path))
         self.compact_min_bytes = compact_min_bytes
         self.compact_live_ratio = compact_live_ratio
         self.auto_compact = auto_compact
         self._lock_fd: int | None = lock_fd
-        self._lock = threading.RLock()
-        self._sync_lock = threading.RLock()
         self._file: BinaryIO | None = None
-        self._failed: BaseException | None = None
         self._dirty = False
-        # key bytes -> latest value bytes, ordered by latest write; tombstoned keys are absent.
-        self._live: dict[bytes, bytes] = {}
         self._frames = 0
         self._size = 0
-        self.fsyncs = 0
-        self.last_fsync_s = 0.0
-        self.total_fsync_s = 0.0
-        self.compactions = 0
 
     @classmethod
     def open(
@@ -258,60 +236,17 @@ class FileRecordStore:
         """
         state_dir = Path(state_dir)
         state_dir.mkdir(parents=True, exist_ok=True)
-        lock_path = state_dir / LOCK_NAME
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            holder = ""
-            try:
-                holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
-            except OSError:
-                pass
-            os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                who = f" (pid {holder})" if holder else ""
-                raise StoreLocked(
-                    f"state directory {state_dir} is locked by another bridge{who}; "
-                    "each bridge needs its own state directory"
-                ) from exc
-            raise StoreError(f"cannot lock {lock_path}: {exc}") from exc
-        # The pid is only for the error message above; the flock is what excludes.
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         return cls(
             state_dir,
-            fd,
+            _lock_state_dir(state_dir),
             compact_min_bytes=compact_min_bytes,
             compact_live_ratio=compact_live_ratio,
             auto_compact=auto_compact,
         )
 
     # ------------------------------------------------------------------ reading
-    def load(self) -> list[Record]:
-        """The live records (latest per key, no tombstones) in the order of their latest write.
-
-        The first call reads and recovers the file (see module docstring); later calls answer from
-        the in-memory index, which every ``append`` keeps current.
-        """
-        with self._lock:
-            self._ensure_loaded()
-            items = list(self._live.items())
-        out = []
-        for key, value in items:
-            try:
-                out.append(decode_record(key, value))
-            except (CodecError, ValueError, KeyError) as exc:
-                # The CRC matched, so these are the bytes we wrote: a format this build cannot
-                # read. Never drop it silently.
-                raise StoreError(f"{self.path}: undecodable record with key {key!r}: {exc}") from exc
-        return out
-
-    def _ensure_loaded(self) -> BinaryIO:
-        """Read and recover the log once; return the handle positioned for appends."""
-        self._check_usable()
-        if self._file is not None:
-            return self._file
+    def _read_log(self) -> dict[bytes, bytes]:
+        """Read and recover the log; leave the handle positioned for appends."""
         tmp = self.state_dir / TMP_NAME
         if tmp.exists():
             log.warning("removing stale %s left by an interrupted compaction", tmp)
@@ -321,7 +256,7 @@ class FileRecordStore:
         f = open(self.path, "r+b")
         try:
             data = f.read()
-            valid_end = self._scan(memoryview(data))
+            valid_end, live = self._scan(memoryview(data))
             if valid_end < len(data):
                 f.truncate(valid_end)
                 os.fsync(f.fileno())
@@ -331,7 +266,13 @@ class FileRecordStore:
             raise
         self._file = f
         self._size = valid_end
-        return f
+        return live
+
+    def _handle(self) -> BinaryIO:
+        """The log's handle, positioned for appends; the log is read first on the first use."""
+        self._ensure_loaded()
+        assert self._file is not None  # set by _read_log, cleared only by close
+        return self._file
 
     def _create(self) -> None:
         """A new log, header included, appears atomically: so a log without its header (an empty
@@ -344,8 +285,7 @@ class FileRecordStore:
         os.replace(new, self.path)
         _fsync_dir(self.state_dir)
 
-    def _scan(self, data: memoryview) -> int:
-        """Index every frame; return the offset where valid data ends."""
+    def _check_header(self, data: memoryview) -> None:
         size = len(data)
         if size < len(HEADER):
             what = "empty" if size == 0 else f"{size} bytes, shorter than its header"
@@ -355,6 +295,11 @@ class FileRecordStore:
         (version,) = struct.unpack_from(">H", data, len(MAGIC))
         if version != VERSION:
             raise StoreCorrupted(self.path, len(MAGIC), f"unsupported log format version {version}")
+
+    def _scan(self, data: memoryview) -> tuple[int, dict[bytes, bytes]]:
+        """Index every frame: the offset where valid data ends, and the live index."""
+        self._check_header(data)
+        size = len(data)
         pos = len(HEADER)
         live: dict[bytes, bytes] = {}
         frames = 0
@@ -374,23 +319,17 @@ class FileRecordStore:
                 break
             pos, key, value = frame
             frames += 1
-            live.pop(key, None)
-            if value is not None:
-                live[key] = value
-        self._live = live
+            index_writes(live, ((key, value),))
         self._frames = frames
-        return pos
+        return pos, live
 
     # ------------------------------------------------------------------ writing
-    def append(self, records: Sequence[Record]) -> None:
-        """Encode and buffer-write records. Not durable until ``sync``.
-
-        Every record is encoded and size-checked before anything is written, so a record the log
+    def _encode(self, records: Sequence[Record]) -> list[EncodedRecord]:
+        """Every record is encoded and size-checked before anything is written, so a record the log
         could never read back (over ``MAX_PAYLOAD``, or not encodable) raises ``StoreError`` and
-        leaves the file as it was.
-        """
+        leaves the file as it was."""
         try:
-            encoded = [encode_record(r) for r in records]
+            encoded = super()._encode(records)
         except (CodecError, ValueError, OverflowError, struct.error) as exc:
             raise StoreError(f"{self.path}: cannot encode a record: {exc}") from exc
         for key, value in encoded:
@@ -399,57 +338,37 @@ class FileRecordStore:
                 raise StoreError(
                     f"{self.path}: a {size}-byte record exceeds the log's {MAX_PAYLOAD}-byte limit"
                 )
-        buf = b"".join(encode_frame(k, v) for k, v in encoded)
-        with self._lock:
-            f = self._ensure_loaded()
-            if not encoded:
-                return
-            try:
-                f.write(buf)
-            except OSError as exc:
-                self._fail(exc)
-            self._size += len(buf)
-            self._frames += len(encoded)
-            self._dirty = True
-            live = self._live
-            for key, value in encoded:
-                live.pop(key, None)
-                if value is not None:
-                    live[key] = value
+        return encoded
 
-    def sync(self) -> None:
-        """Flush and fsync: everything appended so far is durable when this returns.
+    def _write(self, encoded: list[EncodedRecord]) -> None:
+        buf = b"".join([encode_frame(k, v) for k, v in encoded])
+        self._handle().write(buf)
+        self._size += len(buf)
+        self._frames += len(encoded)
+        self._dirty = True
 
-        With ``auto_compact`` the cheap compaction check runs after the fsync, so a commit is
-        durable before any compaction work starts.
-        """
-        with self._sync_lock:
-            start = time.perf_counter()
-            with self._lock:
-                f = self._ensure_loaded()
-                try:
-                    f.flush()
-                except OSError as exc:
-                    self._fail(exc)
-                self._dirty = False
-            try:
-                os.fsync(f.fileno())
-            except OSError as exc:
-                # After a failed fsync the kernel may have dropped the dirty pages and a retry can
-                # "succeed" without writing them (the fsyncgate lesson): never trust the log again.
-                with self._lock:
-                    self._fail(exc)
-            elapsed = time.perf_counter() - start
-            self.fsyncs += 1
-            self.last_fsync_s = elapsed
-            self.total_fsync_s += elapsed
-            if self.auto_compact:
-                self.maybe_compact()
+    def _begin_sync(self) -> BinaryIO:
+        f = self._handle()
+        try:
+            f.flush()
+        except OSError as exc:
+            self._fail(exc)
+        self._dirty = False
+        return f
 
-    def commit(self, records: Sequence[Record]) -> None:
-        """``append`` + ``sync``: the records are durable when this returns."""
-        self.append(records)
-        self.sync()
+    def _finish_sync(self, handoff: BinaryIO) -> None:
+        try:
+            os.fsync(handoff.fileno())
+        except OSError as exc:
+            # After a failed fsync the kernel may have dropped the dirty pages and a retry can
+            # "succeed" without writing them (the fsyncgate lesson): never trust the log again.
+            self._fail_unlocked(exc)
+
+    def _after_sync(self) -> None:
+        """The cheap compaction check runs after the fsync, so a commit is durable before any
+        compaction work starts."""
+        if self.auto_compact:
+            self.maybe_compact()
 
     # ------------------------------------------------------------------ compaction
     @property
@@ -462,17 +381,12 @@ class FileRecordStore:
         """Frames in the log, live or dead."""
         return self._frames
 
-    @property
-    def live_count(self) -> int:
-        """Keys whose latest record is not a tombstone."""
-        return len(self._live)
-
     def should_compact(self) -> bool:
         """The cheap check: the file is big and mostly dead. Call with ``_lock`` held or racy."""
         return (
             self._frames > 0
             and self._size > self.compact_min_bytes
-            and len(self._live) < self.compact_live_ratio * self._frames
+            and self.live_count < self.compact_live_ratio * self._frames
         )
 
     def maybe_compact(self) -> bool:
@@ -494,13 +408,22 @@ class FileRecordStore:
         Appends wait for the rewrite (they must land in the new file), fsyncs cannot overlap it.
         """
         with self._sync_lock, self._lock:
-            self._compact()
+            old = self._handle()
+            before = self._size
+            frames = [encode_frame(k, v) for k, v in self._ensure_loaded().items()]
+            new_size = self._write_compacted(frames)
+            if new_size is None:
+                return
+            self._reopen(old, new_size)
+            self._frames = len(frames)
+            self.compactions += 1
+            log.info(
+                "%s: compacted %d -> %d bytes (%d live records)", self.path, before, new_size, len(frames)
+            )
 
-    def _compact(self) -> None:
-        old = self._ensure_loaded()
+    def _write_compacted(self, frames: list[bytes]) -> int | None:
+        """Write the compacted log and rename it over the log; its size, or None if that failed."""
         tmp = self.state_dir / TMP_NAME
-        before = self._size
-        frames = [encode_frame(k, v) for k, v in self._live.items()]
         try:
             with open(tmp, "wb") as out:
                 out.write(HEADER)
@@ -512,7 +435,11 @@ class FileRecordStore:
         except OSError as exc:
             log.warning("%s: compaction failed, keeping the current log: %s", self.path, exc)
             tmp.unlink(missing_ok=True)
-            return
+            return None
+        return new_size
+
+    def _reopen(self, old: BinaryIO, new_size: int) -> None:
+        """Switch appends to the renamed compacted log."""
         try:
             _fsync_dir(self.state_dir)
             new = open(self.path, "r+b")  # owned by the store until close()
@@ -527,57 +454,57 @@ class FileRecordStore:
             except OSError:
                 pass
         self._size = new_size
-        self._frames = len(frames)
         self._dirty = False
-        self.compactions += 1
-        log.info("%s: compacted %d -> %d bytes (%d live records)", self.path, before, new_size, len(frames))
 
     # ------------------------------------------------------------------ lifecycle
-    def close(self) -> None:
-        """Sync anything appended, close the log and release the lock. Idempotent."""
-        with self._sync_lock, self._lock:
-            self._close()
+    def _unsynced(self) -> bool:
+        return self._file is not None and self._dirty
 
-    def _close(self) -> None:
+    def _flush_on_close(self) -> None:
+        assert self._file is not None  # _unsynced checked it
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+    def _release(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:
+                pass
+            self._file = None
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
+
+
+def _lock_state_dir(state_dir: Path) -> int:
+    """Take the state directory's exclusive ``flock``; the lock file's descriptor, which holds it."""
+    lock_path = state_dir / LOCK_NAME
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        holder = ""
         try:
-            if self._file is not None and self._failed is None and self._dirty:
-                self._file.flush()
-                os.fsync(self._file.fileno())
-        finally:
-            if self._file is not None:
-                try:
-                    self._file.close()
-                except OSError:
-                    pass
-                self._file = None
-            if self._lock_fd is not None:
-                os.close(self._lock_fd)  # releases the flock
-                self._lock_fd = None
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    def _check_usable(self) -> None:
-        if self._lock_fd is None:
-            raise StoreError(f"{self.path}: store is closed")
-        if self._failed is not None:
-            raise StoreError(f"{self.path}: store failed earlier: {self._failed}") from self._failed
-
-    def _fail(self, exc: OSError) -> NoReturn:
-        self._failed = exc
-        raise StoreError(f"{self.path}: write failed: {exc}") from exc
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+        except OSError:
+            pass
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            who = f" (pid {holder})" if holder else ""
+            raise StoreLocked(
+                f"state directory {state_dir} is locked by another bridge{who}; "
+                "each bridge needs its own state directory"
+            ) from exc
+        raise StoreError(f"cannot lock {lock_path}: {exc}") from exc
+    # The pid is only for the error message above; the flock is what excludes.
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
 
 
 # --------------------------------------------------------------------------- memory store
-class MemoryRecordStore:
+class MemoryRecordStore(StoreBase):
     """The ``FileRecordStore`` interface in memory, for tests and simulated-time drills.
 
     It keeps ``Record`` objects rather than bytes so a drill at thousands of rebalances per second
@@ -586,13 +513,10 @@ class MemoryRecordStore:
     """
 
     def __init__(self) -> None:
+        super().__init__()
         self._synced: list[Record] = []
         self._pending: list[Record] = []
         self._closed = False
-        self.fsyncs = 0
-        self.last_fsync_s = 0.0
-        self.total_fsync_s = 0.0
-        self.compactions = 0
 
     @classmethod
     def open(cls, state_dir: Path | None = None) -> MemoryRecordStore:
@@ -611,12 +535,7 @@ class MemoryRecordStore:
         self._check_open()
         self._synced.extend(self._pending)
         self._pending.clear()
-        self.fsyncs += 1
-        self.last_fsync_s = 0.0
-
-    def commit(self, records: Sequence[Record]) -> None:
-        self.append(records)
-        self.sync()
+        self._count_sync(0.0)
 
     def maybe_compact(self) -> bool:
         """Always compacts the synced part (cheap in memory); True if it dropped anything."""
@@ -639,17 +558,6 @@ class MemoryRecordStore:
         if not self._closed:
             self.sync()
         self._closed = True
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _check_open(self) -> None:
         if self._closed:

@@ -32,16 +32,16 @@ each bridge its own topic is the operator's job (docs/upstream.md).
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Sequence
-from types import TracebackType
-from typing import Any, NoReturn, Self
+from typing import Any
 
-from connect_bridge.bridge.store import StoreError
-from connect_bridge.codecs.errors import CodecError
-from connect_bridge.state.record_codec import decode_record, encode_record
-from connect_bridge.state.records import Record
+from connect_bridge.bridge.store_base import (
+    EncodedRecord,
+    LogStore,
+    StoreError,
+    assign_partition_zero,
+    index_writes,
+)
 
 __all__ = ["TopicRecordStore", "ensure_state_topic"]
 
@@ -50,6 +50,20 @@ log = logging.getLogger(__name__)
 DEFAULT_LOAD_TIMEOUT_S = 60.0
 DEFAULT_SYNC_TIMEOUT_S = 30.0
 STATE_TOPIC_CONFIGS = {"cleanup.policy": "compact"}
+STATE_CLIENT_ID = "connect-bridge-state"
+LOADER_CLIENT_ID = "connect-bridge-state-loader"
+LOAD_POLL_MS = 200
+LOAD_POLL_MAX_RECORDS = 5000
+LOAD_FETCH_MAX_WAIT_MS = 100
+SYNC_FLUSH_MARGIN_S = 5
+"""``sync`` waits this much longer than the delivery timeout, so a record that cannot be delivered
+fails with its own error rather than with flush's generic timeout."""
+MIN_DELIVERY_TIMEOUT_MS = 1000
+MAX_REQUEST_TIMEOUT_MS = 30000
+"""kafka-python's own default: a sync timeout above it still gives up on one request after 30 s."""
+
+PendingSend = tuple[bytes, Any]
+"""(key, kafka-python send future) of a record handed to the producer and not yet checked by sync."""
 
 
 def ensure_state_topic(
@@ -68,9 +82,7 @@ def ensure_state_topic(
     from kafka.admin import NewTopic
     from kafka.errors import TopicAlreadyExistsError
 
-    admin = KafkaAdminClient(
-        bootstrap_servers=bootstrap, client_id="connect-bridge-state", **(client_options or {})
-    )
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=STATE_CLIENT_ID, **(client_options or {}))
     try:
         new = NewTopic(topic, 1, replication_factor, topic_configs={**STATE_TOPIC_CONFIGS, **(configs or {})})
         try:
@@ -83,13 +95,15 @@ def ensure_state_topic(
         admin.close()
 
 
-class TopicRecordStore:
+class TopicRecordStore(LogStore[list[PendingSend]]):
     """The bridge's records on a compacted topic. Use ``open``; the constructor is internal.
 
-    Thread-safe in the same way as ``FileRecordStore``: ``append`` runs on the event loop while
-    ``sync`` runs in a worker thread. ``_lock`` guards the index and the list of unchecked sends and
-    is held only briefly; ``_sync_lock`` serialises syncs (and close).
+    The lifecycle, the failure state and the locking are ``LogStore``'s (the file store's twin);
+    this class is the producer and the reader. ``_pending`` holds the sends not yet checked by a
+    sync and is guarded by ``_lock``.
     """
+
+    _WRITE_ERRORS = (Exception,)  # kafka-python raises its own errors and plain ones from send()
 
     def __init__(
         self,
@@ -101,24 +115,15 @@ class TopicRecordStore:
         sync_timeout_s: float,
         client_options: dict[str, Any],
     ) -> None:
+        super().__init__(f"state topic {topic!r}")
         self.bootstrap = bootstrap
         self.topic = topic
         self.load_timeout_s = load_timeout_s
         self.sync_timeout_s = sync_timeout_s
         self._client_options = client_options
         self._producer: Any = producer
-        self._lock = threading.RLock()
-        self._sync_lock = threading.RLock()
-        self._pending: list[tuple[bytes, Any]] = []  # (key, send future) not yet checked by sync
-        self._live: dict[bytes, bytes] | None = None  # None until the topic was read
-        self._failed: BaseException | None = None
-        self._closed = False
+        self._pending: list[PendingSend] = []
         self.records_read = 0
-        self.records_written = 0
-        self.fsyncs = 0
-        self.last_fsync_s = 0.0
-        self.total_fsync_s = 0.0
-        self.compactions = 0  # the broker compacts; kept for interface parity
 
     @classmethod
     def open(
@@ -137,7 +142,6 @@ class TopicRecordStore:
 
         ``client_options`` go to every kafka-python client (security settings and the like).
         """
-        from kafka import KafkaProducer
         from kafka.errors import KafkaError
 
         options = dict(client_options or {})
@@ -150,22 +154,7 @@ class TopicRecordStore:
                     configs=topic_configs,
                     client_options=options,
                 )
-            # A send not acknowledged within sync_timeout_s fails (and with it the store) instead of
-            # being retried for kafka-python's default two minutes: sync's flush then returns in time
-            # and close() is not left with undeliverable records.
-            delivery_ms = max(1000, int(sync_timeout_s * 1000))
-            producer = KafkaProducer(
-                **{
-                    "bootstrap_servers": bootstrap,
-                    "client_id": "connect-bridge-state",
-                    "acks": "all",
-                    "enable_idempotence": True,  # retries never duplicate or reorder records
-                    "linger_ms": 0,
-                    "delivery_timeout_ms": delivery_ms,
-                    "request_timeout_ms": min(30000, delivery_ms),
-                    **options,
-                }
-            )
+            producer = _state_producer(bootstrap, sync_timeout_s, options)
         except KafkaError as exc:
             raise StoreError(f"state topic {topic!r} on {bootstrap}: {exc}") from exc
         return cls(
@@ -178,189 +167,128 @@ class TopicRecordStore:
         )
 
     # ------------------------------------------------------------------ reading
-    def load(self) -> list[Record]:
-        """The live records (latest per key, no tombstones) in the order of their latest write."""
-        with self._lock:
-            live = self._ensure_loaded()
-            items = list(live.items())
-        out = []
-        for key, value in items:
-            try:
-                out.append(decode_record(key, value))
-            except (CodecError, ValueError, KeyError) as exc:
-                raise StoreError(
-                    f"state topic {self.topic!r}: undecodable record with key {key!r}: {exc}"
-                ) from exc
-        return out
-
-    def _ensure_loaded(self) -> dict[bytes, bytes]:
-        self._check_usable()
-        if self._live is None:
-            self._live = self._read_topic()
-        return self._live
-
-    def _read_topic(self) -> dict[bytes, bytes]:
+    def _read_log(self) -> dict[bytes, bytes]:
         """Read partition 0 from the beginning to the end; latest value per key, tombstones dropped."""
-        from kafka import KafkaConsumer, TopicPartition
+        from kafka import KafkaConsumer
         from kafka.errors import KafkaError
 
         try:
             consumer = KafkaConsumer(
                 bootstrap_servers=self.bootstrap,
-                client_id="connect-bridge-state-loader",
+                client_id=LOADER_CLIENT_ID,
                 group_id=None,
                 enable_auto_commit=False,
                 auto_offset_reset="earliest",
-                fetch_max_wait_ms=100,
+                fetch_max_wait_ms=LOAD_FETCH_MAX_WAIT_MS,
                 **self._client_options,
             )
         except KafkaError as exc:
-            raise StoreError(
-                f"state topic {self.topic!r}: cannot connect to {self.bootstrap}: {exc}"
-            ) from exc
+            raise StoreError(f"{self.where}: cannot connect to {self.bootstrap}: {exc}") from exc
         live: dict[bytes, bytes] = {}
         try:
-            partitions = consumer.partitions_for_topic(self.topic)
-            if not partitions:
-                raise StoreError(f"state topic {self.topic!r} does not exist on {self.bootstrap}")
-            if len(partitions) > 1:
-                log.warning(
-                    "state topic %r has %d partitions; only partition 0 is used", self.topic, len(partitions)
-                )
-            tp = TopicPartition(self.topic, 0)
-            consumer.assign([tp])
-            consumer.seek_to_beginning(tp)
-            deadline = time.monotonic() + self.load_timeout_s
-            while True:
-                highwater = consumer.highwater(tp)
-                end = highwater if highwater is not None else consumer.end_offsets([tp])[tp]
-                if consumer.position(tp) >= end:
-                    break
-                if time.monotonic() >= deadline:
-                    raise StoreError(
-                        f"state topic {self.topic!r}: not read to its end ({end}) within "
-                        f"{self.load_timeout_s:.0f}s (at offset {consumer.position(tp)})"
-                    )
-                for records in consumer.poll(timeout_ms=200, max_records=5000).values():
-                    for r in records:
-                        self.records_read += 1
-                        if r.key is None:
-                            log.warning(
-                                "state topic %r: ignoring a record without key at offset %d",
-                                self.topic,
-                                r.offset,
-                            )
-                            continue
-                        live.pop(r.key, None)
-                        if r.value is not None:
-                            live[r.key] = r.value
+            missing = StoreError(f"{self.where} does not exist on {self.bootstrap}")
+            many = "state topic %r has %d partitions; only partition 0 is used"
+            tp = assign_partition_zero(consumer, self.topic, missing, log, many)
+            self._read_to_end(consumer, tp, live)
         except KafkaError as exc:
-            raise StoreError(f"state topic {self.topic!r}: read failed: {exc}") from exc
+            raise StoreError(f"{self.where}: read failed: {exc}") from exc
         finally:
             consumer.close()
         log.info("state topic %r: %d live records from %d read", self.topic, len(live), self.records_read)
         return live
 
-    # ------------------------------------------------------------------ writing
-    def append(self, records: Sequence[Record]) -> None:
-        """Hand the records to the producer. Not durable until ``sync``."""
-        encoded = [encode_record(r) for r in records]
-        with self._lock:
-            live = self._ensure_loaded()
-            if not encoded:
+    def _read_to_end(self, consumer: Any, tp: Any, live: dict[bytes, bytes]) -> None:
+        """Poll into ``live`` until the position reaches the end (module docstring: "the end")."""
+        deadline = time.monotonic() + self.load_timeout_s
+        while True:
+            highwater = consumer.highwater(tp)
+            end = highwater if highwater is not None else consumer.end_offsets([tp])[tp]
+            if consumer.position(tp) >= end:
                 return
-            try:
-                for key, value in encoded:
-                    future = self._producer.send(self.topic, key=key, value=value, partition=0)
-                    self._pending.append((key, future))
-            except Exception as exc:
-                self._fail(exc)
-            self.records_written += len(encoded)
-            for key, value in encoded:
-                live.pop(key, None)
-                if value is not None:
-                    live[key] = value
+            if time.monotonic() >= deadline:
+                raise StoreError(
+                    f"{self.where}: not read to its end ({end}) within "
+                    f"{self.load_timeout_s:.0f}s (at offset {consumer.position(tp)})"
+                )
+            for records in consumer.poll(timeout_ms=LOAD_POLL_MS, max_records=LOAD_POLL_MAX_RECORDS).values():
+                self.records_read += len(records)
+                index_writes(live, self._keyed(records))
 
-    def sync(self) -> None:
-        """Flush the producer; ``StoreError`` (and failed for good) if a send since the last sync failed."""
-        with self._sync_lock:
-            start = time.perf_counter()
-            with self._lock:
-                self._check_usable()
-                pending, self._pending = self._pending, []
-            try:
-                # Records expire after sync_timeout_s (delivery timeout); the margin lets them fail
-                # with their own error rather than flush's generic timeout.
-                self._producer.flush(timeout=self.sync_timeout_s + 5)
-            except Exception as exc:
-                with self._lock:
-                    self._fail(exc)
-            for key, future in pending:
-                if not future.is_done:
-                    with self._lock:
-                        self._fail(TimeoutError(f"send of key {key!r} not acknowledged after flush"))
-                if future.failed():
-                    with self._lock:
-                        self._fail(future.exception)
-            elapsed = time.perf_counter() - start
-            self.fsyncs += 1
-            self.last_fsync_s = elapsed
-            self.total_fsync_s += elapsed
+    def _keyed(self, records: list[Any]) -> list[tuple[bytes, bytes | None]]:
+        """(key, value) of the records; one without a key is not ours and is skipped, logged."""
+        out = []
+        for r in records:
+            if r.key is None:
+                log.warning(
+                    "state topic %r: ignoring a record without key at offset %d", self.topic, r.offset
+                )
+                continue
+            out.append((r.key, r.value))
+        return out
 
-    def commit(self, records: Sequence[Record]) -> None:
-        """``append`` + ``sync``: the records are acknowledged when this returns."""
-        self.append(records)
-        self.sync()
+    # ------------------------------------------------------------------ writing
+    def _write(self, encoded: list[EncodedRecord]) -> None:
+        """Hand the records to the producer."""
+        for key, value in encoded:
+            future = self._producer.send(self.topic, key=key, value=value, partition=0)
+            self._pending.append((key, future))
 
-    def maybe_compact(self) -> bool:
-        """The broker compacts the topic; nothing to do here."""
-        return False
+    def _begin_sync(self) -> list[PendingSend]:
+        self._check_usable()
+        pending, self._pending = self._pending, []
+        return pending
 
-    @property
-    def live_count(self) -> int:
-        """Keys whose latest record is not a tombstone (0 before the topic was read)."""
-        return len(self._live or {})
+    def _finish_sync(self, handoff: list[PendingSend]) -> None:
+        """Flush the producer and check every send since the last sync: each must be acknowledged."""
+        try:
+            # Records expire after sync_timeout_s (delivery timeout); see SYNC_FLUSH_MARGIN_S.
+            self._producer.flush(timeout=self.sync_timeout_s + SYNC_FLUSH_MARGIN_S)
+        except Exception as exc:
+            self._fail_unlocked(exc)
+        for key, future in handoff:
+            if not future.is_done:
+                self._fail_unlocked(TimeoutError(f"send of key {key!r} not acknowledged after flush"))
+            if future.failed():
+                self._fail_unlocked(future.exception)
 
     # ------------------------------------------------------------------ lifecycle
-    def close(self) -> None:
-        """Sync anything appended and close the producer. Idempotent."""
-        with self._sync_lock:
-            if self._closed:
-                return
-            try:
-                if self._failed is None and self._pending:
-                    self.sync()
-            finally:
-                self._closed = True
-                try:
-                    self._producer.close(timeout=self.sync_timeout_s)
-                except Exception:
-                    # kafka-python's close() flushes first and, when that times out, raises before
-                    # stopping its sender thread (which would then retry forever): stop it ourselves.
-                    log.warning("state topic %r: producer did not close cleanly", self.topic, exc_info=True)
-                    sender = getattr(self._producer, "_sender", None)
-                    if sender is not None:
-                        sender.force_close()
+    def _unsynced(self) -> bool:
+        return bool(self._pending)
 
-    def __enter__(self) -> Self:
-        return self
+    def _flush_on_close(self) -> None:
+        self.sync()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+    def _release(self) -> None:
+        try:
+            self._producer.close(timeout=self.sync_timeout_s)
+        except Exception:
+            # kafka-python's close() flushes first and, when that times out, raises before
+            # stopping its sender thread (which would then retry forever): stop it ourselves.
+            log.warning("state topic %r: producer did not close cleanly", self.topic, exc_info=True)
+            sender = getattr(self._producer, "_sender", None)
+            if sender is not None:
+                sender.force_close()
 
-    def _check_usable(self) -> None:
-        if self._closed:
-            raise StoreError(f"state topic {self.topic!r}: store is closed")
-        if self._failed is not None:
-            raise StoreError(
-                f"state topic {self.topic!r}: store failed earlier: {self._failed}"
-            ) from self._failed
 
-    def _fail(self, exc: BaseException | None) -> NoReturn:
-        self._failed = exc or StoreError("unknown send failure")
-        raise StoreError(f"state topic {self.topic!r}: write failed: {self._failed}") from exc
+def _state_producer(bootstrap: str | list[str], sync_timeout_s: float, options: dict[str, Any]) -> Any:
+    """An idempotent ``acks=all`` producer whose sends fail after ``sync_timeout_s``.
+
+    A send not acknowledged within sync_timeout_s fails (and with it the store) instead of being
+    retried for kafka-python's default two minutes: sync's flush then returns in time and close()
+    is not left with undeliverable records.
+    """
+    from kafka import KafkaProducer
+
+    delivery_ms = max(MIN_DELIVERY_TIMEOUT_MS, int(sync_timeout_s * 1000))
+    return KafkaProducer(
+        **{
+            "bootstrap_servers": bootstrap,
+            "client_id": STATE_CLIENT_ID,
+            "acks": "all",
+            "enable_idempotence": True,  # retries never duplicate or reorder records
+            "linger_ms": 0,
+            "delivery_timeout_ms": delivery_ms,
+            "request_timeout_ms": min(MAX_REQUEST_TIMEOUT_MS, delivery_ms),
+            **options,
+        }
+    )

@@ -16,6 +16,7 @@ class ErrorCode(IntEnum):
 
     UNKNOWN_SERVER_ERROR = -1
     NONE = 0
+    UNKNOWN_TOPIC_OR_PARTITION = 3
     COORDINATOR_LOAD_IN_PROGRESS = 14
     COORDINATOR_NOT_AVAILABLE = 15
     NOT_COORDINATOR = 16
@@ -35,6 +36,7 @@ class ErrorCode(IntEnum):
     UNSTABLE_OFFSET_COMMIT = 88
     FENCED_MEMBER_EPOCH = 110
     UNRELEASED_INSTANCE_ID = 111
+    UNKNOWN_TOPIC_ID = 100
     UNSUPPORTED_ASSIGNOR = 112
     # The Connect draft's new errors (not Apache Kafka codes).
     COMPUTE_ASSIGNMENT = 1000
@@ -49,6 +51,7 @@ NEW_ERROR_CODES: frozenset[ErrorCode] = frozenset(
 DEFAULT_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.UNKNOWN_SERVER_ERROR: "The server experienced an unexpected error when processing the request.",
     ErrorCode.NONE: "",
+    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION: "This server does not host this topic-partition.",
     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS: "The coordinator is loading and hence can't process requests.",
     ErrorCode.COORDINATOR_NOT_AVAILABLE: "The coordinator is not available.",
     ErrorCode.NOT_COORDINATOR: "This is not the correct coordinator.",
@@ -87,6 +90,7 @@ DEFAULT_MESSAGES: dict[ErrorCode, str] = {
     ErrorCode.UNRELEASED_INSTANCE_ID: (
         "The instance ID is still used by another member in the consumer group. That member must leave first."
     ),
+    ErrorCode.UNKNOWN_TOPIC_ID: "This server does not host this topic ID.",
     ErrorCode.UNSUPPORTED_ASSIGNOR: (
         "The assignor or its version range is not supported by the consumer group."
     ),

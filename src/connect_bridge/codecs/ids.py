@@ -27,10 +27,6 @@ class ConnectorTaskId(NamedTuple):
         return self.connector if self.is_connector else f"{self.connector}-{self.task}"
 
 
-def connector_instance(name: str) -> ConnectorTaskId:
-    return ConnectorTaskId(name, CONNECTOR_TASK)
-
-
 def configured_items(connectors: dict[str, int]) -> frozenset[ConnectorTaskId]:
     """Every item a config view asks to run: each connector instance plus tasks 0..n-1."""
     out: set[ConnectorTaskId] = set()

@@ -4,6 +4,10 @@ The classic group APIs are kafka-python's own classes (generated from Apache Kaf
 Connect group APIs are our JSON specs in ``codecs/specs`` loaded by the same engine, so one decoder and
 one encoder cover both. The registry is a table rather than code so ApiVersions, the request decoder
 and the docs cannot disagree about what is supported.
+
+This is the codec's half of the one-row-per-API table: the message classes and versions, which the
+request decoder needs below the bridge. The bridge's half (routing, frame bounds, handler, wire
+conversion) is ``bridge.api_table``, which checks at import that every API decoded here has its row.
 """
 
 from __future__ import annotations
@@ -122,8 +126,12 @@ class ConnectGroupDescribeResponse(ApiMessage, load_json=specs):
 
 
 class ApiKey(IntEnum):
-    """API keys the bridge decodes itself (everything else is relayed upstream undecoded)."""
+    """API keys the bridge knows by name: the ones it decodes (each has an :class:`ApiSpec` in
+    :data:`API_SPECS`) and the relayed ones it treats specially (``bridge.api_table``); every other
+    key is relayed upstream undecoded."""
 
+    PRODUCE = 0
+    FETCH = 1
     METADATA = 3
     FIND_COORDINATOR = 10
     JOIN_GROUP = 11
@@ -133,6 +141,7 @@ class ApiKey(IntEnum):
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
     API_VERSIONS = 18
+    DESCRIBE_CLUSTER = 60
     CONNECT_GROUP_HEARTBEAT = 1000
     CONNECT_GROUP_PREPARE_ASSIGNMENT = 1001
     CONNECT_GROUP_INSTALL_ASSIGNMENT = 1002

@@ -1,0 +1,123 @@
+"""What the server keeps per client connection, and the connection-level guards it shares.
+
+Split from ``server.py`` so the relay (``server_relay.py``) and the server speak of the same
+connection without importing each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import resource
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from connect_bridge.bridge.proxy import UpstreamLink
+
+log = logging.getLogger("connect_bridge.server")
+
+FILES_RESERVED = 64
+"""Open files kept for the state log, the metrics listener, upstream links and the executor."""
+
+
+@dataclass(frozen=True, slots=True)
+class Answering:
+    """What encoding an answer needs from its request."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+
+
+@dataclass(slots=True, eq=False)
+class Connection:
+    """One client connection: its streams, its upstream links and its queue of answers."""
+
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    host: str
+    node_id: int = 0
+    """The upstream broker this listener stands for (proxy mode)."""
+    links: dict[int, UpstreamLink] = field(default_factory=dict)
+    queue: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
+    pending: int = 0
+    """Responses queued or being written: a new one may skip the queue only when this is 0."""
+    last_read: float = field(default_factory=time.monotonic)
+    answered: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set whenever a queued response went out (the reader waits on it at the in-flight limit)."""
+
+
+class RateLimited:
+    """A warning that a client can trigger at will: logged at most once a second, with a count."""
+
+    def __init__(self, interval_s: float = 1.0) -> None:
+        self.interval_s = interval_s
+        self.suppressed = 0
+        self.last = -1e9
+
+    def log(self, message: str, *args: Any) -> None:
+        """Log now, or count it towards the next line if one went out in the last interval."""
+        now = time.monotonic()
+        if now - self.last < self.interval_s:
+            self.suppressed += 1
+            return
+        more = f" ({self.suppressed} more since the last report)" if self.suppressed else ""
+        log.warning(message + more, *args)
+        self.last = now
+        self.suppressed = 0
+
+
+class AcceptFailures:
+    """The event loop's exception handler: an out-of-resource accept failure is logged as one line
+    per second at most, with no traceback (at the open-file limit every accept fails)."""
+
+    def __init__(self) -> None:
+        self.failed = RateLimited()
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and "out of system resource" in str(context.get("message", "")):
+            self.failed.log(
+                "cannot accept connections: %s; raise the open-file limit (ulimit -n) or lower "
+                "max_connections",
+                exc.strerror or exc,
+            )
+            return
+        loop.default_exception_handler(context)
+
+
+def connections_the_open_files_allow(max_connections: int) -> int:
+    """``max_connections``, lowered below the open-file limit (raised to its hard limit first): at
+    the limit every accept fails, and each failure used to log a traceback (issue 11.8)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or hard > soft):
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+    if soft == resource.RLIM_INFINITY:
+        return max_connections
+    room = max(1, soft - min(FILES_RESERVED, soft // 4))
+    if max_connections > room:
+        log.warning(
+            "max_connections %d is above what the open-file limit %d allows: using %d",
+            max_connections,
+            soft,
+            room,
+        )
+        return room
+    return max_connections
+
+
+async def idle_watchdog(conn: Connection, idle_s: float) -> None:
+    """Close a connection that sent nothing for ``idle_s`` (one timer per connection, not one per
+    read: a timeout around every read costs more than the heartbeat itself)."""
+    while True:
+        remaining = conn.last_read + idle_s - time.monotonic()
+        if remaining <= 0:
+            # abort, not close: a client that never reads keeps close() waiting for a flush
+            log.info("closing idle connection from %s", conn.host)
+            conn.writer.transport.abort()
+            return
+        await asyncio.sleep(remaining)

@@ -1,0 +1,40 @@
+"""What a bridge server is told at start: listeners, bounds, and the upstream cluster (if any).
+
+Apart from ``server.py`` so settings and tests can build options without the server's imports;
+``server.ServerOptions`` is the same class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from connect_bridge.state.config import CoordinatorConfig
+from connect_bridge.state.limits import RequestLimits
+
+
+@dataclass
+class ServerOptions:
+    """The ``serve`` settings the server itself reads (``settings.py`` maps the YAML onto these)."""
+
+    host: str = "127.0.0.1"
+    port: int = 9092
+    advertised_host: str | None = None
+    advertised_port: int | None = None
+    max_frame_bytes: int = 100 * 1024 * 1024
+    max_connections: int = 10_000
+    idle_timeout_ms: int = 600_000
+    config_group: str | None = None
+    """Group the watched config view applies to (None: every group)."""
+    coordinator: CoordinatorConfig = field(default_factory=CoordinatorConfig)
+    upstream: list[tuple[str, int]] = field(default_factory=list)
+    """Bootstrap brokers of the real cluster; empty = embedded mode (the bridge is the only broker)."""
+    proxy_base_port: int | None = None
+    """Listener port of upstream broker N is base + N (default: the listen port + 1)."""
+    coordinated_groups: list[str] | None = None
+    """Regexes of the groups the bridge coordinates; None = all (embedded) / 'connect.*' (proxy)."""
+    limits: RequestLimits = field(default_factory=RequestLimits)
+    max_inflight_per_connection: int = 64
+    """Requests read and not yet answered on one connection before the bridge stops reading it."""
+    max_buffered_bytes: int = 256 * 1024 * 1024
+    """Bytes of large frames being read at once, over all connections."""
+    heartbeat_cache_bytes: int = 16 * 1024 * 1024
