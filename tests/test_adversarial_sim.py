@@ -70,7 +70,10 @@ def test_duplicated_requests_and_a_late_sync_keep_the_group_exclusive() -> None:
              {"at_ms": 10_000, "action": "duplicate_requests", "worker": "w2", "count": 3},
              {"at_ms": 11_000, "action": "delay_sync", "worker": "w1", "delay_ms": 4_000},
              {"at_ms": 12_000, "action": "start", "worker": "w3", "protocol": "compatible"}]
-    drill(steps)
+    _, events = drill(steps)
+    summary = check(events, end_ms=200_000)
+    assert summary.exclusive and summary.converged and summary.balanced, summary
+    assert of(events, "w3", 12_000, 200_000, "run"), "the worker joining amid the duplicates gets work"
 
 
 def test_a_partitioned_new_worker_fences_itself_and_comes_back() -> None:
@@ -371,7 +374,8 @@ def test_misbehaviour_during_a_restarts_downtime_or_after_a_protocol_change_is_c
     with pytest.raises(ScenarioError, match="speaks new"):  # it came back speaking new
         load_scenario(doc)
     doc["steps"][-1] = {"at_ms": 6_000, "action": "pause", "worker": "w1", "duration_ms": 1_000}
-    load_scenario(doc)
+    loaded = [(s.at_ms, s.action) for s in load_scenario(doc).steps]
+    assert loaded[-2:] == [(1_000, "restart"), (6_000, "pause")]
 
 
 def test_the_plain_generator_output_is_pinned() -> None:

@@ -149,6 +149,17 @@ def test_pandas_baseline_equals_the_checker(tmp_path: Path) -> None:
     assert jsonl == {k: got["overlap"][k] for k in jsonl}
 
 
+def test_pandas_baseline_reads_a_lone_empty_log_as_an_ok_drill(tmp_path: Path) -> None:
+    """An empty events.jsonl on its own used to fail with KeyError('worker'): its marker row
+    lacked the columns a log with events has."""
+    (tmp_path / "quiet").mkdir()
+    (tmp_path / "quiet" / "events.jsonl").write_text("")
+    doc = baseline.analyze_pandas([tmp_path])
+    (drill,) = doc["drills"]
+    assert drill["name"] == "quiet" and drill["events"] == 0 and drill["converged"] and drill["balanced"]
+    assert doc["totals"]["ok"] == 1
+
+
 def test_failed_drill_is_written_out_and_replayable(spark, tmp_path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
     real_analyze = fleet.analyze
     seed, count = 11, 3

@@ -338,7 +338,7 @@ def test_leader_on_the_default_protocol_deals_complete_sets_at_v0() -> None:
 def test_perform_assignment_hook_accepts_a_mapping() -> None:
     w = make("eager")
     w.protocols()
-    w._led = (0, "default", frozenset({"m1"}))  # it led generation 0 eagerly: no downgrade round
+    w._leader.led = (0, "default", frozenset({"m1"}))  # it led generation 0 eagerly: no downgrade round
     out = w.perform_assignment("m1", "default", {"m1": encode_subscription(Subscription(URL, 5), 0)}, 1, 0)
     assert frozenset(decode_assignment(out["m1"]).items) == ids("A", "A-0", "A-1", "B", "B-0")
 
@@ -443,7 +443,8 @@ def test_sync_illegal_generation_keeps_the_member_id_and_restarts_the_rebalance(
     r = w.on_sync_response(SyncGroupResponse(ErrorCode.ILLEGAL_GENERATION), 3_001)
     assert r.rejoin and (w.generation, w.member_id) == (-1, "m1")
     assert w.prepare_join(3_001).stop == frozenset()  # prepare runs again; nothing left to stop
-    w.join_request(3_001)
+    rejoin = w.join_request(3_001)
+    assert (rejoin.group_id, rejoin.member_id, rejoin.protocol_type) == (GROUP, "m1", "connect")
 
 
 def test_stale_responses_are_ignored() -> None:

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from connect_bridge.codecs import connect_protocol
 from connect_bridge.codecs.errors import CodecError
@@ -250,87 +252,137 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
     return 0
 
 
+@dataclass(frozen=True)
+class _Arg:
+    """One ``add_argument`` call."""
+
+    names: tuple[str, ...]
+    options: dict[str, Any]
+
+
+def _arg(*names: str, **options: Any) -> _Arg:
+    return _Arg(names, options)
+
+
+def _seeds(count_help: str, seed_help: str) -> tuple[_Arg, _Arg]:
+    """``--count N --seed S``: the drills of a fleet or a search are seeds ``S...`` (N of them)."""
+    return (
+        _arg("--count", type=int, required=True, metavar="N", help=count_help),
+        _arg("--seed", type=int, default=0, metavar="S", help=seed_help),
+    )
+
+
+@dataclass(frozen=True)
+class _Command:
+    """A sub-command: ``name`` is its path (``"drill run"`` is ``run`` under :data:`_GROUPS`' drill)."""
+
+    name: str
+    help: str
+    func: Callable[[argparse.Namespace], int]
+    args: tuple[_Arg, ...]
+
+
+_FLEET_OUT = "output directory (events, report, failed/, fleet.json)"
+_COMMANDS: tuple[_Command, ...] = (
+    _Command("codec", "decode or encode Connect embedded-protocol payloads", _cmd_codec, (
+        _arg("op", choices=("decode", "encode")),
+        _arg("--kind", required=True, choices=sorted(_CODEC_KINDS)),
+        _arg("--version", type=int, help="protocol version to encode at (encode only)"),
+        _arg("data", help="hex bytes (decode) or a JSON document (encode)"),
+    )),
+    _Command("serve", "run the bridge (embedded default: no upstream, state in ./state)", _cmd_serve, (
+        _arg("--config", help="YAML settings file (docs/serve.md)"),
+        _arg("--listen", help="HOST:PORT to listen on (default 127.0.0.1:9092)"),
+        _arg("--upstream", help="HOST:PORT[,...] of the real brokers (docs/upstream.md)"),
+        _arg("--state-dir", help="directory of the record store (default ./state)"),
+        _arg("--metrics-listen", help="HOST:PORT for /metrics, /livez, /readyz, or 'off'"),
+        _arg("--config-view", help='watched JSON file {"offset": N, "connectors": {"name": tasks}}'),
+    )),
+    _Command("describe", "describe groups through a running bridge", _cmd_describe, (
+        _arg("--bootstrap", required=True, help="HOST:PORT of the bridge"),
+        _arg("group", nargs="?", help="group id (default: every group)"),
+        _arg("--json", action="store_true", help="machine-readable output"),
+    )),
+    _Command("drill run", "run one scenario file and check its invariants", _cmd_drill_run, (
+        _arg("scenario", help="scenario JSON file (DESIGN.md §4.2)"),
+        _arg("--out", required=True, help="output directory for events.jsonl and summary.json"),
+        _arg("--mode", choices=("sim", "live"), default="sim"),
+    )),
+    _Command(
+        "drill fleet",
+        "run N random drills in Spark executors, then analyze them (docs/pipeline.md)",
+        _cmd_drill_fleet,
+        (
+            *_seeds("number of drills", "fleet seed (default 0)"),
+            _arg("--out", required=True, help=_FLEET_OUT),
+            _arg("--master", help="Spark master URL (default local[*])"),
+            _arg(
+                "--adversarial",
+                action="store_true",
+                help="misbehaving workers (stalls, pauses, partitions, lost answers...); "
+                "implies --checks-only",
+            ),
+            _arg(
+                "--checks-only",
+                action="store_true",
+                help="judge each drill in the executors and keep only verdicts (checks.parquet), "
+                "no event table",
+            ),
+        ),
+    ),
+    _Command(
+        "drill search",
+        "run random drills; minimize every failing one into a regression scenario",
+        _cmd_drill_search,
+        (
+            *_seeds("number of seeds to try", "first seed (default 0)"),
+            _arg("--adversarial", action="store_true", help="misbehaving workers (docs/drills.md)"),
+            _arg("--protocols", metavar="P,...", help="protocols to draw (default all four)"),
+            _arg("--budget", type=int, default=400, help="drills spent minimizing each failure"),
+            _arg("--out", required=True, help="directory for minimized scenarios (tests/regressions)"),
+        ),
+    ),
+    _Command("analyze", "analyze drill event logs with PySpark (docs/pipeline.md)", _cmd_analyze, (
+        _arg("paths", nargs="+", metavar="PATH", help="events.jsonl files, drill directories, fleet Parquet"),
+        _arg("--out", required=True, help="output directory (summary.json, Parquet, charts, index.html)"),
+        _arg("--master", help="Spark master URL (default local[*])"),
+        _arg("--charts", type=int, default=10, metavar="N", help="drills to chart, worst first (default 10)"),
+    )),
+)  # fmt: skip
+"""Every sub-command and its flags (DESIGN.md §4.1), in ``--help`` order."""
+
+_GROUPS: dict[str, tuple[str, str, str]] = {
+    "drill": ("run migration drills", "drill_command", "DRILL_COMMAND"),
+}
+"""Sub-commands with sub-commands of their own: help, ``dest`` and metavar of their choice."""
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """The parser of :data:`_COMMANDS`; each sub-command's ``func`` is what :func:`main` runs."""
     parser = argparse.ArgumentParser(
         prog="connect-bridge",
         description="Online migration bridge for Kafka Connect group membership (classic <-> connect).",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    codec = sub.add_parser("codec", help="decode or encode Connect embedded-protocol payloads")
-    codec.add_argument("op", choices=("decode", "encode"))
-    codec.add_argument("--kind", required=True, choices=sorted(_CODEC_KINDS))
-    codec.add_argument("--version", type=int, help="protocol version to encode at (encode only)")
-    codec.add_argument("data", help="hex bytes (decode) or a JSON document (encode)")
-    codec.set_defaults(func=_cmd_codec)
-
-    serve = sub.add_parser("serve", help="run the bridge (embedded default: no upstream, state in ./state)")
-    serve.add_argument("--config", help="YAML settings file (docs/serve.md)")
-    serve.add_argument("--listen", help="HOST:PORT to listen on (default 127.0.0.1:9092)")
-    serve.add_argument("--upstream", help="HOST:PORT[,...] of the real brokers (docs/upstream.md)")
-    serve.add_argument("--state-dir", help="directory of the record store (default ./state)")
-    serve.add_argument("--metrics-listen", help="HOST:PORT for /metrics, /livez, /readyz, or 'off'")
-    serve.add_argument("--config-view", help='watched JSON file {"offset": N, "connectors": {"name": tasks}}')
-    serve.set_defaults(func=_cmd_serve)
-
-    desc = sub.add_parser("describe", help="describe groups through a running bridge")
-    desc.add_argument("--bootstrap", required=True, help="HOST:PORT of the bridge")
-    desc.add_argument("group", nargs="?", help="group id (default: every group)")
-    desc.add_argument("--json", action="store_true", help="machine-readable output")
-    desc.set_defaults(func=_cmd_describe)
-
-    drill = sub.add_parser("drill", help="run migration drills")
-    drill_sub = drill.add_subparsers(dest="drill_command", metavar="DRILL_COMMAND", required=True)
-    run = drill_sub.add_parser("run", help="run one scenario file and check its invariants")
-    run.add_argument("scenario", help="scenario JSON file (DESIGN.md §4.2)")
-    run.add_argument("--out", required=True, help="output directory for events.jsonl and summary.json")
-    run.add_argument("--mode", choices=("sim", "live"), default="sim")
-    run.set_defaults(func=_cmd_drill_run)
-    fleet = drill_sub.add_parser(
-        "fleet", help="run N random drills in Spark executors, then analyze them (docs/pipeline.md)"
-    )
-    fleet.add_argument("--count", type=int, required=True, metavar="N", help="number of drills")
-    fleet.add_argument("--seed", type=int, default=0, metavar="S", help="fleet seed (default 0)")
-    fleet.add_argument("--out", required=True, help="output directory (events, report, failed/, fleet.json)")
-    fleet.add_argument("--master", help="Spark master URL (default local[*])")
-    fleet.add_argument(
-        "--adversarial",
-        action="store_true",
-        help="misbehaving workers (stalls, pauses, partitions, lost answers...); implies --checks-only",
-    )
-    fleet.add_argument(
-        "--checks-only",
-        action="store_true",
-        help="judge each drill in the executors and keep only verdicts (checks.parquet), no event table",
-    )
-    fleet.set_defaults(func=_cmd_drill_fleet)
-    hunt = drill_sub.add_parser(
-        "search", help="run random drills; minimize every failing one into a regression scenario"
-    )
-    hunt.add_argument("--count", type=int, required=True, metavar="N", help="number of seeds to try")
-    hunt.add_argument("--seed", type=int, default=0, metavar="S", help="first seed (default 0)")
-    hunt.add_argument("--adversarial", action="store_true", help="misbehaving workers (docs/drills.md)")
-    hunt.add_argument("--protocols", metavar="P,...", help="protocols to draw (default all four)")
-    hunt.add_argument("--budget", type=int, default=400, help="drills spent minimizing each failure")
-    hunt.add_argument("--out", required=True, help="directory for minimized scenarios (tests/regressions)")
-    hunt.set_defaults(func=_cmd_drill_search)
-
-    analyze = sub.add_parser("analyze", help="analyze drill event logs with PySpark (docs/pipeline.md)")
-    analyze.add_argument(
-        "paths", nargs="+", metavar="PATH", help="events.jsonl files, drill directories, fleet Parquet"
-    )
-    analyze.add_argument(
-        "--out", required=True, help="output directory (summary.json, Parquet, charts, index.html)"
-    )
-    analyze.add_argument("--master", help="Spark master URL (default local[*])")
-    analyze.add_argument(
-        "--charts", type=int, default=10, metavar="N", help="drills to chart, worst first (default 10)"
-    )
-    analyze.set_defaults(func=_cmd_analyze)
+    groups: dict[str, Any] = {}
+    for command in _COMMANDS:
+        group, _, name = command.name.rpartition(" ")
+        where = sub
+        if group:
+            if group not in groups:
+                help_, dest, metavar = _GROUPS[group]
+                nested = sub.add_parser(group, help=help_)
+                groups[group] = nested.add_subparsers(dest=dest, metavar=metavar, required=True)
+            where = groups[group]
+        cmd = where.add_parser(name, help=command.help)
+        for arg in command.args:
+            cmd.add_argument(*arg.names, **arg.options)
+        cmd.set_defaults(func=command.func)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The exit status is the command's (0 ok, 1 failed or invariant broken); no command prints help."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:

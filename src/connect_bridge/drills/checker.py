@@ -28,7 +28,7 @@ O(items it changes)), because it runs over logs of millions of events.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,65 +142,9 @@ def check(
     ``live_bound_ms`` overrides the liveness bound the log's ``timing`` event gives, ``detection_ms``
     the failure-detection window (:func:`failure_detection_ms`).
     """
-    running: dict[Item, set[str]] = {}  # item -> workers running it now (sets are kept when empty)
-    by_worker: dict[str, set[Item]] = {}  # worker -> items it runs now
-    live: set[str] = set()
-    last_runner: dict[Item, str] = {}
-    configured: set[Item] = set()
-    unassigned_since: dict[Item, int] = {}  # configured items running nowhere, since when
-    overlap_since: dict[Item, int] = {}  # items run by >= 2 workers, since when
-    violations: list[str] = []
-    n_violations = 0
-    overlaps = moves = rebalances = unassigned_ms = overlap_ms = 0
-    n = 0
-    now = 0
-    # Liveness: "could run" time is a clock that only runs while the bridge is up and some live worker
-    # is not stalled; an unowned item's cost is that clock's advance since the item became unowned.
-    bound = live_bound_ms
-    detection = detection_ms or 0  # the live clock restarts this late after a silent failure
-    stalls: dict[str, int] = {}
-    able = 0  # live workers that are not stalled, paused or partitioned
-    bridge_up = True
-    could_ms = 0  # the "could run" clock
-    unowned_at: dict[Item, int] = {}  # the clock's value when the item became unowned
-    max_unowned = 0
-    live_problems: list[str] = []
-
-    def owned_again(item: Item, t: int) -> None:
-        """The item runs again (or stops being configured): judge how long nobody could run it."""
-        nonlocal max_unowned
-        waited = max(0, could_ms - unowned_at.pop(item, could_ms))
-        max_unowned = max(max_unowned, waited)
-        if bound is not None and waited > bound:
-            live_problems.append(
-                f"t_ms={t}: {_show(item)} ran nowhere for {waited} ms while a worker could run it "
-                f"(bound {bound} ms)"
-            )
-
-    def unowned(item: Item, t: int) -> None:
-        unassigned_since[item] = t
-        unowned_at[item] = could_ms
-
-    def unseen() -> None:
-        """A failure the coordinator learns of only by a timer: the live clock of every unowned item
-        (the failed worker's, and any it may have been assigned without starting) restarts a
-        detection later. A detection of 0 (failures seen at once) restarts nothing."""
-        if detection <= 0:
-            return
-        for item, at in unowned_at.items():
-            unowned_at[item] = max(at, could_ms + detection)
-
-    def stop(item: Item, worker: str, t: int) -> None:
-        """``worker`` stops running ``item`` at ``t`` (release, stop or crash)."""
-        nonlocal overlap_ms
-        workers = running[item]
-        workers.discard(worker)
-        left = len(workers)
-        if left == 1:
-            overlap_ms += t - overlap_since.pop(item)
-        elif left == 0 and item in configured:
-            unowned(item, t)
-
+    judge = _Judge(live_bound_ms, detection_ms)
+    on = judge.handlers()
+    now = n = 0
     for n, event in enumerate(events, 1):  # n is also the event count afterwards
         try:
             t = event["t_ms"]
@@ -209,172 +153,281 @@ def check(
             raise EventLogError(f"event {n - 1}: missing field {exc.args[0]!r}") from None
         if t < now:
             raise EventLogError(f"event {n - 1} ({kind}): t_ms {t} is before the previous event's {now}")
-        if bridge_up and able > 0:
-            could_ms += t - now
+        if judge.bridge_up and judge.able > 0:
+            judge.could_ms += t - now
         now = t
+        handler = on.get(kind)
+        if handler is not None:
+            handler(event, t, n - 1)
+    return judge.summary(name, n, now, now if end_ms is None else max(end_ms, now))
 
-        if kind == "run":
-            worker = event.get("worker")
-            item = _item_of(event, n - 1)
-            if worker is None:
-                raise EventLogError(f"event {n - 1} (run): worker is null")
+
+class _Judge:
+    """The running state of one :func:`check` pass, with one handler per event type.
+
+    Liveness: "could run" time is a clock (``could_ms``) that only runs while the bridge is up and
+    some live worker is not stalled; an unowned item's cost is that clock's advance since the item
+    became unowned.
+    """
+
+    def __init__(self, live_bound_ms: int | None, detection_ms: int | None) -> None:
+        self.running: dict[Item, set[str]] = {}  # item -> workers running it now (kept when empty)
+        self.by_worker: dict[str, set[Item]] = {}  # worker -> items it runs now
+        self.live: set[str] = set()
+        self.last_runner: dict[Item, str] = {}
+        self.configured: set[Item] = set()
+        self.unassigned_since: dict[Item, int] = {}  # configured items running nowhere, since when
+        self.overlap_since: dict[Item, int] = {}  # items run by >= 2 workers, since when
+        self.violations: list[str] = []
+        self.n_violations = 0
+        self.overlaps = self.moves = self.rebalances = self.unassigned_ms = self.overlap_ms = 0
+        self.fixed_bound = live_bound_ms is not None  # the caller's bound beats the log's timing
+        self.fixed_detection = detection_ms is not None
+        self.bound = live_bound_ms
+        self.detection = detection_ms or 0  # the live clock restarts this late after a silent failure
+        self.stalls: dict[str, int] = {}
+        self.able = 0  # live workers that are not stalled, paused or partitioned
+        self.bridge_up = True
+        self.could_ms = 0  # the "could run" clock
+        self.unowned_at: dict[Item, int] = {}  # the clock's value when the item became unowned
+        self.max_unowned = 0
+        self.live_problems: list[str] = []
+
+    def handlers(self) -> dict[str, Callable[[Mapping[str, Any], int, int], None]]:
+        """Event type -> handler(event, t_ms, index); types not here are counted and ignored."""
+        return {
+            "run": self.run,
+            "release": self.release,
+            "epoch": self.epoch,
+            "worker_stop": self.worker_gone,
+            "worker_crash": self.worker_gone,
+            "worker_start": self.worker_start,
+            "stall_start": self.stall_start,
+            "stall_end": self.stall_end,
+            "bridge_restart": self.bridge_restart,
+            "bridge_up": self.bridge_back,
+            "timing": self.timing,
+            "config": self.config,
+        }
+
+    # --- helpers ----------------------------------------------------------------------------------
+
+    def owned_again(self, item: Item, t: int) -> None:
+        """The item runs again (or stops being configured): judge how long nobody could run it."""
+        waited = max(0, self.could_ms - self.unowned_at.pop(item, self.could_ms))
+        self.max_unowned = max(self.max_unowned, waited)
+        if self.bound is not None and waited > self.bound:
+            self.live_problems.append(
+                f"t_ms={t}: {_show(item)} ran nowhere for {waited} ms while a worker could run it "
+                f"(bound {self.bound} ms)"
+            )
+
+    def unowned(self, item: Item, t: int) -> None:
+        self.unassigned_since[item] = t
+        self.unowned_at[item] = self.could_ms
+
+    def unseen(self) -> None:
+        """A failure the coordinator learns of only by a timer: the live clock of every unowned item
+        (the failed worker's, and any it may have been assigned without starting) restarts a
+        detection later. A detection of 0 (failures seen at once) restarts nothing."""
+        if self.detection <= 0:
+            return
+        later = self.could_ms + self.detection
+        unowned_at = self.unowned_at
+        for item, at in unowned_at.items():
+            unowned_at[item] = max(at, later)
+
+    def stop(self, item: Item, worker: str, t: int) -> None:
+        """``worker`` stops running ``item`` at ``t`` (release, stop or crash)."""
+        workers = self.running[item]
+        workers.discard(worker)
+        left = len(workers)
+        if left == 1:
+            self.overlap_ms += t - self.overlap_since.pop(item)
+        elif left == 0 and item in self.configured:
+            self.unowned(item, t)
+
+    def not_able(self, worker: Any) -> None:
+        """``worker`` stops counting as able to take work (if it did)."""
+        if worker in self.live and not self.stalls.get(worker):
+            self.able -= 1
+
+    # --- handlers ---------------------------------------------------------------------------------
+
+    def run(self, event: Mapping[str, Any], t: int, index: int) -> None:
+        worker = event.get("worker")
+        item = _item_of(event, index)
+        if worker is None:
+            raise EventLogError(f"event {index} (run): worker is null")
+        workers = self.running.get(item)
+        if workers is None:
+            workers = self.running[item] = set()
+        elif worker in workers:
+            return  # already running there: nothing changes
+        if workers:
+            self.overlap(item, worker, workers, t)
+        elif item in self.unassigned_since:
+            self.unassigned_ms += t - self.unassigned_since.pop(item)
+            self.owned_again(item, t)
+        workers.add(worker)
+        mine = self.by_worker.get(worker)
+        if mine is None:
+            mine = self.by_worker[worker] = set()
+        mine.add(item)
+        previous = self.last_runner.get(item)
+        if previous is not None and previous != worker:
+            self.moves += 1
+        self.last_runner[item] = worker
+
+    def overlap(self, item: Item, worker: str, workers: set[str], t: int) -> None:
+        """``worker`` starts ``item`` while ``workers`` run it: the exclusive invariant is broken."""
+        self.overlaps += 1
+        self.n_violations += 1
+        if len(self.violations) < MAX_VIOLATIONS:
+            others = ", ".join(sorted(workers))
+            self.violations.append(f"t_ms={t}: {_show(item)} started on {worker} while {others} runs it")
+        if len(workers) == 1:
+            self.overlap_since[item] = t
+
+    def release(self, event: Mapping[str, Any], t: int, index: int) -> None:
+        worker = event.get("worker")
+        item = _item_of(event, index)
+        mine = self.by_worker.get(worker)
+        if mine is not None and item in mine:
+            mine.discard(item)
+            self.stop(item, worker, t)
+
+    def epoch(self, event: Mapping[str, Any], t: int, index: int) -> None:
+        self.rebalances += 1
+
+    def worker_gone(self, event: Mapping[str, Any], t: int, index: int) -> None:
+        """``worker_stop`` or ``worker_crash``: everything it runs stops, and it is not live."""
+        worker = event.get("worker")
+        self.not_able(worker)
+        self.live.discard(worker)
+        self.stalls.pop(worker, None)
+        mine = self.by_worker.get(worker)
+        if mine:
+            for item in sorted(mine):  # sorted: the verdict's messages must not depend on hashing
+                self.stop(item, worker, t)
+            mine.clear()
+        if event["type"] == "worker_crash" or event.get("left") is False:
+            self.unseen()  # no LeaveGroup: only the session timer will tell the coordinator
+
+    def worker_start(self, event: Mapping[str, Any], t: int, index: int) -> None:
+        worker = event.get("worker")
+        if worker not in self.live:
+            self.live.add(worker)
+            self.able += 0 if self.stalls.get(worker) else 1
+
+    def stall_start(self, event: Mapping[str, Any], t: int, index: int) -> None:
+        worker = event.get("worker")
+        self.not_able(worker)
+        self.stalls[worker] = self.stalls.get(worker, 0) + 1
+        self.unseen()  # a silent process (paused, cut off, stuck, or waiting on a lost answer)
+
+    def stall_end(self, event: Mapping[str, Any], t: int, index: int) -> None:
+        worker = event.get("worker")
+        open_stalls = self.stalls.get(worker, 0)
+        if open_stalls:  # an end without its start (the process restarted since) changes nothing
+            self.stalls[worker] = open_stalls - 1
+            if worker in self.live and open_stalls == 1:
+                self.able += 1
+
+    def bridge_restart(self, event: Mapping[str, Any], t: int, index: int) -> None:
+        self.bridge_up = False
+
+    def bridge_back(self, event: Mapping[str, Any], t: int, index: int) -> None:
+        self.bridge_up = True
+        self.unseen()  # the restarted bridge re-arms every session from its load
+
+    def timing(self, event: Mapping[str, Any], t: int, index: int) -> None:
+        if not self.fixed_detection:
+            self.detection = failure_detection_ms(event)
+        if not self.fixed_bound:
+            self.bound = live_bound(event)
+
+    def config(self, event: Mapping[str, Any], t: int, index: int) -> None:
+        connectors = event.get("connectors")
+        if not isinstance(connectors, Mapping):
+            raise EventLogError(f"event {index} (config): connectors must be an object")
+        new = config_items(connectors)
+        for item in sorted(self.configured - new):
+            since = self.unassigned_since.pop(item, None)
+            if since is not None:
+                self.unassigned_ms += t - since
+                self.owned_again(item, t)
+        for item in sorted(new - self.configured):
+            if not self.running.get(item):
+                self.unowned(item, t)
+        self.configured = new
+
+    # --- the end ----------------------------------------------------------------------------------
+
+    def summary(self, name: str, events: int, now: int, end: int) -> Summary:
+        """Close every open clock at ``end`` and judge the end state."""
+        if self.bridge_up and self.able > 0:
+            self.could_ms += end - now
+        for since in self.unassigned_since.values():
+            self.unassigned_ms += end - since
+        for item in sorted(self.unowned_at):
+            self.owned_again(item, end)
+        for since in self.overlap_since.values():
+            self.overlap_ms += end - since
+        at_end = f"end (t_ms={end})"
+        end_problems = self.placement_problems(at_end)
+        converged = not end_problems
+        balance_problems = self.balance_problems(at_end)
+        end_problems += balance_problems
+        live_problems, violations = self.live_problems, self.violations
+        n_violations = self.n_violations + len(end_problems) + len(live_problems)
+        violations.extend((live_problems + end_problems)[: max(0, MAX_VIOLATIONS - len(violations))])
+        if n_violations > len(violations):
+            violations.append(f"... and {n_violations - len(violations)} more")
+        exclusive, balanced, live_ok = self.overlaps == 0, not balance_problems, not live_problems
+        return Summary(  # in field order
+            name, exclusive and converged and balanced and live_ok, exclusive, converged, balanced,
+            self.overlaps, self.moves, self.rebalances, self.unassigned_ms, events, self.overlap_ms,
+            tuple(violations), live_ok, self.max_unowned, self.bound,
+        )  # fmt: skip
+
+    def placement_problems(self, at_end: str) -> list[str]:
+        """Configured items not running on exactly one live worker, and unconfigured ones running.
+        Sorted, so two runs of the same drill print the same summary."""
+        problems: list[str] = []
+        running = self.running
+        for item in sorted(self.configured):
             workers = running.get(item)
-            if workers is None:
-                workers = running[item] = set()
-            elif worker in workers:
-                continue  # already running there: nothing changes
-            if workers:
-                overlaps += 1
-                n_violations += 1
-                if len(violations) < MAX_VIOLATIONS:
-                    others = ", ".join(sorted(workers))
-                    violations.append(f"t_ms={t}: {_show(item)} started on {worker} while {others} runs it")
-                if len(workers) == 1:
-                    overlap_since[item] = t
-            elif item in unassigned_since:
-                unassigned_ms += t - unassigned_since.pop(item)
-                owned_again(item, t)
-            workers.add(worker)
-            mine = by_worker.get(worker)
-            if mine is None:
-                mine = by_worker[worker] = set()
-            mine.add(item)
-            previous = last_runner.get(item)
-            if previous is not None and previous != worker:
-                moves += 1
-            last_runner[item] = worker
-        elif kind == "release":
-            worker = event.get("worker")
-            item = _item_of(event, n - 1)
-            mine = by_worker.get(worker)
-            if mine is not None and item in mine:
-                mine.discard(item)
-                stop(item, worker, t)
-        elif kind == "epoch":
-            rebalances += 1
-        elif kind == "worker_stop" or kind == "worker_crash":
-            worker = event.get("worker")
-            if worker in live and not stalls.get(worker):
-                able -= 1
-            live.discard(worker)
-            stalls.pop(worker, None)
-            mine = by_worker.get(worker)
-            if mine:
-                for item in mine:
-                    stop(item, worker, t)
-                mine.clear()
-            if kind == "worker_crash" or event.get("left") is False:
-                unseen()  # no LeaveGroup: only the session timer will tell the coordinator
-        elif kind == "worker_start":
-            worker = event.get("worker")
-            if worker not in live:
-                live.add(worker)
-                able += 0 if stalls.get(worker) else 1
-        elif kind == "stall_start":
-            worker = event.get("worker")
-            if worker in live and not stalls.get(worker):
-                able -= 1
-            stalls[worker] = stalls.get(worker, 0) + 1
-            unseen()  # a silent process (paused, cut off, stuck, or waiting on a lost answer)
-        elif kind == "stall_end":
-            worker = event.get("worker")
-            open_stalls = stalls.get(worker, 0)
-            if open_stalls:  # an end without its start (the process restarted since) changes nothing
-                stalls[worker] = open_stalls - 1
-                if worker in live and open_stalls == 1:
-                    able += 1
-        elif kind == "bridge_restart":
-            bridge_up = False
-        elif kind == "bridge_up":
-            bridge_up = True
-            unseen()  # the restarted bridge re-arms every session from its load
-        elif kind == "timing":
-            if detection_ms is None:
-                detection = failure_detection_ms(event)
-            if live_bound_ms is None:
-                bound = live_bound(event)
-        elif kind == "config":
-            connectors = event.get("connectors")
-            if not isinstance(connectors, Mapping):
-                raise EventLogError(f"event {n - 1} (config): connectors must be an object")
-            new = config_items(connectors)
-            for item in configured - new:
-                since = unassigned_since.pop(item, None)
-                if since is not None:
-                    unassigned_ms += t - since
-                    owned_again(item, t)
-            for item in new - configured:
-                if not running.get(item):
-                    unowned(item, t)
-            configured = new
+            if not workers:
+                problems.append(f"{at_end}: {_show(item)} is configured but runs nowhere")
+            elif len(workers) > 1:
+                problems.append(f"{at_end}: {_show(item)} runs on {', '.join(sorted(workers))}")
+            else:
+                (worker,) = workers
+                if worker not in self.live:
+                    problems.append(f"{at_end}: {_show(item)} runs on {worker}, which is not live")
+        for item in sorted(i for i, ws in running.items() if ws and i not in self.configured):
+            where = ", ".join(sorted(running[item]))
+            problems.append(f"{at_end}: {_show(item)} runs on {where} but is not configured")
+        return problems
 
-    end = now if end_ms is None else max(end_ms, now)
-    if bridge_up and able > 0:
-        could_ms += end - now
-    for since in unassigned_since.values():
-        unassigned_ms += end - since
-    for item in sorted(unowned_at):
-        owned_again(item, end)
-    for since in overlap_since.values():
-        overlap_ms += end - since
-
-    # End state. Messages are sorted so two runs of the same drill print the same summary.
-    at_end = f"end (t_ms={end})"
-    end_problems: list[str] = []
-    for item in sorted(configured):
-        workers = running.get(item)
-        if not workers:
-            end_problems.append(f"{at_end}: {_show(item)} is configured but runs nowhere")
-        elif len(workers) > 1:
-            end_problems.append(f"{at_end}: {_show(item)} runs on {', '.join(sorted(workers))}")
-        else:
-            (worker,) = workers
-            if worker not in live:
-                end_problems.append(f"{at_end}: {_show(item)} runs on {worker}, which is not live")
-    for item in sorted(i for i, ws in running.items() if ws and i not in configured):
-        where = ", ".join(sorted(running[item]))
-        end_problems.append(f"{at_end}: {_show(item)} runs on {where} but is not configured")
-    converged = not end_problems
-
-    balanced = True
-    if live:
+    def balance_problems(self, at_end: str) -> list[str]:
+        """Live workers whose connector or task counts differ by more than one."""
+        if not self.live:
+            return []
         connector_counts: dict[str, int] = {}
         task_counts: dict[str, int] = {}
-        for worker in sorted(live):
-            mine = by_worker.get(worker, set())
+        for worker in sorted(self.live):
+            mine = self.by_worker.get(worker, set())
             instances = sum(1 for _, task in mine if task == CONNECTOR_TASK)
             connector_counts[worker] = instances
             task_counts[worker] = len(mine) - instances
+        problems: list[str] = []
         for what, counts in (("connectors", connector_counts), ("tasks", task_counts)):
             if max(counts.values()) - min(counts.values()) > 1:
-                balanced = False
                 shown = ", ".join(f"{w}={c}" for w, c in counts.items())
-                end_problems.append(f"{at_end}: unbalanced {what} per live worker: {shown}")
-
-    n_violations += len(end_problems) + len(live_problems)
-    violations.extend((live_problems + end_problems)[: max(0, MAX_VIOLATIONS - len(violations))])
-    if n_violations > len(violations):
-        violations.append(f"... and {n_violations - len(violations)} more")
-
-    exclusive = overlaps == 0
-    live_ok = not live_problems
-    return Summary(
-        name=name,
-        ok=exclusive and converged and balanced and live_ok,
-        exclusive=exclusive,
-        converged=converged,
-        balanced=balanced,
-        overlaps=overlaps,
-        moves=moves,
-        rebalances=rebalances,
-        unassigned_item_ms=unassigned_ms,
-        events=n,
-        overlap_ms=overlap_ms,
-        violations=tuple(violations),
-        live=live_ok,
-        max_unowned_ms=max_unowned,
-        live_bound_ms=bound,
-    )
+                problems.append(f"{at_end}: unbalanced {what} per live worker: {shown}")
+        return problems
 
 
 def check_file(path: str | Path, name: str | None = None, end_ms: int | None = None) -> Summary:

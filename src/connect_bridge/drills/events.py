@@ -3,6 +3,8 @@
 Runners append to an :class:`EventLog`; the checker and the PySpark pipeline read ``events.jsonl``.
 A simulated drill emits millions of events, so :meth:`EventLog.emit` does nothing but build one
 dict and append it; all judgement happens later, in :mod:`connect_bridge.drills.checker`.
+Readers must ignore any event type they do not know: the log grows new ones (``drill_end``,
+``bridge_up``, ``stall_start`` / ``stall_end`` and ``timing`` are not in §4.3).
 """
 
 from __future__ import annotations
@@ -13,21 +15,6 @@ from pathlib import Path
 from typing import Any
 
 from connect_bridge.codecs.ids import ConnectorTaskId
-
-EVENT_TYPES = (
-    "run",
-    "release",
-    "worker_start",
-    "worker_stop",
-    "worker_crash",
-    "epoch",
-    "group",
-    "config",
-    "bridge_restart",
-    "drill_end",
-)
-"""The types §4.3 defines, plus ``drill_end`` (added here, see :meth:`EventLog.drill_end`).
-Readers must ignore any type they do not know (the log may grow new ones)."""
 
 
 class EventLogError(ValueError):

@@ -9,7 +9,9 @@ correct coordinator must end converged and balanced.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from connect_bridge.drills.scenario import Scenario, load_scenario
 
@@ -35,7 +37,92 @@ def random_scenario(
     return load_scenario(doc)
 
 
+_BASE_KINDS = ("restart", "restart", "crash", "stop", "start", "config", "config", "bridge")
+"""What one random step of a base scenario does; repeats weigh the draw (the order is part of every
+seed's scenario: never reorder it)."""
+
+
+@dataclass
+class _Story:
+    """A base scenario being written: the steps so far and who runs, so each next step is valid."""
+
+    rng: random.Random
+    protocols: list[str]
+    delay: int
+    t: int = 0
+    steps: list[dict] = field(default_factory=list)
+    running: dict[str, str] = field(default_factory=dict)  # worker -> protocol
+    stopped: list[str] = field(default_factory=list)
+    next_connector: int = 0
+    live_connectors: set[str] = field(default_factory=set)
+
+    def start(self, name: str, at: int) -> None:
+        protocol = self.rng.choice(self.protocols)
+        self.steps.append({"at_ms": at, "action": "start", "worker": name, "protocol": protocol})
+        self.running[name] = protocol
+
+    def leave(self, kind: str) -> None:
+        """A ``restart``, ``crash`` or ``stop`` of a running worker; never of the last one."""
+        if len(self.running) <= 1:
+            return
+        rng, name = self.rng, self.rng.choice(sorted(self.running))
+        if kind != "restart":
+            self.steps.append({"at_ms": self.t, "action": kind, "worker": name})
+            del self.running[name]
+            self.stopped.append(name)
+            return
+        protocol = rng.choice(self.protocols)
+        delay = self.delay
+        down = rng.choice([1_000, 5_000, delay // 2 if delay else 2_000, delay + 20_000])
+        self.steps.append(
+            {"at_ms": self.t, "action": "restart", "worker": name, "down_ms": down, "protocol": protocol}
+        )
+        self.running[name] = protocol
+        self.t += down
+
+    def come_back(self, _: str) -> None:
+        """A stopped or crashed worker starts again."""
+        if self.stopped:
+            self.start(self.stopped.pop(self.rng.randrange(len(self.stopped))), self.t)
+
+    def config(self, _: str) -> None:
+        """A connector is added, resized or removed."""
+        rng, t, live = self.rng, self.t, self.live_connectors
+        choice = rng.random()
+        if choice < 0.4 or not live:
+            name = f"c{self.next_connector}"
+            self.next_connector += 1
+            tasks = rng.randint(0, 6)
+            self.steps.append({"at_ms": t, "action": "add_connector", "connector": name, "tasks": tasks})
+            live.add(name)
+        elif choice < 0.7:
+            name = rng.choice(sorted(live))  # drawn before the task count: the seed fixes the order
+            tasks = rng.randint(0, 8)
+            self.steps.append({"at_ms": t, "action": "set_tasks", "connector": name, "tasks": tasks})
+        else:
+            name = rng.choice(sorted(live))
+            self.steps.append({"at_ms": t, "action": "remove_connector", "connector": name})
+            live.discard(name)
+
+    def restart_bridge(self, _: str) -> None:
+        down = self.rng.choice([500, 2_000, 5_000])
+        self.steps.append({"at_ms": self.t, "action": "restart_bridge", "down_ms": down})
+        self.t += down
+
+
+_BASE_STEPS: dict[str, Callable[[_Story, str], None]] = {
+    "restart": _Story.leave,
+    "crash": _Story.leave,
+    "stop": _Story.leave,
+    "start": _Story.come_back,
+    "config": _Story.config,
+    "bridge": _Story.restart_bridge,
+}
+
+
 def _base_scenario(seed: int, protocols: Sequence[str], max_workers: int, max_steps: int) -> dict:
+    """The seed's well-behaved scenario. Every draw from ``rng`` is part of what a seed means: a
+    change to the number or order of draws changes every pinned regression and fleet drill."""
     rng = random.Random(seed)
     delay = rng.choice([0, 15_000, 30_000, 60_000])
     timing = {
@@ -45,71 +132,24 @@ def _base_scenario(seed: int, protocols: Sequence[str], max_workers: int, max_st
         "scheduled_rebalance_max_delay_ms": delay,
     }
     connectors = {f"c{i}": rng.randint(0, 6) for i in range(rng.randint(1, 5))}
-    workers = [f"w{i}" for i in range(rng.randint(1, max_workers))]
-    steps: list[dict] = []
-    running: dict[str, str] = {}  # worker -> protocol
-    stopped: list[str] = []
-    for name in workers:
-        at = 0 if rng.random() < 0.6 else rng.randint(0, 20_000)
-        protocol = rng.choice(list(protocols))
-        steps.append({"at_ms": at, "action": "start", "worker": name, "protocol": protocol})
-        running[name] = protocol
-    steps.sort(key=lambda s: s["at_ms"])
-    t = max(s["at_ms"] for s in steps) + rng.randint(5_000, 30_000)
-    next_connector = len(connectors)
-    live_connectors = set(connectors)
+    story = _Story(rng, list(protocols), delay, next_connector=len(connectors))
+    story.live_connectors = set(connectors)
+    for name in [f"w{i}" for i in range(rng.randint(1, max_workers))]:
+        story.start(name, 0 if rng.random() < 0.6 else rng.randint(0, 20_000))
+    story.steps.sort(key=lambda s: s["at_ms"])
+    story.t = max(s["at_ms"] for s in story.steps) + rng.randint(5_000, 30_000)
     for _ in range(rng.randint(0, max_steps)):
-        kind = rng.choice(["restart", "restart", "crash", "stop", "start", "config", "config", "bridge"])
-        if kind in ("restart", "crash", "stop") and len(running) > 1:
-            name = rng.choice(sorted(running))
-            if kind == "restart":
-                protocol = rng.choice(list(protocols))
-                down = rng.choice([1_000, 5_000, delay // 2 if delay else 2_000, delay + 20_000])
-                steps.append(
-                    {"at_ms": t, "action": "restart", "worker": name, "down_ms": down, "protocol": protocol}
-                )
-                running[name] = protocol
-                t += down
-            else:
-                steps.append({"at_ms": t, "action": kind, "worker": name})
-                del running[name]
-                stopped.append(name)
-        elif kind == "start" and stopped:
-            name = stopped.pop(rng.randrange(len(stopped)))
-            protocol = rng.choice(list(protocols))
-            steps.append({"at_ms": t, "action": "start", "worker": name, "protocol": protocol})
-            running[name] = protocol
-        elif kind == "config":
-            choice = rng.random()
-            if choice < 0.4 or not live_connectors:
-                name = f"c{next_connector}"
-                next_connector += 1
-                steps.append(
-                    {"at_ms": t, "action": "add_connector", "connector": name, "tasks": rng.randint(0, 6)}
-                )
-                live_connectors.add(name)
-            elif choice < 0.7:
-                name = rng.choice(sorted(live_connectors))
-                steps.append(
-                    {"at_ms": t, "action": "set_tasks", "connector": name, "tasks": rng.randint(0, 8)}
-                )
-            else:
-                name = rng.choice(sorted(live_connectors))
-                steps.append({"at_ms": t, "action": "remove_connector", "connector": name})
-                live_connectors.discard(name)
-        elif kind == "bridge":
-            down = rng.choice([500, 2_000, 5_000])
-            steps.append({"at_ms": t, "action": "restart_bridge", "down_ms": down})
-            t += down
-        t += rng.randint(1_000, 40_000)
+        kind = rng.choice(_BASE_KINDS)
+        _BASE_STEPS[kind](story, kind)
+        story.t += rng.randint(1_000, 40_000)
     settle = delay + 2 * timing["session_timeout_ms"] + timing["rebalance_timeout_ms"] + 60_000
     return {
         "name": f"random-{seed}",
         "seed": seed,
         "timing": timing,
         "connectors": connectors,
-        "steps": steps,
-        "end_ms": t + settle,
+        "steps": story.steps,
+        "end_ms": story.t + settle,
     }
 
 
@@ -177,6 +217,36 @@ def _static_at(steps: list[dict], worker: str, t: int) -> bool:
     return static
 
 
+class _Bounds(NamedTuple):
+    """How long a misbehaving process may stay a zombie before no coordinator can keep it exclusive."""
+
+    delay: int
+    rebalance: int
+    session: int
+    request: int
+    unnoticed: int
+    """Silent for less than this, no coordinator can have noticed: the last heartbeat may be one
+    interval old, and one more second for the network."""
+    held: int
+    """Past ``unnoticed``, only a hold protects a zombie: the bridge's (a connect group holds what a
+    removed member runs for the delay) or Connect's (a cooperative classic leader that remembers the
+    assignment). Eager classic groups hold nothing, and legacy workers may sit in classic groups."""
+
+    @classmethod
+    def of(cls, timing: dict) -> _Bounds:
+        delay = timing["scheduled_rebalance_max_delay_ms"]
+        session = timing["session_timeout_ms"]
+        unnoticed = session - timing["heartbeat_interval_ms"] - 1_000
+        return cls(
+            delay,
+            timing["rebalance_timeout_ms"],
+            session,
+            timing.get("request_timeout_ms", 40_000),
+            unnoticed,
+            max(unnoticed, delay - 2_000),
+        )
+
+
 def _with_adversity(doc: dict, rng: random.Random) -> dict:
     """Misbehaving processes a correct bridge must survive with both invariants (docs/drills.md).
 
@@ -185,24 +255,24 @@ def _with_adversity(doc: dict, rng: random.Random) -> dict:
     where a hold protects what a removed member ran (new-protocol workers in a connect group), before
     that hold (the scheduled delay) runs out. Past that no coordinator can keep it exclusive. Static
     instance ids are reused by a fresh process only after the old one died (a concurrent duplicate is
-    a misconfiguration neither Kafka nor the bridge can keep exclusive).
+    a misconfiguration neither Kafka nor the bridge can keep exclusive). The draws from ``rng`` come in
+    a fixed order (static members, conversion restarts, misbehaviours): each seed means one scenario.
     """
-    timing = doc["timing"]
-    delay = timing["scheduled_rebalance_max_delay_ms"]
-    rebalance = timing["rebalance_timeout_ms"]
-    session = timing["session_timeout_ms"]
-    heartbeat = timing["heartbeat_interval_ms"]
-    request = timing.get("request_timeout_ms", 40_000)
-    # Silent for less than this, no coordinator can have noticed: the last heartbeat may be one
-    # interval old, and one more second for the network.
-    unnoticed = session - heartbeat - 1_000
-    # Past ``unnoticed``, only a hold protects a zombie: the bridge's (a connect group holds what a
-    # removed member runs for the delay) or Connect's (a cooperative classic leader that remembers the
-    # assignment). Eager classic groups hold nothing, and legacy workers may sit in classic groups.
-    held = max(unnoticed, delay - 2_000)
+    bounds = _Bounds.of(doc["timing"])
     steps: list[dict] = [dict(step) for step in doc["steps"]]
+    extra = _static_members(steps, rng, bounds.session)
+    _restarts_at_conversions(steps, extra, rng)
+    longest, lost_wait = _misbehaviours(steps, extra, rng, bounds)
+    merged = sorted(steps + extra, key=lambda s: s["at_ms"])  # stable: extra after same-time steps
+    settle = longest + lost_wait + bounds.delay + 2 * bounds.session + bounds.rebalance + 60_000
+    end = max(doc["end_ms"], max(s["at_ms"] for s in merged) + settle)
+    return {**doc, "name": f"adversarial-{doc['seed']}", "steps": merged, "end_ms": end}
+
+
+def _static_members(steps: list[dict], rng: random.Random, session: int) -> list[dict]:
+    """Give some workers an instance id (kept across their restarts, set on ``steps`` in place); the
+    fresh processes that reuse a crashed static worker's id are returned as extra steps."""
     extra: list[dict] = []
-    # Static members: some workers carry an instance id (kept across their restarts).
     names = sorted({s["worker"] for s in steps if s["action"] == "start"})
     instance = {name: f"i-{name}" for name in names if rng.random() < 0.4}
     # A fresh process reuses the instance id of a static worker that crashed; the crashed worker,
@@ -218,15 +288,22 @@ def _with_adversity(doc: dict, rng: random.Random) -> dict:
             protocol = rng.choice(["compatible", "sessioned", "eager", "new"])
             at = step["at_ms"] + rng.randint(500, session)
             extra.append(
-                {"at_ms": at, "action": "start", "worker": f"z{fresh}", "protocol": protocol,
-                 "instance_id": instance[name]}
+                {
+                    "at_ms": at,
+                    "action": "start",
+                    "worker": f"z{fresh}",
+                    "protocol": protocol,
+                    "instance_id": instance[name],
+                }
             )
             instance[name] = f"{instance[name]}-{fresh}"
-    # Bridge restarts right at (within 50 ms of) the moments the group converts: the first
-    # new-protocol worker joining a classic group, the last one leaving it. Never two at once.
-    down_windows = [
-        (s["at_ms"], s["at_ms"] + s["down_ms"]) for s in steps if s["action"] == "restart_bridge"
-    ]
+    return extra
+
+
+def _restarts_at_conversions(steps: list[dict], extra: list[dict], rng: random.Random) -> None:
+    """Bridge restarts right at (within 50 ms of) the moments the group converts: the first
+    new-protocol worker joining a classic group, the last one leaving it. Never two at once."""
+    down_windows = [(s["at_ms"], s["at_ms"] + s["down_ms"]) for s in steps if s["action"] == "restart_bridge"]
     for moment in _conversions(sorted(steps + extra, key=lambda s: s["at_ms"])):
         if rng.random() < 0.7:
             at = max(0, moment + rng.randint(-50, 50))
@@ -235,7 +312,17 @@ def _with_adversity(doc: dict, rng: random.Random) -> dict:
                 continue
             down_windows.append((at, at + down))
             extra.append({"at_ms": at, "action": "restart_bridge", "down_ms": down})
-    # Misbehaviour of running processes.
+
+
+_ZOMBIE_KINDS = ("stall", "pause", "partition", "delay_sync")
+"""Misbehaviours during which a worker runs work it may no longer own."""
+
+
+def _misbehaviours(
+    steps: list[dict], extra: list[dict], rng: random.Random, bounds: _Bounds
+) -> tuple[int, int]:
+    """Misbehaviour of running processes, appended to ``extra``; returns the longest duration or
+    delay drawn and the time lost answers cost, which the scenario's end must leave room for."""
     first = min(s["at_ms"] for s in steps)
     last = max(s["at_ms"] for s in steps) + 30_000
     longest = lost_wait = 0
@@ -248,64 +335,96 @@ def _with_adversity(doc: dict, rng: random.Random) -> dict:
             continue
         worker = rng.choice(sorted(alive))
         protocol = alive[worker]
-        zombie_max = held if protocol == "new" else unnoticed
-        kinds = ["stall", "pause", "duplicate_responses", "slow_revocation"]
-        if not _static_at(steps + extra, worker, at):
-            # A resent join of a static member without a member id is, to any coordinator, a second
-            # process claiming the instance id: Kafka fences the first, and the worker dies.
-            kinds.append("duplicate_requests")
-        if protocol != "new":
-            kinds.append("delay_sync")  # only classic workers send SyncGroup
-        # Eager classic groups hold nothing for anyone. A cooperative Java worker whose JoinGroup a
-        # partition cut off waits rebalance + 5 s for its answer while running its work, past its
-        # removal by that much: only a delay at least that long protects it (docs/known-issues.md).
-        if protocol == "new" or (protocol != "eager" and delay >= rebalance + 5_000):
-            kinds.append("partition")
-        # A lost answer: a new worker fences itself in time; an eager one stopped its work before
-        # joining; a cooperative one waits for a lost JoinGroup answer rebalance + 5 s while still
-        # running its work, which only a hold that long protects. And whatever the answer carried
-        # runs nowhere until the worker's request times out (rebalance + 5 s for a JoinGroup) and
-        # it rejoins, which no coordinator can see: only a live bound (delay + rebalance) that
-        # covers that wait plus a session for the rejoin can hold (docs/drills.md).
-        blind = request if protocol == "new" else max(request, rebalance + 5_000)
-        if (
-            (protocol in ("new", "eager") or delay >= rebalance + 5_000)
-            and blind + session <= delay + rebalance
-            and worker not in losing
-        ):
-            # One lost answer per worker: a worker that keeps failing renews its hold each time it
-            # comes back, as under Connect's own delay (docs/known-issues.md), which no bound covers.
+        kinds = _kinds(bounds, protocol, _static_at(steps + extra, worker, at), worker in losing)
+        if "lose_responses" in kinds:
             losing.add(worker)
-            kinds.append("lose_responses")
         kind = rng.choice(kinds)
         step: dict = {"at_ms": at, "action": kind, "worker": worker}
-        if kind in ("stall", "pause"):
-            step["duration_ms"] = rng.randint(1_000, max(1_000, zombie_max))
-        elif kind == "partition":
-            # A new-protocol worker fences itself in time. A legacy one notices when its session
-            # ran out, about when the coordinator evicts it: only a hold of the work protects it.
-            step["duration_ms"] = rng.randint(1_000, 3 * session if protocol == "new" else held)
-        elif kind in ("lose_responses", "duplicate_requests", "duplicate_responses"):
-            step["count"] = 1 if kind == "lose_responses" else rng.randint(1, 3)
-            if kind == "lose_responses":  # each costs the worker a timeout before it retries
-                lost_wait += step["count"] * max(rebalance + 5_000, request)
-        elif kind == "delay_sync":
-            step["delay_ms"] = rng.randint(1_000, max(1_000, zombie_max))
-        else:
-            step["delay_ms"] = rng.randint(500, rebalance // 3)
-            if rng.random() < 0.7:
-                step["duration_ms"] = rng.randint(10_000, 120_000)
-        window = step.get("duration_ms", 0) if kind != "slow_revocation" else step["delay_ms"]
-        window = max(window, step.get("delay_ms", 0) if kind == "delay_sync" else 0)
-        if kind in ("stall", "pause", "partition", "delay_sync"):
+        step.update(_PARAMETERS[kind](rng, bounds, protocol))
+        if kind == "lose_responses":  # each costs the worker a timeout before it retries
+            lost_wait += step["count"] * max(bounds.rebalance + 5_000, bounds.request)
+        if kind in _ZOMBIE_KINDS:
             # Zombie windows of one worker never run into each other: two short ones back to back
             # are one long one, past what the bound above allows.
             if at < quiet_after.get(worker, 0):
                 continue
-            quiet_after[worker] = at + window + session
+            window = step["delay_ms"] if kind == "delay_sync" else step["duration_ms"]
+            quiet_after[worker] = at + window + bounds.session
         longest = max(longest, step.get("duration_ms", 0), step.get("delay_ms", 0))
         extra.append(step)
-    merged = sorted(steps + extra, key=lambda s: s["at_ms"])  # stable: extra after same-time steps
-    settle = longest + lost_wait + delay + 2 * session + rebalance + 60_000
-    end = max(doc["end_ms"], max(s["at_ms"] for s in merged) + settle)
-    return {**doc, "name": f"adversarial-{doc['seed']}", "steps": merged, "end_ms": end}
+    return longest, lost_wait
+
+
+def _kinds(bounds: _Bounds, protocol: str, static: bool, losing: bool) -> list[str]:
+    """The misbehaviours a worker speaking ``protocol`` may show that no bound rules out."""
+    delay, rebalance = bounds.delay, bounds.rebalance
+    kinds = ["stall", "pause", "duplicate_responses", "slow_revocation"]
+    if not static:
+        # A resent join of a static member without a member id is, to any coordinator, a second
+        # process claiming the instance id: Kafka fences the first, and the worker dies.
+        kinds.append("duplicate_requests")
+    if protocol != "new":
+        kinds.append("delay_sync")  # only classic workers send SyncGroup
+    # Eager classic groups hold nothing for anyone. A cooperative Java worker whose JoinGroup a
+    # partition cut off waits rebalance + 5 s for its answer while running its work, past its
+    # removal by that much: only a delay at least that long protects it (docs/known-issues.md).
+    if protocol == "new" or (protocol != "eager" and delay >= rebalance + 5_000):
+        kinds.append("partition")
+    # A lost answer: a new worker fences itself in time; an eager one stopped its work before
+    # joining; a cooperative one waits for a lost JoinGroup answer rebalance + 5 s while still
+    # running its work, which only a hold that long protects. And whatever the answer carried
+    # runs nowhere until the worker's request times out (rebalance + 5 s for a JoinGroup) and
+    # it rejoins, which no coordinator can see: only a live bound (delay + rebalance) that
+    # covers that wait plus a session for the rejoin can hold (docs/drills.md).
+    blind = bounds.request if protocol == "new" else max(bounds.request, rebalance + 5_000)
+    if (
+        (protocol in ("new", "eager") or delay >= rebalance + 5_000)
+        and blind + bounds.session <= delay + rebalance
+        and not losing
+    ):
+        # One lost answer per worker: a worker that keeps failing renews its hold each time it
+        # comes back, as under Connect's own delay (docs/known-issues.md), which no bound covers.
+        kinds.append("lose_responses")
+    return kinds
+
+
+def _zombie_max(bounds: _Bounds, protocol: str) -> int:
+    return bounds.held if protocol == "new" else bounds.unnoticed
+
+
+def _zombie_duration(rng: random.Random, bounds: _Bounds, protocol: str) -> dict[str, int]:
+    return {"duration_ms": rng.randint(1_000, max(1_000, _zombie_max(bounds, protocol)))}
+
+
+def _partition(rng: random.Random, bounds: _Bounds, protocol: str) -> dict[str, int]:
+    # A new-protocol worker fences itself in time. A legacy one notices when its session ran out,
+    # about when the coordinator evicts it: only a hold of the work protects it.
+    return {"duration_ms": rng.randint(1_000, 3 * bounds.session if protocol == "new" else bounds.held)}
+
+
+def _duplicates(rng: random.Random, bounds: _Bounds, protocol: str) -> dict[str, int]:
+    return {"count": rng.randint(1, 3)}
+
+
+def _delay_sync(rng: random.Random, bounds: _Bounds, protocol: str) -> dict[str, int]:
+    return {"delay_ms": rng.randint(1_000, max(1_000, _zombie_max(bounds, protocol)))}
+
+
+def _slow_revocation(rng: random.Random, bounds: _Bounds, protocol: str) -> dict[str, int]:
+    params = {"delay_ms": rng.randint(500, bounds.rebalance // 3)}
+    if rng.random() < 0.7:
+        params["duration_ms"] = rng.randint(10_000, 120_000)
+    return params
+
+
+_PARAMETERS: dict[str, Callable[[random.Random, _Bounds, str], dict[str, int]]] = {
+    "stall": _zombie_duration,
+    "pause": _zombie_duration,
+    "partition": _partition,
+    "lose_responses": lambda rng, bounds, protocol: {"count": 1},
+    "duplicate_requests": _duplicates,
+    "duplicate_responses": _duplicates,
+    "delay_sync": _delay_sync,
+    "slow_revocation": _slow_revocation,
+}
+"""Misbehaviour -> its step's parameters, drawn from the scenario's generator (fixed draw order)."""

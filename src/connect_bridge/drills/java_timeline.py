@@ -59,7 +59,7 @@ assumed safe.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, tzinfo
 from typing import Any
@@ -176,84 +176,122 @@ def worker_timeline(
     ``worker_stop`` / ``worker_crash``. ``ended_at_ms`` are the times the caller killed (or otherwise
     ended) this worker's processes: an incarnation that did not log ``Kafka Connect stopped`` ends
     with ``worker_crash`` at the first of them that is not before its last line."""
-    out = WorkerTimeline(worker)
-    running: dict[Item, int] = {}  # item -> line number of its start
-    fresh: set[Item] = set()  # items whose last "Starting" line opened their run (not a repeat)
-    stop_requested: dict[Item, LogLine] = {}
-    alive = False
-    last_at = 0
-    ends = sorted(ended_at_ms)
-
-    def emit(at: int, kind: str, **fields: Any) -> None:
-        out.events.append({"t_ms": at, "type": kind, "worker": worker, **fields})
-
-    def end_incarnation(at: int, kind: str) -> None:
-        nonlocal alive
-        for _, line in sorted(stop_requested.items()):
-            out.unconfirmed_stops.append(f"{worker}: {line.text.strip()} (never completed; ended by {kind})")
-        stop_requested.clear()
-        running.clear()
-        fresh.clear()
-        emit(at, kind, protocol=protocol)
-        alive = False
-
-    def crash_after(at: int) -> int | None:
-        for end in ends:
-            if end >= at:
-                return end
-        return None
-
+    reader = _LogReader(WorkerTimeline(worker), protocol, sorted(ended_at_ms))
     # Threads of one JVM write their lines in the order they get the appender, which may differ by
     # tens of milliseconds from the order of their timestamps (seen: a herder line 37 ms before a
     # task thread's line that preceded it in the file). The timestamps say when things happened.
     for line in sorted(scan(text, tz), key=lambda ln: ln.at_ms):
         if line.kind == "starting":
-            if alive:  # the previous process ended without saying so: it was killed
-                end_incarnation(crash_after(last_at) or line.at_ms, "worker_crash")
-            alive = True
-            out.incarnations += 1
-            emit(line.at_ms, "worker_start", protocol=protocol)
-        elif not alive:
+            reader.starting(line)
+        elif not reader.alive:
             continue  # a line before the first "Kafka Connect starting" cannot start anything
-        elif line.kind == "stopped":
-            end_incarnation(line.at_ms, "worker_stop")
-        elif line.kind in ("run_connector", "run_task"):
-            item = _item(line)
-            stop_requested.pop(item, None)
-            if item not in running:
-                running[item] = line.lineno
-                fresh.add(item)
-                emit(line.at_ms, "run", connector=item[0], task=item[1])
-            else:
-                fresh.discard(item)  # a start of a running item: Java refuses it, the first goes on
-        elif line.kind in ("release_connector", "release_task"):
-            item = _item(line)
-            stop_requested.pop(item, None)
-            fresh.discard(item)
-            if running.pop(item, None) is not None:
-                emit(line.at_ms, "release", connector=item[0], task=item[1])
-        elif line.kind in START_FAILED:
-            item = _item(line)
-            if item in fresh:  # the start that opened its run created no instance
-                fresh.discard(item)
-                stop_requested.pop(item, None)
-                running.pop(item, None)
-                emit(line.at_ms, "release", connector=item[0], task=item[1])
-        elif line.kind in ("stop_connector", "stop_task"):
-            item = _item(line)
-            if item in running:
-                stop_requested[item] = line
-        elif line.kind == "epoch":
-            emit(line.at_ms, "epoch", epoch=int(line.groups[0]))
-        last_at = line.at_ms
-    if alive:
-        end = crash_after(last_at)
-        if end is not None:
-            end_incarnation(end, "worker_crash")
         else:
-            for _, line in sorted(stop_requested.items()):
-                out.unconfirmed_stops.append(f"{worker}: {line.text.strip()} (not completed yet)")
-    return out
+            _LINE_HANDLERS[line.kind](reader, line)
+        reader.last_at = line.at_ms
+    reader.finish()
+    return reader.out
+
+
+class _LogReader:
+    """One worker's timeline being read, line by line (one handler per line kind, in
+    :data:`_LINE_HANDLERS`)."""
+
+    def __init__(self, out: WorkerTimeline, protocol: str | None, ends: list[int]) -> None:
+        self.out = out
+        self.protocol = protocol
+        self.ends = ends
+        self.running: dict[Item, int] = {}  # item -> line number of its start
+        self.fresh: set[Item] = set()  # items whose last "Starting" line opened their run (not a repeat)
+        self.stop_requested: dict[Item, LogLine] = {}
+        self.alive = False
+        self.last_at = 0
+
+    def emit(self, at: int, kind: str, **fields: Any) -> None:
+        self.out.events.append({"t_ms": at, "type": kind, "worker": self.out.worker, **fields})
+
+    def end_incarnation(self, at: int, kind: str) -> None:
+        for _, line in sorted(self.stop_requested.items()):
+            self.doubt(line, f"never completed; ended by {kind}")
+        self.stop_requested.clear()
+        self.running.clear()
+        self.fresh.clear()
+        self.emit(at, kind, protocol=self.protocol)
+        self.alive = False
+
+    def doubt(self, line: LogLine, why: str) -> None:
+        self.out.unconfirmed_stops.append(f"{self.out.worker}: {line.text.strip()} ({why})")
+
+    def crash_after(self, at: int) -> int | None:
+        """The first time the caller ended a process that is not before ``at``."""
+        return next((end for end in self.ends if end >= at), None)
+
+    def starting(self, line: LogLine) -> None:
+        if self.alive:  # the previous process ended without saying so: it was killed
+            self.end_incarnation(self.crash_after(self.last_at) or line.at_ms, "worker_crash")
+        self.alive = True
+        self.out.incarnations += 1
+        self.emit(line.at_ms, "worker_start", protocol=self.protocol)
+
+    def stopped(self, line: LogLine) -> None:
+        self.end_incarnation(line.at_ms, "worker_stop")
+
+    def run(self, line: LogLine) -> None:
+        item = _item(line)
+        self.stop_requested.pop(item, None)
+        if item not in self.running:
+            self.running[item] = line.lineno
+            self.fresh.add(item)
+            self.emit(line.at_ms, "run", connector=item[0], task=item[1])
+        else:
+            self.fresh.discard(item)  # a start of a running item: Java refuses it, the first goes on
+
+    def release(self, line: LogLine) -> None:
+        item = _item(line)
+        self.stop_requested.pop(item, None)
+        self.fresh.discard(item)
+        if self.running.pop(item, None) is not None:
+            self.emit(line.at_ms, "release", connector=item[0], task=item[1])
+
+    def start_failed(self, line: LogLine) -> None:
+        item = _item(line)
+        if item in self.fresh:  # the start that opened its run created no instance
+            self.fresh.discard(item)
+            self.stop_requested.pop(item, None)
+            self.running.pop(item, None)
+            self.emit(line.at_ms, "release", connector=item[0], task=item[1])
+
+    def stop(self, line: LogLine) -> None:
+        item = _item(line)
+        if item in self.running:
+            self.stop_requested[item] = line
+
+    def epoch(self, line: LogLine) -> None:
+        self.emit(line.at_ms, "epoch", epoch=int(line.groups[0]))
+
+    def finish(self) -> None:
+        """The log ends: a live process ends at the caller's kill, or is still running."""
+        if not self.alive:
+            return
+        end = self.crash_after(self.last_at)
+        if end is not None:
+            self.end_incarnation(end, "worker_crash")
+        else:
+            for _, line in sorted(self.stop_requested.items()):
+                self.doubt(line, "not completed yet")
+
+
+_LINE_HANDLERS: dict[str, Callable[[_LogReader, LogLine], None]] = {
+    "stopped": _LogReader.stopped,
+    "run_connector": _LogReader.run,
+    "run_task": _LogReader.run,
+    "release_connector": _LogReader.release,
+    "release_task": _LogReader.release,
+    **dict.fromkeys(START_FAILED, _LogReader.start_failed),
+    "stop_connector": _LogReader.stop,
+    "stop_task": _LogReader.stop,
+    "epoch": _LogReader.epoch,
+}
+"""Line kind (of a live process; ``starting`` is read apart) -> what it does to the timeline."""
 
 
 def _item(line: LogLine) -> Item:

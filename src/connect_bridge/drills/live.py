@@ -42,7 +42,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -339,10 +339,7 @@ class LiveDrill:
                 url,
                 protocol,  # type: ignore[arg-type]
                 handle.on_event,
-                session_timeout_ms=t.session_timeout_ms,
-                rebalance_timeout_ms=t.rebalance_timeout_ms,
-                heartbeat_interval_ms=t.heartbeat_interval_ms,
-                max_delay_ms=t.scheduled_rebalance_max_delay_ms,
+                **t.worker_timing(),
                 config_provider=lambda: self.view,
                 client_id=name,
             )
@@ -442,25 +439,14 @@ class LiveDrill:
         self._start_worker(name, protocol)
 
     async def _step(self, step: Any) -> None:
-        action = step.action
-        if action == "start":
-            self._start_worker(step.worker, step.protocol)
-        elif action == "stop":
-            await self._stop_worker(step.worker)
-        elif action == "crash":
-            await self._crash_worker(step.worker)
-        elif action == "restart":
-            self._spawn(self._restart_worker(step.worker, step.down_ms, step.protocol))
-        elif action in ("add_connector", "set_tasks"):
-            await self._config_step(step.connector, step.tasks)
-        elif action == "remove_connector":
-            await self._config_step(step.connector, None)
-        elif action == "restart_bridge":
-            self._spawn(self._restart_bridge(step.down_ms))
-        else:
+        play = _LIVE_STEPS.get(step.action)
+        if play is None:
             raise ValueError(
-                f"live drills do not play {action!r} (misbehaving workers are simulated: --mode sim)"
+                f"live drills do not play {step.action!r} (misbehaving workers are simulated: --mode sim)"
             )
+        pending = play(self, step)
+        if pending is not None:
+            await pending
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -521,6 +507,22 @@ class LiveDrill:
         if self._producer is not None:
             producer, self._producer = self._producer, None
             await asyncio.to_thread(producer.close, 5)
+
+
+_LIVE_STEPS: dict[str, Callable[[LiveDrill, Any], Awaitable[None] | None]] = {
+    "start": lambda drill, step: drill._start_worker(step.worker, step.protocol),
+    "stop": lambda drill, step: drill._stop_worker(step.worker),
+    "crash": lambda drill, step: drill._crash_worker(step.worker),
+    # Restarts run in the background: the next steps do not wait out the downtime.
+    "restart": lambda drill, step: drill._spawn(
+        drill._restart_worker(step.worker, step.down_ms, step.protocol)
+    ),
+    "add_connector": lambda drill, step: drill._config_step(step.connector, step.tasks),
+    "set_tasks": lambda drill, step: drill._config_step(step.connector, step.tasks),
+    "remove_connector": lambda drill, step: drill._config_step(step.connector, None),
+    "restart_bridge": lambda drill, step: drill._spawn(drill._restart_bridge(step.down_ms)),
+}
+"""Scenario step action -> what the live drill does (an awaitable is awaited before the next step)."""
 
 
 def _connector_records(name: str, tasks: int | None) -> list[tuple[str, dict[str, Any] | None]]:

@@ -11,7 +11,7 @@ kind of drill that "passes" while testing nothing.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -43,6 +43,16 @@ class Timing(_Model):
     request_timeout_ms: PosInt = 40000
     """Connect's ``request.timeout.ms``: when a worker gives up on a lost response (JoinGroup waits
     the rebalance timeout + 5 s, as Java's client does)."""
+
+    def worker_timing(self) -> dict[str, int]:
+        """A classic worker client's timing arguments, in one place for the simulated worker and the
+        live one (``max_delay_ms`` is Connect's ``scheduled.rebalance.max.delay.ms``)."""
+        return {
+            "session_timeout_ms": self.session_timeout_ms,
+            "rebalance_timeout_ms": self.rebalance_timeout_ms,
+            "heartbeat_interval_ms": self.heartbeat_interval_ms,
+            "max_delay_ms": self.scheduled_rebalance_max_delay_ms,
+        }
 
 
 class _Step(_Model):
@@ -236,6 +246,92 @@ class _CrossFieldError(ValueError):
         super().__init__(f"{path}: {problem}")
 
 
+class _Replay:
+    """Who runs and which connectors exist, step by step: what :meth:`Scenario._consistent` checks
+    each step against (one method per kind of step, :data:`_REPLAY`)."""
+
+    def __init__(self, connectors: set[str]) -> None:
+        self.running: dict[str, int] = {}  # worker -> index of the step that (re)started it
+        self.protocol: dict[str, str] = {}  # running worker -> its protocol (after a restart: then)
+        self.down: dict[str, tuple[int, int]] = {}  # worker -> (restart step index, back at ms)
+        self.gone: dict[str, int] = {}  # worker -> index of the step that stopped/crashed it
+        self.connectors = connectors
+
+    def start(self, i: int, step: StartStep) -> None:
+        if step.worker in self.running:
+            since = f"started at steps[{self.running[step.worker]}]"
+            raise _CrossFieldError(
+                f"steps[{i}].worker", f"worker '{step.worker}' is already running ({since})"
+            )
+        self.running[step.worker] = i
+        self.protocol[step.worker] = step.protocol
+        self.gone.pop(step.worker, None)
+        self.down.pop(step.worker, None)
+
+    def misbehave(self, i: int, step: _Misbehaviour) -> None:
+        action = getattr(step, "action", "")
+        if step.worker not in self.running:
+            raise _CrossFieldError(
+                f"steps[{i}].worker", f"cannot {action} worker '{step.worker}': it is not running"
+            )
+        # A process that is down cannot misbehave: the simulator would skip the step silently.
+        restart_at, back = self.down.get(step.worker, (-1, 0))
+        if step.at_ms < back:
+            raise _CrossFieldError(
+                f"steps[{i}].at_ms",
+                f"cannot {action} worker '{step.worker}' at {step.at_ms}: it is down until "
+                f"{back} (restart at steps[{restart_at}])",
+            )
+        if isinstance(step, DelaySyncStep) and self.protocol[step.worker] == "new":
+            raise _CrossFieldError(
+                f"steps[{i}].action",
+                f"delay_sync needs a classic-protocol worker; '{step.worker}' speaks new "
+                "(it sends no SyncGroup)",
+            )
+
+    def leave(self, i: int, step: StopStep | CrashStep | RestartStep) -> None:
+        """A stop, crash or restart: of a running worker only; a restarting worker stays running."""
+        if step.worker not in self.running:
+            gone = self.gone
+            why = f"stopped at steps[{gone[step.worker]}]" if step.worker in gone else "never started"
+            raise _CrossFieldError(
+                f"steps[{i}].worker",
+                f"cannot {step.action} worker '{step.worker}': it is not running ({why})",
+            )
+        if isinstance(step, RestartStep):
+            self.down[step.worker] = (i, step.at_ms + step.down_ms)
+            if step.protocol is not None:
+                self.protocol[step.worker] = step.protocol
+        else:
+            del self.running[step.worker]
+            self.gone[step.worker] = i
+
+    def add_connector(self, i: int, step: AddConnectorStep) -> None:
+        if step.connector in self.connectors:
+            raise _CrossFieldError(f"steps[{i}].connector", f"connector '{step.connector}' already exists")
+        self.connectors.add(step.connector)
+
+    def change_connector(self, i: int, step: RemoveConnectorStep | SetTasksStep) -> None:
+        if step.connector not in self.connectors:
+            raise _CrossFieldError(f"steps[{i}].connector", f"unknown connector '{step.connector}'")
+        if isinstance(step, RemoveConnectorStep):
+            self.connectors.discard(step.connector)
+
+
+_REPLAY: dict[type[_Step], Callable[[_Replay, int, Any], None]] = {
+    StartStep: _Replay.start,
+    StopStep: _Replay.leave,
+    CrashStep: _Replay.leave,
+    RestartStep: _Replay.leave,
+    AddConnectorStep: _Replay.add_connector,
+    RemoveConnectorStep: _Replay.change_connector,
+    SetTasksStep: _Replay.change_connector,
+    **dict.fromkeys(MISBEHAVIOURS, _Replay.misbehave),
+}
+"""Step model -> the consistency check of :class:`_Replay` it goes through (a restart of the bridge
+has none)."""
+
+
 class Scenario(_Model):
     """One drill. ``steps`` are in time order; the drill ends at ``end_ms``."""
 
@@ -251,74 +347,18 @@ class Scenario(_Model):
     @model_validator(mode="after")
     def _consistent(self) -> Scenario:
         """Replay the steps symbolically so impossible sequences fail before the drill runs."""
-        running: dict[str, int] = {}  # worker -> index of the step that (re)started it
-        protocol: dict[str, str] = {}  # running worker -> the protocol it speaks (after a restart: then)
-        down: dict[str, tuple[int, int]] = {}  # worker -> (restart step index, back at ms)
-        gone: dict[str, int] = {}  # worker -> index of the step that stopped/crashed it
-        connectors = set(self.connectors)
+        replay = _Replay(set(self.connectors))
         prev_at = 0
         for i, step in enumerate(self.steps):
-            here = f"steps[{i}]"
             if step.at_ms < prev_at:
                 raise _CrossFieldError(
-                    f"{here}.at_ms",
+                    f"steps[{i}].at_ms",
                     f"{step.at_ms} is before the previous step's {prev_at} (steps must be in time order)",
                 )
             prev_at = step.at_ms
-            if isinstance(step, StartStep):
-                if step.worker in running:
-                    since = f"started at steps[{running[step.worker]}]"
-                    raise _CrossFieldError(
-                        f"{here}.worker", f"worker '{step.worker}' is already running ({since})"
-                    )
-                running[step.worker] = i
-                protocol[step.worker] = step.protocol
-                gone.pop(step.worker, None)
-                down.pop(step.worker, None)
-            elif isinstance(step, MISBEHAVIOURS):
-                if step.worker not in running:
-                    raise _CrossFieldError(
-                        f"{here}.worker", f"cannot {step.action} worker '{step.worker}': it is not running"
-                    )
-                # A process that is down cannot misbehave: the simulator would skip the step silently.
-                restart_at, back = down.get(step.worker, (-1, 0))
-                if step.at_ms < back:
-                    raise _CrossFieldError(
-                        f"{here}.at_ms",
-                        f"cannot {step.action} worker '{step.worker}' at {step.at_ms}: it is down until "
-                        f"{back} (restart at steps[{restart_at}])",
-                    )
-                if isinstance(step, DelaySyncStep) and protocol[step.worker] == "new":
-                    raise _CrossFieldError(
-                        f"{here}.action",
-                        f"delay_sync needs a classic-protocol worker; '{step.worker}' speaks new "
-                        "(it sends no SyncGroup)",
-                    )
-            elif isinstance(step, StopStep | CrashStep | RestartStep):
-                if step.worker not in running:
-                    why = f"stopped at steps[{gone[step.worker]}]" if step.worker in gone else "never started"
-                    raise _CrossFieldError(
-                        f"{here}.worker",
-                        f"cannot {step.action} worker '{step.worker}': it is not running ({why})",
-                    )
-                if isinstance(step, RestartStep):  # a restarting worker counts as running
-                    down[step.worker] = (i, step.at_ms + step.down_ms)
-                    if step.protocol is not None:
-                        protocol[step.worker] = step.protocol
-                else:
-                    del running[step.worker]
-                    gone[step.worker] = i
-            elif isinstance(step, AddConnectorStep):
-                if step.connector in connectors:
-                    raise _CrossFieldError(
-                        f"{here}.connector", f"connector '{step.connector}' already exists"
-                    )
-                connectors.add(step.connector)
-            elif isinstance(step, RemoveConnectorStep | SetTasksStep):
-                if step.connector not in connectors:
-                    raise _CrossFieldError(f"{here}.connector", f"unknown connector '{step.connector}'")
-                if isinstance(step, RemoveConnectorStep):
-                    connectors.discard(step.connector)
+            check = _REPLAY.get(type(step))
+            if check is not None:
+                check(replay, i, step)
         if self.steps and self.end_ms < prev_at:
             raise _CrossFieldError(
                 "end_ms",
@@ -409,15 +449,12 @@ def load_scenario(source: str | Path | Mapping[str, Any]) -> Scenario:
     else:
         label = str(source)
         try:
-            text = Path(source).read_text(encoding="utf-8")
+            data = json.loads(Path(source).read_text(encoding="utf-8"))
         except OSError as exc:
             raise ScenarioError(f"{label}: cannot read: {exc.strerror or exc}") from None
-        try:
-            data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ScenarioError(
-                f"{label}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"
-            ) from None
+            where = f"line {exc.lineno} column {exc.colno}"
+            raise ScenarioError(f"{label}: invalid JSON at {where}: {exc.msg}") from None
     try:
         return Scenario.model_validate(data)
     except ValidationError as exc:

@@ -190,6 +190,24 @@ def totals(drills: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+_EMPTY_DRILL: dict[str, Any] = {
+    "events": 0,
+    "overlaps": 0,
+    "overlap_ms": 0,
+    "converged": True,
+    "balanced": True,
+    "moves": 0,
+    "rebalances": 0,
+    "unassigned_item_ms": 0,
+    "end_ms": 0,
+    "items": 0,
+    "live_workers": 0,
+    "exclusive": True,
+    "ok": True,
+}
+"""The collected row of a drill whose ``events.jsonl`` holds no events (Spark yields no row)."""
+
+
 @dataclass
 class Result:
     """What :func:`run` computed: the collected per-drill rows and the lazy DataFrames."""
@@ -233,24 +251,7 @@ def run(spark: Any, paths: Iterable[str | Path], progress: Callable[[str], None]
     # An events.jsonl without events is an (ok, empty) drill too, but it yields no rows.
     read = {str(_local_path(r["drill"]).resolve()) for r in rows if r["drill"].startswith("file:")}
     for path in sorted(set(map(str, inputs.logs)) - read):
-        rows.append(
-            {
-                "drill": Path(path).as_uri(),
-                "events": 0,
-                "overlaps": 0,
-                "overlap_ms": 0,
-                "converged": True,
-                "balanced": True,
-                "moves": 0,
-                "rebalances": 0,
-                "unassigned_item_ms": 0,
-                "end_ms": 0,
-                "items": 0,
-                "live_workers": 0,
-                "exclusive": True,
-                "ok": True,
-            }
-        )
+        rows.append({"drill": Path(path).as_uri(), **_EMPTY_DRILL})
     names = drill_names([r["drill"] for r in rows], inputs)
     for row in rows:
         row["name"] = names[row["drill"]]
@@ -279,9 +280,7 @@ def analyze(
     histograms) and ``index.html``. Uses ``spark`` if given, else :func:`.session.get_spark`.
     Raises :class:`AnalyzeError` or :class:`EventLogError` for bad input.
     """
-    from pyspark.sql import functions as F
-
-    from connect_bridge.pipeline import charts, metrics, report
+    from connect_bridge.pipeline import charts, report
     from connect_bridge.pipeline.session import get_spark
 
     say = progress or (lambda _msg: None)
@@ -292,34 +291,11 @@ def analyze(
     doc = summary_doc(result)
 
     say(f"writing tables for {len(result.drills)} drills")
-    mapping = F.broadcast(spark.createDataFrame(list(result.names.items()), "key string, name string"))
-
-    def named(df: Any) -> Any:
-        cols = [c for c in df.columns if c != "drill"]
-        return df.join(mapping, df["drill"] == mapping["key"]).select(F.col("name").alias("drill"), *cols)
-
-    drill_cols = ["name", *DRILL_KEYS[1:], "exclusive", "ok", "end_ms", "items", "live_workers"]
-    drills_df = spark.createDataFrame(
-        [tuple(r[c] for c in drill_cols) for r in result.drills],
-        "drill string, events long, overlaps long, overlap_ms long, converged boolean, balanced boolean, "
-        "moves long, rebalances long, unassigned_item_ms long, exclusive boolean, ok boolean, end_ms long, "
-        "items long, live_workers long",
-    )
-    drills_df.coalesce(1).write.mode("overwrite").parquet(str(out / "drills.parquet"))
-    named(result.metrics.items).write.mode("overwrite").parquet(str(out / "items.parquet"))
-    named(result.metrics.intervals).write.mode("overwrite").parquet(str(out / "intervals.parquet"))
+    _write_tables(spark, result, out)
 
     say("drawing charts")
     chosen = charts.pick_drills(result.drills, chart_drills)
-    keys = [r["drill"] for r in chosen]
-    series: dict[str, dict[str, Any]] = {}
-    if keys:
-        parts = {
-            "load": metrics.worker_load(result.metrics, keys),
-            "states": metrics.item_states(result.metrics, keys),
-            "epochs": metrics.epochs(result.events, keys),
-        }
-        series = metrics.collect_series(parts, result.metrics.ends, CHART_BINS)
+    series = _chart_series(result, [r["drill"] for r in chosen])
     pictures = charts.draw_all(out / "charts", result.drills, chosen, series, CHART_BINS)
 
     (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
@@ -330,5 +306,47 @@ def analyze(
     return doc
 
 
+_DRILLS_SCHEMA = (
+    "drill string, events long, overlaps long, overlap_ms long, converged boolean, balanced boolean, "
+    "moves long, rebalances long, unassigned_item_ms long, exclusive boolean, ok boolean, end_ms long, "
+    "items long, live_workers long"
+)
+_DRILL_COLUMNS = ("name", *DRILL_KEYS[1:], "exclusive", "ok", "end_ms", "items", "live_workers")
+"""The collected per-drill row's keys in :data:`_DRILLS_SCHEMA` order (``name`` becomes ``drill``)."""
+
+
+def _write_tables(spark: Any, result: Result, out: Path) -> None:
+    """``drills.parquet`` from the collected rows; ``items`` / ``intervals`` with drill names for keys."""
+    from pyspark.sql import functions as F
+
+    mapping = F.broadcast(spark.createDataFrame(list(result.names.items()), "key string, name string"))
+
+    def named(df: Any) -> Any:
+        cols = [c for c in df.columns if c != "drill"]
+        return df.join(mapping, df["drill"] == mapping["key"]).select(F.col("name").alias("drill"), *cols)
+
+    drills_df = spark.createDataFrame(
+        [tuple(r[c] for c in _DRILL_COLUMNS) for r in result.drills], _DRILLS_SCHEMA
+    )
+    drills_df.coalesce(1).write.mode("overwrite").parquet(str(out / "drills.parquet"))
+    named(result.metrics.items).write.mode("overwrite").parquet(str(out / "items.parquet"))
+    named(result.metrics.intervals).write.mode("overwrite").parquet(str(out / "intervals.parquet"))
+
+
+def _chart_series(result: Result, keys: list[str]) -> dict[str, dict[str, Any]]:
+    """The binned series of the charted drills, collected in one job (none: no job at all)."""
+    from connect_bridge.pipeline import metrics
+
+    if not keys:
+        return {}
+    parts = {
+        "load": metrics.worker_load(result.metrics, keys),
+        "states": metrics.item_states(result.metrics, keys),
+        "epochs": metrics.epochs(result.events, keys),
+    }
+    return metrics.collect_series(parts, result.metrics.ends, CHART_BINS)
+
+
 def progress_to_stderr(message: str) -> None:
+    """Progress goes to stderr so stdout keeps only the machine-readable result."""
     print(f"analyze: {message}", file=sys.stderr, flush=True)

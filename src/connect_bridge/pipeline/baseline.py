@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,8 @@ def _read_jsonl(path: Path, name: str) -> pd.DataFrame:
                 rows.append(event_row(json.loads(line), name, len(rows)))
     frame = pd.DataFrame(rows, columns=list(READ_COLUMNS))
     if frame.empty:  # an empty log is an ok drill with zeros; keep it visible through a marker row
-        frame = pd.DataFrame([{"drill": name, "seq": -1, "t_ms": 0, "type": "__empty__"}])
+        marker = {"drill": name, "seq": -1, "t_ms": 0, "type": "__empty__"}
+        frame = pd.DataFrame([marker], columns=list(READ_COLUMNS))
     return frame
 
 
@@ -111,8 +113,67 @@ def _combine(*parts: tuple[np.ndarray, int]) -> np.ndarray:
     return key
 
 
-def compute(events: pd.DataFrame) -> list[dict[str, Any]]:
-    """Per-drill dicts (the §4.4 keys plus ``exclusive`` and ``ok``), sorted by name."""
+@dataclass(slots=True)
+class _Coded:
+    """Every event as integer codes, in ``(drill, seq)`` order: the arrays all steps index into."""
+
+    order: np.ndarray
+    drill_names: pd.Index
+    d: np.ndarray
+    t: np.ndarray
+    kind: np.ndarray
+    tcode: dict[str, int]
+    w1: np.ndarray
+    """Worker code + 1 (0 = null worker)."""
+    n_workers: int
+    conn: np.ndarray
+    """Connector code in the shared run/release/config vocabulary (-1 = null)."""
+    task: np.ndarray
+    end_ms: np.ndarray
+    """Per drill: its largest ``t_ms``."""
+
+    @property
+    def n_drills(self) -> int:
+        return len(self.drill_names)
+
+    def is_type(self, *names: str) -> np.ndarray:
+        return _type_mask(self.kind, self.tcode, names)
+
+    def worker_key(self, rows: np.ndarray) -> np.ndarray:
+        """The ``(drill, worker)`` key of ``rows``."""
+        return _combine((self.d[rows], self.n_drills), (self.w1[rows], self.n_workers))
+
+
+@dataclass(slots=True)
+class _Configs:
+    """The numbered ``config`` events exploded to their configured items (instance task -1 first)."""
+
+    rows: np.ndarray
+    """Positions of the config events in :class:`_Coded` order."""
+    d: np.ndarray
+    k: np.ndarray
+    """Index of each config event within its drill."""
+    item_row: np.ndarray
+    """Per configured item: index into ``rows``."""
+    item_conn: np.ndarray
+    item_task: np.ndarray
+
+
+@dataclass(slots=True)
+class _ItemSpace:
+    """Mixed-radix coding of ``(drill, connector, task)`` items into one int64."""
+
+    n_drills: int
+    n_conn: int
+    n_tasks: int
+    min_task: int
+
+    def key(self, dd: np.ndarray, cc_: np.ndarray, tt: np.ndarray) -> np.ndarray:
+        return _combine((dd, self.n_drills), (cc_ + 1, self.n_conn), (tt - self.min_task, self.n_tasks))
+
+
+def _encode(events: pd.DataFrame) -> tuple[_Coded, _Configs, _ItemSpace]:
+    """Sort by ``(drill, seq)`` and turn every string into a code (docstring step 1)."""
     drill_codes, drill_names = _codes(events["drill"])
     seq = events["seq"].to_numpy(dtype=np.int64)
     order = np.lexsort((seq, drill_codes))
@@ -121,88 +182,117 @@ def compute(events: pd.DataFrame) -> list[dict[str, Any]]:
     type_codes, type_names = _codes(events["type"])
     kind = type_codes[order]
     tcode = {name: i for i, name in enumerate(type_names)}
-
-    def is_type(*names: str) -> np.ndarray:
-        wanted = [tcode[n] for n in names if n in tcode]
-        return np.isin(kind, wanted) if wanted else np.zeros(len(kind), dtype=bool)
-
-    n_drills = len(drill_names)
-    real = ~is_type("__empty__")
-    n_events = np.bincount(d[real], minlength=n_drills)
-    rebalances = np.bincount(d[is_type("epoch")], minlength=n_drills)
-    end_ms = pd.Series(t).groupby(d).max().reindex(range(n_drills), fill_value=0).to_numpy(np.int64)
-
     worker_codes, worker_names = _codes(events["worker"])
-    w = worker_codes[order]
-    n_workers = len(worker_names) + 1
-    w1 = w + 1  # 0 = null worker
-
-    # connectors: one vocabulary for run/release columns and config maps
-    conn_series = events["connector"]
-    conf_mask = is_type("config")
-    conf_rows = np.flatnonzero(conf_mask)
+    conf_rows = np.flatnonzero(_type_mask(kind, tcode, ("config",)))
     conf_text = events["connectors"].to_numpy(dtype=object)[order[conf_rows]]
     conf_maps = [json.loads(x) if isinstance(x, str) else dict(x) for x in conf_text]
+    vocab = _connector_vocabulary(events["connector"], conf_maps)
+    cc, cats = _codes(events["connector"])
+    remap = np.array([vocab[str(c)] for c in cats] + [-1], dtype=np.int64)
+    task_raw = events["task"].to_numpy(dtype=np.float64, na_value=np.nan)[order]
+    end_ms = pd.Series(t).groupby(d).max().reindex(range(len(drill_names)), fill_value=0)
+    coded = _Coded(
+        order,
+        drill_names,
+        d,
+        t,
+        kind,
+        tcode,
+        w1=worker_codes[order] + 1,
+        n_workers=len(worker_names) + 1,
+        conn=remap[cc[order]],  # -1 (null) indexes the trailing -1
+        task=np.where(np.isnan(task_raw), 0, task_raw).astype(np.int64),
+        end_ms=end_ms.to_numpy(np.int64),
+    )
+    configs = _explode_configs(d, conf_rows, conf_maps, vocab)
+    return coded, configs, _item_space(coded, configs, len(vocab) + 1)
+
+
+def _type_mask(kind: np.ndarray, tcode: dict[str, int], names: Sequence[str]) -> np.ndarray:
+    """Rows whose type is one of ``names`` (a type absent from the input matches nothing)."""
+    wanted = [tcode[n] for n in names if n in tcode]
+    return np.isin(kind, wanted) if wanted else np.zeros(len(kind), dtype=bool)
+
+
+def _connector_vocabulary(connectors: pd.Series, conf_maps: list[dict[str, Any]]) -> dict[str, int]:
+    """One code per connector name across the run/release column and every config map."""
     vocab: dict[str, int] = {}
-    conn_cats = conn_series.astype("category").cat.categories if len(conn_series) else pd.Index([])
-    for name in conn_cats:
+    cats = connectors.astype("category").cat.categories if len(connectors) else pd.Index([])
+    for name in cats:
         vocab.setdefault(str(name), len(vocab))
     for m in conf_maps:
         for name in m:
             vocab.setdefault(str(name), len(vocab))
-    cc, cats = _codes(conn_series)
-    remap = np.array([vocab[str(c)] for c in cats] + [-1], dtype=np.int64)
-    conn = remap[cc[order]]  # -1 (null) indexes the trailing -1
-    task_raw = events["task"].to_numpy(dtype=np.float64, na_value=np.nan)[order]
-    task = np.where(np.isnan(task_raw), 0, task_raw).astype(np.int64)
+    return vocab
 
-    # configured items per config event (k = index within the drill)
+
+def _explode_configs(
+    d: np.ndarray, conf_rows: np.ndarray, conf_maps: list[dict[str, Any]], vocab: dict[str, int]
+) -> _Configs:
+    """Configured items per config event (``k`` = index within the drill)."""
     conf_d = d[conf_rows]  # sorted: rows are in (drill, seq) order
-    conf_k = np.arange(len(conf_rows)) - np.searchsorted(conf_d, conf_d)
-    ci_row, ci_conn, ci_task = [], [], []
+    ci_row: list[int] = []
+    ci_conn: list[int] = []
+    ci_task: list[int] = []
     for i, m in enumerate(conf_maps):
         for name, tasks in m.items():
             c = vocab[str(name)]
             ci_row.extend([i] * (int(tasks) + 1))
             ci_conn.extend([c] * (int(tasks) + 1))
             ci_task.extend(range(CONNECTOR_TASK, int(tasks)))
-    ci_row_a = np.asarray(ci_row, dtype=np.int64)
-    ci_conn_a = np.asarray(ci_conn, dtype=np.int64)
-    ci_task_a = np.asarray(ci_task, dtype=np.int64)
-
-    own_mask = is_type("run", "release")
-    max_task = max(
-        int(task[own_mask].max()) if own_mask.any() else 0, int(ci_task_a.max()) if len(ci_task_a) else 0
+    return _Configs(
+        rows=conf_rows,
+        d=conf_d,
+        k=np.arange(len(conf_rows)) - np.searchsorted(conf_d, conf_d),
+        item_row=np.asarray(ci_row, dtype=np.int64),
+        item_conn=np.asarray(ci_conn, dtype=np.int64),
+        item_task=np.asarray(ci_task, dtype=np.int64),
     )
-    min_task = min(int(task[own_mask].min()) if own_mask.any() else 0, CONNECTOR_TASK)
-    n_tasks = max_task - min_task + 1
-    n_conn = len(vocab) + 1
 
-    def item_key(dd: np.ndarray, cc_: np.ndarray, tt: np.ndarray) -> np.ndarray:
-        return _combine((dd, n_drills), (cc_ + 1, n_conn), (tt - min_task, n_tasks))
 
-    # --- 1. ownership toggles -------------------------------------------------------------------
-    run_m = is_type("run")
-    own_rows = np.flatnonzero(own_mask)
-    own_item = item_key(d[own_rows], conn[own_rows], task[own_rows])
+def _item_space(c: _Coded, configs: _Configs, n_conn: int) -> _ItemSpace:
+    """Task codes must cover every ownership event's task and every configured one."""
+    own_mask = c.is_type("run", "release")
+    ci_task = configs.item_task
+    max_task = max(
+        int(c.task[own_mask].max()) if own_mask.any() else 0, int(ci_task.max()) if len(ci_task) else 0
+    )
+    min_task = min(int(c.task[own_mask].min()) if own_mask.any() else 0, CONNECTOR_TASK)
+    return _ItemSpace(c.n_drills, n_conn, max_task - min_task + 1, min_task)
+
+
+@dataclass(slots=True)
+class _Toggles:
+    """Ownership toggles sorted by ``(item, worker, position)``."""
+
+    row: np.ndarray
+    item: np.ndarray
+    delta: np.ndarray
+    w: np.ndarray
+    eff: np.ndarray
+    """The toggle is an effective start or stop (the checker's no-op rules)."""
+    run_item: np.ndarray
+    """Holders still running at the end: their item ..."""
+    run_w: np.ndarray
+    """... and worker."""
+
+
+def _toggles(c: _Coded, space: _ItemSpace) -> _Toggles:
+    """Step 2: ``run`` +1, ``release`` -1, stop/crash -1 for every pair the worker ever ran."""
+    run_m = c.is_type("run")
+    own_rows = np.flatnonzero(c.is_type("run", "release"))
+    own_item = space.key(c.d[own_rows], c.conn[own_rows], c.task[own_rows])
     own_delta = np.where(run_m[own_rows], 1, -1)
-    # stop/crash: -1 for every (item, worker) pair the worker ever ran in the drill
     run_rows = np.flatnonzero(run_m)
     pairs = pd.DataFrame(
-        {
-            "dw": _combine((d[run_rows], n_drills), (w1[run_rows], n_workers)),
-            "item": item_key(d[run_rows], conn[run_rows], task[run_rows]),
-        }
+        {"dw": c.worker_key(run_rows), "item": space.key(c.d[run_rows], c.conn[run_rows], c.task[run_rows])}
     ).drop_duplicates()
-    stop_rows = np.flatnonzero(is_type("worker_stop", "worker_crash") & (w1 > 0))
-    stops = pd.DataFrame(
-        {"dw": _combine((d[stop_rows], n_drills), (w1[stop_rows], n_workers)), "row": stop_rows}
-    )
-    ended = stops.merge(pairs, on="dw")
+    stop_rows = np.flatnonzero(c.is_type("worker_stop", "worker_crash") & (c.w1 > 0))
+    ended = pd.DataFrame({"dw": c.worker_key(stop_rows), "row": stop_rows}).merge(pairs, on="dw")
     tog_row = np.concatenate([own_rows, ended["row"].to_numpy(np.int64)])
     tog_item = np.concatenate([own_item, ended["item"].to_numpy(np.int64)])
     tog_delta = np.concatenate([own_delta, -np.ones(len(ended), dtype=np.int64)])
-    tog_w = w1[tog_row]
+    tog_w = c.w1[tog_row]
     o = np.lexsort((tog_row, tog_w, tog_item))
     tog_row, tog_item, tog_delta, tog_w = tog_row[o], tog_item[o], tog_delta[o], tog_w[o]
     holder_first = _group_starts(tog_item) | _group_starts(tog_w)
@@ -212,36 +302,61 @@ def compute(events: pd.DataFrame) -> list[dict[str, Any]]:
     prev[holder_first] = 0
     eff_start = (tog_delta == 1) & (prev != 1)
     eff_stop = (tog_delta == -1) & (prev == 1)
-    eff = eff_start | eff_stop
     # state at the end per holder: its last toggle
     holder_last = np.ones(len(tog_item), dtype=bool)
     holder_last[:-1] = holder_first[1:]
     running_end = holder_last & (tog_delta == 1)
-    run_item, run_w = tog_item[running_end], tog_w[running_end]
+    return _Toggles(
+        tog_row, tog_item, tog_delta, tog_w, eff_start | eff_stop, tog_item[running_end], tog_w[running_end]
+    )
 
-    # --- 2. configured changes ------------------------------------------------------------------
-    if len(ci_row_a):
-        ci_d = conf_d[ci_row_a]
-        ci_k = conf_k[ci_row_a]
-        ci_item = item_key(ci_d, ci_conn_a, ci_task_a)
-        n_k = int(conf_k.max()) + 2
-        listed = ci_item * n_k + ci_k  # (item, k) pairs listed by config k
-        listed_set = np.unique(listed)
-        was_listed = np.where(ci_k > 0, np.isin(listed - 1, listed_set), False)
-        enter_idx = np.flatnonzero(~was_listed)
-        # leave at config k+1 of the same drill when it exists and does not list the item
-        n_conf_in_drill = np.bincount(conf_d, minlength=n_drills)
-        has_next = ci_k + 1 < n_conf_in_drill[ci_d]
-        next_listed = np.isin(listed + 1, listed_set)
-        leave_idx = np.flatnonzero(has_next & ~next_listed)
-        cfg_row = np.concatenate([conf_rows[ci_row_a[enter_idx]], conf_rows[ci_row_a[leave_idx] + 1]])
-        cfg_item = np.concatenate([ci_item[enter_idx], ci_item[leave_idx]])
-        cfg_delta = np.concatenate([np.ones(len(enter_idx), np.int64), -np.ones(len(leave_idx), np.int64)])
-    else:
-        cfg_row = cfg_item = cfg_delta = np.zeros(0, dtype=np.int64)
 
-    # --- 3. item timeline -----------------------------------------------------------------------
-    e_row, e_item, e_delta, e_w = tog_row[eff], tog_item[eff], tog_delta[eff], tog_w[eff]
+def _config_changes(configs: _Configs, space: _ItemSpace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Step 3: ``(row, item, ±1)``: enter at config ``k``, leave at ``k+1``."""
+    if not len(configs.item_row):
+        empty = np.zeros(0, dtype=np.int64)
+        return empty, empty, empty
+    ci_row_a, conf_k, conf_d = configs.item_row, configs.k, configs.d
+    ci_d = conf_d[ci_row_a]
+    ci_k = conf_k[ci_row_a]
+    ci_item = space.key(ci_d, configs.item_conn, configs.item_task)
+    n_k = int(conf_k.max()) + 2
+    listed = ci_item * n_k + ci_k  # (item, k) pairs listed by config k
+    listed_set = np.unique(listed)
+    was_listed = np.where(ci_k > 0, np.isin(listed - 1, listed_set), False)
+    enter_idx = np.flatnonzero(~was_listed)
+    # leave at config k+1 of the same drill when it exists and does not list the item
+    n_conf_in_drill = np.bincount(conf_d, minlength=space.n_drills)
+    has_next = ci_k + 1 < n_conf_in_drill[ci_d]
+    next_listed = np.isin(listed + 1, listed_set)
+    leave_idx = np.flatnonzero(has_next & ~next_listed)
+    conf_rows = configs.rows
+    cfg_row = np.concatenate([conf_rows[ci_row_a[enter_idx]], conf_rows[ci_row_a[leave_idx] + 1]])
+    cfg_item = np.concatenate([ci_item[enter_idx], ci_item[leave_idx]])
+    cfg_delta = np.concatenate([np.ones(len(enter_idx), np.int64), -np.ones(len(leave_idx), np.int64)])
+    return cfg_row, cfg_item, cfg_delta
+
+
+@dataclass(slots=True)
+class _Timeline:
+    """Per-item rows sorted by ``(item, position)`` with the running state after each row."""
+
+    item: np.ndarray
+    d: np.ndarray
+    t: np.ndarray
+    cnt: np.ndarray
+    cfg: np.ndarray
+    start: np.ndarray
+    w: np.ndarray
+    last: np.ndarray
+    """The item's last row."""
+
+
+def _timeline(c: _Coded, tog: _Toggles, cfg_changes: tuple[np.ndarray, ...]) -> _Timeline:
+    """Step 4: effective toggles and configured changes together, with running counts."""
+    cfg_row, cfg_item, cfg_delta = cfg_changes
+    eff = tog.eff
+    e_row, e_item, e_delta, e_w = tog.row[eff], tog.item[eff], tog.delta[eff], tog.w[eff]
     tl_row = np.concatenate([e_row, cfg_row])
     tl_item = np.concatenate([e_item, cfg_item])
     tl_dc = np.concatenate([e_delta, np.zeros(len(cfg_row), np.int64)])
@@ -258,54 +373,77 @@ def compute(events: pd.DataFrame) -> list[dict[str, Any]]:
     seg = np.cumsum(item_first) - 1
 
     def seg_cumsum(x: np.ndarray) -> np.ndarray:
-        c = np.cumsum(x)
-        base = (c - x)[item_first]
-        return c - base[seg]
+        cum = np.cumsum(x)
+        base = (cum - x)[item_first]
+        return cum - base[seg]
 
-    cnt = seg_cumsum(tl_dc)
-    cfg = seg_cumsum(tl_dcfg)
-    tl_d = d[tl_row]
-    tl_t = t[tl_row]
+    return _Timeline(
+        item=tl_item,
+        d=c.d[tl_row],
+        t=c.t[tl_row],
+        cnt=seg_cumsum(tl_dc),
+        cfg=seg_cumsum(tl_dcfg),
+        start=tl_start,
+        w=tl_w,
+        last=item_last,
+    )
+
+
+def _timeline_numbers(tl: _Timeline, end_ms: np.ndarray, n_drills: int) -> dict[str, np.ndarray]:
+    """Per drill: overlaps, overlap time, unassigned time and moves from the item timeline."""
+    cnt, cfg, tl_d, tl_t, tl_start = tl.cnt, tl.cfg, tl.d, tl.t, tl.start
     nxt = np.empty_like(tl_t)
     nxt[:-1] = tl_t[1:]
-    nxt[item_last] = end_ms[tl_d[item_last]]
+    nxt[tl.last] = end_ms[tl_d[tl.last]]
     dur = nxt - tl_t
-    overlaps = np.bincount(tl_d[tl_start & (cnt >= 2)], minlength=n_drills)
-    overlap_ms = np.bincount(tl_d, weights=np.where(cnt >= 2, dur, 0), minlength=n_drills)
-    unassigned = np.bincount(tl_d, weights=np.where((cfg == 1) & (cnt == 0), dur, 0), minlength=n_drills)
     s_idx = np.flatnonzero(tl_start)
-    s_item, s_w = tl_item[s_idx], tl_w[s_idx]
+    s_item, s_w = tl.item[s_idx], tl.w[s_idx]
     same_item = np.zeros(len(s_idx), dtype=bool)
     same_item[1:] = s_item[1:] == s_item[:-1]
     moved = np.zeros(len(s_idx), dtype=bool)
     moved[1:] = s_w[1:] != s_w[:-1]
-    moves = np.bincount(tl_d[s_idx[same_item & moved]], minlength=n_drills)
+    return {
+        "overlaps": np.bincount(tl_d[tl_start & (cnt >= 2)], minlength=n_drills),
+        "overlap_ms": np.bincount(tl_d, weights=np.where(cnt >= 2, dur, 0), minlength=n_drills),
+        "unassigned_item_ms": np.bincount(
+            tl_d, weights=np.where((cfg == 1) & (cnt == 0), dur, 0), minlength=n_drills
+        ),
+        "moves": np.bincount(tl_d[s_idx[same_item & moved]], minlength=n_drills),
+    }
 
-    # --- 4. end state ---------------------------------------------------------------------------
-    life_rows = np.flatnonzero(is_type("worker_start", "worker_stop", "worker_crash") & (w1 > 0))
-    life_key = _combine((d[life_rows], n_drills), (w1[life_rows], n_workers))
+
+def _live_workers(c: _Coded) -> np.ndarray:
+    """``(drill, worker)`` keys whose last start/stop/crash is a start."""
+    life_rows = np.flatnonzero(c.is_type("worker_start", "worker_stop", "worker_crash") & (c.w1 > 0))
+    life_key = c.worker_key(life_rows)
     lo = np.lexsort((life_rows, life_key))
     lk, lr = life_key[lo], life_rows[lo]
     last = np.ones(len(lk), dtype=bool)
     last[:-1] = lk[1:] != lk[:-1]
-    live_keys = lk[last & is_type("worker_start")[lr]]
-    live_set = pd.Index(live_keys)
+    return lk[last & c.is_type("worker_start")[lr]]
 
-    end_cnt, end_cfg, end_item = cnt[item_last], cfg[item_last], tl_item[item_last]
-    end_d = tl_d[item_last]
-    item_d = run_item // (n_conn * n_tasks)
-    run_live = pd.Index(_combine((item_d, n_drills), (run_w, n_workers))).isin(live_set)
-    owner_live = pd.Series(run_live, index=run_item).groupby(level=0).any()
+
+def _end_state(c: _Coded, space: _ItemSpace, tog: _Toggles, tl: _Timeline) -> tuple[np.ndarray, np.ndarray]:
+    """Step 5: per drill, converged (every item run by exactly its one live owner, or by nobody
+    when unconfigured) and balanced (live workers' instances and tasks differ by at most one)."""
+    n_drills, n_workers = space.n_drills, c.n_workers
+    live_keys = _live_workers(c)
+    end_item = tl.item[tl.last]
+    item_d = tog.run_item // (space.n_conn * space.n_tasks)
+    held_key = _combine((item_d, n_drills), (tog.run_w, n_workers))
+    run_live = pd.Index(held_key).isin(pd.Index(live_keys))
+    owner_live = pd.Series(run_live, index=tog.run_item).groupby(level=0).any()
     single_live = owner_live.reindex(end_item, fill_value=False).to_numpy()
-    fine = np.where(end_cfg == 1, (end_cnt == 1) & single_live, end_cnt == 0)
-    converged = np.bincount(end_d[~fine], minlength=n_drills) == 0
+    end_cnt = tl.cnt[tl.last]
+    fine = np.where(tl.cfg[tl.last] == 1, (end_cnt == 1) & single_live, end_cnt == 0)
+    converged = np.bincount(tl.d[tl.last][~fine], minlength=n_drills) == 0
 
     # balanced: per live worker, connector instances and tasks it runs at the end
-    item_task = (run_item % n_tasks) + min_task
+    item_task = (tog.run_item % space.n_tasks) + space.min_task
     lw = pd.DataFrame({"key": live_keys, "inst": 0, "tasks": 0}).set_index("key")
     held = pd.DataFrame(
         {
-            "key": _combine((item_d, n_drills), (run_w, n_workers)),
+            "key": held_key,
             "inst": (item_task == CONNECTOR_TASK).astype(int),
             "tasks": (item_task != CONNECTOR_TASK).astype(int),
         }
@@ -320,19 +458,31 @@ def compute(events: pd.DataFrame) -> list[dict[str, Any]]:
             (spread[("tasks", "max")] - spread[("tasks", "min")]) > 1
         )
         balanced[spread.index.to_numpy()[bad.to_numpy()]] = False
+    return converged, balanced
 
+
+def compute(events: pd.DataFrame) -> list[dict[str, Any]]:
+    """Per-drill dicts (the §4.4 keys plus ``exclusive`` and ``ok``), sorted by name."""
+    c, configs, space = _encode(events)
+    n_drills = c.n_drills
+    n_events = np.bincount(c.d[~c.is_type("__empty__")], minlength=n_drills)
+    rebalances = np.bincount(c.d[c.is_type("epoch")], minlength=n_drills)
+    tog = _toggles(c, space)
+    tl = _timeline(c, tog, _config_changes(configs, space))
+    numbers = _timeline_numbers(tl, c.end_ms, n_drills)
+    converged, balanced = _end_state(c, space, tog, tl)
     out = []
-    for i, name in enumerate(drill_names):
+    for i, name in enumerate(c.drill_names):
         row = {
             "name": str(name),
             "events": int(n_events[i]),
-            "overlaps": int(overlaps[i]),
-            "overlap_ms": int(overlap_ms[i]),
+            "overlaps": int(numbers["overlaps"][i]),
+            "overlap_ms": int(numbers["overlap_ms"][i]),
             "converged": bool(converged[i]),
             "balanced": bool(balanced[i]),
-            "moves": int(moves[i]),
+            "moves": int(numbers["moves"][i]),
             "rebalances": int(rebalances[i]),
-            "unassigned_item_ms": int(unassigned[i]),
+            "unassigned_item_ms": int(numbers["unassigned_item_ms"][i]),
         }
         row["exclusive"] = row["overlaps"] == 0
         row["ok"] = row["exclusive"] and row["converged"] and row["balanced"]

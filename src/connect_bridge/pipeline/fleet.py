@@ -78,21 +78,66 @@ def _run_drills(batches: Iterator[Any]) -> Iterator[Any]:
             yield frame(rows)
 
 
-def write_fleet_events(spark: Any, count: int, seed: int, path: str | Path) -> int:
-    """Run drills ``0..count-1`` of fleet ``seed`` in the executors; write their events to ``path``
-    (Parquet partitioned by ``drill``). Returns the number of event rows written."""
+def _seed_frame(spark: Any, count: int, seed: int, per_core: int) -> Any:
+    """The scenario seeds of drills ``0..count-1`` as a one-column DataFrame, spread over up to
+    ``per_core`` partitions per core (a drill is the unit of work; there is nothing else to split)."""
     from pyspark.sql import functions as F
 
-    from connect_bridge.pipeline.schema import spark_schema
-
     parallelism = max(1, spark.sparkContext.defaultParallelism)
-    partitions = max(1, min(count, parallelism * 4))
     ids = spark.range(0, count, numPartitions=1).select(
         (F.lit(seed).cast("long") * F.lit(SEED_STRIDE) + F.col("id")).alias("seed")
     )
     # Round-robin spreads consecutive ids (similar work on average) evenly over the partitions.
-    ids = ids.repartition(partitions)
-    events = ids.mapInPandas(_run_drills, schema=spark_schema())
+    return ids.repartition(max(1, min(count, parallelism * per_core)))
+
+
+def _prepare(
+    count: int,
+    out_dir: str | Path,
+    master: str | None,
+    spark: Any,
+    progress: Callable[[str], None] | None,
+) -> tuple[Callable[[str], None], Path, Any]:
+    """Both fleet kinds refuse an empty fleet before starting Spark, then make ``out_dir``."""
+    from connect_bridge.pipeline.session import get_spark
+
+    if count < 1:
+        raise ValueError("a fleet needs at least one drill")
+    say = progress or (lambda _msg: None)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return say, out, spark or get_spark(master)
+
+
+def _clear_failed(out: Path) -> None:
+    """``failed/`` of an earlier run in the same directory would name drills this run did not fail."""
+    failed_dir = out / FAILED_DIR
+    if failed_dir.exists():
+        shutil.rmtree(failed_dir)
+
+
+def _keep_scenario(out: Path, scenario: Any) -> str:
+    """Write a failing drill's scenario for ``drill run``; its path relative to ``out``."""
+    from connect_bridge.drills.scenario import dump_scenario
+
+    failed_dir = out / FAILED_DIR
+    failed_dir.mkdir(parents=True, exist_ok=True)
+    path = failed_dir / f"{scenario.name}.json"
+    dump_scenario(scenario, path)
+    return str(path.relative_to(out))
+
+
+def _write_fleet_json(out: Path, fleet: dict[str, Any]) -> None:
+    """Both fleet kinds return the document they write, so a caller need not read it back."""
+    (out / FLEET_JSON).write_text(json.dumps(fleet, indent=2) + "\n", encoding="utf-8")
+
+
+def write_fleet_events(spark: Any, count: int, seed: int, path: str | Path) -> int:
+    """Run drills ``0..count-1`` of fleet ``seed`` in the executors; write their events to ``path``
+    (Parquet partitioned by ``drill``). Returns the number of event rows written."""
+    from connect_bridge.pipeline.schema import spark_schema
+
+    events = _seed_frame(spark, count, seed, 4).mapInPandas(_run_drills, schema=spark_schema())
     events.write.mode("overwrite").partitionBy("drill").parquet(str(path))
     return int(spark.read.parquet(str(path)).count())
 
@@ -113,17 +158,7 @@ def run_fleet(
     ``balanced``) and ``totals`` (analyze's). Uses ``spark`` if given, else
     :func:`.session.get_spark` with ``master``.
     """
-    from connect_bridge.drills.generate import random_scenario
-    from connect_bridge.drills.scenario import dump_scenario
-    from connect_bridge.pipeline.session import get_spark
-
-    if count < 1:
-        raise ValueError("a fleet needs at least one drill")
-    say = progress or (lambda _msg: None)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    spark = spark or get_spark(master)
-
+    say, out, spark = _prepare(count, out_dir, master, spark, progress)
     say(f"running {count} drills (seed {seed})")
     started = time.monotonic()
     n_events = write_fleet_events(spark, count, seed, out / EVENTS_DIR)
@@ -133,46 +168,45 @@ def run_fleet(
     doc = analyze([out / EVENTS_DIR], out / REPORT_DIR, spark=spark, progress=say)
     analyzed = time.monotonic()
 
-    failed_dir = out / FAILED_DIR
-    if failed_dir.exists():
-        shutil.rmtree(failed_dir)
+    _clear_failed(out)
     seeds = {f"random-{scenario_seed(seed, i)}": scenario_seed(seed, i) for i in range(count)}
-    failed: list[dict[str, Any]] = []
-    for entry in doc["drills"]:
-        if drill_ok(entry):
-            continue
-        record: dict[str, Any] = {
-            "name": entry["name"],
-            "seed": seeds.get(entry["name"]),
-            "scenario": None,
-            "overlaps": entry["overlaps"],
-            "converged": entry["converged"],
-            "balanced": entry["balanced"],
-        }
-        drill_seed = seeds.get(entry["name"])
-        if drill_seed is not None:
-            scenario = random_scenario(drill_seed)
-            if scenario.name == entry["name"]:
-                failed_dir.mkdir(parents=True, exist_ok=True)
-                path = failed_dir / f"{scenario.name}.json"
-                dump_scenario(scenario, path)
-                record["scenario"] = str(path.relative_to(out))
-        failed.append(record)
-    missing = count - len(doc["drills"])
+    failed = [
+        _failed_drill(entry, seeds.get(entry["name"]), out) for entry in doc["drills"] if not drill_ok(entry)
+    ]
     fleet = {
         "count": count,
         "seed": seed,
         "events": n_events,
         "drills_analyzed": len(doc["drills"]),
-        "missing_drills": missing,
+        "missing_drills": count - len(doc["drills"]),
         "seconds": {"run": round(ran - started, 3), "analyze": round(analyzed - ran, 3)},
         "report": str(out / REPORT_DIR / "index.html"),
         "failed": failed,
         "totals": doc["totals"],
     }
-    (out / FLEET_JSON).write_text(json.dumps(fleet, indent=2) + "\n", encoding="utf-8")
+    _write_fleet_json(out, fleet)
     say(f"{len(failed)} of {count} drills failed; {out / FLEET_JSON}")
     return fleet
+
+
+def _failed_drill(entry: Mapping[str, Any], drill_seed: int | None, out: Path) -> dict[str, Any]:
+    """``fleet.json``'s record of a failing drill; its scenario is regenerated from the seed and
+    kept when the name matches (a drill not of this fleet has no seed and no scenario)."""
+    from connect_bridge.drills.generate import random_scenario
+
+    record: dict[str, Any] = {
+        "name": entry["name"],
+        "seed": drill_seed,
+        "scenario": None,
+        "overlaps": entry["overlaps"],
+        "converged": entry["converged"],
+        "balanced": entry["balanced"],
+    }
+    if drill_seed is not None:
+        scenario = random_scenario(drill_seed)
+        if scenario.name == entry["name"]:
+            record["scenario"] = _keep_scenario(out, scenario)
+    return record
 
 
 # -------------------------------------------------------------------------------- checks only
@@ -274,57 +308,18 @@ def run_fleet_checks(
     an invariant and ``fleet.json``: ``count``, ``seed``, ``adversarial``, ``seconds``, ``drills_per_s``,
     ``violations`` (drills breaking exclusive / live / converged / balanced), ``max_unowned_ms`` and
     ``failed`` (name, seed, scenario, first violation)."""
-    from connect_bridge.drills.generate import random_scenario
-    from connect_bridge.drills.scenario import dump_scenario
-    from connect_bridge.pipeline.session import get_spark
-
-    if count < 1:
-        raise ValueError("a fleet needs at least one drill")
-    say = progress or (lambda _msg: None)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    spark = spark or get_spark(master)
-    from pyspark.sql import functions as F
-
+    say, out, spark = _prepare(count, out_dir, master, spark, progress)
     kind = "adversarial " if adversarial else ""
     say(f"running {count} {kind}drills (seed {seed}), checked in the executors")
     started = time.monotonic()
-    parallelism = max(1, spark.sparkContext.defaultParallelism)
-    ids = spark.range(0, count, numPartitions=1).select(
-        (F.lit(seed).cast("long") * F.lit(SEED_STRIDE) + F.col("id")).alias("seed")
-    )
-    ids = ids.repartition(max(1, min(count, parallelism * 8)))
     schema = ", ".join(f"{name} {type_}" for name, type_ in CHECK_FIELDS)
-    checks = ids.mapInPandas(_check_drills(adversarial), schema=schema)
+    checks = _seed_frame(spark, count, seed, 8).mapInPandas(_check_drills(adversarial), schema=schema)
     checks.write.mode("overwrite").parquet(str(out / CHECKS_DIR))
-    table = spark.read.parquet(str(out / CHECKS_DIR))
-    totals = table.agg(
-        F.count("*").alias("drills"),
-        F.sum((~F.col("ok")).cast("long")).alias("failed"),
-        F.sum((~F.col("exclusive")).cast("long")).alias("exclusive"),
-        F.sum((~F.col("live")).cast("long")).alias("live"),
-        F.sum((~F.col("converged")).cast("long")).alias("converged"),
-        F.sum((~F.col("balanced")).cast("long")).alias("balanced"),
-        F.sum(F.col("crashed").cast("long")).alias("crashed"),
-        F.max("max_unowned_ms").alias("max_unowned_ms"),
-        F.sum("events").alias("events"),
-    ).collect()[0]
-    bad = [r.asDict() for r in table.where(~F.col("ok")).orderBy("seed").limit(1000).collect()]
+    totals, bad = _collect_checks(spark.read.parquet(str(out / CHECKS_DIR)))
     seconds = time.monotonic() - started
 
-    failed_dir = out / FAILED_DIR
-    if failed_dir.exists():
-        shutil.rmtree(failed_dir)
-    failed = []
-    for row in bad:
-        scenario = random_scenario(int(row["seed"]), adversarial=adversarial)
-        failed_dir.mkdir(parents=True, exist_ok=True)
-        path = failed_dir / f"{scenario.name}.json"
-        dump_scenario(scenario, path)
-        failed.append(
-            {"name": row["name"], "seed": row["seed"], "scenario": str(path.relative_to(out)),
-             "violation": row["violation"]}
-        )
+    _clear_failed(out)
+    failed = [_failed_check(row, adversarial, out) for row in bad]
     fleet = {
         "count": count,
         "seed": seed,
@@ -333,13 +328,48 @@ def run_fleet_checks(
         "events": int(totals["events"] or 0),
         "seconds": round(seconds, 1),
         "drills_per_s": round(count / seconds, 1) if seconds else None,
-        "violations": {
-            key: int(totals[key] or 0) for key in ("exclusive", "live", "converged", "balanced", "crashed")
-        },
+        "violations": {key: int(totals[key] or 0) for key in _VIOLATIONS},
         "failed_drills": int(totals["failed"] or 0),
         "max_unowned_ms": int(totals["max_unowned_ms"] or 0),
         "failed": failed,
     }
-    (out / FLEET_JSON).write_text(json.dumps(fleet, indent=2) + "\n", encoding="utf-8")
+    _write_fleet_json(out, fleet)
     say(f"{fleet['failed_drills']} of {count} drills failed in {fleet['seconds']} s; {out / FLEET_JSON}")
     return fleet
+
+
+_VIOLATIONS = ("exclusive", "live", "converged", "balanced", "crashed")
+_FAILED_LISTED = 1000
+"""At most this many failing drills are collected (by seed) and written out."""
+
+
+def _collect_checks(table: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """Two jobs over ``checks.parquet``: the totals row, and the first failing drills by seed."""
+    from pyspark.sql import functions as F
+
+    def count_false(name: str) -> Any:
+        return F.sum((~F.col(name)).cast("long")).alias(name)
+
+    totals = table.agg(
+        F.count("*").alias("drills"),
+        F.sum((~F.col("ok")).cast("long")).alias("failed"),
+        *(count_false(name) for name in _VIOLATIONS[:-1]),
+        F.sum(F.col("crashed").cast("long")).alias("crashed"),
+        F.max("max_unowned_ms").alias("max_unowned_ms"),
+        F.sum("events").alias("events"),
+    ).collect()[0]
+    bad = [r.asDict() for r in table.where(~F.col("ok")).orderBy("seed").limit(_FAILED_LISTED).collect()]
+    return totals, bad
+
+
+def _failed_check(row: Mapping[str, Any], adversarial: bool, out: Path) -> dict[str, Any]:
+    """``fleet.json``'s record of a failing checks-only drill, its scenario regenerated and kept."""
+    from connect_bridge.drills.generate import random_scenario
+
+    scenario = random_scenario(int(row["seed"]), adversarial=adversarial)
+    return {
+        "name": row["name"],
+        "seed": row["seed"],
+        "scenario": _keep_scenario(out, scenario),
+        "violation": row["violation"],
+    }

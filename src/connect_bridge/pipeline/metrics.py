@@ -37,6 +37,8 @@ from connect_bridge.codecs.ids import CONNECTOR_TASK
 CONNECTORS_TYPE = T.MapType(T.StringType(), T.LongType())
 ITEM = ("drill", "connector", "task")
 _UNBOUNDED = Window.unboundedPreceding
+_HOLDER_EVENT = ("drill", "seq", "t_ms", "worker", "connector", "task")
+"""An ownership toggle's columns, before its ``d``."""
 
 
 @dataclass(frozen=True)
@@ -109,34 +111,37 @@ def compute(events: DataFrame) -> Metrics:
 
     ``events`` must be valid (see :func:`problems`). The caller may persist the results.
     """
-    ev = events
     kind = F.col("type")
-
-    # --- drill base: events, rebalances, end -------------------------------------------------------
-    base = ev.groupBy("drill").agg(
+    base = events.groupBy("drill").agg(
         F.count(F.lit(1)).alias("events"),
         F.sum(_int(kind == "epoch")).cast("long").alias("rebalances"),
         F.coalesce(F.max("t_ms"), F.lit(0)).cast("long").alias("end_ms"),
     )
     ends = base.select("drill", "end_ms")
+    effective, intervals = _ownership(events, ends)
+    timeline = _timeline(effective, _config_changes(events), ends)
+    items, balance = _end_state(events, intervals, _per_item(timeline))
+    return Metrics(
+        drills=_drill_table(base, items, balance),
+        items=items,
+        intervals=intervals,
+        effective=effective,
+        timeline=timeline.select(*ITEM, "seq", "t_ms", "cnt", "cfg"),
+        ends=ends,
+    )
 
-    # --- 1. ownership toggles → effective starts / stops ------------------------------------------
+
+def _ownership(ev: DataFrame, ends: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """Step 1: ownership toggles → effective starts / stops, and the ownership intervals."""
+    kind = F.col("type")
     own = ev.where(kind.isin("run", "release")).select(
-        "drill",
-        "seq",
-        "t_ms",
-        "worker",
-        "connector",
-        "task",
-        F.when(kind == "run", F.lit(1)).otherwise(F.lit(-1)).alias("d"),
+        *_HOLDER_EVENT, F.when(kind == "run", F.lit(1)).otherwise(F.lit(-1)).alias("d")
     )
     pairs = ev.where(kind == "run").select("drill", "worker", "connector", "task").distinct()
     stops = ev.where(kind.isin("worker_stop", "worker_crash") & F.col("worker").isNotNull()).select(
         "drill", "seq", "t_ms", "worker"
     )
-    ended = stops.join(pairs, ["drill", "worker"]).select(
-        "drill", "seq", "t_ms", "worker", "connector", "task", F.lit(-1).alias("d")
-    )
+    ended = stops.join(pairs, ["drill", "worker"]).select(*_HOLDER_EVENT, F.lit(-1).alias("d"))
     by_holder = Window.partitionBy("drill", "connector", "task", "worker").orderBy("seq")
     prev = F.lag("d").over(by_holder)
     toggles = own.unionByName(ended).withColumn("prev", prev)
@@ -144,46 +149,37 @@ def compute(events: DataFrame) -> Metrics:
     effective = toggles.where(
         ((d == 1) & (F.col("prev").isNull() | (F.col("prev") == -1))) | ((d == -1) & (F.col("prev") == 1))
     ).drop("prev")
-
     intervals = (
         effective.withColumn("next_t", F.lead("t_ms").over(by_holder))
         .where(d == 1)
         .join(F.broadcast(ends), "drill")
         .select(
-            "drill",
-            "connector",
-            "task",
+            *ITEM,
             "worker",
             F.col("t_ms").alias("start_ms"),
             F.coalesce("next_t", "end_ms").alias("end_ms"),
             F.col("next_t").isNull().alias("open"),
         )
     )
+    return effective, intervals
 
-    # --- 2. configured changes per item ------------------------------------------------------------
-    configs = ev.where(kind == "config").select(
+
+def _config_changes(ev: DataFrame) -> DataFrame:
+    """Step 2: configured changes per item (enter at config ``k``, leave at ``k+1``)."""
+    configs = ev.where(F.col("type") == "config").select(
         "drill",
         "seq",
         "t_ms",
         F.row_number().over(Window.partitionBy("drill").orderBy("seq")).alias("k"),
         F.from_json(F.col("connectors"), CONNECTORS_TYPE).alias("m"),
     )
+    tasks = F.sequence(F.lit(CONNECTOR_TASK).cast("long"), F.greatest("n", F.lit(0)) - 1)
     listed = configs.select("drill", "k", F.explode("m").alias("connector", "n")).select(
-        "drill",
-        "k",
-        "connector",
-        F.explode(F.sequence(F.lit(CONNECTOR_TASK).cast("long"), F.greatest("n", F.lit(0)) - 1)).alias(
-            "task"
-        ),
+        "drill", "k", "connector", F.explode(tasks).alias("task")
     )
     by_cfg = Window.partitionBy(*ITEM).orderBy("k")
     listed = listed.select(
-        "drill",
-        "connector",
-        "task",
-        "k",
-        F.lag("k").over(by_cfg).alias("pk"),
-        F.lead("k").over(by_cfg).alias("nk"),
+        *ITEM, "k", F.lag("k").over(by_cfg).alias("pk"), F.lead("k").over(by_cfg).alias("nk")
     )
     at = configs.select("drill", "k", "seq", "t_ms")
     k = F.col("k")
@@ -198,16 +194,18 @@ def compute(events: DataFrame) -> Metrics:
         .join(at, ["drill", "k"])  # the config event that drops the item; none after the last one
         .select(*ITEM, "seq", "t_ms", F.lit(-1).alias("d_cfg"))
     )
-    cfg_changes = enters.unionByName(leaves).select(
+    return enters.unionByName(leaves).select(
         *ITEM, "seq", "t_ms", F.lit(None).cast("string").alias("worker"), F.lit(0).alias("d_own"), "d_cfg"
     )
 
-    # --- 3. item timeline --------------------------------------------------------------------------
+
+def _timeline(effective: DataFrame, cfg_changes: DataFrame, ends: DataFrame) -> DataFrame:
+    """Step 3: the item timeline with the state after each row and its duration."""
     by_item = Window.partitionBy(*ITEM).orderBy("seq")
     so_far = by_item.rowsBetween(_UNBOUNDED, Window.currentRow)
     before = by_item.rowsBetween(_UNBOUNDED, -1)
     d_own = F.col("d_own")
-    timeline = (
+    return (
         effective.select(*ITEM, "seq", "t_ms", "worker", F.col("d").alias("d_own"), F.lit(0).alias("d_cfg"))
         .unionByName(cfg_changes)
         .select(
@@ -224,13 +222,16 @@ def compute(events: DataFrame) -> Metrics:
         .join(F.broadcast(ends), "drill")
         .withColumn("dur", F.coalesce("next_t", "end_ms") - F.col("t_ms"))
     )
+
+
+def _per_item(timeline: DataFrame) -> DataFrame:
+    """Step 3's sums per item: runs, moves, overlaps, overlap / unassigned time, state at the end."""
     cnt, cfg, dur = F.col("cnt"), F.col("cfg"), F.col("dur")
-    starts = d_own == 1
-    per_item = timeline.groupBy(*ITEM).agg(
+    starts = F.col("d_own") == 1
+    moved = starts & F.col("prev_runner").isNotNull() & (F.col("prev_runner") != F.col("worker"))
+    return timeline.groupBy(*ITEM).agg(
         F.sum(_int(starts)).cast("long").alias("runs"),
-        F.sum(_int(starts & F.col("prev_runner").isNotNull() & (F.col("prev_runner") != F.col("worker"))))
-        .cast("long")
-        .alias("moves"),
+        F.sum(_int(moved)).cast("long").alias("moves"),
         F.sum(_int(starts & (cnt >= 2))).cast("long").alias("overlaps"),
         F.sum(F.when(cnt >= 2, dur).otherwise(0)).cast("long").alias("overlap_ms"),
         F.sum(F.when((cfg > 0) & (cnt == 0), dur).otherwise(0)).cast("long").alias("unassigned_item_ms"),
@@ -238,9 +239,11 @@ def compute(events: DataFrame) -> Metrics:
         (F.max_by("cfg", "seq") > 0).alias("configured_at_end"),
     )
 
-    # --- 4. end state ------------------------------------------------------------------------------
+
+def _end_state(ev: DataFrame, intervals: DataFrame, per_item: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """Step 4: items with their converged flag, and per drill the balance of the live workers."""
     last_state = (
-        ev.where(kind.isin("worker_start", "worker_stop", "worker_crash"))
+        ev.where(F.col("type").isin("worker_start", "worker_stop", "worker_crash"))
         .groupBy("drill", "worker")
         .agg(F.max_by("type", "seq").alias("last"))
     )
@@ -257,58 +260,54 @@ def compute(events: DataFrame) -> Metrics:
         (F.col("workers_at_end") == 1) & (F.col("live_workers_at_end") == 1),
     ).otherwise(F.col("workers_at_end") == 0)
     items = items.withColumn("converged", item_ok)
-
     load = running_at_end.groupBy("drill", "worker").agg(
         F.sum(_int(F.col("task") == CONNECTOR_TASK)).alias("conns"),
         F.sum(_int(F.col("task") != CONNECTOR_TASK)).alias("tasks"),
     )
+    spread_ok = (F.max("conns") - F.min("conns") <= 1) & (F.max("tasks") - F.min("tasks") <= 1)
     balance = (
         live.join(load, ["drill", "worker"], "left")
         .fillna(0, subset=["conns", "tasks"])
         .groupBy("drill")
-        .agg(
-            ((F.max("conns") - F.min("conns") <= 1) & (F.max("tasks") - F.min("tasks") <= 1)).alias(
-                "balanced"
-            ),
-            F.count(F.lit(1)).alias("live_workers"),
-        )
+        .agg(spread_ok.alias("balanced"), F.count(F.lit(1)).alias("live_workers"))
     )
+    return items, balance
+
+
+_ITEM_SUMS = ("overlaps", "overlap_ms", "moves", "unassigned_item_ms")
+
+
+def _drill_table(base: DataFrame, items: DataFrame, balance: DataFrame) -> DataFrame:
+    """One row per drill: the item sums, the balance and the drill's own counts (0 when absent)."""
     item_totals = items.groupBy("drill").agg(
-        F.sum("overlaps").alias("overlaps"),
-        F.sum("overlap_ms").alias("overlap_ms"),
-        F.sum("moves").alias("moves"),
-        F.sum("unassigned_item_ms").alias("unassigned_item_ms"),
+        *(F.sum(name).alias(name) for name in _ITEM_SUMS),
         F.sum(_int(~F.col("converged"))).alias("bad_items"),
         F.count(F.lit(1)).alias("items"),
     )
     zero = F.lit(0).cast("long")
-    drills = (
+
+    def long_or_zero(name: str) -> Column:
+        return F.coalesce(F.col(name).cast("long"), zero).alias(name)
+
+    return (
         base.join(item_totals, "drill", "left")
         .join(balance, "drill", "left")
         .select(
             "drill",
             F.col("events").cast("long").alias("events"),
-            F.coalesce(F.col("overlaps").cast("long"), zero).alias("overlaps"),
-            F.coalesce(F.col("overlap_ms").cast("long"), zero).alias("overlap_ms"),
+            long_or_zero("overlaps"),
+            long_or_zero("overlap_ms"),
             (F.coalesce("bad_items", F.lit(0)) == 0).alias("converged"),
             F.coalesce("balanced", F.lit(True)).alias("balanced"),
-            F.coalesce(F.col("moves").cast("long"), zero).alias("moves"),
+            long_or_zero("moves"),
             F.col("rebalances"),
-            F.coalesce(F.col("unassigned_item_ms").cast("long"), zero).alias("unassigned_item_ms"),
+            long_or_zero("unassigned_item_ms"),
             "end_ms",
-            F.coalesce(F.col("items").cast("long"), zero).alias("items"),
-            F.coalesce(F.col("live_workers").cast("long"), zero).alias("live_workers"),
+            long_or_zero("items"),
+            long_or_zero("live_workers"),
         )
         .withColumn("exclusive", F.col("overlaps") == 0)
         .withColumn("ok", F.col("exclusive") & F.col("converged") & F.col("balanced"))
-    )
-    return Metrics(
-        drills=drills,
-        items=items,
-        intervals=intervals,
-        effective=effective,
-        timeline=timeline.select(*ITEM, "seq", "t_ms", "cnt", "cfg"),
-        ends=ends,
     )
 
 

@@ -179,14 +179,50 @@ def _ensure_leader_config(
     return None
 
 
-def _mismatch(members: Iterable[str], leader_id: str, url: str, max_offset: int) -> dict[str, Assignment]:
-    return {m: Assignment.build(CONFIG_MISMATCH, leader_id, url, max_offset, ()) for m in sorted(members)}
-
-
 def _max_offset(members: Mapping[str, Subscription]) -> int:
     if not members:
         raise ValueError("an assignment needs at least one member (the leader itself)")
     return max(sub.config_offset for sub in members.values())
+
+
+@dataclass(frozen=True, slots=True)
+class _Stamp:
+    """What every assignment of one round carries besides its items: leader, url, config offset."""
+
+    leader_id: str
+    url: str
+    offset: int
+
+    def build(
+        self,
+        assigned: Iterable[ConnectorTaskId],
+        revoked: Iterable[ConnectorTaskId] = (),
+        delay: int = 0,
+        error: int = NO_ERROR,
+    ) -> Assignment:
+        return Assignment.build(error, self.leader_id, self.url, self.offset, assigned, revoked, delay)
+
+
+def _leader_view(
+    members: Mapping[str, Subscription],
+    leader_id: str,
+    leader_url: str | None,
+    config: ConfigLike,
+    refresh: ConfigRefresh | None,
+) -> tuple[_Stamp, ConfigView | None]:
+    """The start of both assignors: the round's stamp and the config to assign from (``None``: the
+    leader cannot catch up, stamped with the highest reported offset for :func:`_mismatch`)."""
+    url = _leader_url(members, leader_id, leader_url)
+    max_offset = _max_offset(members)
+    ensured = _ensure_leader_config(as_config_view(config), max_offset, refresh)
+    if ensured is None:
+        return _Stamp(leader_id, url, max_offset), None
+    view, offset = ensured
+    return _Stamp(leader_id, url, offset), view
+
+
+def _mismatch(members: Iterable[str], stamp: _Stamp) -> dict[str, Assignment]:
+    return {m: stamp.build((), error=CONFIG_MISMATCH) for m in sorted(members)}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -211,12 +247,9 @@ class EagerAssignor:
         refresh_config: ConfigRefresh | None = None,
     ) -> dict[str, Assignment]:
         """Connectors sorted, dealt over sorted member ids; then every task continues the same deal."""
-        url = _leader_url(members, leader_id, leader_url)
-        max_offset = _max_offset(members)
-        ensured = _ensure_leader_config(as_config_view(config), max_offset, refresh_config)
-        if ensured is None:
-            return _mismatch(members, leader_id, url, max_offset)
-        view, offset = ensured
+        stamp, view = _leader_view(members, leader_id, leader_url, config, refresh_config)
+        if view is None:
+            return _mismatch(members, stamp)
         order = sorted(members)
         owned: dict[str, list[ConnectorTaskId]] = {m: [] for m in order}
         deal = 0
@@ -228,7 +261,7 @@ class EagerAssignor:
             for task in range(view.connector_tasks[connector]):
                 owned[order[deal % len(order)]].append(ConnectorTaskId(connector, task))
                 deal += 1
-        return {m: Assignment.build(NO_ERROR, leader_id, url, offset, owned[m]) for m in order}
+        return {m: stamp.build(owned[m]) for m in order}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -294,27 +327,20 @@ class IncrementalCooperativeAssignor:
         """
         if max_delay_ms is not None:
             self.max_delay_ms = max_delay_ms
-        url = _leader_url(members, leader_id, leader_url)
-        max_offset = _max_offset(members)
-        ensured = _ensure_leader_config(as_config_view(config), max_offset, refresh_config)
-        if ensured is None:
+        stamp, view = _leader_view(members, leader_id, leader_url, config, refresh_config)
+        if view is None:
             # Java returns before touching any state, previousGenerationId included.
-            return _mismatch(members, leader_id, url, max_offset)
-        view, offset = ensured
+            return _mismatch(members, stamp)
         completed = last_completed_generation
         if completed is None:
             completed = self.previous_generation
         reported = {m: _work_of(members[m]) for m in sorted(members)}
         round_ = self._perform(view, completed, generation, reported, now_ms)
         return {
-            m: Assignment.build(
-                NO_ERROR,
-                leader_id,
-                url,
-                offset,
-                assigned=round_.next[m].minus_ordered(round_.current[m]).items(),
-                revoked=round_.revoke.get(m, _Work()).items(),
-                delay=self.delay_ms,
+            m: stamp.build(
+                round_.next[m].minus_ordered(round_.current[m]).items(),
+                round_.revoke.get(m, _Work()).items(),
+                self.delay_ms,
             )
             for m in reported
         }

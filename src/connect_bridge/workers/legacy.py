@@ -14,14 +14,15 @@ the hook-shaped methods :meth:`protocols`, :meth:`prepare_join`, :meth:`perform_
 :meth:`on_join_complete`.
 
 Behaviour follows the Java; where it deliberately does not, ``docs/legacy-workers.md`` says why.
+
+This module holds the steps; the member's state and plumbing are :mod:`.legacy_member`, the
+vocabulary (:class:`Reaction`, :class:`NextAction`, member states, error outcome tables) is
+:mod:`.legacy_protocol`, and the assignment steps (leader and member) are :mod:`.legacy_assignment`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from enum import Enum, StrEnum
-from typing import Final, Literal
+from collections.abc import Mapping, Sequence
 
 from connect_bridge.codecs.connect_protocol import (
     CONNECT_PROTOCOL_NAMES,
@@ -32,12 +33,11 @@ from connect_bridge.codecs.connect_protocol import (
     encode_assignment,
     encode_subscription,
 )
-from connect_bridge.codecs.error_codes import ErrorCode, error_name
+from connect_bridge.codecs.error_codes import error_name
 from connect_bridge.codecs.errors import CodecError
 from connect_bridge.codecs.ids import ConnectorTaskId
 from connect_bridge.state.classic_api import (
     NO_GENERATION,
-    UNKNOWN_MEMBER_ID,
     HeartbeatRequest,
     HeartbeatResponse,
     JoinGroupMember,
@@ -48,20 +48,31 @@ from connect_bridge.state.classic_api import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from connect_bridge.state.model import EMPTY, ConfigView, Items
-from connect_bridge.workers.connect_assignors import (
-    DEFAULT_MAX_DELAY_MS,
-    NO_ERROR,
-    ConfigLike,
-    EagerAssignor,
-    IncrementalCooperativeAssignor,
-    as_config_view,
+from connect_bridge.state.model import EMPTY, ConfigView
+from connect_bridge.workers.connect_assignors import NO_ERROR
+from connect_bridge.workers.legacy_assignment import LeaderStateMissing, apply_assignment, full_assignment
+from connect_bridge.workers.legacy_member import LegacyMember
+from connect_bridge.workers.legacy_protocol import (
+    EAGER_PROTOCOL,
+    HEARTBEAT_OUTCOMES,
+    JOIN_OUTCOMES,
+    MODE_PROTOCOLS,
+    PROTOCOL_TYPE,
+    SYNC_OUTCOMES,
+    ActionKind,
+    MemberEvent,
+    MemberState,
+    Mode,
+    NextAction,
+    Outcome,
+    Reaction,
 )
 
 __all__ = [
     "MODE_PROTOCOLS",
     "PROTOCOL_TYPE",
     "ActionKind",
+    "LeaderStateMissing",
     "LegacyWorker",
     "MemberState",
     "Mode",
@@ -69,382 +80,16 @@ __all__ = [
     "Reaction",
 ]
 
-PROTOCOL_TYPE: Final = "connect"
-
-Mode = Literal["eager", "compatible", "sessioned"]
-
-MODE_PROTOCOLS: Final[dict[str, tuple[str, ...]]] = {
-    "eager": ("default",),
-    "compatible": ("compatible", "default"),
-    "sessioned": ("sessioned", "compatible", "default"),
-}
-"""What each ``connect.protocol`` mode advertises in JoinGroup, most preferred first."""
-
-EAGER_PROTOCOL: Final = "default"
-
-_NO_CONFIG: Final = ConfigView()
-"""Offset -1, no connectors: a worker that has not read the config topic yet."""
-
-
-# --------------------------------------------------------------------------------------------------
-# What the worker tells its driver
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Reaction:
-    """The outcome of one step: work to stop and start, and what the driver must do next.
-
-    Stop before start: a driver emits every ``release`` for ``stop`` before any ``run`` for ``start``.
-    """
-
-    stop: Items = EMPTY
-    start: Items = EMPTY
-    generation_changed: bool = False
-    """The worker now holds a new generation (its epoch): emit an ``epoch`` event."""
-    generation: int = NO_GENERATION
-    request: SyncGroupRequest | LeaveGroupRequest | None = None
-    """A request to send right away; it already counts as in flight."""
-    rejoin: bool = False
-    """The worker wants to rejoin now (``next_action`` says JOIN)."""
-    rejoin_at_ms: int | None = None
-    """A rejoin scheduled by the assignment's delay."""
-    fatal: str | None = None
-    """The worker died (e.g. FENCED_INSTANCE_ID): everything it ran is in ``stop``."""
-
-    @property
-    def epoch_changed(self) -> bool:
-        """Same name as the new-protocol worker's Reaction: a legacy worker's epoch is its generation."""
-        return self.generation_changed
-
-
-class ActionKind(StrEnum):
-    JOIN = "join"
-    """Call ``prepare_join`` (emit its stops) then send ``join_request`` at ``at_ms``."""
-    HEARTBEAT = "heartbeat"
-    """Send ``heartbeat_request`` at ``at_ms``."""
-    WAIT = "wait"
-    """A JoinGroup / SyncGroup / Heartbeat response is outstanding; nothing to send before ``at_ms``
-    (``None``: until the response arrives)."""
-    STOPPED = "stopped"
-    """Dead (fatal error or shut down): nothing more to do."""
-
-
-@dataclass(frozen=True, slots=True)
-class NextAction:
-    kind: ActionKind
-    at_ms: int | None = None
-    reason: str = ""
-
-
-class MemberState(StrEnum):
-    """``AbstractCoordinator.MemberState`` plus DEAD (fatal error or shut down)."""
-
-    UNJOINED = "UNJOINED"
-    PREPARING_REBALANCE = "PREPARING_REBALANCE"
-    COMPLETING_REBALANCE = "COMPLETING_REBALANCE"
-    STABLE = "STABLE"
-    DEAD = "DEAD"
-
-
-class _Event(Enum):
-    JOIN_SENT = "join sent"
-    JOINED = "joined"
-    SYNCED = "synced"
-    RESET = "generation reset"
-    DIED = "died"
-
-
 _S = MemberState
-_ALIVE = (_S.UNJOINED, _S.PREPARING_REBALANCE, _S.COMPLETING_REBALANCE, _S.STABLE)
-_TRANSITIONS: Final[dict[tuple[MemberState, _Event], MemberState]] = {
-    # A failed SyncGroup that needs no reset rejoins straight from COMPLETING_REBALANCE.
-    **{(s, _Event.JOIN_SENT): _S.PREPARING_REBALANCE for s in _ALIVE},
-    (_S.PREPARING_REBALANCE, _Event.JOINED): _S.COMPLETING_REBALANCE,
-    (_S.COMPLETING_REBALANCE, _Event.SYNCED): _S.STABLE,
-    **{(s, _Event.RESET): _S.UNJOINED for s in _ALIVE},
-    **{(s, _Event.DIED): _S.DEAD for s in (*_ALIVE, _S.DEAD)},
-}
-"""The member state machine; anything not listed is a driver bug (a response out of turn)."""
 
 
-class _Outcome(Enum):
-    """What Kafka's response handlers do with an error code (``AbstractCoordinator``)."""
-
-    OK = "ok"
-    REJOIN = "rejoin now"
-    RESET_REJOIN = "reset generation and member id, rejoin now"
-    RESET_GENERATION_REJOIN = "reset generation (keep member id), rejoin now"
-    MEMBER_ID = "take the member id, rejoin now"
-    RETRY = "coordinator not ready: retry after retry.backoff.ms"
-    IGNORE = "ignore"
-    FATAL = "fatal"
-
-
-_E = ErrorCode
-_JOIN_OUTCOMES: Final[dict[int, _Outcome]] = {
-    _E.NONE: _Outcome.OK,
-    _E.COORDINATOR_LOAD_IN_PROGRESS: _Outcome.RETRY,
-    _E.COORDINATOR_NOT_AVAILABLE: _Outcome.RETRY,
-    _E.NOT_COORDINATOR: _Outcome.RETRY,
-    _E.UNKNOWN_MEMBER_ID: _Outcome.RESET_REJOIN,
-    _E.MEMBER_ID_REQUIRED: _Outcome.MEMBER_ID,
-    _E.REBALANCE_IN_PROGRESS: _Outcome.REJOIN,
-    # FENCED_INSTANCE_ID, INCONSISTENT_GROUP_PROTOCOL, INVALID_SESSION_TIMEOUT, INVALID_GROUP_ID,
-    # GROUP_AUTHORIZATION_FAILED, GROUP_MAX_SIZE_REACHED, UNSUPPORTED_VERSION and anything unexpected
-    # (ILLEGAL_GENERATION included: JoinGroup never returns it, Java treats it as unexpected) are fatal.
-}
-_SYNC_OUTCOMES: Final[dict[int, _Outcome]] = {
-    _E.NONE: _Outcome.OK,
-    _E.COORDINATOR_NOT_AVAILABLE: _Outcome.RETRY,
-    _E.NOT_COORDINATOR: _Outcome.RETRY,
-    _E.REBALANCE_IN_PROGRESS: _Outcome.REJOIN,
-    _E.UNKNOWN_MEMBER_ID: _Outcome.RESET_REJOIN,
-    _E.ILLEGAL_GENERATION: _Outcome.RESET_GENERATION_REJOIN,
-    # COORDINATOR_LOAD_IN_PROGRESS is not handled by Java's SyncGroup handler: unexpected, fatal.
-}
-_HEARTBEAT_OUTCOMES: Final[dict[int, _Outcome]] = {
-    _E.NONE: _Outcome.OK,
-    _E.COORDINATOR_NOT_AVAILABLE: _Outcome.RETRY,
-    _E.NOT_COORDINATOR: _Outcome.RETRY,
-    _E.REBALANCE_IN_PROGRESS: _Outcome.REJOIN,  # only when STABLE; ignored mid-rebalance
-    _E.ILLEGAL_GENERATION: _Outcome.RESET_GENERATION_REJOIN,
-    _E.UNKNOWN_MEMBER_ID: _Outcome.RESET_REJOIN,
-    # FENCED_INSTANCE_ID kills the heartbeat thread, and with it the worker.
-}
-
-
-# --------------------------------------------------------------------------------------------------
-# The worker
-# --------------------------------------------------------------------------------------------------
-
-
-def _ordered_union(*parts: Iterable[ConnectorTaskId]) -> list[ConnectorTaskId]:
-    return list(dict.fromkeys(item for part in parts for item in part))
-
-
-def _full_assignment(base: Assignment, items: Iterable[ConnectorTaskId]) -> Assignment:
-    """``base`` with its assignment replaced by the full set (stale revoked/delay kept, like Java)."""
-    return Assignment.build(
-        base.error, base.leader, base.leader_url, base.config_offset, items, base.revoked_items, base.delay_ms
-    )
-
-
-class LeaderStateMissing(RuntimeError):
-    """A worker named Connect leader without leader state (Java: NPE in ``ownerUrl``)."""
-
-
-class LegacyWorker:
+class LegacyWorker(LegacyMember):
     """One Connect worker speaking the classic group protocol (eager, compatible or sessioned).
 
     ``config`` is the worker's view of the config topic, ``(offset, {connector: task_count})``: pass
     ``config_provider`` to have it re-read whenever Java would read the config topic, or set the
     :attr:`config` attribute from the driver.
     """
-
-    def __init__(
-        self,
-        group_id: str,
-        url: str,
-        mode: Mode,
-        session_timeout_ms: int = 10_000,
-        rebalance_timeout_ms: int = 60_000,
-        heartbeat_interval_ms: int = 3_000,
-        instance_id: str | None = None,
-        config: ConfigLike = _NO_CONFIG,
-        config_provider: Callable[[], ConfigLike] | None = None,
-        *,
-        max_delay_ms: int = DEFAULT_MAX_DELAY_MS,
-        retry_backoff_ms: int = 100,
-        revoke_on_generation_reset: bool = False,
-    ) -> None:
-        if mode not in MODE_PROTOCOLS:
-            raise ValueError(
-                f"unknown connect.protocol mode {mode!r}; expected one of {sorted(MODE_PROTOCOLS)}"
-            )
-        self.group_id = group_id
-        self.url = url
-        self.mode: Mode = mode
-        self.session_timeout_ms = session_timeout_ms
-        self.rebalance_timeout_ms = rebalance_timeout_ms
-        self.heartbeat_interval_ms = heartbeat_interval_ms
-        self.instance_id = instance_id
-        self.config_provider = config_provider
-        self._config = as_config_view(config_provider() if config_provider else config)
-        self.retry_backoff_ms = retry_backoff_ms
-        self.revoke_on_generation_reset = revoke_on_generation_reset
-        """Off = Java (a cooperative worker keeps running after losing its generation). On = the
-        consumer's rule: stop everything and rejoin with no allocation."""
-
-        self.state = MemberState.UNJOINED
-        self.member_id = UNKNOWN_MEMBER_ID
-        self.generation = NO_GENERATION
-        self.protocol: str | None = None
-        """The elected protocol of the current generation (``AbstractCoordinator.generation``)."""
-        self.current_protocol = MODE_PROTOCOLS[mode][0]
-        """``currentConnectProtocol``: the last elected protocol; decides eager vs cooperative."""
-        self.last_completed_generation = NO_GENERATION
-        self._rejoin_after_sync = False
-        self._reconfig_pending = False
-        self._led: tuple[int, str, frozenset[str]] = (NO_GENERATION, "", frozenset())
-        """(generation, protocol, member ids) of the last assignment this worker computed as leader."""
-        self.held_generation = NO_GENERATION
-        """The generation last reported in a Reaction (the worker's epoch)."""
-        self.snapshot: Assignment | None = None
-        """``assignmentSnapshot``: the full current assignment, sent back as the allocation."""
-        self.running: Items = EMPTY
-        self.leader_id = ""
-        self.leader_url = ""
-        self.leader_state: dict[ConnectorTaskId, str] | None = None
-        """``WorkerCoordinator.leaderState``: who runs what (REST url), built only by running the
-        assignor as the elected leader and cleared by every ``onJoinPrepare``."""
-        self.fatal_error: str | None = None
-
-        self._config_snapshot = self._config
-        self._eager = EagerAssignor()
-        self._cooperative = IncrementalCooperativeAssignor(max_delay_ms)
-        self._rejoin_needed = True
-        self._rejoin_requested = False
-        self._needs_join_prepare = True
-        self._scheduled_rebalance_ms: int | None = None
-        self._retry_at_ms = 0
-        self._join_in_flight = False
-        self._sync_in_flight = False
-        self._heartbeat_in_flight = False
-        self._heartbeat_sent_generation: tuple[int, str] | None = None
-        self._heartbeat_base_ms = 0
-        self._heartbeat_retry = False
-
-    # -- views -------------------------------------------------------------------------------------
-
-    @property
-    def config(self) -> ConfigView:
-        """The worker's view of the config topic (the herder's ``configState``)."""
-        return self._config
-
-    @config.setter
-    def config(self, value: ConfigLike) -> None:
-        self._config = as_config_view(value)
-
-    @property
-    def is_leader(self) -> bool:
-        """``DistributedHerder.isLeader``: the current assignment names this member as leader."""
-        return self.snapshot is not None and bool(self.member_id) and self.snapshot.leader == self.member_id
-
-    @property
-    def scheduled_rejoin_ms(self) -> int | None:
-        return self._scheduled_rebalance_ms
-
-    @property
-    def assignor(self) -> IncrementalCooperativeAssignor:
-        """The leader-side cooperative assignor and its remembered state."""
-        return self._cooperative
-
-    def needs_rejoin(self, now_ms: int) -> bool:
-        """``WorkerCoordinator.rejoinNeededOrPending`` plus the herder's scheduled rebalance."""
-        if self.state is MemberState.DEAD:
-            return False
-        due = self._scheduled_rebalance_ms is not None and now_ms >= self._scheduled_rebalance_ms
-        failed = self.snapshot is None or self.snapshot.error != NO_ERROR
-        return self._rejoin_needed or self._rejoin_requested or failed or due
-
-    def next_action(self, now_ms: int) -> NextAction:
-        """What the driver should do next, and when."""
-        if self.state is MemberState.DEAD:
-            return NextAction(ActionKind.STOPPED, None, self.fatal_error or "shut down")
-        if self._join_in_flight:
-            return NextAction(ActionKind.WAIT, None, "awaiting JoinGroup response")
-        if self.needs_rejoin(now_ms) and not self._sync_in_flight:
-            return NextAction(ActionKind.JOIN, max(now_ms, self._retry_at_ms), self._join_reason(now_ms))
-        heartbeat = self._heartbeat_due()
-        scheduled = self._scheduled_rebalance_ms
-        if heartbeat is not None and (scheduled is None or heartbeat < scheduled or self._sync_in_flight):
-            return NextAction(ActionKind.HEARTBEAT, heartbeat, "heartbeat interval")
-        if scheduled is not None and not self._sync_in_flight:
-            return NextAction(ActionKind.JOIN, scheduled, "scheduled rebalance delay")
-        waiting = "awaiting SyncGroup response" if self._sync_in_flight else "awaiting Heartbeat response"
-        return NextAction(ActionKind.WAIT, None, waiting)
-
-    def _join_reason(self, now_ms: int) -> str:
-        if self.snapshot is None:
-            return "no assignment yet"
-        if self.snapshot.error != NO_ERROR:
-            return "assignment failed"
-        due = self._scheduled_rebalance_ms
-        if due is not None and now_ms >= due and not (self._rejoin_needed or self._rejoin_requested):
-            return "scheduled rebalance delay expired"
-        return "rejoin requested"
-
-    def _heartbeat_due(self) -> int | None:
-        """Heartbeats run once JoinGroup succeeded (COMPLETING_REBALANCE and STABLE), one at a time."""
-        if self._heartbeat_in_flight or self.state not in (_S.COMPLETING_REBALANCE, _S.STABLE):
-            return None
-        return self._heartbeat_base_ms + (
-            self.retry_backoff_ms if self._heartbeat_retry else self.heartbeat_interval_ms
-        )
-
-    def heartbeat_due_ms(self) -> int | None:
-        """When the heartbeat thread sends its next heartbeat, whatever the herder is doing (``None``:
-        not in COMPLETING_REBALANCE / STABLE, or one in flight). A driver whose herder is stalled with a
-        rejoin pending uses it: Java's heartbeat thread keeps the session alive until the poll timeout."""
-        return self._heartbeat_due()
-
-    # -- state machine plumbing --------------------------------------------------------------------
-
-    def _transition(self, event: _Event) -> None:
-        target = _TRANSITIONS.get((self.state, event))
-        if target is None:
-            raise RuntimeError(f"illegal transition: {event.value} in state {self.state}")
-        self.state = target
-
-    def _request_rejoin(self) -> None:
-        self._rejoin_requested = True
-
-    def on_config_change(self) -> Reaction:
-        """The config topic changed: stop work of removed connectors and dropped tasks at once (the
-        herder does this itself, whatever the group says), then ask for a rebalance."""
-        configured = self._read_config().items()
-        stop = self.running - configured
-        self.running = self.running - stop
-        self.request_rejoin()
-        return Reaction(stop=stop, generation=self.generation)
-
-    def request_rejoin(self) -> None:
-        """The herder asks for a rebalance (a connector was added or removed in the config topic).
-
-        Like ``DistributedHerder.needsReconfigRebalance``: a request that arrives during a rebalance
-        is acted on once that rebalance completes (its assignment may predate the change).
-        """
-        if self.state is MemberState.STABLE:
-            self._request_rejoin()
-        else:
-            self._reconfig_pending = True
-
-    def _reset_generation(self, reset_member_id: bool) -> None:
-        """``resetStateAndRejoin``: the next join starts a new rebalance (onJoinPrepare runs again)."""
-        self.generation = NO_GENERATION
-        self.protocol = None
-        if reset_member_id:
-            self.member_id = UNKNOWN_MEMBER_ID
-        self._transition(_Event.RESET)
-        self._rejoin_needed = True
-        self._needs_join_prepare = True
-
-    def _die(self, reason: str | None) -> Reaction:
-        """The worker process stops (fatal error, or ``reason=None`` for a graceful stop), and so does
-        all its work."""
-        stop = self.running
-        self.running = EMPTY
-        self.fatal_error = reason
-        self._join_in_flight = self._sync_in_flight = self._heartbeat_in_flight = False
-        self._transition(_Event.DIED)
-        return Reaction(stop=stop, fatal=reason, generation=self.generation)
-
-    def _read_config(self) -> ConfigView:
-        """Read the config topic to its end: the provider when there is one, else the attribute."""
-        if self.config_provider is not None:
-            self.config = as_config_view(self.config_provider())
-        return self.config
 
     # -- joining -----------------------------------------------------------------------------------
 
@@ -488,7 +133,7 @@ class LegacyWorker:
             raise RuntimeError("the worker is dead")
         if self._needs_join_prepare:
             raise RuntimeError("call prepare_join() first: a new rebalance may have to stop work")
-        self._transition(_Event.JOIN_SENT)
+        self._transition(MemberEvent.JOIN_SENT)
         self._join_in_flight = True
         self._sync_in_flight = False
         return JoinGroupRequest(
@@ -507,25 +152,25 @@ class LegacyWorker:
         if not self._join_in_flight or self.state is MemberState.DEAD:
             return Reaction(generation=self.generation)  # stale: not waiting for a JoinGroup
         self._join_in_flight = False
-        outcome = _JOIN_OUTCOMES.get(resp.error_code, _Outcome.FATAL)
-        if outcome is _Outcome.OK:
+        outcome = JOIN_OUTCOMES.get(resp.error_code, Outcome.FATAL)
+        if outcome is Outcome.OK:
             return self._joined(resp, now_ms)
-        if outcome is _Outcome.MEMBER_ID:
+        if outcome is Outcome.MEMBER_ID:
             self.member_id = resp.member_id
             self.generation = NO_GENERATION
             self._rejoin_needed = True
             return Reaction(rejoin=True, generation=self.generation)
         return self._failed(outcome, resp.error_code, "JoinGroup", now_ms)
 
-    def _failed(self, outcome: _Outcome, code: int, api: str, now_ms: int) -> Reaction:
+    def _failed(self, outcome: Outcome, code: int, api: str, now_ms: int) -> Reaction:
         """The common error outcomes of JoinGroup and SyncGroup (``joinGroupIfNeeded``)."""
-        if outcome is _Outcome.FATAL:
+        if outcome is Outcome.FATAL:
             return self._die(f"{api} failed: {error_name(code)}")
-        if outcome is _Outcome.RESET_REJOIN:
+        if outcome is Outcome.RESET_REJOIN:
             self._reset_generation(reset_member_id=True)
-        elif outcome is _Outcome.RESET_GENERATION_REJOIN:
+        elif outcome is Outcome.RESET_GENERATION_REJOIN:
             self._reset_generation(reset_member_id=False)
-        elif outcome is _Outcome.RETRY:
+        elif outcome is Outcome.RETRY:
             self._retry_at_ms = now_ms + self.retry_backoff_ms
         self._rejoin_needed = True
         return Reaction(rejoin=True, generation=self.generation)
@@ -535,7 +180,7 @@ class LegacyWorker:
             return self._die(f"JoinGroup failed: INCONSISTENT_GROUP_PROTOCOL (type {resp.protocol_type!r})")
         if resp.protocol_name not in CONNECT_PROTOCOL_NAMES:
             return self._die(f"JoinGroup elected an unknown Connect protocol {resp.protocol_name!r}")
-        self._transition(_Event.JOINED)
+        self._transition(MemberEvent.JOINED)
         self.generation = resp.generation_id
         self.member_id = resp.member_id
         self.protocol = resp.protocol_name
@@ -583,50 +228,20 @@ class LegacyWorker:
             members.items() if isinstance(members, Mapping) else ((m.member_id, m.metadata) for m in members)
         )
         subscriptions = {member_id: decode_subscription(metadata) for member_id, metadata in raw}
-        version = CONNECT_PROTOCOL_NAMES[protocol]
-        downgrading = version == 0 and self._downgrading(generation, subscriptions)
-        self._led = (generation, protocol, frozenset(subscriptions))
-        if downgrading:
-            # KIP-415: on a downgrade to eager the leader first hands out empty assignments, so the
-            # cooperative workers (which did not stop their work before joining) stop everything,
-            # then a second, regular eager rebalance follows.
-            offset = max([self._config_snapshot.offset, *(s.config_offset for s in subscriptions.values())])
-            leader_url = subscriptions[leader_id].url if leader_id in subscriptions else ""
-            empty = Assignment.build(NO_ERROR, leader_id, leader_url, offset, ())
-            assignments = dict.fromkeys(subscriptions, empty)
+        planned = self._leader.assign(
+            leader_id,
+            protocol,
+            subscriptions,
+            generation,
+            now_ms,
+            self._config_snapshot,
+            self.last_completed_generation,
+            self._refresh_snapshot,
+        )
+        if planned.downgrading:
             self._rejoin_after_sync = True
-        elif version == 0:
-            assignments = self._eager.assign(
-                subscriptions, leader_id, None, self._config_snapshot, refresh_config=self._refresh_snapshot
-            )
-        else:
-            assignments = self._cooperative.assign(
-                subscriptions,
-                leader_id,
-                None,
-                self._config_snapshot,
-                generation,
-                now_ms,
-                last_completed_generation=self.last_completed_generation,
-                refresh_config=self._refresh_snapshot,
-            )
-        self._remember_leader_state(subscriptions, assignments, version)
-        return {member_id: encode_assignment(asg, version) for member_id, asg in assignments.items()}
-
-    def _remember_leader_state(
-        self, subscriptions: Mapping[str, Subscription], assignments: Mapping[str, Assignment], version: int
-    ) -> None:
-        """``LeaderState``: the complete assignment this leader computed, as item -> owner url."""
-        if version == 0:
-            full = {mid: frozenset(asg.items) for mid, asg in assignments.items()}
-        else:
-            full = self._cooperative.last_full_assignment
-        self.leader_state = {
-            item: subscriptions[mid].url
-            for mid, items in full.items()
-            if mid in subscriptions
-            for item in items
-        }
+        self.leader_state = planned.leader_state
+        return {mid: encode_assignment(asg, planned.version) for mid, asg in planned.assignments.items()}
 
     def owner_url(self, item: ConnectorTaskId, now_ms: int) -> str | None:
         """``WorkerCoordinator.ownerUrl``: where the leader routes a REST restart of ``item``.
@@ -641,23 +256,6 @@ class LegacyWorker:
             raise LeaderStateMissing(f"worker {self.member_id} is named leader but was never elected")
         return self.leader_state.get(item)
 
-    def _downgrading(self, generation: int, members: Mapping[str, Subscription]) -> bool:
-        """Whether a member of this eager generation may still run work it did not stop.
-
-        Every member of an eager generation has stopped everything by the time it got that
-        generation's JoinGroup response (eager workers before joining, cooperative ones on seeing
-        the eager election). So a regular eager assignment is safe only when this leader led the
-        previous generation under eager and every member now was a member then.
-        """
-        led_generation, led_protocol, led_members = self._led
-        # The same generation again: a coordinator that elects it in every JoinGroup (connect-bridge
-        # does, so the leader has leader state) answers at an unchanged epoch; nothing new joined.
-        return not (
-            led_generation in (generation - 1, generation)
-            and led_protocol == EAGER_PROTOCOL
-            and set(members) <= led_members
-        )
-
     def _refresh_snapshot(self) -> ConfigView:
         """``configFreshSnapshot`` + ``configSnapshot(updated)``: a lagging leader catches up."""
         self._config_snapshot = self._read_config()
@@ -670,8 +268,8 @@ class LegacyWorker:
         if not self._sync_in_flight or self.state is MemberState.DEAD:
             return Reaction(generation=self.generation)
         self._sync_in_flight = False
-        outcome = _SYNC_OUTCOMES.get(resp.error_code, _Outcome.FATAL)
-        if outcome is not _Outcome.OK:
+        outcome = SYNC_OUTCOMES.get(resp.error_code, Outcome.FATAL)
+        if outcome is not Outcome.OK:
             return self._failed(outcome, resp.error_code, "SyncGroup", now_ms)
         if resp.protocol_type is not None and resp.protocol_type != PROTOCOL_TYPE:
             return self._die(f"SyncGroup failed: INCONSISTENT_GROUP_PROTOCOL (type {resp.protocol_type!r})")
@@ -692,7 +290,7 @@ class LegacyWorker:
         except CodecError as exc:
             return self._die(f"undecodable assignment: {exc}")
         if self.state is MemberState.COMPLETING_REBALANCE:
-            self._transition(_Event.SYNCED)
+            self._transition(MemberEvent.SYNCED)
         else:  # driven through the hook API (kafka-python), which owns the protocol state itself
             self.state = MemberState.STABLE
         self.generation, self.member_id, self.protocol = generation, member_id, protocol
@@ -703,15 +301,9 @@ class LegacyWorker:
         self._needs_join_prepare = True
         self.current_protocol = protocol
 
-        reaction = Reaction(generation=generation)
-        if protocol != EAGER_PROTOCOL:
-            revoked = set(new.revoked_items)
-            reaction.stop = self.running & revoked
-            self.running -= reaction.stop
-            previous = [] if self.snapshot is None else [i for i in self.snapshot.items if i not in revoked]
-            self.snapshot = _full_assignment(new, _ordered_union(new.items, previous))
-        else:
-            self.snapshot = _full_assignment(new, _ordered_union(new.items))
+        stop, self.snapshot = apply_assignment(self.snapshot, new, protocol, self.running)
+        self.running -= stop
+        reaction = Reaction(stop=stop, generation=generation)
         self.last_completed_generation = generation
         if generation != self.held_generation:
             self.held_generation = generation
@@ -747,7 +339,7 @@ class LegacyWorker:
         items = frozenset(self.snapshot.items) & self.config.items()
         if len(items) != len(self.snapshot.items):
             # ... and does not report it as running in its next allocation (docs/legacy-workers.md).
-            self.snapshot = _full_assignment(self.snapshot, [i for i in self.snapshot.items if i in items])
+            self.snapshot = full_assignment(self.snapshot, [i for i in self.snapshot.items if i in items])
         reaction.stop |= self.running - items  # only ever non-empty after a protocol switch
         reaction.start = items - self.running
         self.running = items
@@ -789,22 +381,22 @@ class LegacyWorker:
             return Reaction(generation=self.generation)
         self._heartbeat_in_flight = False
         self._heartbeat_retry = False
-        outcome = _HEARTBEAT_OUTCOMES.get(resp.error_code, _Outcome.FATAL)
-        if outcome is _Outcome.OK:
+        outcome = HEARTBEAT_OUTCOMES.get(resp.error_code, Outcome.FATAL)
+        if outcome is Outcome.OK:
             return Reaction(generation=self.generation)
-        if outcome is _Outcome.FATAL:
+        if outcome is Outcome.FATAL:
             return self._die(f"Heartbeat failed: {error_name(resp.error_code)}")
-        if outcome is _Outcome.RETRY:
+        if outcome is Outcome.RETRY:
             self._heartbeat_retry = True
             return Reaction(generation=self.generation)
-        if outcome is _Outcome.REJOIN:
+        if outcome is Outcome.REJOIN:
             if self.state is not MemberState.STABLE:
                 return Reaction(generation=self.generation)  # already rebalancing: keep heartbeating
             self._rejoin_needed = True
             return Reaction(rejoin=True, generation=self.generation)
         if self._heartbeat_sent_generation != (self.generation, self.member_id):
             return Reaction(generation=self.generation)  # about an older generation: ignore
-        self._reset_generation(reset_member_id=outcome is _Outcome.RESET_REJOIN)
+        self._reset_generation(reset_member_id=outcome is Outcome.RESET_REJOIN)
         self._join_in_flight = self._sync_in_flight = False
         return Reaction(rejoin=True, generation=self.generation)
 

@@ -31,22 +31,21 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Unpack
 
 import kafka.errors as Errors
 from kafka.coordinator.base import BaseCoordinator
 from kafka.net.compat import KafkaNetClient
 
-from connect_bridge.state.model import EMPTY, ConfigView, Items
-from connect_bridge.workers.connect_assignors import ConfigLike
-from connect_bridge.workers.legacy import EAGER_PROTOCOL, PROTOCOL_TYPE, LegacyWorker, Mode, Reaction
+from connect_bridge.state.model import EMPTY, Items
+from connect_bridge.workers.legacy import LegacyWorker
+from connect_bridge.workers.legacy_member import LegacyWorkerOptions
+from connect_bridge.workers.legacy_protocol import EAGER_PROTOCOL, PROTOCOL_TYPE, Mode, Reaction
 from connect_bridge.workers.live_new import EventSink, emit_items, monotonic_ms
 
 __all__ = ["ConnectWorkerCoordinator", "LiveLegacyWorker"]
 
 log = logging.getLogger("connect_bridge.workers.live_legacy")
-
-_NO_CONFIG = ConfigView()
 
 
 class ConnectWorkerCoordinator(BaseCoordinator):
@@ -123,6 +122,26 @@ class ConnectWorkerCoordinator(BaseCoordinator):
             self.on_event("fatal", reason=reaction.fatal)
 
 
+def _client_configs(logic: LegacyWorker, bootstrap: str, client_id: str) -> dict[str, Any]:
+    """kafka-python's settings for the worker's group membership: the same timeouts as ``logic``."""
+    heartbeat_interval_ms, session_timeout_ms = logic.heartbeat_interval_ms, logic.session_timeout_ms
+    return {
+        "bootstrap_servers": [bootstrap],
+        "client_id": client_id,
+        "group_id": logic.group_id,
+        "session_timeout_ms": session_timeout_ms,
+        "heartbeat_interval_ms": heartbeat_interval_ms,
+        "max_poll_interval_ms": logic.rebalance_timeout_ms,
+        "retry_backoff_ms": logic.retry_backoff_ms,
+        # the bridge restarts in drills: do not back off for tens of seconds
+        "reconnect_backoff_ms": 50,
+        "reconnect_backoff_max_ms": max(200, heartbeat_interval_ms),
+        "request_timeout_ms": max(session_timeout_ms, 2000),
+        "socket_connection_setup_timeout_ms": 1000,
+        "socket_connection_setup_timeout_max_ms": max(1000, heartbeat_interval_ms),
+    }
+
+
 class LiveLegacyWorker:
     """A legacy Connect worker process: kafka-python's client, :class:`ConnectWorkerCoordinator`, and
     a driver thread. ``start()`` returns at once; ``stop()`` / ``crash()`` block until it is down."""
@@ -135,48 +154,17 @@ class LiveLegacyWorker:
         mode: Mode,
         on_event: EventSink,
         *,
-        session_timeout_ms: int = 10_000,
-        rebalance_timeout_ms: int = 60_000,
-        heartbeat_interval_ms: int = 3_000,
-        max_delay_ms: int = 300_000,
-        config: ConfigLike = _NO_CONFIG,
-        config_provider: Callable[[], ConfigLike] | None = None,
         clock: Callable[[], int] = monotonic_ms,
         client_id: str = "connect-bridge-legacy-worker",
-        retry_backoff_ms: int = 100,
+        **options: Unpack[LegacyWorkerOptions],
     ) -> None:
         self.bootstrap = bootstrap
         self.on_event = on_event
         self.clock = clock
-        self.heartbeat_interval_ms = heartbeat_interval_ms
         self.lock = threading.RLock()
-        self.logic = LegacyWorker(
-            group_id,
-            url,
-            mode,
-            session_timeout_ms=session_timeout_ms,
-            rebalance_timeout_ms=rebalance_timeout_ms,
-            heartbeat_interval_ms=heartbeat_interval_ms,
-            config=config,
-            config_provider=config_provider,
-            max_delay_ms=max_delay_ms,
-            retry_backoff_ms=retry_backoff_ms,
-        )
-        self._configs: dict[str, Any] = {
-            "bootstrap_servers": [bootstrap],
-            "client_id": client_id,
-            "group_id": group_id,
-            "session_timeout_ms": session_timeout_ms,
-            "heartbeat_interval_ms": heartbeat_interval_ms,
-            "max_poll_interval_ms": rebalance_timeout_ms,
-            "retry_backoff_ms": retry_backoff_ms,
-            # the bridge restarts in drills: do not back off for tens of seconds
-            "reconnect_backoff_ms": 50,
-            "reconnect_backoff_max_ms": max(200, heartbeat_interval_ms),
-            "request_timeout_ms": max(session_timeout_ms, 2000),
-            "socket_connection_setup_timeout_ms": 1000,
-            "socket_connection_setup_timeout_max_ms": max(1000, heartbeat_interval_ms),
-        }
+        self.logic = LegacyWorker(group_id, url, mode, **options)
+        self.heartbeat_interval_ms = self.logic.heartbeat_interval_ms
+        self._configs = _client_configs(self.logic, bootstrap, client_id)
         self.client: Any = None
         self.coordinator: ConnectWorkerCoordinator | None = None
         self._thread: threading.Thread | None = None
@@ -214,9 +202,7 @@ class LiveLegacyWorker:
             return
         self.dead = True
         with self.lock:
-            self.logic.running = (
-                EMPTY  # the work dies with the process (no events: the runner logs the crash)
-            )
+            self.logic.running = EMPTY  # the work dies with the process (no events: the runner logs it)
         self._halt.set()
         self._join(timeout_s)
 

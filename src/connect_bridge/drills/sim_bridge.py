@@ -1,0 +1,276 @@
+"""The bridge side of a simulated drill: the clock, the real coordinator, its store, the network.
+
+:class:`SimulatedBridge` is what the simulated workers (:class:`connect_bridge.drills.sim.
+SimulatedDrill`) talk to. One priority queue of timed actions is the clock; latencies come from a
+generator seeded by the scenario, so a run is a pure function of its scenario. The coordinator is the
+production ``GroupCoordinator``; its records go to an in-memory compacted store, which is what a
+bridge restart replays into a fresh coordinator. While the bridge is down every request is answered
+COORDINATOR_NOT_AVAILABLE, as a refused connection would be, and the workers retry.
+
+Determinism: every :meth:`SimulatedBridge.at` takes the next sequence number (the tie-break between
+actions due at the same millisecond) and every :meth:`SimulatedBridge.latency` the next draw, so the
+order of these calls is part of what a scenario means.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import random
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from connect_bridge.drills.events import EventLog
+from connect_bridge.drills.scenario import Scenario
+from connect_bridge.drills.sim_worker import LEGACY_CALLS, SimWorker
+from connect_bridge.state.classic_group import ClassicGroup
+from connect_bridge.state.config import CoordinatorConfig, MigrationPolicy
+from connect_bridge.state.coordinator import GroupCoordinator
+from connect_bridge.state.model import ConfigView
+from connect_bridge.state.records import Record
+
+_TRACE = bool(os.environ.get("CONNECT_BRIDGE_SIM_TRACE"))
+"""Print every request the bridge answers, with its answer, to stderr (for reading a failing drill)."""
+
+Deliver = Callable[[Any, int, bool], None]
+"""Hands an answer to the worker: ``deliver(response, at_ms, duplicate)``."""
+
+
+@dataclass(slots=True)
+class _Sent:
+    """One request on its way, with what its worker does when it answers or times out."""
+
+    worker: SimWorker
+    method: str
+    request: Any
+    unavailable: Callable[[], Any]
+    deliver: Deliver
+    at: int
+    """When the worker sent it."""
+    timeout_ms: int
+    cut_off: int
+    """How long a partitioned worker waits before it sees the timeout."""
+    token: tuple | None
+
+
+@dataclass
+class SimulatedBridge:
+    scenario: Scenario
+    log: EventLog = field(default_factory=EventLog)
+    progress: Callable[[int, int], None] | None = None
+    latency_ms: tuple[int, int] = (1, 5)
+
+    def __post_init__(self) -> None:
+        sc = self.scenario
+        t = sc.timing
+        self.config = CoordinatorConfig(
+            session_timeout_ms=t.session_timeout_ms,
+            heartbeat_interval_ms=t.heartbeat_interval_ms,
+            scheduled_rebalance_max_delay_ms=t.scheduled_rebalance_max_delay_ms,
+            migration_policy=MigrationPolicy(sc.migration_policy),
+            classic_min_session_timeout_ms=min(6000, t.session_timeout_ms),
+        )
+        self.rng = random.Random(sc.seed)
+        self.now = 0
+        self.queue: list[tuple[int, int, Callable[[int], None]]] = []
+        self.seq = 0
+        self.store: dict[tuple[int, str, str], Record] = {}
+        self.connectors = dict(sc.connectors)
+        self.config_offset = 0
+        self.workers: dict[str, SimWorker] = {}
+        self.incarnations = 0
+        self.bridge_up = True
+        self.bridge_incarnation = 0
+        self.tick_at: int | None = None
+        self.last_group: tuple[str, int] | None = None
+        self.coordinator = self._new_coordinator()
+
+    # ------------------------------------------------------------------ clock
+    def _new_coordinator(self) -> GroupCoordinator:
+        coord = GroupCoordinator(self.config)
+        coord.default_view = self.view()
+        return coord
+
+    def view(self) -> ConfigView:
+        return ConfigView.of(self.config_offset, self.connectors)
+
+    def at(self, t_ms: int, action: Callable[[int], None]) -> None:
+        """Queue ``action``; a deadline already in the past (a timer re-armed on load) runs now."""
+        self.seq += 1
+        heapq.heappush(self.queue, (max(t_ms, self.now), self.seq, action))
+
+    def latency(self) -> int:
+        lo, hi = self.latency_ms
+        return self.rng.randint(lo, hi)
+
+    # ------------------------------------------------------------------ the coordinator
+    def _after_coordinator(self, now: int) -> None:
+        """Persist records, deliver parked responses, report the group, queue the next timer tick."""
+        for record in self.coordinator.drain_records():
+            self.store[record.key] = record
+        for token, resp in self.coordinator.drain_responses():
+            self._deliver_parked(now, token, resp)
+        group = self.coordinator.groups.get(self.scenario.group)
+        if group is not None:
+            if isinstance(group, ClassicGroup):
+                current = ("classic", group.generation_id)
+            else:
+                current = ("connect", group.group_epoch)
+            if current != self.last_group:
+                self.last_group = current
+                self.log.group(now, current[0], current[1])
+        deadline = self.coordinator.next_deadline()
+        if self.tick_at is not None and self.tick_at < self.now:
+            self.tick_at = None  # that tick has run (or was dropped with an old bridge incarnation)
+        if deadline is not None and (self.tick_at is None or deadline < self.tick_at):
+            self.tick_at = deadline
+            incarnation = self.bridge_incarnation
+            self.at(deadline, lambda t: self._tick(t, incarnation))
+
+    def _deliver_parked(self, now: int, token: Any, resp: Any) -> None:
+        """A JoinGroup/SyncGroup answer the coordinator parked until now goes to its worker."""
+        name, incarnation, kind, seq, tag, timeout_at = token
+        worker = self.workers.get(name)
+        if worker is None or tag == "dup":
+            return  # a resend's answer: the client already matched the original's
+        if tag == "lost" or now < worker.partitioned_until:
+            # Lost, or parked until the worker was cut off: it waits until its request times out.
+            resp = LEGACY_CALLS[kind].unavailable()
+            at = max(now, timeout_at)
+            self.log.stall_start(now, name, "timeout")
+            self.at(at, lambda t, name=name: self.log.stall_end(t, name, "timeout"))
+        else:
+            at = now + self.latency()
+        self.at(at, self._legacy_response_cb(worker, incarnation, kind, resp, seq))
+        if tag == "dupresp":
+            again = self._legacy_response_cb(worker, incarnation, kind, resp, seq, True)
+            self.at(at + self.latency(), again)
+
+    def _tick(self, now: int, incarnation: int) -> None:
+        if incarnation != self.bridge_incarnation or not self.bridge_up:
+            return
+        if self.tick_at == now:
+            self.tick_at = None
+        self.coordinator.advance(now)
+        self._after_coordinator(now)
+
+    def _legacy_response_cb(
+        self, worker: SimWorker, incarnation: int, kind: str, resp: Any, seq: int, dup: bool = False
+    ) -> Callable[[int], None]:
+        return lambda t: self._legacy_response(t, worker, incarnation, kind, resp, seq, dup)
+
+    def _legacy_response(self, now: int, *answer: Any) -> None:
+        """Hand a classic answer (worker, incarnation, kind, response, seq, duplicate) to its worker:
+        the workers' side (:class:`~connect_bridge.drills.sim.SimulatedDrill`) does."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ the network
+    def _send_one_way(self, at: int, method: str, request: Any) -> None:
+        """A request nobody awaits an answer to (a LeaveGroup): applied if the bridge is up at ``at``."""
+
+        def arrive(t: int) -> None:
+            if self.bridge_up:
+                getattr(self.coordinator, method)(request, t)
+                self._after_coordinator(t)
+
+        self.at(at, arrive)
+
+    def _send(
+        self,
+        now: int,
+        worker: SimWorker,
+        method: str,
+        request: Any,
+        unavailable: Callable[[], Any],
+        deliver: Deliver,
+        timeout_ms: int,
+        token: tuple | None = None,
+    ) -> None:
+        """One request over the simulated network, with the worker's network misbehaviour applied.
+
+        Partitioned (when sent or when it would arrive): it never arrives; the worker sees a timeout.
+        Lost: the bridge applies it, the answer never comes back; the worker times out. Duplicated
+        request: a resend reaches the bridge too; its answer is dropped (clients match correlation
+        ids). Duplicated response: the answer is delivered twice (``deliver(..., True)`` the second
+        time). A timeout reads as a disconnect (COORDINATOR_NOT_AVAILABLE), which is how Kafka's client
+        reports it to the coordinator code.
+        """
+        cut_off = min(timeout_ms, self.scenario.timing.session_timeout_ms)
+        sent = _Sent(worker, method, request, unavailable, deliver, now, timeout_ms, cut_off, token)
+        if now < worker.partitioned_until:
+            self._time_out(sent, now, now + cut_off)
+            return
+        lost, duplicate = worker.lose > 0, worker.duplicate > 0
+        worker.lose -= lost
+        worker.duplicate -= duplicate
+        twice = not lost and worker.duplicate_responses > 0
+        worker.duplicate_responses -= twice
+        main_tag = "lost" if lost else "dupresp" if twice else ""
+        first = now + self.latency()
+        self.at(first, lambda t: self._arrive(sent, t, main_tag))
+        if duplicate:  # the resend reaches the bridge after its original (one connection, in order)
+            self.at(first + self.latency() + self.latency(), lambda t: self._arrive(sent, t, "dup"))
+
+    def _time_out(self, sent: _Sent, start: int, at: int) -> None:
+        """The worker waits for an answer that never comes: it cannot take work meanwhile."""
+        name = sent.worker.name
+        self.log.stall_start(start, name, "timeout")
+        self.at(at, lambda t: self.log.stall_end(t, name, "timeout"))
+        sent.deliver(sent.unavailable(), at, False)
+
+    def _arrive(self, sent: _Sent, t: int, tag: str) -> None:
+        """The request (``tag``: "" plain, "lost", "dupresp" or the resend "dup") reaches the bridge."""
+        if t < sent.worker.partitioned_until:
+            if tag != "dup":  # cut off on the way: the bridge never sees it
+                # Stall from ``t``, not the send time: the log has moved past it.
+                self._time_out(sent, t, max(t, sent.at + sent.cut_off))
+            return
+        req = sent.request
+        if sent.token is not None:
+            req = replace(req, token=(*sent.token, tag, sent.at + sent.timeout_ms))
+        if self.bridge_up:
+            resp = getattr(self.coordinator, sent.method)(req, t)
+            self._after_coordinator(t)
+        else:
+            resp = sent.unavailable()
+        if _TRACE:
+            head = f"{t:>8} {sent.worker.name:<4} {sent.method} {tag or '-'}"
+            print(f"{head}\n    > {req!r}\n    < {resp!r}", file=sys.stderr)
+        if tag == "dup" or resp is None:
+            return
+        if tag == "lost":
+            self._time_out(sent, t, max(t, sent.at + sent.timeout_ms))
+            return
+        at = t + self.latency()
+        sent.deliver(resp, at, False)
+        if tag == "dupresp":
+            sent.deliver(resp, at + self.latency(), True)
+
+    # ------------------------------------------------------------------ bridge restarts
+    def _restart_bridge(self, now: int, down_ms: int) -> None:
+        self.bridge_up = False
+        self.bridge_incarnation += 1
+        self.tick_at = None
+        self.log.bridge_restart(now)
+        # Connections drop: parked JoinGroup/SyncGroup requests fail and their workers retry.
+        for worker in self.workers.values():
+            for kind in sorted(worker.in_flight & {"join", "sync"}):
+                resp = LEGACY_CALLS[kind].unavailable()
+                seq = worker.sent_seq[kind]
+                self.at(
+                    now + self.latency(),
+                    self._legacy_response_cb(worker, worker.incarnation, kind, resp, seq),
+                )
+        self.at(now + down_ms, self._bridge_back)
+
+    def _bridge_back(self, t: int) -> None:
+        """The restarted bridge loads the store's live records and answers again."""
+        self.coordinator = self._new_coordinator()
+        live = [r for r in self.store.values() if not r.is_tombstone]
+        self.coordinator.replay(live, t)
+        self.coordinator.set_config(self.scenario.group, self.view(), t)
+        self.bridge_up = True
+        self.log.bridge_up(t)
+        self._after_coordinator(t)
