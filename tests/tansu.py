@@ -17,6 +17,11 @@ fixture once per importing module, so each such module gets its own broker (star
 A broker that cannot start fails the test with the reason and the broker's log;
 it never skips, because a skipped integration test reads as a passing one.
 
+What the Apache Kafka fixtures (``kafka_fixtures``) share with this one lives here too: the process
+with its log (``LoggedProcess``), waiting for a started process to be ready (``await_ready``), the
+session fixture's body (``session_process``), and a topic round trip with kafka-python
+(``create_and_produce``, ``consume_partition``).
+
 Known tansu 0.6 quirks (see docs/upstream.md): ``ListOffsets`` for the latest offset answers the
 *base offset of the last batch + 1*, not the high watermark, so ``KafkaConsumer.end_offsets`` is
 too low as soon as a producer batches several records; the fetch response's high watermark
@@ -33,17 +38,32 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar, Protocol, TypeVar
 
 import pytest
 
-__all__ = ["TansuBroker", "TansuStartError", "start_tansu", "tansu", "unique_topic"]
+from polling import poll
+
+__all__ = [
+    "LoggedProcess",
+    "TansuBroker",
+    "TansuStartError",
+    "await_ready",
+    "consume_partition",
+    "create_and_produce",
+    "session_process",
+    "start_tansu",
+    "tansu",
+    "unique_topic",
+]
 
 HOST = "127.0.0.1"
 START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 5.0
+S = TypeVar("S", bound="Started")
 
 
 class TansuStartError(RuntimeError):
@@ -51,53 +71,72 @@ class TansuStartError(RuntimeError):
 
 
 @dataclass
-class TansuBroker:
-    """A running tansu broker subprocess."""
+class LoggedProcess:
+    """A subprocess with its log file: ``stop`` (SIGTERM, then SIGKILL) and ``kill`` (SIGKILL, a
+    crash), for the tansu broker here and the Apache Kafka processes in ``kafka_fixtures``."""
 
-    process: subprocess.Popen[bytes]
-    host: str
-    port: int
+    process: subprocess.Popen[Any]
     log_path: Path
-    _log_file: object = field(repr=False, default=None)
-
-    @property
-    def bootstrap(self) -> str:
-        return f"{self.host}:{self.port}"
+    _log_file: Any = field(repr=False, default=None)
+    stop_timeout_s: ClassVar[float] = STOP_TIMEOUT_S
 
     @property
     def running(self) -> bool:
         return self.process.poll() is None
 
-    def log_tail(self, lines: int = 30) -> str:
-        try:
-            text = self.log_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return "(no broker log)"
-        return "\n".join(text.splitlines()[-lines:]) or "(broker log is empty)"
+    @property
+    def pid(self) -> int:
+        return self.process.pid
 
-    def stop(self) -> None:
-        """SIGTERM, wait, SIGKILL if it does not exit in time. Idempotent."""
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:]) or f"({self.log_path} is empty)"
+
+    def stop(self, timeout_s: float | None = None) -> int | None:
+        """SIGTERM, wait ``timeout_s``, SIGKILL if still running. Idempotent; the exit code."""
         if self.process.poll() is None:
             self.process.terminate()
             try:
-                self.process.wait(STOP_TIMEOUT_S)
+                self.process.wait(self.stop_timeout_s if timeout_s is None else timeout_s)
             except subprocess.TimeoutExpired:
                 self.process.kill()
-                self.process.wait(STOP_TIMEOUT_S)
+                self.process.wait(self.stop_timeout_s)
         self._close_log()
+        return self.process.returncode
 
-    def kill9(self) -> None:
-        """SIGKILL (a crash): with memory storage every topic is gone afterwards."""
+    def kill(self) -> None:
+        """SIGKILL (a crash). Idempotent."""
         if self.process.poll() is None:
             os.kill(self.process.pid, signal.SIGKILL)
-            self.process.wait(STOP_TIMEOUT_S)
+            self.process.wait(self.stop_timeout_s)
         self._close_log()
 
     def _close_log(self) -> None:
         if self._log_file is not None:
             with contextlib.suppress(OSError):
-                self._log_file.close()  # type: ignore[attr-defined]
+                self._log_file.close()
             self._log_file = None
+
+
+@dataclass
+class TansuBroker(LoggedProcess):
+    """A running tansu broker subprocess."""
+
+    host: str = HOST
+    port: int = 0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def kill9(self) -> None:
+        """SIGKILL (a crash): with memory storage every topic is gone afterwards."""
+        self.kill()
 
 
 def broker_binary() -> str:
@@ -151,6 +190,11 @@ def broker_answers(bootstrap: str, client_id: str = "tansu-probe", timeout_ms: i
         admin.close()
 
 
+def answers(broker: TansuBroker) -> bool:
+    """Ready: the broker accepts connections and kafka-python finds it in the cluster metadata."""
+    return accepts(broker.host, broker.port) and broker_answers(broker.bootstrap)
+
+
 def start_tansu(tmp_path: Path | None = None, *, timeout_s: float = START_TIMEOUT_S) -> TansuBroker:
     """Start a memory-backed tansu broker on a free loopback port and wait until it is usable.
 
@@ -187,28 +231,113 @@ def start_tansu(tmp_path: Path | None = None, *, timeout_s: float = START_TIMEOU
         except OSError as exc:
             log_file.close()
             raise TansuStartError(f"cannot run {binary}: {exc}") from exc
-        broker = TansuBroker(process, HOST, port, log_path, log_file)
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if not broker.running:
-                break
-            if accepts(HOST, port) and broker_answers(broker.bootstrap):
-                return broker
-            time.sleep(0.05)
-        if broker.running:
-            broker.stop()
-            raise TansuStartError(
-                f"tansu ({binary}) on {url} not ready after {timeout_s:.0f}s; log {log_path}:\n"
-                f"{broker.log_tail()}"
-            )
-        broker.stop()
-        last_error = (
-            f"tansu ({binary}) on {url} exited with code {process.returncode}; log {log_path}:\n"
-            f"{broker.log_tail()}"
-        )
+        broker = TansuBroker(process, log_path, log_file, host=HOST, port=port)
+        what = f"tansu ({binary}) on {url}"
+        last_error = await_ready(broker, answers, what, timeout_s, 0.05, TansuStartError)
+        if not last_error:
+            return broker
         if "in use" not in last_error.lower():
             break
     raise TansuStartError(last_error)
+
+
+class Started(Protocol):
+    """What ``await_ready`` and ``session_process`` need of a started process (a tansu broker, an
+    Apache Kafka broker, a Connect worker)."""
+
+    process: subprocess.Popen[Any]
+    log_path: Path
+
+    @property
+    def running(self) -> bool: ...
+
+    def stop(self) -> Any: ...
+
+    def log_tail(self) -> str: ...
+
+
+def await_ready(
+    started: S,
+    ready: Callable[[S], bool],
+    what: str,
+    timeout_s: float,
+    interval_s: float,
+    error: type[Exception],
+    *,
+    detail: str = "",
+) -> str:
+    """Poll ``ready`` while the process runs. "" once it is ready; raises ``error`` (with the log
+    tail) when it still runs but is not ready after ``timeout_s``; when it exited, stops it and
+    returns why, so that the caller can retry a port someone else took in the meantime."""
+    if poll(lambda: not started.running or ready(started), timeout_s, interval_s) and started.running:
+        return ""
+    still_running = started.running
+    started.stop()
+    if still_running:
+        raise error(
+            f"{what}{detail} not ready after {timeout_s:.0f}s; log {started.log_path}:\n{started.log_tail()}"
+        )
+    code = started.process.returncode
+    return f"{what} exited with code {code}; log {started.log_path}:\n{started.log_tail()}"
+
+
+def session_process(start: Callable[[], S], error: type[Exception], what: str) -> Iterator[S]:
+    """Body of a fixture that shares one started process (a broker) and stops it at teardown; a
+    process that cannot start fails the test (never skips: a skipped integration test reads as a
+    passing one)."""
+    try:
+        started = start()
+    except error as exc:
+        pytest.fail(f"{what} unavailable: {exc}", pytrace=False)
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def create_and_produce(
+    bootstrap: str, topic: str, records: list[tuple[bytes, bytes | None]], timeout_s: float = 10.0
+) -> list[int]:
+    """Create ``topic`` (one partition; it must then be listed) and produce ``records`` (key,
+    value; None is a tombstone) with acks=all: the offsets they were written at."""
+    from kafka import KafkaAdminClient, KafkaProducer
+    from kafka.admin import NewTopic
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+        assert topic in admin.list_topics()
+    finally:
+        admin.close()
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    try:
+        futures = [producer.send(topic, key=key, value=value) for key, value in records]
+        producer.flush()
+        return [f.get(timeout=timeout_s).offset for f in futures]
+    finally:
+        producer.close()
+
+
+def consume_partition(
+    bootstrap: str, topic: str, count: int, timeout_s: float = 10.0
+) -> list[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of partition 0 from the beginning, until at least ``count`` records
+    came or ``timeout_s`` passed (a short list then: the caller's assertion shows what came)."""
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    try:
+        tp = TopicPartition(topic, 0)
+        consumer.assign([tp])
+        consumer.seek_to_beginning(tp)
+        got: list[tuple[int, bytes | None, bytes | None]] = []
+        deadline = time.monotonic() + timeout_s
+        while len(got) < count and time.monotonic() < deadline:
+            for records in consumer.poll(200).values():
+                got.extend((r.offset, r.key, r.value) for r in records)
+        return got
+    finally:
+        consumer.close()
 
 
 def unique_topic(prefix: str = "t") -> str:
@@ -219,11 +348,5 @@ def unique_topic(prefix: str = "t") -> str:
 @pytest.fixture(scope="session")
 def tansu(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TansuBroker]:
     """One tansu broker for the session; fails (never skips) when it cannot start."""
-    try:
-        broker = start_tansu(tmp_path_factory.mktemp("tansu"))
-    except TansuStartError as exc:
-        pytest.fail(f"tansu test broker unavailable: {exc}", pytrace=False)
-    try:
-        yield broker
-    finally:
-        broker.stop()
+    start = lambda: start_tansu(tmp_path_factory.mktemp("tansu"))  # noqa: E731
+    yield from session_process(start, TansuStartError, "tansu test broker")

@@ -93,7 +93,7 @@ def test_a_slowloris_is_closed_at_the_idle_timeout() -> None:
             except OSError:
                 closed = True
             closed = closed or srv.connections() == 0
-            time.sleep(0.1)
+            time.sleep(0.1)  # the slowloris's pace: one byte every 100 ms
         assert closed and time.monotonic() - started < 3
         assert api_versions_ok(srv.port)
 

@@ -248,7 +248,7 @@ def test_pipelined_requests_behind_a_parked_join_stop_being_read() -> None:
                 sent += sock.send(burst[sent : sent + 65536])
             except BlockingIOError:
                 time.sleep(0.01)
-        time.sleep(0.2)
+        time.sleep(0.2)  # time to read on past the limit, were it not enforced: it must not
         pending = srv.on_loop(lambda: [c.pending for c in srv.server.open_connections])
         assert pending and max(pending) <= 8, pending
         assert api_versions_ok(srv.port)  # other clients are served meanwhile
@@ -335,7 +335,7 @@ def test_the_open_file_limit_costs_one_line_a_second_not_a_traceback_per_accept(
                     socks.append(socket.create_connection((HOST, port), timeout=1))
                 except OSError:
                     pass
-            time.sleep(2.5)
+            time.sleep(2.5)  # accepts keep failing a few seconds: one line a second, not one per accept
             for sock in socks:
                 sock.close()
         finally:

@@ -55,6 +55,7 @@ from kafka_fixtures import (
     ConnectWorker,
     KafkaBroker,
 )
+from polling import wait_until
 
 pytestmark = pytest.mark.heavy
 
@@ -373,7 +374,7 @@ def test_kill_java_worker(drill: JavaDrill) -> None:
     drill.create("alpha", 4, via="w0")
     drill.create("beta", 4, via="w0")
     drill.wait_running()
-    time.sleep(1)
+    time.sleep(1)  # the tasks run (and write their witness records) a while before the kill
     drill.kill("w1")
     drill.finish(timeout_s=75)
 
@@ -404,10 +405,12 @@ def test_bridge_kill_during_rebalance(drill: JavaDrill) -> None:
     joining = threading.Thread(target=drill.start, args=("w2",), daemon=True)
     marks = drill.workers["w0"].log_text().count("Rebalance started")
     joining.start()
-    deadline = time.monotonic() + 30
-    while drill.workers["w0"].log_text().count("Rebalance started") == marks:
-        assert time.monotonic() < deadline, "no rebalance started after w2 began joining"
-        time.sleep(0.05)
+    wait_until(
+        lambda: drill.workers["w0"].log_text().count("Rebalance started") != marks,
+        30,
+        0.05,
+        "no rebalance started after w2 began joining",
+    )
     drill.bridge_restart()
     joining.join(90)
     assert "w2" in drill.workers, "w2 did not join after the bridge restart"
@@ -696,9 +699,8 @@ def group_type(drill: JavaDrill) -> str:
 def wait_group_type(drill: JavaDrill, wanted: str, timeout_s: float) -> float:
     """Seconds until the bridge describes the drill's group as ``wanted``."""
     start = time.monotonic()
-    while (found := group_type(drill)) != wanted:
-        assert time.monotonic() - start < timeout_s, f"group still {found} after {timeout_s:.0f}s"
-        time.sleep(0.2)
+    failed = lambda: f"group still {group_type(drill)} after {timeout_s:.0f}s"  # noqa: E731
+    wait_until(lambda: group_type(drill) == wanted, timeout_s, 0.2, failed)
     return time.monotonic() - start
 
 

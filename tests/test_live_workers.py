@@ -17,6 +17,7 @@ from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.model import ConfigView
 from connect_bridge.workers.live_legacy import LiveLegacyWorker
 from connect_bridge.workers.live_new import LiveNewWorker
+from polling import eventually
 
 GROUP = "connect-cluster"
 SESSION_MS = 3000
@@ -73,12 +74,9 @@ async def _in_bridge(body: Callable[[BridgeServer], Any]) -> None:
         await asyncio.wait_for(body(bridge), 30)
 
 
-async def wait_for(condition: Callable[[], bool], timeout_s: float = 8.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.05)
+async def wait_for(condition: Callable[[], object], timeout_s: float = 8.0) -> None:
+    """Poll every 50 ms: the workers under test share the loop (and two cores) with the poller."""
+    await eventually(condition, timeout_s, 0.05)
 
 
 def new_worker(bridge: BridgeServer, name: str, rec: Recorder) -> LiveNewWorker:

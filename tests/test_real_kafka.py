@@ -8,15 +8,13 @@ fetched on first use (tests/kafka_jars.py, docs/real-kafka.md).
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
-from kafka.admin import NewTopic
+from kafka import KafkaAdminClient
 from kafka.protocol.admin.groups import DescribeGroupsRequest
 
 from connect_bridge.bridge import wire_map as wm
@@ -29,6 +27,7 @@ from kafka_fixtures import (
     accepts,
     start_kafka_broker,
 )
+from tansu import consume_partition, create_and_produce
 
 pytestmark = pytest.mark.heavy
 
@@ -39,19 +38,7 @@ def unique(prefix: str) -> str:
 
 def consume(bootstrap: str, topic: str, count: int, timeout_s: float = 20.0) -> list[tuple]:
     """Up to ``count`` records of partition 0 from the beginning, (offset, key, value)."""
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
-    try:
-        tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
-        consumer.seek_to_beginning(tp)
-        got: list[tuple] = []
-        deadline = time.monotonic() + timeout_s
-        while len(got) < count and time.monotonic() < deadline:
-            for records in consumer.poll(200).values():
-                got.extend((r.offset, r.key, r.value) for r in records)
-        return got[:count]
-    finally:
-        consumer.close()
+    return consume_partition(bootstrap, topic, count, timeout_s)[:count]
 
 
 def verifiable_source(topic: str, tasks: int) -> dict[str, object]:
@@ -72,19 +59,8 @@ async def describe_classic(bridge: BridgeProcess, group: str) -> Any:
 
 def test_broker_produce_and_consume(kafka_broker: KafkaBroker) -> None:
     topic = unique("roundtrip")
-    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap)
-    try:
-        admin.create_topics([NewTopic(topic, 1, 1)])
-        assert topic in admin.list_topics()
-    finally:
-        admin.close()
-    producer = KafkaProducer(bootstrap_servers=kafka_broker.bootstrap, acks="all")
-    try:
-        futures = [producer.send(topic, key=b"k%d" % i, value=b"v%d" % i) for i in range(3)]
-        producer.flush()
-        assert [f.get(timeout=10).offset for f in futures] == [0, 1, 2]
-    finally:
-        producer.close()
+    records = [(b"k%d" % i, b"v%d" % i) for i in range(3)]
+    assert create_and_produce(kafka_broker.bootstrap, topic, records, timeout_s=10) == [0, 1, 2]
     assert consume(kafka_broker.bootstrap, topic, 3) == [
         (0, b"k0", b"v0"),
         (1, b"k1", b"v1"),

@@ -33,6 +33,7 @@ from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.errors import RequestError
 from connect_bridge.state.limits import RequestLimits
 from connect_bridge.state.model import ClientAssignor, ConfigView
+from polling import eventually
 
 _L = RequestLimits()
 
@@ -184,8 +185,7 @@ async def started(store: MemoryRecordStore) -> tuple[BridgeServer, Metrics]:
     metrics = Metrics()
     server = BridgeServer(ServerOptions(host="127.0.0.1", port=0, coordinator=CONFIG), store, metrics)
     await server.start()
-    while not server.loaded:
-        await asyncio.sleep(0.01)
+    await eventually(lambda: server.loaded, 20.0)
     return server, metrics
 
 

@@ -109,7 +109,15 @@ def test_defaults() -> None:
     ],
 )
 def test_valid(data: dict[str, Any]) -> None:
-    load_scenario(data)
+    """Loads, and to what the file says: every step kept, in order, with the values given."""
+    scenario = load_scenario(data)
+    assert (scenario.name, scenario.connectors, scenario.end_ms) == (
+        data["name"],
+        data["connectors"],
+        data["end_ms"],
+    )
+    loaded = [s.model_dump(include=set(raw)) for s, raw in zip(scenario.steps, data["steps"], strict=True)]
+    assert loaded == data["steps"]
 
 
 @pytest.mark.parametrize(
