@@ -134,7 +134,7 @@ def test_registry_matches_the_specs() -> None:
         (1000, 0, 0),
         (1001, 0, 0),
         (1002, 0, 0),
-        (1003, 0, 0),
+        (1003, 0, 1),
     }
     assert m.api_spec(0) is None and m.api_spec(1000).name == "ConnectGroupHeartbeat"
 
@@ -158,7 +158,9 @@ def test_connect_api_specs_follow_kafkas_format() -> None:
     files = _spec_files()
     for name, cls in ((s.request.__name__, s.request) for s in m.API_SPECS.values() if s.api_key >= 1000):
         assert name in files and files[name]["name"] == name == cls.name
-        assert files[name]["validVersions"] == "0" and files[name]["flexibleVersions"] == "0+"
+        # ConnectGroupDescribe v1 adds held work and members' waits (docs/protocol.md).
+        versions = "0-1" if name == "ConnectGroupDescribeRequest" else "0"
+        assert files[name]["validVersions"] == versions and files[name]["flexibleVersions"] == "0+"
     apis = {n: j for n, j in files.items() if j["type"] in ("request", "response")}
     assert sorted({j["apiKey"] for j in apis.values()}) == [1000, 1001, 1002, 1003]
     assert len(apis) == 8

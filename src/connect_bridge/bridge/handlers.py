@@ -289,7 +289,8 @@ class LocalApis:
             loading = [napi.DescribedGroup(gid, error_code=_LOADING) for gid in ids]
             return wm.describe_response_to_wire(loading, version)
         n = self._describable(ids, self._members_of_connect)
-        described = [self.coordinator.describe(gid) for gid in ids[:n]]
+        now = self.clock()
+        described = [self.coordinator.describe(gid, now) for gid in ids[:n]]
         described += [napi.DescribedGroup(gid, error_code=_LOADING) for gid in ids[n:]]
         response = wm.describe_response_to_wire(described, version)
         if n < len(ids):

@@ -1,7 +1,8 @@
 """The Connect group APIs (ConnectGroupHeartbeat, PrepareAssignment, InstallAssignment, Describe)
 <-> engine values (``state.api``), through the spec-derived maps of ``codecs.spec_map``.
 
-The specs are ours and have one version, so every converter is compiled once at import. Decoding a
+The specs are ours and have one version (ConnectGroupDescribe two: v1 adds held work and what
+members wait for), so the converters are compiled once, at import or on first use per version. Decoding a
 request raises :class:`CodecError` for what the coordinator answers with INVALID_REQUEST: bad items,
 null or repeated member names, and any null the spec forbids (``requests.NULLS_ANSWERED``).
 """
@@ -27,7 +28,7 @@ from connect_bridge.codecs.spec_map import (
     read_each,
 )
 from connect_bridge.state import api as napi
-from connect_bridge.state.model import EMPTY, NO_METADATA, AssignedMetadata, ClientAssignor, Items
+from connect_bridge.state.model import EMPTY, NO_METADATA, AssignedMetadata, ClientAssignor, HeldWork, Items
 from connect_bridge.state.record_codec import (
     ASSIGNED_FIELDS,
     ASSIGNED_ROW,
@@ -167,18 +168,28 @@ _INSTALL_RESPONSE = SpecMap(
 _DESCRIBED_MEMBER = StructMap(
     napi.DescribedMember,
     {
-        "rack_id": Field(read=lambda d: getattr(d, "rack_id", None)),
-        "client_id": Field(read=lambda d: getattr(d, "client_id", "")),
-        "client_host": Field(read=lambda d: getattr(d, "client_host", "")),
+        "client_id": Field(from_wire=empty_if_null),
+        "client_host": Field(from_wire=empty_if_null),
         "worker_url": Field("url", from_wire=empty_if_null),
         "protocol": Field(from_wire=empty_if_null),
         "member_state": Field("state", from_wire=empty_if_null),
         "member_id": Field(from_wire=empty_if_null),
         "assignment": items_as("current"),
         "target_assignment": items_as("target"),
+        "revoking": Field(
+            "revoking", to_wire=connectors_and_tasks, from_wire=items_of, path=True, absent=EMPTY
+        ),
+        "waiting_for": Field(from_wire=empty_if_null),
     },
-    fixed={"revoking": EMPTY},
 )
+"""A member; below v1 (no ``Revoking``/``WaitingFor``) it reads back with nothing revoking and an
+unknown wait."""
+
+_HELD_WORK = StructMap(
+    HeldWork,
+    {"worker_url": Field("url", to_wire=null_if_empty, from_wire=empty_if_null), "work": items_as("items")},
+)
+"""Held work of a departed worker (v1+)."""
 
 
 def _group_error_message(g: napi.DescribedGroup) -> str | None:
@@ -203,6 +214,7 @@ _DESCRIBED_GROUP = StructMap(
         "leader_url": _NULLABLE_TEXT,
         "connectors": Field(param=True, struct=CONNECTOR_ROWS),
         "members": Field(struct=_DESCRIBED_MEMBER),
+        "held_work": Field("held", struct=_HELD_WORK),
     },
 )
 _DESCRIBED_GROUP_STRUCT = element(m.ConnectGroupDescribeResponse, "groups")
@@ -218,8 +230,6 @@ _install_from = _INSTALL.from_wire()
 _install_to = _INSTALL.to_wire()
 _install_response_to = _INSTALL_RESPONSE.to_wire()
 _install_response_from = _INSTALL_RESPONSE.from_wire()
-_described_group_to = _DESCRIBED_GROUP.writer(_DESCRIBED_GROUP_STRUCT, None)
-_described_group_from = _DESCRIBED_GROUP.reader(_DESCRIBED_GROUP_STRUCT, None)
 
 
 # --- ConnectGroupHeartbeat --------------------------------------------------------------------------
@@ -367,18 +377,21 @@ def describe_response_to_wire(
 ) -> m.ConnectGroupDescribeResponse:
     """``connectors``: group id -> {connector: task count} of the group's config view, when known
     (``DescribedGroup`` does not carry it; a ``connectors`` attribute on it is used if present).
-    Members' ``revoking`` has no wire field (``Assignment`` is the current assignment, as in Kafka's
-    ConsumerGroupDescribe); client id/host/rack are taken from the member when it has them."""
+    Version 0 carries neither the members' ``revoking`` and waits nor the group's clock and held
+    work (``Assignment`` is the current assignment, as in Kafka's ConsumerGroupDescribe)."""
+    write = _DESCRIBED_GROUP.writer(_DESCRIBED_GROUP_STRUCT, version)
     out = []
     for g in groups:
         config = (connectors or {}).get(g.group_id)
         if config is None:
             config = dict(getattr(g, "connectors", None) or ())
-        out.append(_described_group_to(g, sorted(config.items())))
+        out.append(write(g, sorted(config.items())))
     return m.ConnectGroupDescribeResponse(throttle_time_ms=0, groups=out)
 
 
 def describe_response_from_wire(msg: m.ConnectGroupDescribeResponse) -> list[napi.DescribedGroup]:
-    """Engine values back; ``revoking`` is empty and the config view's connectors are dropped
-    (neither has a place in ``DescribedGroup``/the wire member)."""
-    return read_each(_described_group_from, msg.groups or (), "Groups")
+    """Engine values back, at the version ``msg`` was decoded at; the config view's connectors are
+    dropped (no place in ``DescribedGroup``). A v0 answer reads with nothing revoking, no held work,
+    unknown waits and an unknown clock (-1)."""
+    read = _DESCRIBED_GROUP.reader(_DESCRIBED_GROUP_STRUCT, msg.version)
+    return read_each(read, msg.groups or (), "Groups")

@@ -203,7 +203,7 @@ _TABLE: tuple[tuple[ApiKey, type[ApiMessage], type[ApiMessage], int, int], ...] 
         0,
         0,
     ),
-    (ApiKey.CONNECT_GROUP_DESCRIBE, ConnectGroupDescribeRequest, ConnectGroupDescribeResponse, 0, 0),
+    (ApiKey.CONNECT_GROUP_DESCRIBE, ConnectGroupDescribeRequest, ConnectGroupDescribeResponse, 0, 1),
 )
 
 API_SPECS: Mapping[int, ApiSpec] = MappingProxyType(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from connect_bridge.state.model import AssignedMetadata, ClientAssignor, Items
+from connect_bridge.state.model import AssignedMetadata, ClientAssignor, HeldWork, Items
 
 LEAVE_EPOCH = -1
 TEMPORARY_LEAVE_EPOCH = -2
@@ -134,6 +134,15 @@ class DescribedMember:
     current: Items
     revoking: Items
     target: Items
+    client_id: str = ""
+    client_host: str = ""
+    rack_id: str | None = None
+    classic_state: str | None = None
+    """A legacy member's classic state (``ClassicGroupState`` value); None for a new member."""
+    waiting_for: str = ""
+    """What the member waits for (a ``state.cg_describe.Waiting`` value); "" when not known (v0)."""
+    wait_deadline_ms: int = -1
+    """When a timer removes the member if that wait does not end; -1 if none bounds it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,3 +158,7 @@ class DescribedGroup:
     leader_url: str = ""
     config_offset: int = -1
     members: tuple[DescribedMember, ...] = ()
+    now_ms: int = -1
+    """The time the group was described at (the caller's clock); -1 when not known (v0)."""
+    held: tuple[HeldWork, ...] = ()
+    """Work of departed workers held back, with its deadlines."""

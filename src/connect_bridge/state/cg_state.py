@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from connect_bridge.codecs.ids import ConnectorTaskId
-from connect_bridge.state.api import DescribedGroup, DescribedMember, MemberAssignment
+from connect_bridge.state.api import MemberAssignment
 from connect_bridge.state.client_side import common_client_assignor
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.connect_records import (
@@ -32,7 +32,6 @@ from connect_bridge.state.model import (
     CurrentAssignment,
     GroupMetadata,
     GroupState,
-    GroupType,
     Items,
     Member,
     MemberMetadata,
@@ -152,35 +151,6 @@ class ConnectGroupState:
             error=self.target_metadata.error,
             metadata_version=data.version,
             metadata=data.metadata,
-        )
-
-    def describe(self) -> DescribedGroup:
-        members = tuple(
-            DescribedMember(
-                mid,
-                m.metadata.instance_id,
-                m.metadata.protocol,
-                m.current.member_epoch,
-                m.current.state.value,
-                m.metadata.url,
-                m.metadata.config_offset,
-                m.current.assigned,
-                m.current.revoking,
-                self.target.get(mid, EMPTY),
-            )
-            for mid, m in sorted(self.members.items())
-        )
-        return DescribedGroup(
-            group_id=self.group_id,
-            group_type=GroupType.CONNECT.value,
-            state=self.state.value,
-            group_epoch=self.group_epoch,
-            assignment_epoch=self.assignment_epoch,
-            assignor=self.assignor_name(),
-            leader_id=self.metadata.leader_id,
-            leader_url=self.leader_url(),
-            config_offset=self.assignment_config_offset(),
-            members=members,
         )
 
     def snapshot(self) -> dict:

@@ -25,6 +25,7 @@ from connect_bridge.state import classic_api as capi
 from connect_bridge.state.api import (
     LEAVE_EPOCH,
     TEMPORARY_LEAVE_EPOCH,
+    DescribedGroup,
     HeartbeatRequest,
     HeartbeatResponse,
     InstallAssignmentRequest,
@@ -32,6 +33,7 @@ from connect_bridge.state.api import (
     PrepareAssignmentRequest,
     PrepareAssignmentResponse,
 )
+from connect_bridge.state.cg_describe import describe_group
 from connect_bridge.state.cg_membership import ConnectGroupMembership
 from connect_bridge.state.cg_state import HELD_OWNER
 from connect_bridge.state.cg_validation import check_heartbeat, metadata_from
@@ -92,6 +94,10 @@ class ConnectGroup(ConnectGroupMembership):
     ) -> None:
         super().__init__(group_id, config, timers, view)
         self.legacy = ClassicApi(self, self.legacy_members)
+
+    def describe(self, now_ms: int = -1) -> DescribedGroup:
+        """ConnectGroupDescribe (``cg_describe``): ``now_ms`` is echoed for reading its deadlines."""
+        return describe_group(self, now_ms)
 
     # ------------------------------------------------------------------ heartbeat
     def _expect_revoked(self, member: Member, req: HeartbeatRequest, now_ms: int) -> None:

@@ -194,13 +194,15 @@ class GroupCoordinator:
         self._after(req.group_id, now_ms)
         return response
 
-    def describe(self, group_id: str) -> DescribedGroup:
+    def describe(self, group_id: str, now_ms: int = -1) -> DescribedGroup:
+        """ConnectGroupDescribe of one group; ``now_ms`` (the caller's clock) is echoed in the answer
+        so that its deadlines read as "in N seconds" against the bridge's clock."""
         group = self.connect_group(group_id)
         if group is None:
             return DescribedGroup(
                 group_id=group_id, error_code=int(ErrorCode.GROUP_ID_NOT_FOUND), state="DEAD"
             )
-        return group.describe()
+        return group.describe(now_ms)
 
     def describe_any(self, group_id: str) -> DescribedGroup | ClassicDescribedGroup:
         """DescribeGroups: a classic group's own view, or a connect group's."""
