@@ -61,10 +61,12 @@ MARKS_BY_FIXTURE: dict[str, tuple[str, ...]] = {
     "kafka_broker": ("broker", "jvm"),
     "connect_worker": ("jvm",),
     "bridge_proxy": ("live",),
+    "cli_process": ("live",),
 }
 """What a fixture starts: Spark, a broker (tansu or Apache Kafka), a JVM, a bridge process."""
 MARKS_BY_MODULE: dict[str, tuple[str, ...]] = {
     "test_live_drill": ("live",),
+    "test_describe": ("live",),
     "test_live_workers": ("live",),
     "test_upstream_drill": ("live",),
     "test_real_kafka": ("jvm",),

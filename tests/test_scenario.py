@@ -220,8 +220,12 @@ def test_error_names_the_file(tmp_path: Path) -> None:
 def test_several_errors_still_one_line() -> None:
     with pytest.raises(ScenarioError) as info:
         load_scenario({"name": "x", "foo": 1, "bar": 2})
-    assert "\n" not in str(info.value)
-    assert str(info.value).endswith("more errors)")
+    message = str(info.value)
+    assert "\n" not in message
+    # every error is named, not "(and N more)"
+    assert message.startswith("<scenario>: 5 errors: "), message
+    for part in ("unknown field 'foo'", "unknown field 'bar'", "connectors: missing", "steps: missing"):
+        assert part in message, message
 
 
 def test_dump_round_trips(tmp_path: Path) -> None:

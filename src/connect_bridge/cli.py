@@ -4,13 +4,47 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from connect_bridge import logs
 from connect_bridge.codecs import connect_protocol
 from connect_bridge.codecs.errors import CodecError
+
+log = logging.getLogger("connect_bridge.cli")
+
+DOCS_PACKAGE = "connect_bridge.docs"
+"""The documentation pages ship inside the package (``docs/*.md`` as package data), so help texts
+point at ``connect-bridge docs PAGE``: it works offline, for a pip user, at the installed version."""
+
+
+def _docs(page: str) -> str:
+    return f"connect-bridge docs {page.removesuffix('.md')}"
+
+
+def doc_pages() -> dict[str, Any]:
+    """The shipped pages by name (``serve`` for ``serve.md``)."""
+    from importlib.resources import files
+
+    root = files(DOCS_PACKAGE.rpartition(".")[0]).joinpath(DOCS_PACKAGE.rpartition(".")[2])
+    return {p.name.removesuffix(".md"): p for p in root.iterdir() if p.name.endswith(".md")}
+
+
+def _cmd_docs(args: argparse.Namespace) -> int:
+    pages = doc_pages()
+    if args.page is None:
+        print("\n".join(sorted(pages)))
+        return 0
+    page = pages.get(args.page.removesuffix(".md"))
+    if page is None:
+        return _fail(f"no documentation page {args.page!r}; pages: {', '.join(sorted(pages))}")
+    sys.stdout.write(page.read_text(encoding="utf-8"))
+    return 0
+
 
 _CODEC_KINDS: dict[str, tuple[Callable, Callable, Callable, Callable]] = {
     # kind: (decode, encode, from_json, to_json)
@@ -34,10 +68,28 @@ def _fail(message: str) -> int:
     return 1
 
 
+def _out_problem(args: argparse.Namespace, *, collect: bool = False) -> str | None:
+    """Create or check ``--out`` before any work starts (the rule: ``out_dir.py``); the problem or None."""
+    from connect_bridge.out_dir import OutDirError, prepare_out
+
+    try:
+        prepare_out(args.out, force=getattr(args, "force", False), collect=collect)
+    except OutDirError as exc:
+        return str(exc)
+    return None
+
+
+_CODEC_VERSIONS = "0 (default/eager), 1 (compatible), 2 (sessioned), or 3..32767 (a later version's header)"
+"""What ``codec encode --version`` accepts: the Connect protocol's versions, and later ones that
+Java reads with the newest layout it knows (the golden vectors' forward-compatibility cases)."""
+
+
 def _cmd_codec(args: argparse.Namespace) -> int:
     decode, encode, from_json, to_json = _CODEC_KINDS[args.kind]
     if args.op == "decode":
         text = "".join(args.data.split())
+        if len(text) % 2:
+            return _fail(f"invalid hex input: {len(text)} hex digits, an odd number; a byte is two digits")
         try:
             data = bytes.fromhex(text)
         except ValueError as exc:
@@ -49,7 +101,9 @@ def _cmd_codec(args: argparse.Namespace) -> int:
         print(json.dumps(to_json(value), ensure_ascii=False))
         return 0
     if args.version is None:
-        return _fail("codec encode needs --version N")
+        return _fail(f"codec encode needs --version N: {_CODEC_VERSIONS}")
+    if not 0 <= args.version <= 0x7FFF:
+        return _fail(f"cannot encode {args.kind}: unknown 'version' {args.version}; valid: {_CODEC_VERSIONS}")
     try:
         doc = json.loads(args.data)
     except json.JSONDecodeError as exc:
@@ -61,17 +115,16 @@ def _cmd_codec(args: argparse.Namespace) -> int:
     return 0
 
 
-def _progress_printer(label: str) -> Callable[[int, int], None]:
-    """One self-overwriting progress line on stderr (only when stderr is a terminal)."""
-    tty = sys.stderr.isatty()
+def _bars(args: argparse.Namespace) -> bool:
+    """Progress bars are INFO-level output: ``-q`` (or ``--log-level warning``) hides them too."""
+    return logs.LEVELS[args.log_level] <= logging.INFO
 
-    def show(done: int, total: int) -> None:
-        if tty:
-            pct = 100 * done // max(total, 1)
-            bar = "#" * (pct // 4)
-            print(f"\r{label} [{bar:<25}] {pct:3d}%", end="" if done < total else "\n", file=sys.stderr)
 
-    return show
+def _stages(args: argparse.Namespace, desc: str, total: int | None = None) -> Any:
+    """A bar for a command that reports ``progress(message)`` stages (analyze, drill fleet)."""
+    from connect_bridge.progress import Bar
+
+    return Bar(desc, total, unit=" drills" if total is not None else "it", enabled=_bars(args))
 
 
 def _cmd_drill_run(args: argparse.Namespace) -> int:
@@ -80,24 +133,34 @@ def _cmd_drill_run(args: argparse.Namespace) -> int:
     from connect_bridge.drills.checker import check
     from connect_bridge.drills.scenario import ScenarioError, load_scenario
     from connect_bridge.drills.sim import run_scenario
+    from connect_bridge.progress import Bar, simulated_time
 
     try:
         scenario = load_scenario(args.scenario)
     except ScenarioError as exc:
         return _fail(str(exc))
+    if (problem := _out_problem(args)) is not None:
+        return _fail(problem)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     if args.mode == "live":
         from connect_bridge.drills.live import run_live
 
-        try:
-            log = run_live(scenario, out)
-        except (OSError, RuntimeError) as exc:
-            return _fail(f"live drill failed: {exc}")
+        with Bar(f"{scenario.name} (live)", len(scenario.steps), unit=" steps", enabled=_bars(args)) as bar:
+
+            def show(done: int, total: int, step: str) -> None:
+                bar.update_to(done, total)
+                bar.step(step)
+
+            try:
+                events = run_live(scenario, out, progress=show)
+            except (OSError, RuntimeError) as exc:
+                return _fail(f"live drill failed: {exc}")
     else:
-        log = run_scenario(scenario, progress=_progress_printer(scenario.name))
-    log.write_jsonl(out / "events.jsonl")
-    summary = check(log.events, name=scenario.name, end_ms=scenario.end_ms)
+        sim_bar = Bar(f"{scenario.name} (simulated)", scenario.end_ms // 1000, unit="s", enabled=_bars(args))
+        with sim_bar as bar:
+            events = run_scenario(scenario, progress=simulated_time(bar))
+    events.write_jsonl(out / "events.jsonl")
+    summary = check(events.events, name=scenario.name, end_ms=scenario.end_ms)
     doc = summary.to_json()
     (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n")
     print(
@@ -114,16 +177,25 @@ def _cmd_drill_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_drill_fleet(args: argparse.Namespace) -> int:
+    from connect_bridge.pipeline.extras import spark_missing
+
+    if (missing := spark_missing("drill fleet")) is not None:
+        return _fail(missing)
     from connect_bridge.drills.events import EventLogError
-    from connect_bridge.pipeline.analyze import AnalyzeError, progress_to_stderr
+    from connect_bridge.pipeline.analyze import AnalyzeError
     from connect_bridge.pipeline.fleet import run_fleet
+    from connect_bridge.progress import StageReporter
 
     if args.count < 1:
         return _fail("drill fleet: --count must be at least 1")
+    if (problem := _out_problem(args)) is not None:
+        return _fail(problem)
     if args.checks_only or args.adversarial:
         return _fleet_checks(args)
     try:
-        fleet = run_fleet(args.count, args.seed, args.out, master=args.master, progress=progress_to_stderr)
+        with _stages(args, "drill fleet", args.count) as bar:
+            progress = StageReporter(bar)
+            fleet = run_fleet(args.count, args.seed, args.out, master=args.master, progress=progress)
     except (AnalyzeError, EventLogError) as exc:
         return _fail(f"drill fleet: {exc}")
     failed = fleet["failed"]
@@ -153,6 +225,8 @@ def _cmd_drill_search(args: argparse.Namespace) -> int:
     unknown = sorted(set(protocols) - set(ALL_PROTOCOLS))
     if unknown:
         return _fail(f"drill search: unknown protocol(s) {', '.join(unknown)}; use {','.join(ALL_PROTOCOLS)}")
+    if (problem := _out_problem(args, collect=True)) is not None:  # a collection: non-empty is normal
+        return _fail(problem)
     generator = partial(random_scenario, protocols=protocols, adversarial=args.adversarial)
     seeds = range(args.seed, args.seed + args.count)
     found: dict[str, int] = {}
@@ -166,17 +240,18 @@ def _cmd_drill_search(args: argparse.Namespace) -> int:
 
 def _fleet_checks(args: argparse.Namespace) -> int:
     """``drill fleet --checks-only`` / ``--adversarial``: verdicts only, judged in the executors."""
-    from connect_bridge.pipeline.analyze import progress_to_stderr
     from connect_bridge.pipeline.fleet import run_fleet_checks
+    from connect_bridge.progress import StageReporter
 
-    fleet = run_fleet_checks(
-        args.count,
-        args.seed,
-        args.out,
-        adversarial=args.adversarial,
-        master=args.master,
-        progress=progress_to_stderr,
-    )
+    with _stages(args, "drill fleet", args.count) as bar:
+        fleet = run_fleet_checks(
+            args.count,
+            args.seed,
+            args.out,
+            adversarial=args.adversarial,
+            master=args.master,
+            progress=StageReporter(bar),
+        )
     v = fleet["violations"]
     print(
         f"fleet: {fleet['drills']} {'adversarial ' if fleet['adversarial'] else ''}drills "
@@ -220,16 +295,26 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     import asyncio
 
     from connect_bridge.bridge.describe import describe, render_table
-    from connect_bridge.bridge.settings import SettingsError, parse_host_port
+    from connect_bridge.bridge.settings import parse_host_port
+    from connect_bridge.bridge.startup import reason
+    from connect_bridge.codecs.error_codes import ErrorCode
 
     try:
         host, port = parse_host_port(args.bootstrap)
-    except SettingsError as exc:
+    except ValueError as exc:
         return _fail(f"--bootstrap: {exc}")
     try:
         groups = asyncio.run(describe(host, port, args.group))
-    except (OSError, TimeoutError) as exc:
-        return _fail(f"cannot describe through {args.bootstrap}: {exc}")
+    except OSError as exc:  # refused, timed out, closed mid-answer
+        return _fail(
+            f"cannot describe through {args.bootstrap}: {reason(exc)}; is `connect-bridge serve` "
+            "listening there? (--bootstrap is the bridge's listen address)"
+        )
+    if args.group and all(g.get("error_code") == ErrorCode.GROUP_ID_NOT_FOUND for g in groups):
+        return _fail(
+            f"group {args.group!r} not found on the bridge at {args.bootstrap}; "
+            "`connect-bridge describe` without a group lists every group"
+        )
     if args.json:
         print(json.dumps(groups, indent=2))
     else:
@@ -238,14 +323,23 @@ def _cmd_describe(args: argparse.Namespace) -> int:
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
+    from connect_bridge.pipeline.extras import spark_missing
+
+    if (missing := spark_missing("analyze")) is not None:
+        return _fail(missing)
     from connect_bridge.drills.events import EventLogError
-    from connect_bridge.pipeline.analyze import AnalyzeError, analyze, find_inputs, progress_to_stderr
+    from connect_bridge.pipeline.analyze import AnalyzeError, analyze, find_inputs
+    from connect_bridge.progress import StageReporter
 
     try:
         find_inputs(args.paths)  # fail fast, before starting Spark
-        doc = analyze(
-            args.paths, args.out, master=args.master, chart_drills=args.charts, progress=progress_to_stderr
-        )
+        if (problem := _out_problem(args)) is not None:
+            return _fail(problem)
+        with _stages(args, "analyze") as bar:
+            progress = StageReporter(bar)
+            doc = analyze(
+                args.paths, args.out, master=args.master, chart_drills=args.charts, progress=progress
+            )
     except (AnalyzeError, EventLogError) as exc:
         return _fail(f"analyze: {exc}")
     print(json.dumps({k: v for k, v in doc["totals"].items() if k != "not_ok"}))
@@ -274,48 +368,64 @@ def _seeds(count_help: str, seed_help: str) -> tuple[_Arg, _Arg]:
 
 @dataclass(frozen=True)
 class _Command:
-    """A sub-command: ``name`` is its path (``"drill run"`` is ``run`` under :data:`_GROUPS`' drill)."""
+    """A sub-command: ``name`` is its path (``"drill run"`` is ``run`` under :data:`_GROUPS`' drill);
+    ``docs`` are its pages (``connect-bridge docs PAGE``), listed at the end of its ``--help``."""
 
     name: str
     help: str
     func: Callable[[argparse.Namespace], int]
     args: tuple[_Arg, ...]
+    docs: tuple[str, ...]
 
 
 _FLEET_OUT = "output directory (events, report, failed/, fleet.json)"
+_MASTER = "Spark master URL (default: local[*])"
+_FORCE = _arg(
+    "--force",
+    action="store_true",
+    help="use a non-empty --out: this command's files there are replaced, nothing else is deleted",
+)
 _COMMANDS: tuple[_Command, ...] = (
     _Command("codec", "decode or encode Connect embedded-protocol payloads", _cmd_codec, (
         _arg("op", choices=("decode", "encode")),
         _arg("--kind", required=True, choices=sorted(_CODEC_KINDS)),
         _arg("--version", type=int, help="protocol version to encode at (encode only)"),
         _arg("data", help="hex bytes (decode) or a JSON document (encode)"),
-    )),
+    ), ("connect-protocol.md",)),
     _Command("serve", "run the bridge (embedded default: no upstream, state in ./state)", _cmd_serve, (
-        _arg("--config", help="YAML settings file (docs/serve.md)"),
-        _arg("--listen", help="HOST:PORT to listen on (default 127.0.0.1:9092)"),
-        _arg("--upstream", help="HOST:PORT[,...] of the real brokers (docs/upstream.md)"),
-        _arg("--state-dir", help="directory of the record store (default ./state)"),
-        _arg("--metrics-listen", help="HOST:PORT for /metrics, /livez, /readyz, or 'off'"),
-        _arg("--config-view", help='watched JSON file {"offset": N, "connectors": {"name": tasks}}'),
-    )),
+        _arg("--config", metavar="FILE", help="YAML settings file; every key is optional (serve.md below)"),
+        _arg("--listen", metavar="HOST:PORT",
+             help="where workers connect (default: 127.0.0.1:9092, or the config file's)"),
+        _arg("--upstream", metavar="HOST:PORT[,...]",
+             help="the real brokers (default: none, the bridge runs embedded; upstream.md below)"),
+        _arg("--state-dir", metavar="DIR",
+             help="directory of the record store (default: state, or the config file's)"),
+        _arg("--metrics-listen", metavar="HOST:PORT|off", help="HTTP listener for /metrics, /livez, "
+             "/readyz (default: 127.0.0.1:9404, or the config file's)"),
+        _arg("--config-view", metavar="FILE",
+             help='watched JSON file {"offset": N, "connectors": {"name": tasks}}'),
+    ), ("serve.md", "upstream.md")),
     _Command("describe", "describe groups through a running bridge", _cmd_describe, (
         _arg("--bootstrap", required=True, help="HOST:PORT of the bridge"),
         _arg("group", nargs="?", help="group id (default: every group)"),
         _arg("--json", action="store_true", help="machine-readable output"),
-    )),
+    ), ("serve.md",)),
     _Command("drill run", "run one scenario file and check its invariants", _cmd_drill_run, (
-        _arg("scenario", help="scenario JSON file (DESIGN.md §4.2)"),
-        _arg("--out", required=True, help="output directory for events.jsonl and summary.json"),
-        _arg("--mode", choices=("sim", "live"), default="sim"),
-    )),
+        _arg("scenario", help="scenario JSON file (its format: drills.md below)"),
+        _arg("--out", required=True, metavar="DIR", help="output directory (events.jsonl, summary.json)"),
+        _FORCE,
+        _arg("--mode", choices=("sim", "live"), default="sim",
+             help="simulated time, or a real bridge process and workers (live-drills.md below)"),
+    ), ("drills.md", "live-drills.md")),
     _Command(
         "drill fleet",
-        "run N random drills in Spark executors, then analyze them (docs/pipeline.md)",
+        "run N random drills in Spark executors, then analyze them",
         _cmd_drill_fleet,
         (
-            *_seeds("number of drills", "fleet seed (default 0)"),
-            _arg("--out", required=True, help=_FLEET_OUT),
-            _arg("--master", help="Spark master URL (default local[*])"),
+            *_seeds("number of drills", "fleet seed"),
+            _arg("--out", required=True, metavar="DIR", help=_FLEET_OUT),
+            _FORCE,
+            _arg("--master", help=_MASTER),
             _arg(
                 "--adversarial",
                 action="store_true",
@@ -329,32 +439,118 @@ _COMMANDS: tuple[_Command, ...] = (
                 "no event table",
             ),
         ),
+        ("pipeline.md",),
     ),
     _Command(
         "drill search",
         "run random drills; minimize every failing one into a regression scenario",
         _cmd_drill_search,
         (
-            *_seeds("number of seeds to try", "first seed (default 0)"),
-            _arg("--adversarial", action="store_true", help="misbehaving workers (docs/drills.md)"),
-            _arg("--protocols", metavar="P,...", help="protocols to draw (default all four)"),
+            *_seeds("number of seeds to try", "first seed"),
+            _arg("--adversarial", action="store_true", help="misbehaving workers (drills.md below)"),
+            _arg("--protocols", metavar="P,...",
+                 help="protocols to draw (default: all four, eager,compatible,sessioned,new)"),
             _arg("--budget", type=int, default=400, help="drills spent minimizing each failure"),
-            _arg("--out", required=True, help="directory for minimized scenarios (tests/regressions)"),
+            _arg("--out", required=True, metavar="DIR", help="directory for the minimized scenarios"),
         ),
+        ("drills.md",),
     ),
-    _Command("analyze", "analyze drill event logs with PySpark (docs/pipeline.md)", _cmd_analyze, (
+    _Command("analyze", "analyze drill event logs with PySpark", _cmd_analyze, (
         _arg("paths", nargs="+", metavar="PATH", help="events.jsonl files, drill directories, fleet Parquet"),
-        _arg("--out", required=True, help="output directory (summary.json, Parquet, charts, index.html)"),
-        _arg("--master", help="Spark master URL (default local[*])"),
-        _arg("--charts", type=int, default=10, metavar="N", help="drills to chart, worst first (default 10)"),
-    )),
+        _arg("--out", required=True, metavar="DIR",
+             help="output directory (summary.json, Parquet, charts, index.html)"),
+        _FORCE,
+        _arg("--master", help=_MASTER),
+        _arg("--charts", type=int, default=10, metavar="N", help="drills to chart, worst first"),
+    ), ("pipeline.md",)),
+    _Command("docs", "print a documentation page shipped with the package (no PAGE: list them)", _cmd_docs, (
+        _arg("page", nargs="?", metavar="PAGE", help="a page name, e.g. operator-guide or serve"),
+    ), ("operator-guide.md",)),
 )  # fmt: skip
 """Every sub-command and its flags (DESIGN.md §4.1), in ``--help`` order."""
 
-_GROUPS: dict[str, tuple[str, str, str]] = {
-    "drill": ("run migration drills", "drill_command", "DRILL_COMMAND"),
+_GROUPS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
+    "drill": ("run migration drills", "drill_command", "DRILL_COMMAND", ("drills.md", "pipeline.md")),
 }
-"""Sub-commands with sub-commands of their own: help, ``dest`` and metavar of their choice."""
+"""Sub-commands with sub-commands of their own: help, ``dest`` and metavar of their choice, docs."""
+
+_OVERVIEW = ("operator-guide.md", "cli.md")
+"""The pages ``connect-bridge --help`` points at: the runbook, and the options every command shares."""
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every option's help says its default, when it has one worth saying (not None, not a flag's
+    False); help texts that state a default themselves (settings the config file may also set)
+    are left alone. The epilog (the documentation links) is printed as written, and lines are not
+    broken at hyphens (``--log-level`` stays one word)."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or default is None
+            or default is False  # (0 == False: an identity test, or --seed 0 would not say its default)
+            or default == argparse.SUPPRESS
+            or isinstance(action, argparse._StoreConstAction)
+        ):
+            return text
+        return f"{text} (default: %(default)s)" if text else "default: %(default)s"
+
+
+def _add_logging_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """``--log-level`` / ``-q`` / ``-v``: before the sub-command (``top``) and after it, where they
+    default to :data:`argparse.SUPPRESS` so a sub-command does not undo what was given before it.
+    The last one given wins."""
+    default = logs.DEFAULT_LEVEL if top else argparse.SUPPRESS
+    where = parser.add_argument_group("logging" if top else "logging (also accepted before the command)")
+    levels = tuple(logs.LEVELS)
+    level_help = f"log level on stderr, one of {', '.join(levels)}"
+    where.add_argument(
+        "--log-level",
+        choices=levels,
+        default=default,
+        metavar="LEVEL",
+        help=level_help if top else f"{level_help} (default: {logs.DEFAULT_LEVEL})",
+    )
+    where.add_argument(
+        "-q",
+        "--quiet",
+        dest="log_level",
+        action="store_const",
+        const="warning",
+        default=default,
+        help="warnings and errors only, and no progress bars (--log-level warning)",
+    )
+    where.add_argument(
+        "-v",
+        "--verbose",
+        dest="log_level",
+        action="store_const",
+        const="debug",
+        default=default,
+        help="debug logs, progress steps included (--log-level debug)",
+    )
+
+
+def _epilog(pages: Sequence[str]) -> str:
+    """The documentation pages at the end of a ``--help``, as the commands that print them."""
+    return "documentation:\n" + "\n".join(f"  {_docs(page)}" for page in pages)
+
+
+def package_version() -> str:
+    """The installed distribution's version (what pip reports); the source tree's when not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("connect-bridge")
+    except PackageNotFoundError:
+        from connect_bridge import __version__
+
+        return __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -362,7 +558,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="connect-bridge",
         description="Online migration bridge for Kafka Connect group membership (classic <-> connect).",
+        epilog=_epilog(_OVERVIEW),
+        formatter_class=_HelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    _add_logging_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     groups: dict[str, Any] = {}
     for command in _COMMANDS:
@@ -370,13 +570,23 @@ def build_parser() -> argparse.ArgumentParser:
         where = sub
         if group:
             if group not in groups:
-                help_, dest, metavar = _GROUPS[group]
-                nested = sub.add_parser(group, help=help_)
+                help_, dest, metavar, docs = _GROUPS[group]
+                nested = sub.add_parser(
+                    group, help=help_, description=help_, epilog=_epilog(docs), formatter_class=_HelpFormatter
+                )
+                _add_logging_options(nested, top=False)
                 groups[group] = nested.add_subparsers(dest=dest, metavar=metavar, required=True)
             where = groups[group]
-        cmd = where.add_parser(name, help=command.help)
+        cmd = where.add_parser(
+            name,
+            help=command.help,
+            description=command.help,
+            epilog=_epilog(command.docs),
+            formatter_class=_HelpFormatter,
+        )
         for arg in command.args:
             cmd.add_argument(*arg.names, **arg.options)
+        _add_logging_options(cmd, top=False)
         cmd.set_defaults(func=command.func)
     return parser
 
@@ -385,10 +595,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The exit status is the command's (0 ok, 1 failed or invariant broken); no command prints help."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    logs.configure_logging(args.log_level)
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 0
-    return int(args.func(args))
+    given = {k: v for k, v in vars(args).items() if k != "func"}
+    log.debug("connect-bridge %s (Python %s): %s", package_version(), sys.version.split()[0], given)
+    return _run_guarded(args)
+
+
+def _run_guarded(args: argparse.Namespace) -> int:
+    """Run the command; what escapes it is a bug, shown as one line (exit 2), not a traceback.
+
+    Everyday failures are reported by the commands themselves (exit 1); this is the safety net for
+    the rest. ``--log-level debug`` prints the traceback too, for the bug report."""
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        print("connect-bridge: interrupted", file=sys.stderr)
+        return 130  # 128 + SIGINT, as a shell reports it
+    except Exception as exc:
+        if getattr(args, "log_level", None) == "debug":
+            import traceback
+
+            traceback.print_exc(file=sys.stderr)
+        message = " ".join(str(exc).split())
+        print(
+            f"connect-bridge: internal error: {type(exc).__name__}: {message} "
+            "(run with --log-level debug for the traceback)",
+            file=sys.stderr,
+        )
+        return 2
 
 
 if __name__ == "__main__":

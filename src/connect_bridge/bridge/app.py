@@ -14,8 +14,10 @@ from connect_bridge.bridge.config_topic import ConfigTopicWatcher
 from connect_bridge.bridge.metrics import Metrics, start_http
 from connect_bridge.bridge.server import BridgeServer, ServerOptions
 from connect_bridge.bridge.settings import BridgeSettings
+from connect_bridge.bridge.startup import StartupError, bind_error
 from connect_bridge.bridge.store import FileRecordStore, RecordStore, StoreError
 from connect_bridge.bridge.topic_store import TopicRecordStore
+from connect_bridge.logs import configure_logging
 
 log = logging.getLogger("connect_bridge.app")
 
@@ -40,6 +42,7 @@ _PASSED_AS_IS = (
     "max_connections",
     "idle_timeout_ms",
     "proxy_base_port",
+    "upstream_start_timeout_ms",
 )
 """Settings that are ``ServerOptions`` fields of the same name and meaning."""
 _SERVER_LIMITS = ("max_inflight_per_connection", "max_buffered_bytes", "heartbeat_cache_bytes")
@@ -88,13 +91,26 @@ async def run(settings: BridgeSettings) -> str | None:
     store = open_store(settings)
     metrics = Metrics()
     server = BridgeServer(server_options(settings), store, metrics)
-    await server.start()
-    server.install_signal_handlers()
     http = None
-    if settings.metrics_address is not None:
-        mhost, mport = settings.metrics_address
-        http = await start_http(mhost, mport, metrics, lambda: server.ready)
-        log.info("metrics on http://%s:%d/metrics", mhost, http.sockets[0].getsockname()[1])
+    try:
+        # Both ports are bound before anything is announced: the metrics port first, because it
+        # is cheap to check and the server's start may wait for an upstream cluster.
+        if settings.metrics_address is not None:
+            mhost, mport = settings.metrics_address
+            try:
+                http = await start_http(mhost, mport, metrics, lambda: server.ready)
+            except OSError as exc:
+                fix = "--metrics-listen (off disables it)"
+                raise bind_error("serve metrics", mhost, mport, exc, fix) from None
+            log.info("metrics on http://%s:%d/metrics", mhost, http.sockets[0].getsockname()[1])
+        await server.start()
+    except BaseException:
+        if http is not None:
+            http.close()
+        with contextlib.suppress(Exception):  # the start's own error is the one to report
+            store.close()  # releases the state directory's lock
+        raise
+    server.install_signal_handlers()
     watch_task = None
     watcher = config_watcher(settings)
     if watcher is not None:
@@ -130,13 +146,15 @@ def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 
 def main(settings: BridgeSettings) -> int:
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    """Serve; 0 after a clean stop, 1 when the bridge could not start or stopped itself.
+
+    A failure to start (a port in use, a locked state directory, an unreachable upstream) is one
+    ``connect-bridge: cannot start: ...`` line on stderr, the same shape as every CLI error."""
+    configure_logging()  # INFO when run without the CLI; the CLI's --log-level / -q / -v otherwise
     try:
         with asyncio.Runner(loop_factory=loop_factory(settings.event_loop)) as runner:
             failure = runner.run(run(settings))
-    except (StoreError, OSError) as exc:  # a locked or unreadable state dir, a port in use
-        log.error("cannot start: %s", exc)
+    except (StartupError, StoreError, OSError) as exc:  # ports, the state lock, upstream, uvloop
+        print(f"connect-bridge: cannot start: {exc}", file=sys.stderr, flush=True)
         return 1
     return 0 if failure is None else 1

@@ -97,7 +97,9 @@ class UpstreamCluster:
                 return
             finally:
                 await conn.close()
-        raise ConnectionError(f"no upstream broker reachable at {self.bootstrap}: {last}")
+        if last is not None:  # the last broker's own error ("Connection refused"): the caller names them
+            raise last
+        raise ConnectionError("no upstream bootstrap broker given")
 
     # ------------------------------------------------------------------ ApiVersions
     def advertised_versions(self) -> list[tuple[int, int, int]]:

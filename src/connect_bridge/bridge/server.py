@@ -46,6 +46,7 @@ from connect_bridge.bridge.server_connection import (
 )
 from connect_bridge.bridge.server_options import ServerOptions
 from connect_bridge.bridge.server_relay import UNREACHABLE, Relay
+from connect_bridge.bridge.startup import address, bind_error, retry_until
 from connect_bridge.bridge.store import RecordStore, StoreError
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.messages import ApiKey, api_spec
@@ -124,9 +125,16 @@ class BridgeServer:
         self.options.max_connections = connections_the_open_files_allow(self.options.max_connections)
         loop.set_exception_handler(AcceptFailures())
         self.committer.start()
-        self._server = await asyncio.start_server(
-            self._on_connection, self.options.host, self.options.port, limit=LISTEN_BUFFER
-        )
+        try:  # bound now (a port in use fails here), accepting only once everything is set up below
+            self._server = await asyncio.start_server(
+                self._on_connection,
+                self.options.host,
+                self.options.port,
+                limit=LISTEN_BUFFER,
+                start_serving=False,
+            )
+        except OSError as exc:  # a port in use, an address not on this host
+            raise bind_error("listen", self.options.host, self.options.port, exc, "--listen") from None
         self.port = self._server.sockets[0].getsockname()[1]
         advertised = (
             self.options.advertised_host or self.options.host,
@@ -151,6 +159,10 @@ class BridgeServer:
         )
         self.decoder = FrameDecoder(self.options.limits)
         self._tasks.append(self.supervise(self._load(), "loading the state"))
+        # Not before: in proxy mode the upstream may take a while to answer (retried), and a
+        # connection accepted meanwhile would meet a server without its request handlers.
+        for server in [self._server, *self._listeners]:
+            await server.start_serving()
         log.info("listening on %s:%d (advertised %s:%d)", self.options.host, self.port, *advertised)
 
     async def _start_proxy(self, advertised_host: str) -> int:
@@ -167,14 +179,25 @@ class BridgeServer:
         cluster = relay.cluster
         cluster.coordinated = relay.coordinates
         self.relay = relay
-        await cluster.discover()
+        upstream = ",".join(address(host, port) for host, port in self.options.upstream)
+        await retry_until(
+            cluster.discover, f"upstream {upstream}", self.options.upstream_start_timeout_ms / 1000
+        )
         for node_id in sorted(cluster.brokers):
-            server = await asyncio.start_server(
-                functools.partial(self._on_connection, node_id=node_id),
-                self.options.host,
-                cluster.listener_port(node_id),
-                limit=LISTEN_BUFFER,
-            )
+            port = cluster.listener_port(node_id)
+            try:
+                server = await asyncio.start_server(
+                    functools.partial(self._on_connection, node_id=node_id),
+                    self.options.host,
+                    port,
+                    limit=LISTEN_BUFFER,
+                    start_serving=False,
+                )
+            except OSError as exc:
+                fix = "proxy_base_port (upstream broker N is proxied on proxy_base_port + N)"
+                raise bind_error(
+                    f"listen for upstream broker {node_id}", self.options.host, port, exc, fix
+                ) from None
             self._listeners.append(server)
         self._bootstrap_node = min(cluster.brokers)
         ports = [cluster.listener_port(n) for n in sorted(cluster.brokers)]

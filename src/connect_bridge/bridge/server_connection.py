@@ -31,6 +31,10 @@ class Answering:
     correlation_id: int
 
 
+ANONYMOUS = "User:ANONYMOUS"
+"""Kafka's principal for a client that did not authenticate (``KafkaPrincipal.ANONYMOUS``)."""
+
+
 @dataclass(slots=True, eq=False)
 class Connection:
     """One client connection: its streams, its upstream links and its queue of answers."""
@@ -47,6 +51,13 @@ class Connection:
     last_read: float = field(default_factory=time.monotonic)
     answered: asyncio.Event = field(default_factory=asyncio.Event)
     """Set whenever a queued response went out (the reader waits on it at the in-flight limit)."""
+    principal: str = ANONYMOUS
+    """Who the client is, as Kafka names principals (``User:alice``): set by a completed SASL
+    exchange (passed through or terminated) or a verified TLS client certificate
+    (``User:CN=...``, the certificate's subject, as Kafka's default SSL principal); until then
+    Kafka's anonymous principal. Authorization and member ownership read it (docs/security.md)."""
+    authenticated: bool = False
+    """True once the connection's SASL exchange completed (always False without SASL)."""
 
 
 class RateLimited:

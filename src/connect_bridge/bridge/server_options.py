@@ -38,3 +38,5 @@ class ServerOptions:
     max_buffered_bytes: int = 256 * 1024 * 1024
     """Bytes of large frames being read at once, over all connections."""
     heartbeat_cache_bytes: int = 16 * 1024 * 1024
+    upstream_start_timeout_ms: int = 60_000
+    """How long ``start`` retries an unreachable upstream cluster before giving up."""

@@ -199,6 +199,9 @@ class BridgeSettings(_Strict):
     """Bootstrap brokers of the real cluster (HOST:PORT); what the bridge does not answer goes there."""
     state_topic: str | None = Field(None, min_length=1)
     """With ``upstream``: keep the state records on this compacted topic instead of ``state_dir``."""
+    upstream_start_timeout_ms: int = Field(60000, gt=0)
+    """With ``upstream``: how long ``serve`` retries an unreachable cluster at start (backoff 1 s
+    doubling to 10 s) before it gives up with one line; brokers and bridge often start together."""
     proxy_base_port: int | None = Field(None, ge=1, le=MAX_PORT)
     """With ``upstream``: the listener of upstream broker N is on this port + N (default: listen port + 1)."""
     coordinated_groups: list[str] | None = None
@@ -220,10 +223,32 @@ class BridgeSettings(_Strict):
     @field_validator("upstream", mode="before")
     @classmethod
     def _split_upstream(cls, value: Any) -> Any:
-        # ``--upstream a:1,b:2`` arrives as one string.
+        # ``--upstream a:1,b:2`` arrives as one string. An empty one (``--upstream "$UNSET"``) is
+        # an error, not "no upstream": that would silently start an embedded bridge instead.
         if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
+            parts = [part.strip() for part in value.split(",") if part.strip()]
+            if not parts:
+                raise ValueError(f"expected HOST:PORT[,HOST:PORT...], got {value!r}")
+            return parts
         return value
+
+    @model_validator(mode="after")
+    def _topics_need_upstream(self) -> BridgeSettings:
+        # Both topics live on the upstream cluster; without one the bridge would silently read
+        # nothing (config view) or keep state elsewhere (state topic), which an operator would
+        # only find out after a rebalance went wrong.
+        if not self.upstream:
+            if self.config_view is not None and self.config_view.topic is not None:
+                raise ValueError(
+                    "config_view.topic needs upstream (the topic is read from the upstream cluster); "
+                    "set upstream, or use config_view.file without one"
+                )
+            if self.state_topic is not None:
+                raise ValueError(
+                    "state_topic needs upstream (the topic lives on the upstream cluster); "
+                    "set upstream, or drop state_topic to keep the state in state_dir"
+                )
+        return self
 
     @property
     def listen_address(self) -> tuple[str, int]:
@@ -437,6 +462,8 @@ config_view:                     # example; omit the section when there is no fi
 
 # Brokers of the real Kafka cluster: every other API is relayed to them (docs/upstream.md).
 upstream: []
+# With upstream: how long serve retries an unreachable cluster at start before it gives up.
+upstream_start_timeout_ms: 60000
 """
 
 

@@ -235,10 +235,21 @@ class FileRecordStore(LogStore[BinaryIO]):
         cleanup. The log itself is read lazily by ``load`` (or the first ``append``).
         """
         state_dir = Path(state_dir)
-        state_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            state_dir.mkdir(parents=True, exist_ok=True)
+            lock_fd = _lock_state_dir(state_dir)
+        except StoreError:
+            raise
+        except OSError as exc:  # a file in the way, a read-only mount, no permission
+            why = os.strerror(exc.errno) if exc.errno is not None else str(exc)
+            if state_dir.exists() and not state_dir.is_dir():
+                why = "it is a file, not a directory"
+            raise StoreError(
+                f"state directory {state_dir} cannot be used: {why}; pass another --state-dir"
+            ) from exc
         return cls(
             state_dir,
-            _lock_state_dir(state_dir),
+            lock_fd,
             compact_min_bytes=compact_min_bytes,
             compact_live_ratio=compact_live_ratio,
             auto_compact=auto_compact,
@@ -494,7 +505,7 @@ def _lock_state_dir(state_dir: Path) -> int:
             who = f" (pid {holder})" if holder else ""
             raise StoreLocked(
                 f"state directory {state_dir} is locked by another bridge{who}; "
-                "each bridge needs its own state directory"
+                "each bridge needs its own state directory: stop that one or pass another --state-dir"
             ) from exc
         raise StoreError(f"cannot lock {lock_path}: {exc}") from exc
     # The pid is only for the error message above; the flock is what excludes.

@@ -53,7 +53,7 @@ from connect_bridge.state.model import NEW_PROTOCOL, ConfigView
 from connect_bridge.workers.live_legacy import LiveLegacyWorker
 from connect_bridge.workers.live_new import LiveNewWorker
 
-__all__ = ["Incarnation", "LiveDrill", "bridge_settings_yaml", "new_protocol_worker", "run_live"]
+__all__ = ["Incarnation", "LiveDrill", "bridge_settings_yaml", "new_protocol_worker", "run_live", "step_name"]
 
 log = logging.getLogger("connect_bridge.drills.live")
 
@@ -231,6 +231,9 @@ class LiveDrill:
     python: str = sys.executable
     upstream: str | None = None
     """Bootstrap HOST:PORT of a running cluster: upstream mode (module doc); None = embedded."""
+    progress: Callable[[int, int, str], None] | None = None
+    """Told ``(steps done, steps, what comes next)`` before each step and once after the last, for
+    the operator's progress bar: a live drill runs in real time, minutes for a long scenario."""
     rec: _Recorder = field(init=False)
 
     def __post_init__(self) -> None:
@@ -484,11 +487,14 @@ class LiveDrill:
             self.rec.emit("config", None, connectors=dict(self.connectors), offset=self.offset)
             self.rec.emit("timing", None, **self.scenario.timing.model_dump())
             steps = sorted(self.scenario.steps, key=lambda s: s.at_ms)
-            for step in steps:
-                await self._sleep_until(step.at_ms)
+            tell = self.progress or (lambda _done, _total, _next: None)
+            for done, step in enumerate(steps):
                 if step.at_ms > self.scenario.end_ms:
                     break
+                tell(done, len(steps), f"{step_name(step)} at {step.at_ms / 1000:g} s")
+                await self._sleep_until(step.at_ms)
                 await self._step(step)
+            tell(len(steps), len(steps), f"until the end at {self.scenario.end_ms / 1000:g} s")
             await self._sleep_until(self.scenario.end_ms)
             self.rec.close()
         finally:
@@ -536,10 +542,22 @@ def _connector_records(name: str, tasks: int | None) -> list[tuple[str, dict[str
     return records
 
 
-def run_live(scenario: Scenario, out_dir: str | Path, upstream: str | None = None) -> EventLog:
+def step_name(step: Any) -> str:
+    """``restart w2``, ``add_connector orders``, ``restart_bridge``: a step as an operator names it."""
+    subject = getattr(step, "worker", None) or getattr(step, "connector", None)
+    return f"{step.action} {subject}" if subject else step.action
+
+
+def run_live(
+    scenario: Scenario,
+    out_dir: str | Path,
+    upstream: str | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> EventLog:
     """Run ``scenario`` live (real bridge process, real workers, wall-clock time); see the module doc.
 
     ``upstream``: bootstrap ``HOST:PORT`` of a running Kafka-compatible cluster to run the bridge
     in front of (proxy mode, config and state topics on that cluster); None = embedded bridge.
+    ``progress``: see :attr:`LiveDrill.progress`.
     """
-    return asyncio.run(LiveDrill(scenario, Path(out_dir), upstream=upstream).run())
+    return asyncio.run(LiveDrill(scenario, Path(out_dir), upstream=upstream, progress=progress).run())

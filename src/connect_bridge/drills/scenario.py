@@ -433,9 +433,10 @@ def _describe(err: Mapping[str, Any]) -> str:
 
 
 def _one_line(source: str, exc: ValidationError) -> str:
+    """Every error, on one line: fixing a scenario one error per run is a slow way to write one."""
     errors = exc.errors()
-    more = f" (and {len(errors) - 1} more error{'s' if len(errors) > 2 else ''})" if len(errors) > 1 else ""
-    return f"{source}: {_describe(errors[0])}{more}".replace("\n", " ")
+    count = f"{len(errors)} errors: " if len(errors) > 1 else ""
+    return f"{source}: {count}{'; '.join(_describe(e) for e in errors)}".replace("\n", " ")
 
 
 def load_scenario(source: str | Path | Mapping[str, Any]) -> Scenario:

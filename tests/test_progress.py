@@ -1,0 +1,206 @@
+"""Progress bars (docs/cli.md): on stderr when it is a terminal (a pseudo-terminal here), nothing at
+all when it is a pipe or a file, nothing with ``-q``; stdout keeps only the result either way."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import termios
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from connect_bridge import progress
+from polling import wait_until
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIO = REPO / "examples" / "rolling-restart-new.json"
+CLI = (sys.executable, "-m", "connect_bridge.cli")
+ELAPSED = re.compile(r"\[\d\d:\d\d")
+"""tqdm's elapsed time, as ``[00:01`` at the start of its bracket."""
+
+
+def pty_pair(rows: int, cols: int) -> tuple[int, int]:
+    """A pseudo-terminal (master, slave); ``rows``×``cols`` 0×0 is what a fresh one reports."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+    return master, slave
+
+
+def read_all(master: int) -> str:
+    """Everything written to the terminal (EIO once every writer has closed its side)."""
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def written_so_far(master: int) -> str:
+    """What a terminal this process writes to has received (read while the writing side is still
+    open: Linux drops a pseudo-terminal's unread output when its last writer closes)."""
+    os.set_blocking(master, False)
+    chunks = []
+    while True:
+        try:
+            chunks.append(os.read(master, 65536))
+        except BlockingIOError:
+            break
+    return b"".join(chunks).decode(errors="replace")
+
+
+def run_cli(*argv: str, rows: int | None = None, cols: int = 0) -> tuple[int, str, str]:
+    """Run the CLI with stderr on a pseudo-terminal of that size (``rows`` None: on a pipe);
+    returns (exit status, stdout, stderr)."""
+    if rows is None:
+        done = subprocess.run([*CLI, *argv], capture_output=True, text=True, timeout=120, check=False)
+        return done.returncode, done.stdout, done.stderr
+    master, slave = pty_pair(rows, cols)
+    proc = subprocess.Popen([*CLI, *argv], stdout=subprocess.PIPE, stderr=slave, stdin=subprocess.DEVNULL)
+    os.close(slave)
+    err = read_all(master)  # until the child exits: it holds the only other end
+    out, _ = proc.communicate(timeout=120)
+    return proc.returncode, out.decode(), err
+
+
+@pytest.mark.parametrize(("rows", "cols"), [(0, 0), (30, 120)], ids=["unsized", "120-columns"])
+def test_drill_run_shows_a_bar_on_a_terminal(tmp_path: Path, rows: int, cols: int) -> None:
+    code, out, err = run_cli("drill", "run", str(SCENARIO), "--out", str(tmp_path), rows=rows, cols=cols)
+    assert code == 0, err
+    assert json.loads(out)["name"] == "rolling-restart-new"  # stdout: the result only
+    end_s = json.loads(SCENARIO.read_text())["end_ms"] // 1000
+    assert "rolling-restart-new (simulated)" in err
+    assert f"{end_s}/{end_s}" in err and "100%" in err
+    assert ELAPSED.search(err), err
+
+
+@pytest.mark.parametrize("quiet", [(), ("-q",)], ids=["piped", "quiet-terminal"])
+def test_drill_run_prints_no_progress_when_piped_or_quiet(tmp_path: Path, quiet: tuple[str, ...]) -> None:
+    rows = None if not quiet else 30
+    code, out, err = run_cli(
+        *quiet, "drill", "run", str(SCENARIO), "--out", str(tmp_path), rows=rows, cols=100
+    )
+    assert code == 0, err
+    assert json.loads(out)["ok"] is True
+    assert err == ""
+
+
+@pytest.fixture
+def stderr_terminal(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[int, IO[str]]]:
+    """A 100-column pseudo-terminal, (master, slave file), and a test's ``sys.stderr`` on it once
+    the test calls ``monkeypatch`` (pytest puts its own capture back on stderr after setup)."""
+    master, slave = pty_pair(30, 100)
+    terminal = os.fdopen(slave, "w", buffering=1)
+    yield master, terminal
+    terminal.close()
+    os.close(master)
+
+
+def test_stages_show_the_step_and_the_drills_done(
+    stderr_terminal: tuple[int, IO[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What ``analyze`` and ``drill fleet`` report through ``progress(message, done=None)``."""
+    master, terminal = stderr_terminal
+    monkeypatch.setattr(sys, "stderr", terminal)
+    screen: list[str] = []
+
+    def shows(text: str) -> bool:
+        screen.append(written_so_far(master))
+        return text in "".join(screen)
+
+    with progress.Bar("drill fleet", 40, unit=" drills") as bar:
+        report = progress.StageReporter(bar)
+        report("running 40 drills (seed 7)", done=0)
+        report("running 40 drills (seed 7)", done=25)
+        # Too soon after the last draw for tqdm: the bar's own redraw (once a second) shows it.
+        wait_until(lambda: shows("25/40"), timeout=5.0, message="25/40 never drawn")
+        report("drawing charts", done=40)
+    terminal.flush()
+    assert shows("40/40")
+    err = "".join(screen)
+    assert "drill fleet" in err
+    assert "running 40 drills (seed 7)" in err and "drawing charts" in err
+    assert ELAPSED.search(err)
+
+
+def test_stages_without_a_total_show_elapsed_time_and_the_step(
+    stderr_terminal: tuple[int, IO[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    master, terminal = stderr_terminal
+    monkeypatch.setattr(sys, "stderr", terminal)
+    with progress.Bar("analyze") as bar:
+        progress.StageReporter(bar)("computing metrics")
+    terminal.flush()
+    err = written_so_far(master)
+    assert re.search(r"analyze \[\d\d:\d\d, computing metrics\]", err), err
+
+
+def test_a_bar_is_inert_off_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    """Under pytest stderr is captured, not a terminal: no output, no ticking thread."""
+    with progress.Bar("x", 3, enabled=True) as bar:
+        assert not bar.shown and bar._ticker is None
+        bar.update_to(3)
+        bar.step("done")
+    assert capsys.readouterr().err == ""
+
+
+def test_a_disabled_bar_stays_quiet_on_a_terminal(
+    stderr_terminal: tuple[int, IO[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    master, terminal = stderr_terminal
+    monkeypatch.setattr(sys, "stderr", terminal)
+    with progress.Bar("x", 3, enabled=False) as bar:
+        bar.update_to(3)
+    terminal.flush()
+    assert written_so_far(master) == ""
+
+
+LIVE_SCENARIO = {
+    "name": "live-progress",
+    "timing": {
+        "session_timeout_ms": 3000,
+        "heartbeat_interval_ms": 300,
+        "scheduled_rebalance_max_delay_ms": 500,
+    },
+    "connectors": {"A": 2},
+    "steps": [
+        {"at_ms": 0, "action": "start", "worker": "w1", "protocol": "new"},
+        {"at_ms": 800, "action": "add_connector", "connector": "B", "tasks": 1},
+        {"at_ms": 1200, "action": "start", "worker": "w2", "protocol": "new"},
+    ],
+    "end_ms": 2500,
+}
+
+
+@pytest.mark.live
+@pytest.mark.heavy
+def test_a_live_drill_shows_its_steps(tmp_path: Path) -> None:
+    scenario = tmp_path / "scenario.json"
+    scenario.write_text(json.dumps(LIVE_SCENARIO))
+    code, out, err = run_cli(
+        "drill", "run", str(scenario), "--out", str(tmp_path / "out"), "--mode", "live", rows=30, cols=160
+    )
+    assert json.loads(out)["name"] == "live-progress", (code, err)
+    assert "live-progress (live)" in err
+    for shown in (
+        "start w1 at 0 s",
+        "add_connector B at 0.8 s",
+        "start w2 at 1.2 s",
+        "3/3",
+        "until the end at 2.5 s",
+    ):
+        assert shown in err, (shown, err)
+    assert ELAPSED.search(err)
