@@ -1,0 +1,213 @@
+"""Every command of ``README.md``'s ```sh blocks works as written.
+
+Each block is split into commands (lines, then ``&&``) and each command is handled by the first
+entry of :data:`HANDLERS` that matches it; a command no entry matches fails the test, so a new
+README command cannot go unchecked.
+
+- ``connect-bridge ...`` commands run, with ports and paths adapted (:func:`adapt`): ``/tmp/`` and
+  ``tests/regressions`` go to the test's directory, the drill counts shrink to a few drills, the
+  upstream ``broker:9092`` is a tansu broker, and each ``serve`` gets a free port, its own state
+  directory and no metrics listener (overrides on its command line). A ``serve`` is started as a
+  process, a new-protocol worker joins it, and it runs until the end; ``describe`` asks the last one
+  started. The PySpark commands (``analyze``, ``drill fleet``) run in a test of their own, marked
+  ``spark``.
+- The set-up lines (``python3 -m venv``, ``. .venv/bin/activate``, ``pip install``) and the test
+  suite line (``python -m pytest``) are not executed (installing into the running environment, or
+  running the suite from inside itself, is not a test): the extras they install must exist in
+  ``pyproject.toml``, the running interpreter must satisfy ``requires-python``, and the pytest
+  markers the README names must be registered and assigned by ``tests/conftest.py``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import tomllib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+import conftest
+from doc_commands import REPO, Serve, Workers, count_fences, fenced_blocks, last_json, run_sh
+from tansu import TansuBroker, free_port, tansu
+
+__all__ = ["tansu"]  # re-exported fixture
+
+README = REPO / "README.md"
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+GROUP = "connect-cluster"
+SPARK_COMMANDS = ("connect-bridge analyze", "connect-bridge drill fleet")
+DRILLS = "8"
+"""Drill counts of ``drill fleet`` / ``drill search`` in the test (the README's run for minutes)."""
+TANSU_NODE_ID = 111
+"""tansu's broker id: a proxy listener opens on ``listen port + 1 + node id`` (docs/upstream.md)."""
+
+
+def readme_commands() -> list[str]:
+    """Every command of the README's sh blocks, in order, comments stripped."""
+    commands = []
+    for block in fenced_blocks(README.read_text(encoding="utf-8")):
+        assert block.lang == "sh", f"README line {block.line}: a ```{block.lang} block this test does not run"
+        for line in block.body.splitlines():
+            line = re.sub(r"\s+#\s.*$", "", line).strip()
+            commands += [part.strip() for part in line.split(" && ") if part.strip()]
+    return commands
+
+
+@dataclass
+class Session:
+    """What the commands of one test share: its directory, its bridges and their workers."""
+
+    tmp: Path
+    broker: TansuBroker | None = None
+    bridges: list[Serve] = field(default_factory=list)
+    workers: list[Workers] = field(default_factory=list)
+
+    def adapt(self, command: str) -> str:
+        """The command with the test's paths, ports and sizes (the explicit table of the docstring)."""
+        table = [
+            ("/tmp/", f"{self.tmp}/"),
+            ("tests/regressions", str(self.tmp / "regressions")),
+            ("--count 100000", f"--count {DRILLS}"),
+            ("--count 2000", f"--count {DRILLS}"),
+            ("--count 200", f"--count {DRILLS}"),
+            ("--config bridge.yaml", f"--config {self.tmp / 'bridge.yaml'}"),
+        ]
+        if self.broker is not None:
+            table.append(("--upstream broker:9092", f"--upstream {self.broker.bootstrap}"))
+        if self.bridges:
+            table.append(("--bootstrap 127.0.0.1:9092", f"--bootstrap {self.bridges[-1].address}"))
+        for old, new in table:
+            command = command.replace(old, new)
+        return command
+
+    def serve(self, command: str) -> None:
+        """Start a ``serve`` of the README on a free port (and its relay ports free), join a worker."""
+        port = next(p for p in iter(free_port, None) if p + 1 + TANSU_NODE_ID < 65536)
+        state = self.tmp / f"state-{len(self.bridges)}"
+        overrides = f" --listen 127.0.0.1:{port} --state-dir {state} --metrics-listen off"
+        bridge = Serve(self.adapt(command) + overrides, self.tmp / f"bridge-{len(self.bridges)}.log")
+        self.bridges.append(bridge)
+        workers = Workers()
+        self.workers.append(workers)
+        workers.start(port, GROUP, 1)
+
+    def close(self) -> None:
+        for workers in self.workers:
+            workers.close()
+        codes = [bridge.stop() for bridge in self.bridges]
+        assert codes == [0] * len(codes), codes
+
+
+def run_command(session: Session, command: str) -> None:
+    """A ``connect-bridge`` command other than ``serve``: exit 0 and stable content."""
+    out = run_sh(session.adapt(command))
+    if " describe " in command:
+        (group,) = last_json(out) if "--json" in command else [None]
+        assert group is None or (group["group_id"] == GROUP and len(group["members"]) == 1), group
+    if " codec decode " in command:
+        assert last_json(out)["url"]
+    if " drill run " in command or " drill search " in command or " analyze " in command:
+        assert last_json(out)
+
+
+def check_venv(_: Session, command: str) -> None:
+    """``python3 -m venv .venv``: this interpreter satisfies ``requires-python``."""
+    minimum = re.fullmatch(r">=(\d+)\.(\d+)", PYPROJECT["project"]["requires-python"])
+    assert minimum and sys.version_info[:2] >= (int(minimum[1]), int(minimum[2]))
+
+
+def check_activate(_: Session, command: str) -> None:
+    """``. .venv/bin/activate``: the venv the README creates is the one the test runs from."""
+    assert command == ". .venv/bin/activate"
+
+
+def check_install(_: Session, command: str) -> None:
+    """``pip install -e .[EXTRAS]``: the extras exist; this checkout is what is installed."""
+    target = re.fullmatch(r"pip install -e '?\.(?:\[([a-z0-9,-]+)\])?'?", command)
+    assert target, command
+    extras = set((target[1] or "").split(",")) - {""}
+    assert extras <= set(PYPROJECT["project"].get("optional-dependencies", {})), extras
+    import connect_bridge
+
+    assert Path(connect_bridge.__file__).resolve().is_relative_to(REPO / "src")
+
+
+def check_pytest(_: Session, command: str) -> None:
+    """``python -m pytest ...``: the markers the README names are registered and assigned."""
+    text = README.read_text(encoding="utf-8")
+    registered = {m.split(":", 1)[0] for m in PYPROJECT["tool"]["pytest"]["ini_options"]["markers"]}
+    assigned = {
+        m
+        for table in (conftest.MARKS_BY_FIXTURE, conftest.MARKS_BY_MODULE)
+        for v in table.values()
+        for m in v
+    }
+    expressions = re.findall(r'-m "([^"]+)"', text)
+    named = {w for e in expressions for w in e.split() if w not in {"not", "and", "or"}}
+    listed = re.search(r"[Mm]arkers say what a heavy test needs: ([^(]*)", text)
+    assert listed, "the README no longer lists the finer markers"
+    named |= set(re.findall(r"`(\w+)`", listed[1]))
+    assert {"heavy", "spark", "jvm"} <= named, named
+    assert named <= registered and named - {"heavy"} <= assigned, (named, registered, assigned)
+    assert re.fullmatch(r"python -m pytest -q( -m \"not heavy\")?", command), command
+
+
+Handler = Callable[[Session, str], None]
+HANDLERS: list[tuple[str, Handler]] = [
+    (r"python3 -m venv \.venv", check_venv),
+    (r"\. \.venv/bin/activate", check_activate),
+    (r"pip install .*", check_install),
+    (r"python -m pytest.*", check_pytest),
+    (r"connect-bridge serve.*", Session.serve),
+    (r"connect-bridge .*", run_command),
+]
+
+
+def handler_of(command: str) -> Handler:
+    for pattern, handler in HANDLERS:
+        if re.fullmatch(pattern, command):
+            return handler
+    raise AssertionError(f"README command without a check: {command}")
+
+
+@pytest.fixture
+def session(tmp_path: Path) -> Iterator[Session]:
+    (tmp_path / "bridge.yaml").write_text(yaml.safe_dump({"coordinator": {"session_timeout_ms": 10000}}))
+    s = Session(tmp_path)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+@pytest.mark.live  # serve processes; tansu makes it broker + heavy (tests/conftest.py)
+def test_readme_commands(tansu: TansuBroker, session: Session) -> None:
+    """Everything but PySpark, in README order (``describe`` needs the ``serve`` before it)."""
+    session.broker = tansu
+    commands = [c for c in readme_commands() if not c.startswith(SPARK_COMMANDS)]
+    for command in commands:
+        handler_of(command)(session, command)
+    assert len(session.bridges) == sum(c.startswith("connect-bridge serve") for c in commands) >= 2
+
+
+@pytest.mark.spark
+@pytest.mark.heavy  # no fixture says so: the Spark runs are CLI processes, not the spark fixture
+def test_readme_spark_commands(session: Session) -> None:
+    """``analyze`` and ``drill fleet``, after the ``drill run`` that writes what ``analyze`` reads."""
+    commands = [c for c in readme_commands() if c.startswith((*SPARK_COMMANDS, "connect-bridge drill run"))]
+    assert sum(c.startswith(SPARK_COMMANDS) for c in commands) >= 2
+    for command in commands:
+        run_command(session, command)
+    assert (session.tmp / "report" / "index.html").is_file()
+
+
+def test_readme_blocks_are_parsed() -> None:
+    """Every fence of the README is seen, and every command has a handler."""
+    text = README.read_text(encoding="utf-8")
+    assert count_fences(text) == 2 * len(fenced_blocks(text))
+    for command in readme_commands():
+        handler_of(command)
