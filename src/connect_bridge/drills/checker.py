@@ -28,13 +28,13 @@ O(items it changes)), because it runs over logs of millions of events.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from connect_bridge.codecs.ids import CONNECTOR_TASK, ConnectorTaskId
-from connect_bridge.drills.events import EventLogError, iter_events
+from connect_bridge.drills.events import EventLogError, iter_events, iter_numbered, order_note, time_order
 from connect_bridge.state.holds import zombie_grace_ms
 
 MAX_VIOLATIONS = 20
@@ -64,6 +64,8 @@ class Summary:
     """Longest time a configured item ran nowhere while some worker could have run it."""
     live_bound_ms: int | None = None
     """The bound ``live`` was judged against; ``None`` = the log has no ``timing`` (not judged)."""
+    notes: tuple[str, ...] = field(default=())
+    """How the log was read when that is not plain file order (a merged log sorted by ``t_ms``)."""
 
     def to_json(self) -> dict[str, Any]:
         """The ``summary.json`` object, keys in contract order."""
@@ -83,7 +85,7 @@ class Summary:
             "max_unowned_ms": self.max_unowned_ms,
             "live_bound_ms": self.live_bound_ms,
             "violations": list(self.violations),
-        }
+        } | ({"notes": list(self.notes)} if self.notes else {})
 
 
 def config_items(connectors: Mapping[str, int]) -> set[Item]:
@@ -137,28 +139,55 @@ def check(
     The end of the drill is ``end_ms`` when given (the scenario's end; never earlier than the last
     event), else the largest ``t_ms``. Unknown event types are counted in ``events`` and otherwise
     ignored. A ``release`` of an item the worker does not run and a repeated ``run`` of an item the
-    worker already runs are no-ops. Raises :class:`EventLogError` for an event without ``t_ms``, a
-    ``t_ms`` that goes backwards, or a ``run``/``release`` without worker, connector or task.
+    worker already runs are no-ops. A list whose ``t_ms`` goes backwards (a log merged from several
+    workers' files) is checked in ``t_ms`` order, stable for equal times, and the summary gets a
+    ``notes`` line saying so (a one-shot iterator cannot be re-read: then it is an error, and
+    :func:`check_file` sorts files). Raises :class:`EventLogError` for an event without ``t_ms``, a
+    log that contradicts itself once sorted (:func:`~connect_bridge.drills.events.time_order`), or a
+    ``run``/``release`` without worker, connector or task.
     ``live_bound_ms`` overrides the liveness bound the log's ``timing`` event gives, ``detection_ms``
     the failure-detection window (:func:`failure_detection_ms`).
     """
-    judge = _Judge(live_bound_ms, detection_ms)
+    try:
+        return _check(events, name, end_ms, _Judge(live_bound_ms, detection_ms))
+    except _Backwards:
+        if not isinstance(events, Sequence):
+            raise  # a one-shot stream cannot be re-read: check_file sorts files
+    order, moved = time_order(events)
+    summary = _check([events[i] for i in order], name, end_ms, _Judge(live_bound_ms, detection_ms), order)
+    return replace(summary, notes=(order_note("the event log", moved),))
+
+
+class _Backwards(EventLogError):
+    """``t_ms`` went backwards: the log must be sorted (:func:`time_order`) and checked again."""
+
+
+def _check(
+    events: Iterable[Mapping[str, Any]],
+    name: str,
+    end_ms: int | None,
+    judge: _Judge,
+    file_index: Sequence[int] | None = None,
+) -> Summary:
+    """One pass over events in time order; ``file_index`` maps a position to the event's index in
+    the file (for messages) when the events were sorted."""
     on = judge.handlers()
     now = n = 0
     for n, event in enumerate(events, 1):  # n is also the event count afterwards
+        index = n - 1 if file_index is None else file_index[n - 1]
         try:
             t = event["t_ms"]
             kind = event["type"]
         except KeyError as exc:
-            raise EventLogError(f"event {n - 1}: missing field {exc.args[0]!r}") from None
+            raise EventLogError(f"event {index}: missing field {exc.args[0]!r}") from None
         if t < now:
-            raise EventLogError(f"event {n - 1} ({kind}): t_ms {t} is before the previous event's {now}")
+            raise _Backwards(f"event {index} ({kind}): t_ms {t} is before the previous event's {now}")
         if judge.bridge_up and judge.able > 0:
             judge.could_ms += t - now
         now = t
         handler = on.get(kind)
         if handler is not None:
-            handler(event, t, n - 1)
+            handler(event, t, index)
     return judge.summary(name, n, now, now if end_ms is None else max(end_ms, now))
 
 
@@ -433,6 +462,10 @@ class _Judge:
 def check_file(path: str | Path, name: str | None = None, end_ms: int | None = None) -> Summary:
     """Check an ``events.jsonl`` file, or a drill directory holding one, streaming it.
 
+    A file whose ``t_ms`` goes backwards (concatenated from several workers' files) is read whole,
+    sorted by ``t_ms`` (stable) and checked again; the summary notes it, and a contradiction that
+    sorting cannot repair names the file and line (:func:`~connect_bridge.drills.events.time_order`).
+
     The name defaults as in the pipeline (§4.4): ``name`` from a ``summary.json`` next to the log,
     else the directory's name.
     """
@@ -447,4 +480,15 @@ def check_file(path: str | Path, name: str | None = None, end_ms: int | None = N
                 name = str(json.loads(summary.read_text(encoding="utf-8")).get("name") or name)
             except (ValueError, AttributeError):
                 pass  # a broken summary.json is about to be rewritten; the directory name will do
-    return check(iter_events(path), name=name, end_ms=end_ms)
+    try:
+        return check(iter_events(path), name=name, end_ms=end_ms)
+    except _Backwards:
+        pass  # a merged log: read it whole, sort it by time, check again
+    numbered = list(iter_numbered(path))
+    events = [event for _, event in numbered]
+    try:
+        order, moved = time_order(events, where=lambda i: f"line {numbered[i][0]}")
+    except EventLogError as exc:
+        raise EventLogError(f"{path}: {exc}") from None
+    summary = _check([events[i] for i in order], name, end_ms, _Judge(None, None), order)
+    return replace(summary, notes=(order_note(path.name, moved),))

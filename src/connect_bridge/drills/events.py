@@ -10,7 +10,7 @@ Readers must ignore any event type they do not know: the log grows new ones (``d
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +129,12 @@ def iter_events(path: str | Path) -> Iterator[dict[str, Any]]:
     Raises :class:`EventLogError` naming the file and 1-based line number for a line that is not
     a JSON object, so a truncated or hand-edited log points straight at the damage.
     """
+    for _, event in iter_numbered(path):
+        yield event
+
+
+def iter_numbered(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """:func:`iter_events` with each event's 1-based line number, for messages that name the line."""
     loads = json.loads
     with open(path, encoding="utf-8") as src:
         for lineno, line in enumerate(src, 1):
@@ -140,9 +146,66 @@ def iter_events(path: str | Path) -> Iterator[dict[str, Any]]:
                 raise EventLogError(f"{path}:{lineno}: bad JSON: {exc.msg} (column {exc.colno})") from None
             if not isinstance(event, dict):
                 raise EventLogError(f"{path}:{lineno}: expected a JSON object, got {type(event).__name__}")
-            yield event
+            yield lineno, event
 
 
 def read_events(path: str | Path) -> list[dict[str, Any]]:
     """All events of an ``events.jsonl`` file (see :func:`iter_events` for the error contract)."""
     return list(iter_events(path))
+
+
+OWNERSHIP = ("run", "release")
+"""The event types whose order per ``(worker, item)`` must survive sorting a merged log by time."""
+
+
+def time_order(
+    events: Sequence[Mapping[str, Any]], where: Callable[[int], str] | None = None
+) -> tuple[list[int], int]:
+    """The file indices of ``events`` in ``t_ms`` order (stable) and how many events that moves.
+
+    A log concatenated from several workers' files is not in time order, but each file was: sorting
+    by ``t_ms``, keeping file order for equal times, restores the interleaving. What sorting cannot
+    repair is a log that contradicts itself: one worker's ``run`` / ``release`` of one item whose
+    times go backwards in the file would swap places, e.g. a release before its own run. That is an
+    :class:`EventLogError` naming the line (``where(index)``, default ``event <index>``), as is an
+    event without ``t_ms`` (the checker's own message for it).
+    """
+    name = where or (lambda i: f"event {i}")
+    last: dict[tuple[Any, Any, Any], int] = {}
+    for i, event in enumerate(events):
+        t = event.get("t_ms")
+        if not isinstance(t, int) or isinstance(t, bool):
+            problem = "missing field 't_ms'" if t is None else f"t_ms {t!r} is not an integer"
+            raise EventLogError(f"{name(i)}: {problem}")
+        kind = event.get("type")
+        if kind in OWNERSHIP:
+            holder = (event.get("worker"), event.get("connector"), event.get("task"))
+            before = last.get(holder)
+            if before is not None and events[before]["t_ms"] > t:
+                raise EventLogError(contradiction(name(i), event, name(before), events[before]))
+            last[holder] = i
+    order = sorted(range(len(events)), key=lambda i: events[i]["t_ms"])
+    return order, sum(1 for pos, i in enumerate(order) if pos != i)
+
+
+CONTRADICTION = (
+    "in time but after it in the file: the log contradicts itself (a worker's run and release of an "
+    "item must be in time order; only events of different workers may be out of order)"
+)
+"""The end of the message for a log that sorting cannot repair (the pipeline builds the same)."""
+
+
+def contradiction(at: str, event: Mapping[str, Any], earlier_at: str, earlier: Mapping[str, Any]) -> str:
+    """The error for a ``run`` / ``release`` that sorting by time would put before an earlier line's
+    event of the same worker and item."""
+    kind = event.get("type")
+    item = ConnectorTaskId(event.get("connector"), event.get("task"))
+    return (
+        f"{at} ({kind}): {kind} of {item} by {event.get('worker')} at t_ms {event.get('t_ms')} is before "
+        f"the {earlier.get('type')} at {earlier_at} (t_ms {earlier.get('t_ms')}) {CONTRADICTION}"
+    )
+
+
+def order_note(source: str, moved: int) -> str:
+    """The summary note of a log that had to be sorted (checker, ``analyze`` and the baseline alike)."""
+    return f"{source} was not in time order: sorted by t_ms ({moved} events moved)"

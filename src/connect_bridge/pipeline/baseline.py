@@ -5,7 +5,7 @@ per-drill numbers (``events``, ``overlaps``, ``overlap_ms``, ``unassigned_item_m
 ``rebalances``, ``converged``, ``balanced``), same method as :mod:`.metrics` (docs/pipeline.md, "How
 each metric is computed") but with vectorised numpy/pandas on integer codes in one process:
 
-1. events sorted by ``(drill, seq)``; strings become category codes, an item is a
+1. events sorted by ``(drill, t_ms, seq)``; strings become category codes, an item is a
    ``(drill, connector, task)`` code, a holder an ``(item, worker)`` pair;
 2. ownership toggles (``run`` +1, ``release`` -1, stop/crash -1 for every pair the worker ever ran)
    sorted by ``(holder, position)``: effective starts/stops from the previous toggle;
@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from connect_bridge.codecs.ids import CONNECTOR_TASK
+from connect_bridge.drills.events import order_note
 from connect_bridge.pipeline.analyze import DRILL_KEYS, find_inputs, totals
 
 READ_COLUMNS = ("drill", "seq", "t_ms", "type", "worker", "connector", "task", "connectors")
@@ -115,7 +116,7 @@ def _combine(*parts: tuple[np.ndarray, int]) -> np.ndarray:
 
 @dataclass(slots=True)
 class _Coded:
-    """Every event as integer codes, in ``(drill, seq)`` order: the arrays all steps index into."""
+    """Every event as integer codes, in ``(drill, t_ms, seq)`` order: the arrays all steps index into."""
 
     order: np.ndarray
     drill_names: pd.Index
@@ -173,12 +174,14 @@ class _ItemSpace:
 
 
 def _encode(events: pd.DataFrame) -> tuple[_Coded, _Configs, _ItemSpace]:
-    """Sort by ``(drill, seq)`` and turn every string into a code (docstring step 1)."""
+    """Sort by ``(drill, t_ms, seq)`` (a merged log is analyzed in time order, file order for equal
+    times, as ``analyze`` does) and turn every string into a code (docstring step 1)."""
     drill_codes, drill_names = _codes(events["drill"])
     seq = events["seq"].to_numpy(dtype=np.int64)
-    order = np.lexsort((seq, drill_codes))
+    t_file = events["t_ms"].to_numpy(dtype=np.int64)
+    order = np.lexsort((seq, t_file, drill_codes))
     d = drill_codes[order]
-    t = events["t_ms"].to_numpy(dtype=np.int64)[order]
+    t = t_file[order]
     type_codes, type_names = _codes(events["type"])
     kind = type_codes[order]
     tcode = {name: i for i, name in enumerate(type_names)}
@@ -230,7 +233,7 @@ def _explode_configs(
     d: np.ndarray, conf_rows: np.ndarray, conf_maps: list[dict[str, Any]], vocab: dict[str, int]
 ) -> _Configs:
     """Configured items per config event (``k`` = index within the drill)."""
-    conf_d = d[conf_rows]  # sorted: rows are in (drill, seq) order
+    conf_d = d[conf_rows]  # sorted: rows are in (drill, t_ms, seq) order
     ci_row: list[int] = []
     ci_conn: list[int] = []
     ci_task: list[int] = []
@@ -461,8 +464,16 @@ def _end_state(c: _Coded, space: _ItemSpace, tog: _Toggles, tl: _Timeline) -> tu
     return converged, balanced
 
 
+def _moved(events: pd.DataFrame, c: _Coded) -> np.ndarray:
+    """Per drill: how many events are at another position in time order than in file order."""
+    drill_codes, _ = _codes(events["drill"])
+    file_order = np.lexsort((events["seq"].to_numpy(dtype=np.int64), drill_codes))
+    return np.bincount(c.d[file_order != c.order], minlength=c.n_drills)
+
+
 def compute(events: pd.DataFrame) -> list[dict[str, Any]]:
-    """Per-drill dicts (the §4.4 keys plus ``exclusive`` and ``ok``), sorted by name."""
+    """Per-drill dicts (the §4.4 keys plus ``exclusive``, ``ok`` and ``moved``: events that sorting
+    by time moved), sorted by name."""
     c, configs, space = _encode(events)
     n_drills = c.n_drills
     n_events = np.bincount(c.d[~c.is_type("__empty__")], minlength=n_drills)
@@ -471,6 +482,7 @@ def compute(events: pd.DataFrame) -> list[dict[str, Any]]:
     tl = _timeline(c, tog, _config_changes(configs, space))
     numbers = _timeline_numbers(tl, c.end_ms, n_drills)
     converged, balanced = _end_state(c, space, tog, tl)
+    moved = _moved(events, c)
     out = []
     for i, name in enumerate(c.drill_names):
         row = {
@@ -483,6 +495,7 @@ def compute(events: pd.DataFrame) -> list[dict[str, Any]]:
             "moves": int(numbers["moves"][i]),
             "rebalances": int(rebalances[i]),
             "unassigned_item_ms": int(numbers["unassigned_item_ms"][i]),
+            "moved": int(moved[i]),
         }
         row["exclusive"] = row["overlaps"] == 0
         row["ok"] = row["exclusive"] and row["converged"] and row["balanced"]
@@ -494,4 +507,11 @@ def compute(events: pd.DataFrame) -> list[dict[str, Any]]:
 def analyze_pandas(paths: Sequence[str | Path]) -> dict[str, Any]:
     """``summary.json`` as ``analyze`` would write it, computed with pandas in this process."""
     drills = compute(load_events(paths))
-    return {"drills": [{k: r[k] for k in DRILL_KEYS} for r in drills], "totals": totals(drills)}
+    doc = {"drills": [{k: r[k] for k in DRILL_KEYS} for r in drills], "totals": totals(drills)}
+    files = {name: path.name for path, name in find_inputs(paths).logs.items()}
+    notes = [
+        order_note(f"drill {r['name']!r}: {files.get(r['name'], 'the event table')}", r["moved"])
+        for r in drills
+        if r["moved"]
+    ]
+    return doc | ({"notes": notes} if notes else {})

@@ -33,6 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from connect_bridge.codecs.ids import CONNECTOR_TASK
+from connect_bridge.drills.events import CONTRADICTION, OWNERSHIP
 
 CONNECTORS_TYPE = T.MapType(T.StringType(), T.LongType())
 ITEM = ("drill", "connector", "task")
@@ -65,44 +66,79 @@ def _int(cond: Column) -> Column:
     return F.when(cond, F.lit(1)).otherwise(F.lit(0))
 
 
-def problems(events: DataFrame) -> DataFrame:
-    """Per drill with malformed events: the first problem, as the checker would report it.
+def in_time_order(events: DataFrame) -> DataFrame:
+    """The events with ``index`` = position in the file (0-based, per drill) and ``seq`` renumbered
+    to ``t_ms`` order, file order for equal times: a log merged from several workers' files is
+    analyzed as the checker does after sorting it (:func:`connect_bridge.drills.events.time_order`).
+    Both windows share one partitioning by drill, so this costs one shuffle."""
+    by_file = Window.partitionBy("drill").orderBy("seq")
+    by_time = Window.partitionBy("drill").orderBy("t_ms", "seq")
+    return events.withColumn("index", (F.row_number().over(by_file) - 1).cast("long")).withColumn(
+        "seq", (F.row_number().over(by_time) - 1).cast("long")
+    )
 
-    Columns: drill, n (malformed events), index (0-based event index in the drill), type, reason.
+
+def _item_name() -> Column:
+    """``ConnectorTaskId`` as text: the connector for its instance (task -1), else ``name-task``."""
+    task = F.col("task")
+    return F.when(task == CONNECTOR_TASK, F.col("connector")).otherwise(
+        F.concat(F.col("connector"), F.lit("-"), task.cast("string"))
+    )
+
+
+def problems(events: DataFrame) -> DataFrame:
+    """Per drill with malformed events or events out of time order: the first problem, as the
+    checker would report it, and how many events sorting by time moved.
+
+    Input: :func:`in_time_order`'s columns. Output columns: drill, n (malformed events), index
+    (0-based event index in the file), type, reason (null when n = 0), moved. A malformed event is
+    what the checker rejects, including a ``run`` / ``release`` whose time is before the previous
+    ``run`` / ``release`` of the same worker and item in the file (sorting would swap them).
     The checker raises on the first of these; :func:`connect_bridge.pipeline.analyze.analyze` too.
     """
-    by_drill = Window.partitionBy("drill").orderBy("seq")
     t, kind = F.col("t_ms"), F.col("type")
-    prev_t = F.lag("t_ms").over(by_drill)
-    ownership = kind.isin("run", "release")
+    ownership = kind.isin(*OWNERSHIP)
+    by_holder = Window.partitionBy("drill", ownership, "worker", "connector", "task").orderBy("index")
+    prev = F.lag(F.struct("index", "type", "t_ms")).over(by_holder)
+    contradiction = F.concat(
+        kind,
+        F.lit(" of "),
+        _item_name(),
+        F.lit(" by "),
+        F.col("worker"),
+        F.lit(" at t_ms "),
+        t.cast("string"),
+        F.lit(" is before the "),
+        prev["type"],
+        F.lit(" at event "),
+        prev["index"].cast("string"),
+        F.lit(" (t_ms "),
+        prev["t_ms"].cast("string"),
+        F.lit(") " + CONTRADICTION),
+    )
     reason = (
         F.when(t.isNull(), F.lit("missing field 't_ms' (or not a JSON object)"))
         .when(kind.isNull(), F.lit("missing field 'type'"))
-        .when(
-            prev_t > t,
-            F.concat(
-                F.lit("t_ms "),
-                t.cast("string"),
-                F.lit(" is before the previous event's "),
-                prev_t.cast("string"),
-            ),
-        )
         .when(ownership & F.col("connector").isNull(), F.lit("missing field 'connector'"))
         .when(ownership & F.col("task").isNull(), F.lit("missing field 'task'"))
+        .when(ownership & (prev["t_ms"] > t), contradiction)
         .when((kind == "run") & F.col("worker").isNull(), F.lit("worker is null"))
         .when(
             (kind == "config") & F.from_json(F.col("connectors"), CONNECTORS_TYPE).isNull(),
             F.lit("connectors must be an object"),
         )
     )
-    checked = events.select(
-        "drill", (F.row_number().over(by_drill) - 1).alias("index"), "type", reason.alias("reason")
-    )
+    checked = events.select("drill", "index", "seq", "type", reason.alias("reason"))
+    bad = F.col("reason").isNotNull()
     return (
-        checked.where(F.col("reason").isNotNull())
-        .groupBy("drill")
-        .agg(F.count(F.lit(1)).alias("n"), F.min(F.struct("index", "type", "reason")).alias("first"))
-        .select("drill", "n", "first.index", "first.type", "first.reason")
+        checked.groupBy("drill")
+        .agg(
+            F.sum(_int(bad)).alias("n"),
+            F.min(F.when(bad, F.struct("index", "type", "reason"))).alias("first"),
+            F.sum(_int(F.col("index") != F.col("seq"))).alias("moved"),
+        )
+        .where((F.col("n") > 0) | (F.col("moved") > 0))
+        .select("drill", "n", "first.index", "first.type", "first.reason", "moved")
     )
 
 
