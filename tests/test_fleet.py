@@ -234,8 +234,19 @@ def test_a_drill_that_raises_is_a_crashed_row_not_the_end_of_the_fleet(monkeypat
 
 
 def test_an_adversarial_checks_only_fleet_counts_every_invariant(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    doc = fleet.run_fleet_checks(40, 5, tmp_path, adversarial=True, spark=spark)
+    heard: list[tuple[str, int | None]] = []
+
+    def hear(message: str, done: int | None = None) -> None:
+        heard.append((message, done))
+
+    doc = fleet.run_fleet_checks(40, 5, tmp_path, adversarial=True, spark=spark, progress=hear)
     assert doc["count"] == doc["drills"] == 40 and doc["adversarial"] is True
+    # The progress bar's feed (tests/test_progress.py): drills done rise to the count, and the job
+    # group that let Spark's status tracker count them is gone again.
+    counts = [done for _, done in heard if done is not None]
+    assert counts[0] == 0 and counts[-1] == 40 and counts == sorted(counts), heard
+    assert heard[0][0] == "running 40 adversarial drills (seed 5), checked in the executors"
+    assert spark.sparkContext.getLocalProperty("spark.jobGroup.id") is None
     assert set(doc["violations"]) == {"exclusive", "live", "converged", "balanced", "crashed"}
     assert doc["violations"]["crashed"] == 0
     # Every row is the checker's verdict on that seed's drill, as `drill run` would give it.

@@ -1,14 +1,23 @@
-"""The ``analyze`` report renders in a real browser: headless Chromium screenshots ``index.html``.
+"""The ``analyze`` report renders in a real browser: headless Chromium loads ``index.html``.
 
 Needs Debian's ``chromium`` at /usr/bin/chromium (``.ci/run`` installs it); without it the test
-fails rather than skips, so CI cannot pass without having looked at the page. The screenshot must
-show the page with its charts drawn: not one flat colour, and with the charts' coloured marks
-(matplotlib's blue and orange series), which the text and tables of the page do not have in that
-quantity. Set ``REPORT_SCREENSHOT=path.png`` to keep the screenshot.
+fails rather than skips, so CI cannot pass without having looked at the page. Two looks at a
+fleet of four drills (three random ones and a hand-made one with an overlap and every kind of
+scenario action):
+
+- a screenshot, which must show the page with its charts drawn: not one flat colour, and with the
+  charts' coloured marks, which the text and tables of the page do not have in that quantity;
+- the laid-out page, measured by a script in a wrapper page that frames the report
+  (``--dump-dom`` prints what it found): the summary table, the worst drill's timeline and
+  ownership charts loaded and as wide as the page's content, the fleet table worst first with a
+  working link per drill.
+
+Set ``REPORT_SCREENSHOT=path.png`` to keep the screenshot.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -20,38 +29,85 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("matplotlib")
 
-from connect_bridge.drills.events import EventLog
 from connect_bridge.drills.generate import random_scenario
 from connect_bridge.drills.sim import run_scenario
 from connect_bridge.pipeline.analyze import analyze
+from connect_bridge.pipeline.charts import OVERLAP_RED
+from report_logs import NAME, write_actions_drill
 
 CHROMIUM = "/usr/bin/chromium"
 WINDOW = (1280, 2000)
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+)
+
+PROBE = """<!DOCTYPE html><html><body style="margin:0">
+<iframe id="report" src="REPORT" style="width:WIDTHpx;height:HEIGHTpx;border:0"></iframe>
+<pre id="probe">not loaded</pre>
+<script>
+document.getElementById("report").addEventListener("load", function () {
+  var d = this.contentDocument, q = function (s) { return d.querySelector(s); };
+  var box = function (e) { return e ? Math.round(e.getBoundingClientRect().width) : 0; };
+  var img = function (s) {
+    var e = q(s);
+    return e ? {src: e.getAttribute("src"), natural: e.naturalWidth, shown: box(e)} : null;
+  };
+  var fleet = Array.from(d.querySelectorAll("table.fleet tr")).slice(1).map(function (tr) {
+    var a = tr.querySelector("a");
+    return {name: a ? a.textContent : null, href: a ? a.getAttribute("href") : null, failed: tr.className};
+  });
+  document.getElementById("probe").textContent = JSON.stringify({
+    content: box(d.body),
+    summary: Array.from(d.querySelectorAll("table.summary tr td:first-child")).map(function (e) {
+      return e.textContent;
+    }),
+    timeline: img("figure.timeline img"),
+    ownership: img("figure.ownership img"),
+    fleet: fleet
+  });
+});
+</script></body></html>
+"""
 
 
-def _chromium_screenshot(page: Path, png: Path, profile: Path) -> subprocess.CompletedProcess[str]:
+def _chromium(profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [
-            CHROMIUM,
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--hide-scrollbars",
-            f"--user-data-dir={profile}",
-            f"--screenshot={png}",
-            f"--window-size={WINDOW[0]},{WINDOW[1]}",
-            page.resolve().as_uri(),
-        ],
+        [CHROMIUM, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", *args],
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
+
+
+def _layout(page: Path, tmp_path: Path) -> dict:  # type: ignore[type-arg]
+    """What the probe page measured in the report, as laid out at the window's width."""
+    probe = page.parent / "probe.html"
+    probe.write_text(
+        PROBE.replace("REPORT", page.name).replace("WIDTH", str(WINDOW[0])).replace("HEIGHT", str(WINDOW[1])),
+        encoding="utf-8",
+    )
+    result = _chromium(
+        tmp_path / "chromium-probe",
+        "--allow-file-access-from-files",
+        "--virtual-time-budget=10000",
+        f"--window-size={WINDOW[0]},{WINDOW[1]}",
+        "--dump-dom",
+        probe.as_uri(),
+    )
+    found = re.search(r'<pre id="probe">(.*?)</pre>', result.stdout, re.S)
+    assert found, f"chromium printed no probe (exit {result.returncode}): {result.stderr[-2000:]}"
+    text = found.group(1).replace("&quot;", '"').replace("&amp;", "&")
+    assert text.startswith("{"), f"the report did not load in the frame: {text}"
+    return json.loads(text)
 
 
 def test_report_renders_in_headless_chromium(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -69,22 +125,32 @@ def test_report_renders_in_headless_chromium(spark, tmp_path: Path) -> None:  # 
         scenario = random_scenario(seed)
         directory = drills / scenario.name
         directory.mkdir(parents=True)
-        log: EventLog = run_scenario(scenario)
-        log.write_jsonl(directory / "events.jsonl")
+        run_scenario(scenario).write_jsonl(directory / "events.jsonl")
+    write_actions_drill(drills)
     out = tmp_path / "report"
-    doc = analyze([drills], out, spark=spark, chart_drills=3)
-    assert doc["totals"]["drills"] == 3
+    doc = analyze([drills], out, spark=spark, chart_drills=2)
+    assert doc["totals"]["drills"] == 4 and doc["totals"]["ok"] == 3
 
     page = out / "index.html"
     html = page.read_text(encoding="utf-8")
     images = re.findall(r'<img src="([^"]+)"', html)
-    assert len(images) == 2 + 3 * 3, images  # fleet histograms + 3 charts per drill
+    assert len(images) == 3, images  # fleet histograms + the worst drill's timeline and ownership
     for src in images:
         assert not re.match(r"[a-z]+:", src), f"not a relative link: {src}"
         assert (out / src).is_file() and (out / src).stat().st_size > 1000, src
 
+    # the overlap of the hand-made drill is red in its ownership chart
+    ownership = mpimg.imread(str(out / "charts" / f"00-{NAME}-ownership.png"))[..., :3]
+    red = np.array([int(OVERLAP_RED[i : i + 2], 16) / 255 for i in (1, 3, 5)])
+    assert (np.abs(ownership - red).max(axis=2) < 0.02).sum() > 50, "no red overlap in the ownership chart"
+
     png = tmp_path / "screenshot.png"
-    result = _chromium_screenshot(page, png, tmp_path / "chromium-profile")
+    result = _chromium(
+        tmp_path / "chromium-profile",
+        f"--screenshot={png}",
+        f"--window-size={WINDOW[0]},{WINDOW[1]}",
+        page.as_uri(),
+    )
     assert png.is_file(), f"chromium wrote no screenshot (exit {result.returncode}): {result.stderr[-2000:]}"
     keep = os.environ.get("REPORT_SCREENSHOT")
     if keep:
@@ -97,6 +163,23 @@ def test_report_renders_in_headless_chromium(spark, tmp_path: Path) -> None:  # 
     assert flat.std(axis=0).max() > 0.05, "the screenshot is one flat colour"
     colours = np.unique((flat * 255).astype(np.uint8), axis=0)
     assert len(colours) > 200, f"only {len(colours)} colours: the charts did not render"
-    # the charts' series: saturated pixels (text is black/grey; links are a thin blue)
     saturation = flat.max(axis=1) - flat.min(axis=1)
     assert (saturation > 0.3).mean() > 0.005, "no coloured chart marks in the screenshot"
+
+    layout = _layout(page, tmp_path)
+    assert {"ok", "overlaps", "overlap time", "unassigned item time", "drills"} <= set(layout["summary"])
+    content = layout["content"]
+    assert content > 0.8 * WINDOW[0], layout
+    for chart in ("timeline", "ownership"):
+        shown = layout[chart]
+        assert shown and shown["src"].startswith("charts/00-" + NAME), layout
+        assert shown["natural"] >= 1000, f"{chart} did not load: {shown}"
+        assert shown["shown"] >= 0.95 * content, f"{chart} is not at the page's width: {shown}, {content}"
+    rows = layout["fleet"]
+    assert rows[0]["name"] == NAME and rows[0]["failed"] == "failed", rows
+    assert sorted(r["name"] for r in rows) == sorted(d["name"] for d in doc["drills"])
+    assert all(r["failed"] == "" for r in rows[1:]), rows
+    for row in rows:
+        target = out / row["href"]
+        assert target.is_file(), row
+        assert f"<h1>{row['name']}</h1>" in target.read_text(encoding="utf-8")

@@ -10,21 +10,22 @@ File order is event order. All logs are read in one text scan whose rows get
 order (``FileSourceScanExec`` sorts splits by length, stably, and only a file's last split is
 shorter), packs them into partitions in that order, and the id is ``partition << 33 | row``, so
 ``seq`` increases along each file. The drill key of a row is its file (``_metadata.file_path``),
-mapped to the drill's name only on the small per-drill results. A ``t_ms`` going backwards in
-``seq`` order is reported as a malformed log, as the checker does.
+mapped to the drill's name only on the small per-drill results. Events are then analyzed in
+``t_ms`` order, file order for equal times (:func:`.metrics.in_time_order`): a log merged from
+several workers' files is sorted and noted in the summary, as the checker does, and one that
+contradicts itself is reported as malformed.
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from connect_bridge.drills.events import EventLogError
+from connect_bridge.drills.events import EventLogError, order_note
 from connect_bridge.pipeline.schema import EVENT_COLUMNS, EVENT_FIELDS, LOG_FIELDS, spark_schema
 
 DRILL_KEYS = (
@@ -114,6 +115,14 @@ def find_inputs(paths: Iterable[str | Path]) -> Inputs:
     if not found.logs and not found.parquet:
         raise AnalyzeError("no events.jsonl or Parquet input found in " + ", ".join(map(str, paths)))
     return found
+
+
+def input_bytes(inputs: Inputs) -> int:
+    """The size of every input file: what decides whether a run is short (:mod:`.session`)."""
+    files = list(inputs.logs)
+    for path in inputs.parquet:
+        files.extend(p for p in ([path] if path.is_file() else path.rglob("*")) if p.is_file())
+    return sum(p.stat().st_size for p in files)
 
 
 def _local_path(uri: str) -> Path:
@@ -219,6 +228,8 @@ class Result:
     names: dict[str, str]
     """Drill key → name."""
     inputs: Inputs
+    notes: list[str] = field(default_factory=list)
+    """One line per drill whose events were not in time order and were sorted (:func:`summary_doc`)."""
 
 
 def run(spark: Any, paths: Iterable[str | Path], progress: Callable[[str], None] | None = None) -> Result:
@@ -230,10 +241,11 @@ def run(spark: Any, paths: Iterable[str | Path], progress: Callable[[str], None]
     say = progress or (lambda _msg: None)
     inputs = find_inputs(paths)
     say(f"reading {len(inputs.logs)} event logs and {len(inputs.parquet)} Parquet inputs")
-    events = load_events(spark, inputs).persist(StorageLevel.MEMORY_AND_DISK)
+    events = metrics.in_time_order(load_events(spark, inputs)).persist(StorageLevel.MEMORY_AND_DISK)
 
     say("checking the logs")
-    bad = metrics.problems(events).collect()
+    checked = metrics.problems(events).collect()
+    bad = [r for r in checked if r["n"]]
     if bad:
         names = drill_names([r["drill"] for r in bad], inputs)
         first = min(bad, key=lambda r: names[r["drill"]])
@@ -256,12 +268,22 @@ def run(spark: Any, paths: Iterable[str | Path], progress: Callable[[str], None]
     for row in rows:
         row["name"] = names[row["drill"]]
     rows.sort(key=lambda r: r["name"])
-    return Result(drills=rows, metrics=m, events=events, names=names, inputs=inputs)
+    notes = sorted(
+        order_note(f"drill {names[r['drill']]!r}: {_source(r['drill'])}", r["moved"]) for r in checked
+    )
+    return Result(drills=rows, metrics=m, events=events, names=names, inputs=inputs, notes=notes)
+
+
+def _source(key: str) -> str:
+    """How a note names a drill's input: its file name, or ``the event table`` for Parquet rows."""
+    return _local_path(key).name if key.startswith("file:") else "the event table"
 
 
 def summary_doc(result: Result) -> dict[str, Any]:
-    """``summary.json``: ``{"drills": [§4.4 entries], "totals": {...}}``."""
-    return {"drills": [_summary_entry(r) for r in result.drills], "totals": totals(result.drills)}
+    """``summary.json``: ``{"drills": [§4.4 entries], "totals": {...}}``, plus ``"notes"`` when a
+    log had to be sorted by time (a merged log)."""
+    doc = {"drills": [_summary_entry(r) for r in result.drills], "totals": totals(result.drills)}
+    return doc | ({"notes": result.notes} if result.notes else {})
 
 
 def analyze(
@@ -276,15 +298,18 @@ def analyze(
     """Analyze drill logs into ``out`` and return the ``summary.json`` document.
 
     Writes ``summary.json``, ``drills.parquet``, ``items.parquet``, ``intervals.parquet``, PNG
-    charts under ``charts/`` (per drill for ``chart_drills`` drills, worst first; fleet
-    histograms) and ``index.html``. Uses ``spark`` if given, else :func:`.session.get_spark`.
-    Raises :class:`AnalyzeError` or :class:`EventLogError` for bad input.
+    charts under ``charts/`` (timeline and ownership per drill for ``chart_drills`` drills, worst
+    first; fleet histograms), ``index.html`` and, for a fleet, ``drills/*.html``. Uses ``spark``
+    if given, else :func:`.session.get_spark`. Raises :class:`AnalyzeError` or
+    :class:`EventLogError` for bad input.
     """
-    from connect_bridge.pipeline import charts, report
-    from connect_bridge.pipeline.session import get_spark
+    from connect_bridge.pipeline import chartdata, charts, report
+    from connect_bridge.pipeline.session import SHORT_RUN_BYTES, get_spark
 
     say = progress or (lambda _msg: None)
-    spark = spark or get_spark(master)
+    if spark is None:
+        say("starting Spark")
+        spark = get_spark(master, short_run=input_bytes(find_inputs(paths)) <= SHORT_RUN_BYTES)
     result = run(spark, paths, progress=say)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -295,8 +320,10 @@ def analyze(
 
     say("drawing charts")
     chosen = charts.pick_drills(result.drills, chart_drills)
-    series = _chart_series(result, [r["drill"] for r in chosen])
-    pictures = charts.draw_all(out / "charts", result.drills, chosen, series, CHART_BINS)
+    keys = [r["drill"] for r in chosen]
+    series = _chart_series(result, keys)
+    detail = chartdata.collect(result.events, result.metrics, keys)  # actions, ownership: capped per drill
+    pictures = charts.draw_all(out / "charts", result.drills, chosen, series, CHART_BINS, detail)
 
     (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     report.write_index(out, doc, result.drills, pictures)
@@ -316,19 +343,36 @@ _DRILL_COLUMNS = ("name", *DRILL_KEYS[1:], "exclusive", "ok", "end_ms", "items",
 
 
 def _write_tables(spark: Any, result: Result, out: Path) -> None:
-    """``drills.parquet`` from the collected rows; ``items`` / ``intervals`` with drill names for keys."""
+    """``drills.parquet`` from the collected rows; ``items`` / ``intervals`` with drill names for keys.
+
+    No DataFrame is made from Python data here: that would start Python worker processes (seconds,
+    more than the rest of a small analysis). The drill names go into the plan as a literal map, and
+    the already collected per-drill rows are written with pyarrow, as one part file in a directory
+    like Spark's own output."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
     from pyspark.sql import functions as F
 
-    mapping = F.broadcast(spark.createDataFrame(list(result.names.items()), "key string, name string"))
+    mapping = F.create_map(*(F.lit(text) for pair in sorted(result.names.items()) for text in pair))
 
     def named(df: Any) -> Any:
         cols = [c for c in df.columns if c != "drill"]
-        return df.join(mapping, df["drill"] == mapping["key"]).select(F.col("name").alias("drill"), *cols)
+        name = F.element_at(mapping, F.col("drill"))
+        return df.where(name.isNotNull()).select(name.alias("drill"), *cols)
 
-    drills_df = spark.createDataFrame(
-        [tuple(r[c] for c in _DRILL_COLUMNS) for r in result.drills], _DRILLS_SCHEMA
-    )
-    drills_df.coalesce(1).write.mode("overwrite").parquet(str(out / "drills.parquet"))
+    kinds = {"string": pa.string(), "long": pa.int64(), "boolean": pa.bool_()}
+    fields = [field.split() for field in _DRILLS_SCHEMA.split(", ")]
+    schema = pa.schema([(column, kinds[kind]) for column, kind in fields])
+    columns = {
+        column: [r[key] for r in result.drills]
+        for (column, _), key in zip(fields, _DRILL_COLUMNS, strict=True)
+    }
+    drills_dir = out / "drills.parquet"
+    shutil.rmtree(drills_dir, ignore_errors=True)
+    drills_dir.mkdir()
+    pq.write_table(pa.table(columns, schema=schema), drills_dir / "part-00000.parquet")
     named(result.metrics.items).write.mode("overwrite").parquet(str(out / "items.parquet"))
     named(result.metrics.intervals).write.mode("overwrite").parquet(str(out / "intervals.parquet"))
 
@@ -345,8 +389,3 @@ def _chart_series(result: Result, keys: list[str]) -> dict[str, dict[str, Any]]:
         "epochs": metrics.epochs(result.events, keys),
     }
     return metrics.collect_series(parts, result.metrics.ends, CHART_BINS)
-
-
-def progress_to_stderr(message: str) -> None:
-    """Progress goes to stderr so stdout keeps only the machine-readable result."""
-    print(f"analyze: {message}", file=sys.stderr, flush=True)

@@ -1,10 +1,19 @@
 """PNG charts of ``analyze`` (matplotlib, Agg; no pyplot state), drawn from collected aggregates.
 
-Per drill (for the drills :func:`pick_drills` chooses): items run per worker over time (the
-ownership timeline), unassigned items and items on two or more workers over time, member and group
-epochs over time. For the fleet: histograms of moves and unassigned time across all drills.
+Per charted drill (:func:`pick_drills`, worst first) two pictures:
+
+- the **timeline**: the scenario's actions (crashes, stops, restarts, upgrades, bridge restarts,
+  config changes; :mod:`.chartdata`) as marks on top and as faint vertical lines through the panels
+  below: items run per worker, unassigned / doubly-run items, and member and group epochs;
+- the **ownership chart**: one row per item (connector instance or task), a bar per worker that
+  ran it, in that worker's colour; time run by two or more workers in red, configured time run
+  by nobody hatched grey.
+
+For a fleet (more than one drill) also ``fleet.png``: histograms of moves and unassigned time
+across all drills (drawn from the collected per-drill rows).
 Series arrive binned (:func:`connect_bridge.pipeline.metrics.collect_series`): a bin shows its peak
-value, an empty bin carries the previous bin's last value.
+value, an empty bin carries the previous bin's last value. Every picture is 1400 px wide, drawn
+for a page that shows it at full width.
 """
 
 from __future__ import annotations
@@ -15,12 +24,54 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from connect_bridge.pipeline.chartdata import ACTION_KINDS
+
 MAX_LEGEND = 12
+WIDTH_IN = 14.0
+DPI = 100
+OVERLAP_RED = "#d62728"
+GAP_GREY = "#9a9a9a"
+WORKER_COLOURS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#17becf",
+    "#bcbd22",
+    "#7f7f7f",
+    "#aec7e8",
+    "#ffbb78",
+    "#98df8a",
+    "#c5b0d5",
+    "#c49c94",
+)
+"""Worker colours: matplotlib's tab10/tab20 without the reds, which mean an overlap."""
+ACTION_STYLE: dict[str, tuple[str, str]] = {
+    "crash": ("#d62728", "X"),
+    "stop": ("#ff7f0e", "v"),
+    "restart": ("#2ca02c", "^"),
+    "upgrade": ("#1f77b4", "P"),
+    "downgrade": ("#9467bd", "P"),
+    "join": ("#17becf", "o"),
+    "bridge restart": ("#000000", "D"),
+    "config change": ("#8c564b", "s"),
+    "stall": ("#bcbd22", "h"),
+}
+"""Action kind → (colour, marker) on the timeline."""
+LABELLED_ACTIONS = 40
+"""Up to this many actions, each mark is labelled with its worker."""
 
 
 def pick_drills(drills: Sequence[Mapping[str, Any]], n: int) -> list[Mapping[str, Any]]:
-    """Up to ``n`` drills to chart: failing ones first, then by overlaps, unassigned time, name."""
-    order = sorted(
+    """Up to ``n`` drills to chart: the first ``n`` of :func:`worst_first` that have events."""
+    return [d for d in worst_first(drills)[: max(n, 0)] if d["events"] > 0]
+
+
+def worst_first(drills: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Failing drills first, then by overlaps, overlap time, unassigned time, moves, name."""
+    return sorted(
         drills,
         key=lambda d: (
             d["ok"],
@@ -31,7 +82,6 @@ def pick_drills(drills: Sequence[Mapping[str, Any]], n: int) -> list[Mapping[str
             d["name"],
         ),
     )
-    return [d for d in order[: max(n, 0)] if d["events"] > 0]
 
 
 def slug(name: str) -> str:
@@ -54,47 +104,213 @@ def densify(points: Sequence[tuple[int, Any, Any]], bins: int, start: float) -> 
     return values
 
 
-def _figure(title: str, ylabel: str, xlabel: str = "time (s)") -> tuple[Any, Any]:
+def worker_colours(workers: Sequence[str]) -> dict[str, str]:
+    """One colour per worker, the same in a drill's timeline and ownership chart."""
+    return {w: WORKER_COLOURS[i % len(WORKER_COLOURS)] for i, w in enumerate(sorted(set(workers)))}
+
+
+def item_label(connector: str, task: int) -> str:
+    return f"{connector} (instance)" if task == -1 else f"{connector} task {task}"
+
+
+def _figure(height_in: float, left_px: float = 70, right_px: float = 30, hspace: float = 0.2) -> Any:
+    """A figure with fixed margins (in pixels at :data:`DPI`; legends go in the right margin).
+
+    Fixed margins rather than constrained layout: the layout solver took a third of the drawing
+    time, and these pictures all have the same shape."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(9, 3.6), dpi=100, layout="constrained")
-    ax = fig.add_subplot()
-    ax.set_title(title, fontsize=10)
-    ax.set_xlabel(xlabel)
+    fig = Figure(figsize=(WIDTH_IN, height_in), dpi=DPI)
+    width_px, height_px = WIDTH_IN * DPI, height_in * DPI
+    fig.subplots_adjust(
+        left=left_px / width_px,
+        right=1 - right_px / width_px,
+        top=1 - 28 / height_px,
+        bottom=48 / height_px,
+        hspace=hspace,
+        wspace=0.12,
+    )
+    return fig
+
+
+def _label_px(labels: Sequence[str], fontsize: float) -> float:
+    """Room for the longest y tick label, plus the axis label and ticks."""
+    return 30 + 0.62 * fontsize * max((len(t) for t in labels), default=4)
+
+
+def _style(ax: Any, title: str, ylabel: str, xlabel: str | None = None) -> None:
+    ax.set_title(title, fontsize=10, loc="left")
     ax.set_ylabel(ylabel)
+    if xlabel:
+        ax.set_xlabel(xlabel)
     ax.grid(True, alpha=0.3)
-    return fig, ax
 
 
 def _steps(
-    path: Path,
-    title: str,
-    ylabel: str,
+    ax: Any,
     series: Mapping[str, Sequence[Any]],
-    end_ms: int,
+    xs: Sequence[float],
     bins: int,
     start: float,
+    colours: Mapping[str, str] | None = None,
 ) -> None:
-    fig, ax = _figure(title, ylabel)
-    width = (end_ms + 1) / bins / 1000.0
-    xs = [b * width for b in range(bins)]
     for label in sorted(series):
-        ax.step(xs, densify(series[label], bins, start), where="post", label=label, linewidth=1.2)
+        colour = (colours or {}).get(label)
+        ax.step(
+            xs, densify(series[label], bins, start), where="post", label=label, linewidth=1.2, color=colour
+        )
     if not series:
         ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
     elif len(series) <= MAX_LEGEND:
-        ax.legend(fontsize=7, loc="upper left")
-    ax.set_xlim(0, max(xs[-1] + width, 1e-3))
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+
+
+def draw_timeline(
+    path: Path,
+    name: str,
+    end_ms: int,
+    series: Mapping[str, Mapping[str, Sequence[Any]]],
+    actions: Sequence[Mapping[str, Any]],
+    colours: Mapping[str, str],
+    bins: int,
+) -> None:
+    """The drill's timeline: actions on top, then worker load, item states and epochs."""
+    fig = _figure(9.0, left_px=_label_px(ACTION_KINDS, 8) + 20, right_px=170, hspace=0.32)
+    axes = fig.subplots(4, 1, sharex=True, height_ratios=[1.3, 2, 1.4, 1.4])
+    width = (end_ms + 1) / bins / 1000.0
+    xs = [b * width for b in range(bins)]
+    total = actions[0]["total"] if actions else 0
+    shown = f"{total:,} actions" + (f", first {len(actions):,} shown" if total > len(actions) else "")
+    _actions(axes[0], actions, f"{name}: scenario actions ({shown})")
+    _style(axes[1], "items run per worker", "items")
+    _steps(axes[1], series.get("load", {}), xs, bins, 0.0, colours)
+    _style(axes[2], "configured items run nowhere, and items run by two or more workers", "items")
+    _steps(axes[2], series.get("states", {}), xs, bins, 0.0)
+    _style(axes[3], "member epoch per worker and the coordinator's group epoch", "epoch", "time (s)")
+    _steps(axes[3], series.get("epochs", {}), xs, bins, math.nan, colours)
+    for ax in axes[1:]:
+        for a in actions:
+            ax.axvline(a["t_ms"] / 1000.0, color=ACTION_STYLE[a["kind"]][0], alpha=0.35, linewidth=0.8)
+    axes[-1].set_xlim(0, max(xs[-1] + width, 1e-3))
     fig.savefig(path)
 
 
-def _histogram(path: Path, title: str, xlabel: str, values: Sequence[float]) -> None:
-    fig, ax = _figure(title, "drills", xlabel)
-    if values:
+def _actions(ax: Any, actions: Sequence[Mapping[str, Any]], title: str) -> None:
+    _style(ax, title, "")
+    kinds = [k for k in ACTION_KINDS if any(a["kind"] == k for a in actions)]
+    if not kinds:
+        ax.set_yticks([])
+        ax.text(
+            0.5,
+            0.5,
+            "no actions: the cluster ran undisturbed",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+        )
+        return
+    row = {k: i for i, k in enumerate(reversed(kinds))}
+    for kind in kinds:
+        marks = [a for a in actions if a["kind"] == kind]
+        colour, marker = ACTION_STYLE[kind]
+        ax.scatter(
+            [a["t_ms"] / 1000.0 for a in marks], [row[kind]] * len(marks), color=colour, marker=marker, s=40
+        )
+    if len(actions) <= LABELLED_ACTIONS:
+        for a in actions:
+            text = a["worker"] or ""
+            if a["kind"] in ("upgrade", "downgrade") and a.get("detail"):
+                text = f"{text} {a['detail']}"
+            if text:
+                ax.annotate(
+                    text,
+                    (a["t_ms"] / 1000.0, row[a["kind"]]),
+                    xytext=(4, 4),
+                    textcoords="offset points",
+                    fontsize=7,
+                )
+    ax.set_yticks(range(len(kinds)), list(reversed(kinds)), fontsize=8)
+    ax.set_ylim(-0.6, len(kinds) - 0.2)
+
+
+def draw_ownership(
+    path: Path,
+    name: str,
+    end_ms: int,
+    rows: Sequence[Mapping[str, Any]],
+    colours: Mapping[str, str],
+) -> None:
+    """Who ran what, when: a row per item, bars per worker, overlaps red, unassigned time hatched."""
+    from matplotlib.collections import PolyCollection
+    from matplotlib.patches import Patch
+
+    items = sorted({(r["connector"], r["task"]) for r in rows})
+    total_items = rows[0]["items"] if rows else 0
+    labels = [item_label(c, t) for c, t in items]
+    fig = _figure(1.0 + 0.28 * max(len(items), 2), left_px=_label_px(labels, 7), right_px=220)
+    ax = fig.add_subplot()
+    shown = f"{total_items:,} items" + (
+        f", the {len(items)} most eventful shown" if total_items > len(items) else ""
+    )
+    _style(ax, f"{name}: who ran what, when ({shown})", "", "time (s)")
+    span = max(end_ms / 1000.0, 1e-3)
+    visible = span / 400  # a 0-width overlap still shows as a red tick
+    y = {item: i for i, item in enumerate(reversed(items))}
+    # one PolyCollection per layer: thousands of bars draw in one call, not one artist each
+    layers = (
+        (
+            "unassigned",
+            0.7,
+            1,
+            {"facecolors": "none", "edgecolors": GAP_GREY, "hatch": "////", "linewidths": 0},
+        ),
+        ("run", 0.7, 2, {"edgecolors": "white", "linewidths": 0.4}),
+        ("overlap", 0.9, 3, {"facecolors": OVERLAP_RED, "edgecolors": OVERLAP_RED, "linewidths": 0.5}),
+    )
+    for kind, height, z, style in layers:
+        bars = [r for r in rows if r["kind"] == kind]
+        if not bars:
+            continue
+        boxes = []
+        for r in bars:
+            start, stop = r["start_ms"] / 1000.0, r["end_ms"] / 1000.0
+            if kind == "overlap":
+                stop = max(stop, start + visible)
+            low = y[(r["connector"], r["task"])] - height / 2
+            boxes.append([(start, low), (start, low + height), (stop, low + height), (stop, low)])
+        if kind == "run":
+            style = {**style, "facecolors": [colours.get(r["worker"], "#555555") for r in bars]}
+        ax.add_collection(PolyCollection(boxes, zorder=z, **style))
+    ax.set_yticks(range(len(items)), [item_label(c, t) for c, t in reversed(items)], fontsize=7)
+    ax.set_ylim(-0.7, max(len(items), 1) - 0.3)
+    ax.set_xlim(0, span)
+    if not items:
+        ax.text(0.5, 0.5, "no item was run", ha="center", va="center", transform=ax.transAxes)
+    workers = sorted({r["worker"] for r in rows if r["kind"] == "run"})
+    handles = [Patch(facecolor=colours.get(w, "#555555"), label=w) for w in workers[:MAX_LEGEND]]
+    handles.append(Patch(facecolor=OVERLAP_RED, label="two or more workers (overlap)"))
+    handles.append(
+        Patch(facecolor="none", edgecolor=GAP_GREY, hatch="////", label="configured, run by nobody")
+    )
+    ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.savefig(path)
+
+
+def draw_fleet(path: Path, drills: Sequence[Mapping[str, Any]]) -> None:
+    """Side by side: how many drills had how many moves, and how much unassigned item time."""
+    fig = _figure(3.4, left_px=70, right_px=20)
+    panels = (
+        ("moves per drill", "moves", [float(d["moves"]) for d in drills]),
+        (
+            "unassigned item time per drill",
+            "unassigned item time (s)",
+            [d["unassigned_item_ms"] / 1000.0 for d in drills],
+        ),
+    )
+    for ax, (title, xlabel, values) in zip(fig.subplots(1, 2), panels, strict=True):
+        _style(ax, f"{title} ({len(values):,} drills)", "drills", xlabel)
         n_bins = max(1, min(40, int(math.sqrt(len(values))) + 1))
         ax.hist(values, bins=n_bins, color="#4477aa", edgecolor="white")
-    else:
-        ax.text(0.5, 0.5, "no drills", ha="center", va="center", transform=ax.transAxes)
     fig.savefig(path)
 
 
@@ -104,36 +320,31 @@ def draw_all(
     chosen: Sequence[Mapping[str, Any]],
     series: Mapping[str, Mapping[str, Mapping[str, Sequence[Any]]]],
     bins: int,
+    detail: Mapping[str, Mapping[str, Sequence[Mapping[str, Any]]]] | None = None,
 ) -> dict[str, Any]:
     """Draw every chart into ``directory``; returns ``{"fleet": [(title, file)], "drills":
-    {name: [(title, file)]}}`` with files relative to ``directory``'s parent."""
+    {name: [(title, file)]}}`` with files relative to ``directory``'s parent. ``detail`` is
+    :func:`connect_bridge.pipeline.chartdata.collect`'s result; fleet histograms only for fleets."""
     directory.mkdir(parents=True, exist_ok=True)
+    detail = detail or {}
     rel = directory.name
     out: dict[str, Any] = {"fleet": [], "drills": {}}
-    fleet = [
-        ("moves per drill", "fleet-moves.png", "moves", [d["moves"] for d in drills]),
-        (
-            "unassigned item time per drill",
-            "fleet-unassigned.png",
-            "unassigned item time (s)",
-            [d["unassigned_item_ms"] / 1000.0 for d in drills],
-        ),
-    ]
-    for title, file, xlabel, values in fleet:
-        _histogram(directory / file, f"{title} ({len(values)} drills)", xlabel, values)
-        out["fleet"].append((title, f"{rel}/{file}"))
+    if len(drills) > 1:
+        draw_fleet(directory / "fleet.png", drills)
+        out["fleet"].append(("moves and unassigned item time per drill", f"{rel}/fleet.png"))
     for i, drill in enumerate(chosen):
         key, name, end = drill["drill"], drill["name"], drill["end_ms"]
         stem = f"{i:02d}-{slug(name)}"
-        made = []
-        kinds = [
-            ("ownership", "items run per worker", "items", series.get("load", {}), 0.0),
-            ("unassigned", "unassigned / overlapping items", "items", series.get("states", {}), 0.0),
-            ("epochs", "member and group epochs", "epoch", series.get("epochs", {}), math.nan),
+        drill_series = {part: series.get(part, {}).get(key, {}) for part in ("load", "states", "epochs")}
+        owned = detail.get("ownership", {}).get(key, [])
+        acts = detail.get("actions", {}).get(key, [])
+        colours = worker_colours(
+            [*drill_series["load"], *drill_series["epochs"], *(r["worker"] for r in owned if r["worker"])]
+        )
+        draw_timeline(directory / f"{stem}-timeline.png", name, end, drill_series, acts, colours, bins)
+        draw_ownership(directory / f"{stem}-ownership.png", name, end, owned, colours)
+        out["drills"][name] = [
+            ("timeline", f"{rel}/{stem}-timeline.png"),
+            ("ownership", f"{rel}/{stem}-ownership.png"),
         ]
-        for suffix, title, ylabel, data, start in kinds:
-            file = f"{stem}-{suffix}.png"
-            _steps(directory / file, f"{name}: {title}", ylabel, data.get(key, {}), end, bins, start)
-            made.append((title, f"{rel}/{file}"))
-        out["drills"][name] = made
     return out

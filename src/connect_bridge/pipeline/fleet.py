@@ -21,6 +21,7 @@ the ``drill`` column from the partition directories.)
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from connect_bridge.pipeline.analyze import analyze
+from connect_bridge.pipeline.job_progress import drills_done
 
 SEED_STRIDE = 1_000_003
 EVENTS_DIR = "events.parquet"
@@ -78,17 +80,27 @@ def _run_drills(batches: Iterator[Any]) -> Iterator[Any]:
             yield frame(rows)
 
 
+EVENTS_PER_CORE = 4
+CHECKS_PER_CORE = 8
+"""Partitions per core of the seeds of a fleet (with events) and of a checks-only fleet."""
+
+
+def _partitions(spark: Any, count: int, per_core: int) -> int:
+    """Up to ``per_core`` partitions per core, at most one per drill: also the number of tasks
+    of the stage that runs the drills, which is how :mod:`.job_progress` recognizes it."""
+    return max(1, min(count, max(1, spark.sparkContext.defaultParallelism) * per_core))
+
+
 def _seed_frame(spark: Any, count: int, seed: int, per_core: int) -> Any:
     """The scenario seeds of drills ``0..count-1`` as a one-column DataFrame, spread over up to
     ``per_core`` partitions per core (a drill is the unit of work; there is nothing else to split)."""
     from pyspark.sql import functions as F
 
-    parallelism = max(1, spark.sparkContext.defaultParallelism)
     ids = spark.range(0, count, numPartitions=1).select(
         (F.lit(seed).cast("long") * F.lit(SEED_STRIDE) + F.col("id")).alias("seed")
     )
     # Round-robin spreads consecutive ids (similar work on average) evenly over the partitions.
-    return ids.repartition(max(1, min(count, parallelism * per_core)))
+    return ids.repartition(_partitions(spark, count, per_core))
 
 
 def _prepare(
@@ -96,17 +108,31 @@ def _prepare(
     out_dir: str | Path,
     master: str | None,
     spark: Any,
-    progress: Callable[[str], None] | None,
-) -> tuple[Callable[[str], None], Path, Any]:
+    progress: Callable[..., None] | None,
+) -> tuple[Callable[..., None], Path, Any]:
     """Both fleet kinds refuse an empty fleet before starting Spark, then make ``out_dir``."""
     from connect_bridge.pipeline.session import get_spark
 
     if count < 1:
         raise ValueError("a fleet needs at least one drill")
-    say = progress or (lambda _msg: None)
+    say = progress or (lambda _msg, done=None: None)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    return say, out, spark or get_spark(master)
+    if spark is None:
+        say("starting Spark")  # (tens of seconds on a cold JVM: say so before the bar sits still)
+        spark = get_spark(master)
+    return say, out, spark
+
+
+def _watching(
+    spark: Any, count: int, per_core: int, progress: Callable[..., None] | None, message: str
+) -> contextlib.AbstractContextManager[None]:
+    """While the drills run: ``progress(message, done=N)`` as Spark finishes them (nothing to watch
+    when nobody listens)."""
+    if progress is None:
+        return contextlib.nullcontext()
+    tasks = _partitions(spark, count, per_core)
+    return drills_done(spark, count, tasks, lambda done: progress(message, done=done))
 
 
 def _clear_failed(out: Path) -> None:
@@ -137,7 +163,7 @@ def write_fleet_events(spark: Any, count: int, seed: int, path: str | Path) -> i
     (Parquet partitioned by ``drill``). Returns the number of event rows written."""
     from connect_bridge.pipeline.schema import spark_schema
 
-    events = _seed_frame(spark, count, seed, 4).mapInPandas(_run_drills, schema=spark_schema())
+    events = _seed_frame(spark, count, seed, EVENTS_PER_CORE).mapInPandas(_run_drills, schema=spark_schema())
     events.write.mode("overwrite").partitionBy("drill").parquet(str(path))
     return int(spark.read.parquet(str(path)).count())
 
@@ -148,9 +174,11 @@ def run_fleet(
     out_dir: str | Path,
     master: str | None = None,
     spark: Any = None,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[..., None] | None = None,
 ) -> dict[str, Any]:
     """Run a fleet of ``count`` random drills and analyze it; returns (and writes) ``fleet.json``.
+
+    ``progress(message, done=None)`` hears each stage, and ``done`` (drills done) where it is known.
 
     ``fleet.json``: ``count``, ``seed``, ``events`` (rows written), ``seconds`` (``run`` = drills,
     ``analyze``), ``report`` (the analyze directory), ``failed`` (per failing drill: ``name``,
@@ -159,11 +187,13 @@ def run_fleet(
     :func:`.session.get_spark` with ``master``.
     """
     say, out, spark = _prepare(count, out_dir, master, spark, progress)
-    say(f"running {count} drills (seed {seed})")
+    running = f"running {count} drills (seed {seed})"
+    say(running, done=0)
     started = time.monotonic()
-    n_events = write_fleet_events(spark, count, seed, out / EVENTS_DIR)
+    with _watching(spark, count, EVENTS_PER_CORE, progress, running):
+        n_events = write_fleet_events(spark, count, seed, out / EVENTS_DIR)
     ran = time.monotonic()
-    say(f"{n_events} events written to {out / EVENTS_DIR}")
+    say(f"{n_events} events written to {out / EVENTS_DIR}", done=count)
 
     doc = analyze([out / EVENTS_DIR], out / REPORT_DIR, spark=spark, progress=say)
     analyzed = time.monotonic()
@@ -300,9 +330,10 @@ def run_fleet_checks(
     adversarial: bool = False,
     master: str | None = None,
     spark: Any = None,
-    progress: Callable[[str], None] | None = None,
+    progress: Callable[..., None] | None = None,
 ) -> dict[str, Any]:
-    """Run ``count`` drills of fleet ``seed`` in the executors and keep only their verdicts.
+    """Run ``count`` drills of fleet ``seed`` in the executors and keep only their verdicts
+    (``progress`` as for :func:`run_fleet`).
 
     Writes ``checks.parquet`` (one row per drill), ``failed/NAME.json`` for every drill that broke
     an invariant and ``fleet.json``: ``count``, ``seed``, ``adversarial``, ``seconds``, ``drills_per_s``,
@@ -310,11 +341,15 @@ def run_fleet_checks(
     ``failed`` (name, seed, scenario, first violation)."""
     say, out, spark = _prepare(count, out_dir, master, spark, progress)
     kind = "adversarial " if adversarial else ""
-    say(f"running {count} {kind}drills (seed {seed}), checked in the executors")
+    running = f"running {count} {kind}drills (seed {seed}), checked in the executors"
+    say(running, done=0)
     started = time.monotonic()
     schema = ", ".join(f"{name} {type_}" for name, type_ in CHECK_FIELDS)
-    checks = _seed_frame(spark, count, seed, 8).mapInPandas(_check_drills(adversarial), schema=schema)
-    checks.write.mode("overwrite").parquet(str(out / CHECKS_DIR))
+    seeds = _seed_frame(spark, count, seed, CHECKS_PER_CORE)
+    checks = seeds.mapInPandas(_check_drills(adversarial), schema=schema)
+    with _watching(spark, count, CHECKS_PER_CORE, progress, running):
+        checks.write.mode("overwrite").parquet(str(out / CHECKS_DIR))
+    say("collecting the verdicts", done=count)
     totals, bad = _collect_checks(spark.read.parquet(str(out / CHECKS_DIR)))
     seconds = time.monotonic() - started
 
