@@ -16,8 +16,9 @@ import pytest
 # The real-Kafka fixtures (tests/kafka_fixtures.py) are registered here, not per module like tansu's:
 # a Kafka broker is a JVM that takes seconds to start, so the whole session shares one.
 from kafka_fixtures import bridge_proxy, connect_worker, kafka_broker
+from kafka_secure import secure_kafka
 
-__all__ = ["bridge_proxy", "connect_worker", "kafka_broker"]
+__all__ = ["bridge_proxy", "connect_worker", "kafka_broker", "secure_kafka"]
 
 CONNECT_VECTORS = "connect-embedded-protocol.json"
 
@@ -59,6 +60,7 @@ MARKS_BY_FIXTURE: dict[str, tuple[str, ...]] = {
     "spark": ("spark",),
     "tansu": ("broker",),
     "kafka_broker": ("broker", "jvm"),
+    "secure_kafka": ("broker", "jvm"),
     "connect_worker": ("jvm",),
     "bridge_proxy": ("live",),
     "cli_process": ("live",),
@@ -69,6 +71,7 @@ MARKS_BY_MODULE: dict[str, tuple[str, ...]] = {
     "test_describe": ("live",),
     "test_live_workers": ("live",),
     "test_upstream_drill": ("live",),
+    "test_fail_closed": ("live",),
     "test_real_kafka": ("jvm",),
     "test_report_browser": ("browser",),
 }

@@ -31,8 +31,9 @@ def test_group_calls_and_parking() -> None:
 
 
 def test_proxy_routes() -> None:
-    local = {K.API_VERSIONS, *(k for k in K if k >= 1000)}
+    local = {K.API_VERSIONS, K.SASL_HANDSHAKE, K.SASL_AUTHENTICATE, *(k for k in K if k >= 1000)}
     assert {k for k, r in t.PROXY_ROUTES.items() if r is t.Route.LOCAL} == local
+    assert t.BEFORE_AUTH == {K.API_VERSIONS, K.SASL_HANDSHAKE, K.SASL_AUTHENTICATE}
     assert t.DECODED_FOR_ROUTING == {
         K.JOIN_GROUP,
         K.SYNC_GROUP,
@@ -48,6 +49,7 @@ def test_proxy_routes() -> None:
 
 def test_frame_bounds() -> None:
     cluster = {K.API_VERSIONS, K.FIND_COORDINATOR, K.LIST_GROUPS, K.DESCRIBE_GROUPS, K.CONNECT_GROUP_DESCRIBE}
+    cluster |= {K.SASL_HANDSHAKE}  # SaslAuthenticate may carry a large OAuth token
     assert t.CLUSTER_FRAMES_EMBEDDED == cluster | {K.METADATA}
     assert t.CLUSTER_FRAMES_PROXY == cluster  # a real cluster's Metadata may name every topic
     group = {K.JOIN_GROUP, K.SYNC_GROUP, K.HEARTBEAT, K.LEAVE_GROUP}

@@ -291,12 +291,74 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     return app.main(settings)
 
 
+def _read_password(env_var: str | None, user: str) -> str:
+    """The password of ``credentials add``: from the environment variable ``--password-env`` names,
+    else the first line of stdin. Never from argv, which ``ps`` and shell histories show."""
+    import os
+
+    if env_var:
+        password = os.environ.get(env_var)
+        if password is None:
+            raise ValueError(f"--password-env: the environment variable {env_var} is not set")
+        return password
+    if sys.stdin.isatty():
+        import getpass
+
+        return getpass.getpass(f"password for {user}: ")
+    return sys.stdin.readline().rstrip("\r\n")
+
+
+def _cmd_credentials_add(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from connect_bridge.bridge.credentials import CredentialsError, add_user
+
+    try:
+        password = _read_password(args.password_env, args.user)
+        mechanisms = args.mechanism or ["SCRAM-SHA-256", "SCRAM-SHA-512"]
+        add_user(Path(args.file), args.user, password, mechanisms, args.iterations)
+    except (CredentialsError, ValueError) as exc:  # a bad file, an empty password, bad iterations
+        return _fail(str(exc))
+    except OSError as exc:  # a directory that does not exist or cannot be written
+        return _fail(f"{args.file}: cannot write the credentials file: {exc.strerror or exc}")
+    print(f"{args.file}: {args.user} ({', '.join(mechanisms)})")
+    return 0
+
+
+def _describe_tls(args: argparse.Namespace) -> Any:
+    """The client TLS context ``describe`` uses towards a bridge whose listener has ``tls:``: on
+    with ``--tls``, ``--ca-file`` or ``--cert`` (``--cert``/``--key`` when the listener requires a
+    client certificate); None for a plaintext listener."""
+    if not (args.tls or args.ca_file or args.cert or args.key):
+        return None
+    from connect_bridge.bridge.tls import UpstreamTls, client_context
+
+    try:
+        settings = UpstreamTls(cafile=args.ca_file, certfile=args.cert, keyfile=args.key)
+    except ValueError:
+        raise ValueError("--cert and --key go together (a client certificate needs its key)") from None
+    return client_context(settings, "describe")
+
+
+def _describe_sasl(args: argparse.Namespace) -> Any:
+    """The SASL login ``describe`` uses towards a bridge whose listener has ``sasl:`` (``--sasl-user``;
+    the password as ``credentials add`` reads it), or None."""
+    if not args.sasl_user:
+        return None
+    from connect_bridge.bridge.sasl_settings import UpstreamSasl
+
+    password = _read_password(args.password_env, args.sasl_user)
+    if not password:
+        raise ValueError("the password must not be empty")
+    return UpstreamSasl(mechanism=args.sasl_mechanism, username=args.sasl_user, password=password)
+
+
 def _cmd_describe(args: argparse.Namespace) -> int:
     import asyncio
 
     from connect_bridge.bridge.describe import describe, render_table
     from connect_bridge.bridge.settings import parse_host_port
-    from connect_bridge.bridge.startup import reason
+    from connect_bridge.bridge.startup import StartupError, reason
     from connect_bridge.codecs.error_codes import ErrorCode
 
     try:
@@ -304,8 +366,18 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     except ValueError as exc:
         return _fail(f"--bootstrap: {exc}")
     try:
-        groups = asyncio.run(describe(host, port, args.group))
-    except OSError as exc:  # refused, timed out, closed mid-answer
+        context = _describe_tls(args)
+    except ValueError as exc:  # TlsError: a file that cannot be used, one line naming it
+        return _fail(str(exc))
+    try:
+        login = _describe_sasl(args)
+    except ValueError as exc:  # an unset --password-env, an empty password
+        return _fail(str(exc))
+    try:
+        groups = asyncio.run(describe(host, port, args.group, ssl=context, sasl=login))
+    except StartupError as exc:  # SaslLoginError: the bridge (or its cluster) refused the login
+        return _fail(str(exc).replace("upstream_sasl: ", "--sasl-user: ", 1))
+    except OSError as exc:  # refused, timed out, closed mid-answer, a refused TLS handshake
         return _fail(
             f"cannot describe through {args.bootstrap}: {reason(exc)}; is `connect-bridge serve` "
             "listening there? (--bootstrap is the bridge's listen address)"
@@ -409,7 +481,26 @@ _COMMANDS: tuple[_Command, ...] = (
         _arg("--bootstrap", required=True, help="HOST:PORT of the bridge"),
         _arg("group", nargs="?", help="group id (default: every group)"),
         _arg("--json", action="store_true", help="machine-readable output"),
-    ), ("serve.md",)),
+        _arg("--tls", action="store_true", help="connect over TLS (system CAs unless --ca-file)"),
+        _arg("--ca-file", metavar="PEM", help="CAs the bridge's certificate chains to (implies --tls)"),
+        _arg("--cert", metavar="PEM", help="client certificate, for a listener with client_auth"),
+        _arg("--key", metavar="PEM", help="private key of --cert (unencrypted)"),
+        _arg("--sasl-user", metavar="USER", help="log in with SASL as USER (a listener with sasl:)"),
+        _arg("--sasl-mechanism", default="SCRAM-SHA-512", choices=("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"),
+             help="with --sasl-user: the mechanism"),
+        _arg("--password-env", metavar="VAR",
+             help="with --sasl-user: the password's environment variable (default: stdin's first line)"),
+    ), ("serve.md", "security.md")),
+    _Command("credentials add", "add or replace a user in a SASL credentials file (terminated SASL)",
+             _cmd_credentials_add, (
+        _arg("--file", required=True, metavar="FILE", help="the credentials file (created, mode 0600)"),
+        _arg("--user", required=True, help="the user name (principal User:NAME)"),
+        _arg("--mechanism", action="append", choices=("SCRAM-SHA-256", "SCRAM-SHA-512"),
+             help="mechanism to store a credential for; repeat for both (default: both)"),
+        _arg("--iterations", type=int, default=4096, help="SCRAM iterations, 4096..16384"),
+        _arg("--password-env", metavar="VAR",
+             help="read the password from this environment variable (default: stdin's first line)"),
+    ), ("security.md",)),
     _Command("drill run", "run one scenario file and check its invariants", _cmd_drill_run, (
         _arg("scenario", help="scenario JSON file (its format: drills.md below)"),
         _arg("--out", required=True, metavar="DIR", help="output directory (events.jsonl, summary.json)"),
@@ -471,6 +562,8 @@ _COMMANDS: tuple[_Command, ...] = (
 
 _GROUPS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
     "drill": ("run migration drills", "drill_command", "DRILL_COMMAND", ("drills.md", "pipeline.md")),
+    "credentials": ("manage the SASL credentials file", "credentials_command", "CREDENTIALS_COMMAND",
+                    ("security.md",)),
 }
 """Sub-commands with sub-commands of their own: help, ``dest`` and metavar of their choice, docs."""
 

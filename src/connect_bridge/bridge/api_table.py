@@ -35,6 +35,7 @@ from connect_bridge.codecs.messages import API_SPECS, ApiKey, ApiSpec
 from connect_bridge.state import api as napi
 from connect_bridge.state import classic_api as capi
 from connect_bridge.state.coordinator import GroupCoordinator
+from connect_bridge.state.model import ANONYMOUS
 
 
 class Route(StrEnum):
@@ -71,10 +72,12 @@ class Limit(Flag):
 
 @dataclass(frozen=True, slots=True)
 class Client:
-    """Who sent a request (the member's ``ClientId`` and ``ClientHost``)."""
+    """Who sent a request (the member's ``ClientId`` and ``ClientHost``, and the connection's
+    principal: authorization and member ownership read it, docs/security.md)."""
 
     client_id: str
     host: str
+    principal: str = ANONYMOUS
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +156,9 @@ class ApiRow:
     """``REWRITTEN`` and not decoded by the bridge: the kafka-python class its response decodes with."""
     acks_only: bool = False
     """Produce: a request with acks=0 gets no response, so none may be waited for."""
+    before_auth: bool = False
+    """Allowed on a SASL listener before the client authenticated (Kafka's
+    ``SaslServerAuthenticator`` accepts only ApiVersions, SaslHandshake and SaslAuthenticate)."""
 
     @property
     def spec(self) -> ApiSpec | None:
@@ -181,7 +187,11 @@ _C, _G = Limit.CLUSTER, Limit.GROUP
 
 API_TABLE: tuple[ApiRow, ...] = (
     # --- the bridge's own: answered on every listener
-    ApiRow(ApiKey.API_VERSIONS, Route.LOCAL, _C | _G, "api_versions"),
+    ApiRow(ApiKey.API_VERSIONS, Route.LOCAL, _C | _G, "api_versions", before_auth=True),
+    # SASL: with ``sasl.mode`` passthrough or terminated, ``server_sasl.SaslGate`` takes these before
+    # any routing; without SASL the bridge answers ILLEGAL_SASL_STATE as a non-SASL Kafka listener does.
+    ApiRow(ApiKey.SASL_HANDSHAKE, Route.LOCAL, _C, "sasl_not_enabled", before_auth=True),
+    ApiRow(ApiKey.SASL_AUTHENTICATE, Route.LOCAL, handler="sasl_not_enabled", before_auth=True),
     ApiRow(
         ApiKey.CONNECT_GROUP_HEARTBEAT,
         Route.LOCAL,
@@ -318,6 +328,8 @@ SPLIT = _keys(lambda row: row.proxy in (Route.BY_GROUPS, Route.MERGED))
 REWRITTEN = _keys(lambda row: row.proxy is Route.REWRITTEN)
 CREATES_GROUP = _keys(lambda row: row.creates_group)
 ACKS_ONLY = _keys(lambda row: row.acks_only)
+BEFORE_AUTH = _keys(lambda row: row.before_auth)
+"""Requests a SASL listener serves before authentication; anything else closes the connection."""
 GROUP_FRAMES = _keys(lambda row: Limit.GROUP in row.limit)
 """Frames refused above what the request limits admit (``FrameDecoder.too_large``)."""
 CLUSTER_FRAMES_EMBEDDED = _keys(lambda row: bool(row.limit & (Limit.CLUSTER | Limit.CLUSTER_EMBEDDED)))

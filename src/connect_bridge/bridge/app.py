@@ -4,19 +4,31 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import logging
 import re
 import sys
 from collections.abc import Callable
 
+from connect_bridge.bridge.acls import AclFileError
+from connect_bridge.bridge.authorization import (
+    GroupAuthorizer,
+    authorizer_from_settings,
+    fetch_upstream_rules,
+    refresh_from_upstream,
+)
 from connect_bridge.bridge.config_source import ConfigViewWatcher, ViewDelivery
 from connect_bridge.bridge.config_topic import ConfigTopicWatcher
+from connect_bridge.bridge.exposure import listener_exposure_warning
 from connect_bridge.bridge.metrics import Metrics, start_http
 from connect_bridge.bridge.server import BridgeServer, ServerOptions
 from connect_bridge.bridge.settings import BridgeSettings
 from connect_bridge.bridge.startup import StartupError, bind_error
 from connect_bridge.bridge.store import FileRecordStore, RecordStore, StoreError
+from connect_bridge.bridge.tls import ReloadingServerContext, TlsError
 from connect_bridge.bridge.topic_store import TopicRecordStore
+from connect_bridge.bridge.upstream_security import UpstreamSecurity, upstream_security
 from connect_bridge.logs import configure_logging
 
 log = logging.getLogger("connect_bridge.app")
@@ -49,13 +61,21 @@ _SERVER_LIMITS = ("max_inflight_per_connection", "max_buffered_bytes", "heartbea
 """``limits.*`` settings that bound the server rather than one request (``to_limits`` has those)."""
 
 
-def server_options(settings: BridgeSettings) -> ServerOptions:
-    """The server's options: the settings that pass as they are, and the ones derived here."""
+def server_options(
+    settings: BridgeSettings,
+    security: UpstreamSecurity | None = None,
+    tls: ReloadingServerContext | None = None,
+) -> ServerOptions:
+    """The server's options: the settings that pass as they are, and the ones derived here
+    (``security`` and ``tls``: the contexts ``tls_contexts`` built from the settings)."""
     host, port = settings.listen_address
     view = settings.config_view
     return ServerOptions(
         host=host,
         port=port,
+        tls=tls,
+        upstream_security=security or UpstreamSecurity(),
+        sasl=settings.sasl if settings.sasl.enabled else None,
         config_group=view.group if view is not None else None,
         coordinator=settings.coordinator.to_config(),
         upstream=list(settings.upstream_addresses),
@@ -66,31 +86,84 @@ def server_options(settings: BridgeSettings) -> ServerOptions:
     )
 
 
-def open_store(settings: BridgeSettings) -> RecordStore:
+def open_store(settings: BridgeSettings, security: UpstreamSecurity | None = None) -> RecordStore:
     """The state topic in front of a cluster when one is named (state survives the host), else the
     state directory. Raises ``StoreError`` (a locked directory, an unreachable cluster)."""
     if settings.state_topic and settings.upstream:
-        return TopicRecordStore.open(settings.upstream_bootstrap, settings.state_topic)
+        options = (security or UpstreamSecurity()).kafka_python_options()
+        return TopicRecordStore.open(
+            settings.upstream_bootstrap, settings.state_topic, client_options=options
+        )
     return FileRecordStore.open(settings.state_dir)
 
 
-def config_watcher(settings: BridgeSettings) -> ViewDelivery | None:
+def config_watcher(settings: BridgeSettings, security: UpstreamSecurity | None = None) -> ViewDelivery | None:
     """The source of the config view: Connect's config topic, or a watched JSON file, or none."""
     view = settings.config_view
     if view is not None and view.topic is not None:
-        return ConfigTopicWatcher(settings.upstream_bootstrap, view.topic, view.poll_interval_ms)
+        options = (security or UpstreamSecurity()).kafka_python_options()
+        return ConfigTopicWatcher(
+            settings.upstream_bootstrap, view.topic, view.poll_interval_ms, client_options=options
+        )
     if view is not None and view.file is not None:
         return ConfigViewWatcher(view.file, view.poll_interval_ms)
     return None
+
+
+def tls_contexts(
+    settings: BridgeSettings,
+) -> tuple[ReloadingServerContext | None, ReloadingServerContext | None, UpstreamSecurity]:
+    """The TLS contexts of the worker/proxy listeners, the metrics listener and the upstream
+    connections, built before anything is opened: a certificate that cannot be used (missing,
+    mismatched, a wrong key password) stops the start with one line naming the file."""
+    try:
+        listener = ReloadingServerContext(settings.tls, "tls") if settings.tls is not None else None
+        metrics = (
+            ReloadingServerContext(settings.metrics_tls, "metrics_tls")
+            if settings.metrics_tls is not None
+            else None
+        )
+        return listener, metrics, upstream_security(settings.upstream_tls, settings.upstream_sasl)
+    except TlsError as exc:
+        raise StartupError(str(exc)) from None
+
+
+def group_authorizer(settings: BridgeSettings, metrics: Metrics) -> GroupAuthorizer | None:
+    """The group authorizer (``authorization:``), before anything is opened: an ACL file that
+    cannot be used stops the start with one line naming the file and line."""
+    try:
+        return authorizer_from_settings(settings.authorization, metrics)
+    except AclFileError as exc:
+        raise StartupError(str(exc)) from None
+
+
+def start_acl_refresh(
+    server: BridgeServer,
+    settings: BridgeSettings,
+    authorizer: GroupAuthorizer | None,
+    security: UpstreamSecurity,
+) -> None:
+    """``authorization.from_upstream``: read the upstream cluster's group ACLs now and every
+    ``refresh_ms``, as the bridge's own identity (its TLS and ``upstream_sasl``)."""
+    if authorizer is None or not settings.authorization.from_upstream:
+        return
+    fetch = functools.partial(
+        fetch_upstream_rules, settings.upstream_bootstrap, security.kafka_python_options()
+    )
+    refresh = refresh_from_upstream(authorizer, fetch, settings.authorization.refresh_ms)
+    server.supervise(refresh, "the upstream ACL refresh")
 
 
 async def run(settings: BridgeSettings) -> str | None:
     """Serve until SIGTERM/SIGINT or a failure that stops the bridge (returned, one line).
 
     The first stdout line says where it listens (tools read it)."""
-    store = open_store(settings)
+    listener_tls, metrics_tls, security = tls_contexts(settings)
     metrics = Metrics()
-    server = BridgeServer(server_options(settings), store, metrics)
+    authorizer = group_authorizer(settings, metrics)
+    store = open_store(settings, security)
+    options = dataclasses.replace(server_options(settings, security, listener_tls), authorizer=authorizer)
+    server = BridgeServer(options, store, metrics)
     http = None
     try:
         # Both ports are bound before anything is announced: the metrics port first, because it
@@ -98,7 +171,13 @@ async def run(settings: BridgeSettings) -> str | None:
         if settings.metrics_address is not None:
             mhost, mport = settings.metrics_address
             try:
-                http = await start_http(mhost, mport, metrics, lambda: server.ready)
+                http = await start_http(
+                    mhost,
+                    mport,
+                    metrics,
+                    lambda: server.ready,
+                    ssl=metrics_tls.context if metrics_tls else None,
+                )
             except OSError as exc:
                 fix = "--metrics-listen (off disables it)"
                 raise bind_error("serve metrics", mhost, mport, exc, fix) from None
@@ -112,10 +191,16 @@ async def run(settings: BridgeSettings) -> str | None:
         raise
     server.install_signal_handlers()
     watch_task = None
-    watcher = config_watcher(settings)
+    watcher = config_watcher(settings, security)
     if watcher is not None:
         server.config_refresh = watcher.refresh
         watch_task = server.supervise(watcher.watch(server.set_config_view), "the config view watcher")
+    start_acl_refresh(server, settings, authorizer, security)
+    exposed = listener_exposure_warning(
+        server.options.host, server.port, listener_tls is not None, settings.sasl.enabled
+    )
+    if exposed is not None:
+        log.warning(exposed)
     print(f"connect-bridge listening on {server.options.host}:{server.port}", flush=True)
     try:
         await server.serve_until_stopped()

@@ -8,12 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl as ssl_module
 import struct
 from typing import Any
 
+from connect_bridge.bridge.sasl_client import sasl_login
+from connect_bridge.bridge.sasl_settings import UpstreamSasl
 from connect_bridge.codecs.requests import decode_response, encode_request
 
 _SIZE = struct.Struct(">i")
+_TLS_RECORDS = (b"\x15\x03", b"\x16\x03")
+"""A TLS alert or handshake record header: a TLS server answering a plaintext client, whose
+"frame size" would read as some 350 MB."""
 
 
 class ClientError(ConnectionError):
@@ -33,10 +39,27 @@ class KafkaConnection:
 
     @classmethod
     async def connect(
-        cls, host: str, port: int, client_id: str = "connect-bridge", timeout: float = 10.0
+        cls,
+        host: str,
+        port: int,
+        client_id: str = "connect-bridge",
+        timeout: float = 10.0,
+        ssl: ssl_module.SSLContext | None = None,
+        sasl: UpstreamSasl | None = None,
     ) -> KafkaConnection:
-        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-        return cls(reader, writer, client_id)
+        """Connect (over TLS with ``ssl``: the certificate must name ``host``, unless the context
+        does not check hostnames), and log in with ``sasl`` (``sasl_client.SaslLoginError``)."""
+        hostname = host if ssl is not None else None
+        opened = asyncio.open_connection(host, port, ssl=ssl, server_hostname=hostname)
+        reader, writer = await asyncio.wait_for(opened, timeout)
+        conn = cls(reader, writer, client_id)
+        if sasl is not None:
+            try:
+                await asyncio.wait_for(sasl_login(conn, sasl), timeout)
+            except BaseException:
+                await conn.close()
+                raise
+        return conn
 
     async def request(self, message: Any, version: int, timeout: float | None = 30.0) -> Any:
         """Send ``message`` at ``version`` and wait for its response."""
@@ -53,7 +76,10 @@ class KafkaConnection:
     async def _read_loop(self) -> None:
         try:
             while True:
-                (size,) = _SIZE.unpack(await self.reader.readexactly(4))
+                prefix = await self.reader.readexactly(4)
+                if prefix[:2] in _TLS_RECORDS:
+                    raise ClientError("the server speaks TLS on this port (connect with TLS)")
+                (size,) = _SIZE.unpack(prefix)
                 frame = await self.reader.readexactly(size)
                 (correlation,) = _SIZE.unpack_from(frame, 0)
                 entry = self._pending.pop(correlation, None)

@@ -262,6 +262,7 @@ class ConfigTopicWatcher(ViewDelivery):
         drain_poll_ms: int = 300,
         max_drain_s: float = 10.0,
         client_id: str = "connect-bridge-config-reader",
+        client_options: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(
             poll_interval_ms, f"config topic {topic!r} unreadable", f"config topic {topic!r} readable again"
@@ -277,6 +278,8 @@ class ConfigTopicWatcher(ViewDelivery):
         self.drain_poll_ms = drain_poll_ms
         self.max_drain_s = max_drain_s
         self.client_id = client_id
+        self.client_options = dict(client_options or {})
+        """Extra kafka-python arguments: TLS/SASL towards the cluster (``UpstreamSecurity``)."""
         self.state = ConfigTopicState()
         self._consumer: Any = None
         self._tp: Any = None
@@ -295,6 +298,7 @@ class ConfigTopicWatcher(ViewDelivery):
             isolation_level=self.isolation_level,
             fetch_max_wait_ms=self.fetch_max_wait_ms,
             client_id=self.client_id,
+            **self.client_options,
         )
         try:
             missing = LookupError(f"config topic {self.topic!r} does not exist")

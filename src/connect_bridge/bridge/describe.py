@@ -8,6 +8,7 @@ Connect codec. What is shown, and how, is ``describe_view``'s job.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from ssl import SSLContext
 from typing import Any
 
 from kafka.protocol.admin.groups import DescribeGroupsRequest
@@ -47,9 +48,13 @@ async def _connect_describe_version(conn: KafkaConnection) -> int:
     return 0
 
 
-async def describe(host: str, port: int, group: str | None = None) -> list[dict[str, Any]]:
-    """Every group (or ``group``) as a plain dict: ListGroups says which API describes each one."""
-    conn = await KafkaConnection.connect(host, port, client_id="connect-bridge-describe")
+async def describe(
+    host: str, port: int, group: str | None = None, ssl: SSLContext | None = None, sasl: Any = None
+) -> list[dict[str, Any]]:
+    """Every group (or ``group``) as a plain dict: ListGroups says which API describes each one.
+    ``ssl``: the bridge's listener has ``tls:`` (``describe --ca-file/--cert/--key``); ``sasl``: it
+    has ``sasl:`` (an ``UpstreamSasl`` login, ``describe --sasl-user``)."""
+    conn = await KafkaConnection.connect(host, port, client_id="connect-bridge-describe", ssl=ssl, sasl=sasl)
     try:
         listed = wm.list_groups_response_from_wire(
             await conn.request(wm.list_groups_to_wire(LIST_GROUPS_VERSION), LIST_GROUPS_VERSION)

@@ -17,9 +17,12 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
+from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse
 
 from connect_bridge.bridge import wire_map as wm
+from connect_bridge.bridge.acls import Operation
 from connect_bridge.bridge.api_table import GROUP_CALLS, LOCAL_HANDLERS, Client, GroupCall
+from connect_bridge.bridge.authorization import GroupAuthorizer
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.errors import CodecError
 from connect_bridge.codecs.messages import supported_api_versions
@@ -28,6 +31,7 @@ from connect_bridge.state import api as napi
 from connect_bridge.state.classic_group import ClassicDescribedGroup
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.limits import RequestLimits, oversize
+from connect_bridge.state.model import ANONYMOUS
 
 __all__ = ["BRIDGE_NODE_ID", "CLUSTER_ID", "Client", "LocalApis", "Parked", "now_ms", "versions_response"]
 
@@ -41,6 +45,9 @@ NOT_A_GROUP = "the bridge coordinates groups only"
 
 _LOADING = int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
 _INVALID = int(ErrorCode.INVALID_REQUEST)
+_DENIED = int(ErrorCode.GROUP_AUTHORIZATION_FAILED)
+_AUTHORIZED_LISTS = frozenset({"describe_groups", "list_groups", "connect_describe"})
+"""Cluster-API methods that answer per group, so they take the client to authorize DESCRIBE."""
 
 
 def _s(value: str | None) -> str:
@@ -80,6 +87,9 @@ class LocalApis:
     advertised_versions: Callable[[], list[tuple[int, int, int]]] | None = None
     """Proxy mode: the versions advertised (upstream's intersected with the bridge's)."""
     limits: RequestLimits = field(default_factory=RequestLimits)
+    authorizer: GroupAuthorizer | None = None
+    """``authorization.enabled``: READ for every group call, DESCRIBE per group described or listed
+    (Kafka's mapping); None lets everyone in, as before."""
 
     def __post_init__(self) -> None:
         if self.limits is None:
@@ -89,8 +99,18 @@ class LocalApis:
         """A wire response, or a future of one (a parked classic request); None = no response."""
         method = LOCAL_HANDLERS.get(req.api_key)
         if method is not None:
+            if method in _AUTHORIZED_LISTS:
+                return getattr(self, method)(req.body, req.api_version, client)
             return getattr(self, method)(req.body, req.api_version)
         return self._group(GROUP_CALLS[req.api_key], req.body, req.api_version, client)
+
+    def _may(self, client: Client | None, operation: Operation, group_id: str) -> bool:
+        """Authorization of one group (always yes without an authorizer)."""
+        if self.authorizer is None:
+            return True
+        principal, host = (client.principal, client.host) if client is not None else (ANONYMOUS, "")
+        # ClientHost is Kafka's "/1.2.3.4"; ACL hosts are bare addresses.
+        return self.authorizer.allowed(principal, host.lstrip("/"), operation, group_id)
 
     def _group(self, api: GroupCall, body: Any, version: int, client: Client) -> Any:
         if not self.loaded():
@@ -99,6 +119,11 @@ class LocalApis:
             engine_req = api.from_wire(body, version, client)
         except CodecError as exc:
             return api.to_wire(api.error(_INVALID, str(exc)), version)
+        if not self._may(client, Operation.READ, engine_req.group_id):
+            # Kafka answers every group call without READ on the group this way, before any lookup.
+            return api.to_wire(api.error(_DENIED, None), version)
+        if client.principal != ANONYMOUS:
+            engine_req = replace(engine_req, principal=client.principal)  # the member's owner
         too_large = oversize(engine_req, self.limits)
         if too_large is not None:  # refused before anything changes (issue 11.1, 11.2)
             return api.to_wire(api.error(_INVALID, too_large), version)
@@ -121,6 +146,16 @@ class LocalApis:
             self.advertised_versions() if self.advertised_versions is not None else supported_api_versions()
         )
         return versions_response(rows)
+
+    def sasl_not_enabled(self, body: Any, version: int) -> Any:
+        """SaslHandshake/SaslAuthenticate on a bridge without ``sasl`` (``server_sasl`` takes them
+        when it is on): ILLEGAL_SASL_STATE, what Kafka's ``KafkaApis`` answers on a non-SASL listener."""
+        code = int(ErrorCode.ILLEGAL_SASL_STATE)
+        if body.API_KEY == SaslHandshakeRequest.API_KEY:
+            return SaslHandshakeResponse(error_code=code, mechanisms=[])
+        return SaslAuthenticateResponse(
+            error_code=code, error_message="SASL is not enabled on this listener", auth_bytes=b""
+        )
 
     def _coordinator(self, key_type: int) -> dict[str, Any]:
         """FindCoordinator's answer for one key: this listener for a group, none for anything else."""
@@ -256,41 +291,69 @@ class LocalApis:
         for g in wire_groups[start:]:
             g.error_message = message
 
-    def describe_groups(self, body: Any, version: int) -> Any:
-        """Classic and Connect groups alike, in the classic shape (``kafka-consumer-groups``)."""
+    def describe_groups(self, body: Any, version: int, client: Client | None = None) -> Any:
+        """Classic and Connect groups alike, in the classic shape (``kafka-consumer-groups``).
+        A group the client may not DESCRIBE is answered GROUP_AUTHORIZATION_FAILED, as by Kafka."""
         ids = list(body.groups or ())
         self._check_ids("DescribeGroups", ids)
+        refused = {gid for gid in ids if not self._may(client, Operation.DESCRIBE, gid)}
         if not self.loaded():
-            loading = [ClassicDescribedGroup(gid, _LOADING, state="") for gid in ids]
+            loading = [
+                ClassicDescribedGroup(gid, _DENIED if gid in refused else _LOADING, state="") for gid in ids
+            ]
             return wm.describe_groups_response_to_wire(loading, version)
-        n = self._describable(ids, self._members_of)
-        described: list[Any] = [self.coordinator.describe_any(gid) for gid in ids[:n]]
+        n = self._describable(ids, lambda gid: 0 if gid in refused else self._members_of(gid))
+        described: list[Any] = [
+            ClassicDescribedGroup(gid, _DENIED, state="")
+            if gid in refused
+            else self.coordinator.describe_any(gid)
+            for gid in ids[:n]
+        ]
         described += [ClassicDescribedGroup(gid, _LOADING, state="") for gid in ids[n:]]
         response = wm.describe_groups_response_to_wire(described, version)
         if n < len(ids) and version >= 6:
             self._explain_deferred(response.groups, n, len(ids))
         return response
 
-    def list_groups(self, body: Any, version: int) -> Any:
-        """Every group, with its type; nothing while loading (the state is not known yet)."""
+    def list_groups(self, body: Any, version: int, client: Client | None = None) -> Any:
+        """Every group, with its type; nothing while loading (the state is not known yet). With
+        authorization only the groups the client may DESCRIBE, as Kafka lists them."""
         if not self.loaded():
             return wm.list_groups_response_to_wire([], body, version, error_code=_LOADING)
-        return wm.list_groups_response_to_wire(self.coordinator.list_groups(), body, version)
+        groups = self.coordinator.list_groups()
+        if self.authorizer is not None:
+            groups = [g for g in groups if self._may(client, Operation.DESCRIBE, g[0])]
+        return wm.list_groups_response_to_wire(groups, body, version)
 
-    def connect_describe(self, body: Any, version: int) -> Any:
-        """Empty ``GroupIds`` = every connect group (the first `describe_max_ids` by id)."""
+    def connect_describe(self, body: Any, version: int, client: Client | None = None) -> Any:
+        """Empty ``GroupIds`` = every connect group (the first `describe_max_ids` by id), with
+        authorization every one the client may DESCRIBE; a named group it may not describe is
+        answered GROUP_AUTHORIZATION_FAILED."""
         ids = list(body.group_ids or ())
         self._check_ids("ConnectGroupDescribe", ids)
         if not ids:
             groups = self.coordinator.groups
-            connect = (gid for gid in groups if self.coordinator.connect_group(gid) is not None)
+            connect = (
+                gid
+                for gid in groups
+                if self.coordinator.connect_group(gid) is not None
+                and (self.authorizer is None or self._may(client, Operation.DESCRIBE, gid))
+            )
             ids = heapq.nsmallest(self._describe_limit("ids"), connect)
+        refused = {gid for gid in ids if not self._may(client, Operation.DESCRIBE, gid)}
         if not self.loaded():
-            loading = [napi.DescribedGroup(gid, error_code=_LOADING) for gid in ids]
+            loading = [
+                napi.DescribedGroup(gid, error_code=_DENIED if gid in refused else _LOADING) for gid in ids
+            ]
             return wm.describe_response_to_wire(loading, version)
-        n = self._describable(ids, self._members_of_connect)
+        n = self._describable(ids, lambda gid: 0 if gid in refused else self._members_of_connect(gid))
         now = self.clock()
-        described = [self.coordinator.describe(gid, now) for gid in ids[:n]]
+        described = [
+            napi.DescribedGroup(gid, error_code=_DENIED)
+            if gid in refused
+            else self.coordinator.describe(gid, now)
+            for gid in ids[:n]
+        ]
         described += [napi.DescribedGroup(gid, error_code=_LOADING) for gid in ids[n:]]
         response = wm.describe_response_to_wire(described, version)
         if n < len(ids):

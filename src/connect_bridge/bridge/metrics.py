@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from ssl import SSLContext
 from typing import Any
 
 from prometheus_client import (
@@ -105,6 +106,13 @@ class Metrics:
             registry=r,
         )
         self.connections = Gauge("connections", "Open client connections.", namespace=NAMESPACE, registry=r)
+        self.authorizations = Counter(
+            "authorization_decisions",
+            "Group authorization decisions (authorization.enabled), by ACL operation and result.",
+            ["operation", "result"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
         self._epochs: dict[str, int] = {}
         self._member_series: dict[str, set[tuple[str, str]]] = {}
         self._rebalance_series: set[str] = set()
@@ -211,13 +219,14 @@ _REASONS = {
 
 
 async def start_http(
-    host: str, port: int, metrics: Metrics, ready: Callable[[], bool]
+    host: str, port: int, metrics: Metrics, ready: Callable[[], bool], ssl: SSLContext | None = None
 ) -> asyncio.AbstractServer:
     """Serve GET/HEAD /metrics, /livez and /readyz on ``host:port`` (port 0 = any free port).
 
     /livez answers 200 while the event loop runs (so a wedged loop fails it); /readyz answers 200
     only when ``ready()`` is true (state replayed, listener up), otherwise 503. One request per
     connection (``Connection: close``): scrapers and probes open a new connection each time anyway.
+    With ``ssl`` (``metrics_tls:``, a ``ReloadingServerContext``'s context) it is HTTPS.
     """
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -245,7 +254,7 @@ async def start_http(
             except ConnectionError:
                 pass
 
-    return await asyncio.start_server(handle, host, port, limit=HTTP_MAX_LINE)
+    return await asyncio.start_server(handle, host, port, limit=HTTP_MAX_LINE, ssl=ssl)
 
 
 async def _respond(

@@ -15,6 +15,7 @@ import asyncio
 import collections
 import logging
 import re
+import ssl as ssl_module
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
 
 from connect_bridge.bridge.api_table import RELAY_CAPS, ROWS, SPLIT
 from connect_bridge.bridge.client import KafkaConnection
+from connect_bridge.bridge.sasl_settings import UpstreamSasl
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.messages import ApiKey, supported_api_versions
 from connect_bridge.codecs.requests import (
@@ -75,6 +77,10 @@ class UpstreamCluster:
     brokers: dict[int, Broker] = field(default_factory=dict)
     api_versions: dict[int, tuple[int, int]] = field(default_factory=dict)
     coordinated: Callable[[str], bool] = lambda group: True
+    ssl: ssl_module.SSLContext | None = None
+    """TLS of every connection to the upstream brokers (``upstream_tls``); None: plaintext."""
+    sasl: UpstreamSasl | None = None
+    """The bridge's own SASL login for discovery (``upstream_sasl``); client links carry the client's."""
 
     def listener_port(self, node_id: int) -> int:
         """Deterministic, so the addresses handed out survive a restart of the bridge."""
@@ -85,9 +91,11 @@ class UpstreamCluster:
         last: Exception | None = None
         for host, port in self.bootstrap:
             try:
-                conn = await KafkaConnection.connect(host, port, client_id="connect-bridge")
+                conn = await KafkaConnection.connect(
+                    host, port, client_id="connect-bridge", ssl=self.ssl, sasl=self.sasl
+                )
             except OSError as exc:
-                last = exc
+                last = tls_failure(exc, host, port) if self.ssl is not None else exc
                 continue
             try:
                 versions = await conn.request(ApiVersionsRequest(), 0)
@@ -222,8 +230,10 @@ class UpstreamLink:
     buffer (size prefix included), which is what the client is sent, so a 1 MiB Fetch response
     is not copied by the bridge at all; small frames are cut out of one scratch buffer."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, ssl: ssl_module.SSLContext | None = None) -> None:
         self.broker = broker
+        self.ssl = ssl
+        """TLS towards the broker (hostname checked against the host its Metadata advertises)."""
         self.transport: asyncio.Transport | None = None
         self.protocol: _UpstreamProtocol | None = None
         self.waiting: collections.deque[tuple[int, asyncio.Future[bytearray]]] = collections.deque()
@@ -236,7 +246,11 @@ class UpstreamLink:
         if self.transport is None or self.transport.is_closing():
             loop = asyncio.get_running_loop()
             self.transport, self.protocol = await loop.create_connection(
-                lambda: _UpstreamProtocol(self), self.broker.host, self.broker.port
+                lambda: _UpstreamProtocol(self),
+                self.broker.host,
+                self.broker.port,
+                ssl=self.ssl,
+                server_hostname=self.broker.host if self.ssl is not None else None,
             )
 
     async def send(
@@ -406,6 +420,20 @@ def _uvarint(data: bytes | memoryview, offset: int) -> tuple[int, int]:
         if not byte & 0x80:
             return value, offset
         shift += 7
+
+
+def tls_failure(exc: OSError, host: str, port: int) -> OSError:
+    """A failed TLS connection as a line an operator can act on: ``ssl`` errors carry an errno
+    (1, "Operation not permitted") that says nothing, and a plaintext listener just resets."""
+    if isinstance(exc, ssl_module.SSLCertVerificationError):
+        why = f"certificate verify failed: {exc.verify_message}; check upstream_tls.cafile / check_hostname"
+    elif isinstance(exc, ssl_module.SSLEOFError | ConnectionResetError):
+        why = f"closed by {host}:{port} during the handshake; is it the brokers' SSL listener?"
+    elif isinstance(exc, ssl_module.SSLError):
+        why = f"{exc.reason or exc}; check upstream_tls"
+    else:
+        return exc
+    return ConnectionError(f"TLS handshake failed: {why}")
 
 
 def group_matcher(patterns: list[str] | None) -> Callable[[str], bool]:

@@ -17,6 +17,7 @@ import functools
 import logging
 import secrets
 import signal
+import ssl
 import struct
 import time
 from collections.abc import Callable
@@ -37,6 +38,7 @@ from connect_bridge.bridge.handlers import Client, LocalApis, Parked, now_ms
 from connect_bridge.bridge.metrics import Metrics
 from connect_bridge.bridge.proxy import UpstreamCluster, group_matcher
 from connect_bridge.bridge.server_connection import (
+    ANONYMOUS,
     AcceptFailures,
     Answering,
     Connection,
@@ -46,8 +48,10 @@ from connect_bridge.bridge.server_connection import (
 )
 from connect_bridge.bridge.server_options import ServerOptions
 from connect_bridge.bridge.server_relay import UNREACHABLE, Relay
+from connect_bridge.bridge.server_sasl import Admission, SaslGate
 from connect_bridge.bridge.startup import address, bind_error, retry_until
 from connect_bridge.bridge.store import RecordStore, StoreError
+from connect_bridge.bridge.tls import certificate_principal
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.messages import ApiKey, api_spec
 from connect_bridge.codecs.requests import DecodedRequest, RequestDecodeError, encode_response_frame
@@ -112,6 +116,8 @@ class BridgeServer:
         """Asks the config view source to read again at once (``ViewDelivery.refresh``; set by
         ``app.run``): called when a member reports a config offset its group's view has not reached."""
         self.relay: Relay | None = None
+        self.sasl: SaslGate | None = None
+        """``sasl.mode`` passthrough or terminated: authenticates every connection (server_sasl.py)."""
         """Proxy mode: routes requests between the bridge and the upstream cluster."""
         self._cluster_frames = CLUSTER_FRAMES_PROXY if options.upstream else CLUSTER_FRAMES_EMBEDDED
         """Requests refused above ``limits.max_cluster_request_bytes`` (``api_table.Limit``)."""
@@ -132,6 +138,7 @@ class BridgeServer:
                 self.options.port,
                 limit=LISTEN_BUFFER,
                 start_serving=False,
+                ssl=self._listener_ssl,
             )
         except OSError as exc:  # a port in use, an address not on this host
             raise bind_error("listen", self.options.host, self.options.port, exc, "--listen") from None
@@ -153,7 +160,16 @@ class BridgeServer:
             node_id=node,
             advertised_versions=self.relay.cluster.advertised_versions if self.relay else None,
             limits=self.options.limits,
+            authorizer=self.options.authorizer,
         )
+        if self.options.sasl is not None and self.options.sasl.enabled:
+            relay = self.relay
+            self.sasl = SaslGate(
+                self.options.sasl,
+                self.clock,
+                lambda conn, answering, out: self._respond(conn, answering, out, 0, time.perf_counter()),
+                relay.forward if relay is not None else None,
+            )
         self.steady = SteadyHeartbeats(
             lambda: self.coordinator, self.clock, limit_bytes=self.options.heartbeat_cache_bytes
         )
@@ -171,7 +187,13 @@ class BridgeServer:
         base = self.options.proxy_base_port or self.port + 1
         matches = group_matcher(patterns if patterns is not None else ["connect.*"])
         relay = Relay(
-            UpstreamCluster(self.options.upstream, base, advertised_host),
+            UpstreamCluster(
+                self.options.upstream,
+                base,
+                advertised_host,
+                ssl=self.options.upstream_security.ssl,
+                sasl=self.options.upstream_security.sasl,
+            ),
             matches,
             lambda: self.coordinator.groups,
             lambda request, client: self.apis.handle(request, client),
@@ -192,6 +214,7 @@ class BridgeServer:
                     port,
                     limit=LISTEN_BUFFER,
                     start_serving=False,
+                    ssl=self._listener_ssl,
                 )
             except OSError as exc:
                 fix = "proxy_base_port (upstream broker N is proxied on proxy_base_port + N)"
@@ -203,6 +226,11 @@ class BridgeServer:
         ports = [cluster.listener_port(n) for n in sorted(cluster.brokers)]
         log.info("proxying %d upstream brokers on ports %s", len(cluster.brokers), ports)
         return self._bootstrap_node
+
+    @property
+    def _listener_ssl(self) -> ssl.SSLContext | None:
+        """The TLS context of every listener (worker and proxy): one, which reloads per handshake."""
+        return self.options.tls.context if self.options.tls is not None else None
 
     @property
     def ready(self) -> bool:
@@ -375,6 +403,10 @@ class BridgeServer:
             self.metrics.connections.inc()
         peer = writer.get_extra_info("peername")
         conn = Connection(reader, writer, f"/{peer[0]}" if peer else "")
+        if self.options.tls is not None:
+            principal = certificate_principal(writer.get_extra_info("peercert"))
+            if principal is not None:  # verified by the handshake (client_auth requested/required)
+                conn.principal = principal
         conn.node_id = self._bootstrap_node if node_id is None else node_id
         self.open_connections.add(conn)
         sender = asyncio.get_running_loop().create_task(self._send_loop(conn))
@@ -435,7 +467,13 @@ class BridgeServer:
             if payload is None or self._over_bound(conn, payload, size):
                 return True
             started = time.perf_counter()
-            if self.loaded and len(payload) >= 8:
+            if self.sasl is not None:  # before anything answers: SASL first, then the session's expiry
+                admitted = await self.sasl.admit(conn, payload)
+                if admitted is Admission.CLOSE:
+                    return True
+                if admitted is Admission.DONE:
+                    continue
+            if self.loaded and len(payload) >= 8 and self._fast_path_for(conn):
                 try:
                     frame = self.steady.answer(payload)
                 except Exception:  # anything odd takes the full path, which reports it properly
@@ -447,6 +485,12 @@ class BridgeServer:
                     continue
             if not await self._serve(conn, payload, started):
                 return True
+
+    def _fast_path_for(self, conn: Connection) -> bool:
+        """The steady-heartbeat cache keys on request bytes alone: it serves anonymous clients of a
+        bridge without authorization. Anything else takes the full path, where the group is
+        authorized and the request carries the connection's principal (member ownership)."""
+        return self.options.authorizer is None and conn.principal == ANONYMOUS
 
     def _over_bound(self, conn: Connection, payload: bytes, size: int) -> bool:
         """A frame larger than any request of its API may be: closed on, undecoded. Decoding costs a
@@ -498,7 +542,7 @@ class BridgeServer:
 
     def _answer_here(self, request: DecodedRequest, conn: Connection) -> Any:
         assert self.apis is not None
-        return self.apis.handle(request, Client(request.client_id or "", conn.host))
+        return self.apis.handle(request, Client(request.client_id or "", conn.host, conn.principal))
 
     def _unsupported_version(self, correlation_id: int) -> bytes:
         """ApiVersions v0 with UNSUPPORTED_VERSION, which any client can read (KIP-511)."""

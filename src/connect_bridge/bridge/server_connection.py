@@ -58,6 +58,8 @@ class Connection:
     Kafka's anonymous principal. Authorization and member ownership read it (docs/security.md)."""
     authenticated: bool = False
     """True once the connection's SASL exchange completed (always False without SASL)."""
+    sasl: Any = None
+    """The connection's SASL progress (``server_sasl``: mechanism, session expiry); None without SASL."""
 
 
 class RateLimited:

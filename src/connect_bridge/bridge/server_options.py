@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from connect_bridge.bridge.authorization import GroupAuthorizer
+from connect_bridge.bridge.sasl_settings import SaslSettings
+from connect_bridge.bridge.tls import ReloadingServerContext
+from connect_bridge.bridge.upstream_security import UpstreamSecurity
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.limits import RequestLimits
 
@@ -40,3 +44,11 @@ class ServerOptions:
     heartbeat_cache_bytes: int = 16 * 1024 * 1024
     upstream_start_timeout_ms: int = 60_000
     """How long ``start`` retries an unreachable upstream cluster before giving up."""
+    tls: ReloadingServerContext | None = None
+    """TLS of the worker listener and the proxy listeners (one context, reloaded per handshake)."""
+    upstream_security: UpstreamSecurity = field(default_factory=UpstreamSecurity)
+    """TLS (and SASL) of the bridge's own connections to the upstream brokers."""
+    authorizer: GroupAuthorizer | None = None
+    """Group ACLs (``authorization.enabled``); None: every principal may use every group."""
+    sasl: SaslSettings | None = None
+    """How clients authenticate (``sasl:``): passthrough, terminated; None or mode none: no SASL."""

@@ -80,7 +80,7 @@ class Relay:
             if broker is None:
                 log.warning("no upstream broker %s for %s", conn.node_id, conn.host)
                 return None
-            link = conn.links[conn.node_id] = UpstreamLink(broker)
+            link = conn.links[conn.node_id] = UpstreamLink(broker, self.cluster.ssl)
         return link
 
     async def forward(self, conn: Connection, payload: bytes, api_key: int) -> Any:
@@ -109,7 +109,7 @@ class Relay:
     async def _forward_split(self, conn: Connection, split: SplitRequest) -> Any:
         """Answer a request partly here and partly upstream, merged (``UpstreamCluster.split``)."""
         request = decode_request(split.local, framed=False)
-        local = self.handle(request, Client(request.client_id or "", conn.host))
+        local = self.handle(request, Client(request.client_id or "", conn.host, conn.principal))
         link = self.link(conn)
         if link is None:
             return UNREACHABLE

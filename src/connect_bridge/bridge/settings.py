@@ -28,6 +28,9 @@ from pydantic import (
     model_validator,
 )
 
+from connect_bridge.bridge.authorization import AuthorizationSettings
+from connect_bridge.bridge.sasl_settings import SaslSettings, UpstreamSasl, check_sasl_combination
+from connect_bridge.bridge.tls import ListenerTls, UpstreamTls
 from connect_bridge.state.config import CoordinatorConfig, MigrationPolicy
 from connect_bridge.state.limits import INT16_STRING_BYTES, RequestLimits
 
@@ -208,6 +211,33 @@ class BridgeSettings(_Strict):
     """Regexes of the group ids the bridge coordinates (default: every group embedded; in front of
     an upstream cluster exactly ``config_view.group`` if set, else ``connect.*``; other groups go to
     the real coordinator)."""
+    tls: ListenerTls | None = None
+    """TLS on the worker listener and on every proxy listener (docs/security.md); None: plaintext."""
+    metrics_tls: ListenerTls | None = None
+    """TLS (HTTPS) on the metrics listener; None: plain HTTP."""
+    upstream_tls: UpstreamTls | None = None
+    """TLS on every connection the bridge opens to the upstream brokers (relay links, discovery,
+    state and config topics); None: plaintext."""
+    sasl: SaslSettings = SaslSettings()
+    """How clients of the bridge authenticate: passthrough, terminated or none (docs/security.md)."""
+    upstream_sasl: UpstreamSasl | None = None
+    """The bridge's own SASL identity on the upstream cluster (discovery, state and config topics)."""
+    authorization: AuthorizationSettings = AuthorizationSettings()
+    """Group ACLs for the groups the bridge coordinates (docs/security.md "Authorization wired")."""
+
+    @model_validator(mode="after")
+    def _acls_from_upstream_need_upstream(self) -> BridgeSettings:
+        if self.authorization.enabled and self.authorization.from_upstream and not self.upstream:
+            raise ValueError(
+                "authorization.from_upstream needs upstream (the ACLs are read from the upstream "
+                "cluster); without one use authorization.acl_file"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _sasl_fits_upstream(self) -> BridgeSettings:
+        check_sasl_combination(self.sasl, self.upstream_sasl, self.upstream)
+        return self
 
     @field_validator("metrics_listen", mode="before")
     @classmethod
@@ -247,6 +277,10 @@ class BridgeSettings(_Strict):
                 raise ValueError(
                     "state_topic needs upstream (the topic lives on the upstream cluster); "
                     "set upstream, or drop state_topic to keep the state in state_dir"
+                )
+            if self.upstream_tls is not None:
+                raise ValueError(
+                    "upstream_tls needs upstream (it secures the connections to the upstream cluster)"
                 )
         return self
 

@@ -20,6 +20,8 @@ Interface (the server and settings wire these; nothing here opens a socket):
   pair) keeps the previous context, logs one warning and records ``.last_error``; it is retried on
   the next change of any file. ``.check() -> bool`` does the same on demand (e.g. from a timer, to
   log a broken rotation before any client connects).
+- ``certificate_principal(ssl_object.getpeercert())``: the principal Kafka gives a verified client
+  certificate (``User:`` + the subject DN in RFC 2253 form), for ``Connection.principal``.
 
 Semantics chosen (mirroring Kafka's ``ssl.*`` listener settings): ``client_auth`` is Kafka's
 ``ssl.client.auth`` (``none``/``requested``/``required``); ``min_version`` defaults to TLSv1.2 as
@@ -43,6 +45,7 @@ __all__ = [
     "ReloadingServerContext",
     "TlsError",
     "UpstreamTls",
+    "certificate_principal",
     "client_context",
     "server_context",
 ]
@@ -262,3 +265,59 @@ class ReloadingServerContext:
             log.exception(
                 "TLS %s: certificate reload check failed; this connection keeps the old one", self._name
             )
+
+
+# ------------------------------------------------------------------ the client certificate's principal
+
+_RFC2253_KEYWORDS = {
+    "commonName": "CN",
+    "countryName": "C",
+    "localityName": "L",
+    "stateOrProvinceName": "ST",
+    "organizationName": "O",
+    "organizationalUnitName": "OU",
+    "streetAddress": "STREET",
+    "domainComponent": "DC",
+    "userId": "UID",
+}
+"""The keywords Java's ``X500Principal.getName()`` (RFC 2253) prints by name."""
+_HEX_ATTRIBUTES = {"emailAddress": ("1.2.840.113549.1.9.1", 0x16)}
+"""Attributes Java prints as ``OID=#<hex DER>``, with their OID and DER string tag (IA5String)."""
+_SPECIAL = frozenset(',+"\\<>;')
+
+
+def _escape(value: str) -> str:
+    """RFC 2253 section 2.4 escaping, as Java's ``X500Principal`` does it."""
+    out = "".join(f"\\{c}" if c in _SPECIAL else c for c in value)
+    if out.startswith(("#", " ")):
+        out = "\\" + out
+    if out.endswith(" ") and not out.endswith("\\ "):
+        out = out[:-1] + "\\ "
+    return out
+
+
+def _attribute(name: str, value: str) -> str:
+    if name in _RFC2253_KEYWORDS:
+        return f"{_RFC2253_KEYWORDS[name]}={_escape(value)}"
+    if name in _HEX_ATTRIBUTES:
+        oid, tag = _HEX_ATTRIBUTES[name]
+        raw = value.encode("utf-8")
+        return f"{oid}=#{tag:02x}{len(raw):02x}{raw.hex()}" if len(raw) < 128 else f"{oid}={_escape(value)}"
+    return f"{name}={_escape(value)}"  # other attributes: best effort (docs/security.md)
+
+
+def certificate_principal(peercert: dict[str, object] | None) -> str | None:
+    """Kafka's default SSL principal of a verified client certificate: ``User:`` + the subject DN in
+    RFC 2253 form (``User:CN=client,O=Acme\\, Inc,C=US``: last RDN first, no spaces, specials
+    escaped), as ``DefaultKafkaPrincipalBuilder`` builds it from ``X500Principal.getName()``.
+
+    ``peercert`` is ``SSLObject.getpeercert()``, which holds a certificate only when the handshake
+    verified one (``client_auth`` requested or required); None or an empty dict gives None, and the
+    connection stays anonymous."""
+    if not peercert:
+        return None
+    subject = peercert.get("subject")
+    if not isinstance(subject, tuple) or not subject:
+        return None
+    rdns = ["+".join(_attribute(str(name), str(value)) for name, value in rdn) for rdn in reversed(subject)]
+    return "User:" + ",".join(rdns)

@@ -27,8 +27,11 @@ class ErrorCode(IntEnum):
     INVALID_SESSION_TIMEOUT = 26
     REBALANCE_IN_PROGRESS = 27
     GROUP_AUTHORIZATION_FAILED = 30
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
     UNSUPPORTED_VERSION = 35
     INVALID_REQUEST = 42
+    SASL_AUTHENTICATION_FAILED = 58
     GROUP_ID_NOT_FOUND = 69
     MEMBER_ID_REQUIRED = 79
     GROUP_MAX_SIZE_REACHED = 81
@@ -68,7 +71,10 @@ DEFAULT_MESSAGES: dict[ErrorCode, str] = {
     ),
     ErrorCode.REBALANCE_IN_PROGRESS: "The group is rebalancing, so a rejoin is needed.",
     ErrorCode.GROUP_AUTHORIZATION_FAILED: "Group authorization failed.",
+    ErrorCode.UNSUPPORTED_SASL_MECHANISM: "The broker does not support the requested SASL mechanism.",
+    ErrorCode.ILLEGAL_SASL_STATE: "Request is not valid given the current SASL state.",
     ErrorCode.UNSUPPORTED_VERSION: "The version of API is not supported.",
+    ErrorCode.SASL_AUTHENTICATION_FAILED: "SASL Authentication failed.",
     ErrorCode.INVALID_REQUEST: (
         "This most likely occurs because of a request being malformed by the client library "
         "or the message was sent to an incompatible broker."

@@ -43,6 +43,12 @@ from kafka.protocol.metadata import (
     MetadataRequest,
     MetadataResponse,
 )
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 
 from connect_bridge.codecs import specs
 from connect_bridge.codecs.errors import CodecError
@@ -140,7 +146,9 @@ class ApiKey(IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
+    SASL_AUTHENTICATE = 36
     DESCRIBE_CLUSTER = 60
     CONNECT_GROUP_HEARTBEAT = 1000
     CONNECT_GROUP_PREPARE_ASSIGNMENT = 1001
@@ -188,6 +196,9 @@ _TABLE: tuple[tuple[ApiKey, type[ApiMessage], type[ApiMessage], int, int], ...] 
     (ApiKey.DESCRIBE_GROUPS, DescribeGroupsRequest, DescribeGroupsResponse, 0, 6),
     (ApiKey.LIST_GROUPS, ListGroupsRequest, ListGroupsResponse, 0, 5),
     (ApiKey.API_VERSIONS, ApiVersionsRequest, ApiVersionsResponse, 0, 4),
+    # SASL: v0 of SaslHandshake (tokens unframed on the socket) is gone since Kafka 4.0 (KIP-896).
+    (ApiKey.SASL_HANDSHAKE, SaslHandshakeRequest, SaslHandshakeResponse, 1, 1),
+    (ApiKey.SASL_AUTHENTICATE, SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2),
     (ApiKey.CONNECT_GROUP_HEARTBEAT, ConnectGroupHeartbeatRequest, ConnectGroupHeartbeatResponse, 0, 0),
     (
         ApiKey.CONNECT_GROUP_PREPARE_ASSIGNMENT,

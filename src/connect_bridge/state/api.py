@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from connect_bridge.state.model import AssignedMetadata, ClientAssignor, HeldWork, Items
+from connect_bridge.state.model import ANONYMOUS, AssignedMetadata, ClientAssignor, HeldWork, Items
 
 LEAVE_EPOCH = -1
 TEMPORARY_LEAVE_EPOCH = -2
@@ -29,6 +29,8 @@ class HeartbeatRequest:
     config_offset: int | None = None
     client_id: str = ""
     client_host: str = ""
+    principal: str = ANONYMOUS
+    """Who sent the request (the connection's authenticated principal): see ``state.ownership``."""
 
     @property
     def reports_nothing(self) -> bool:
@@ -80,6 +82,7 @@ class PrepareAssignmentRequest:
     group_id: str
     member_id: str
     member_epoch: int
+    principal: str = ANONYMOUS
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +117,7 @@ class InstallAssignmentRequest:
     members: dict[str, Items] = field(default_factory=dict)
     metadata: dict[str, AssignedMetadata] = field(default_factory=dict)
     """Per member: the assignor's metadata for it; members without an entry get none."""
+    principal: str = ANONYMOUS
 
 
 @dataclass(slots=True)

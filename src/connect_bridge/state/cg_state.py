@@ -117,6 +117,16 @@ class ConnectGroupState:
                 return m
         return None
 
+    def principal_of(self, member_id: str) -> str | None:
+        """The principal owning ``member_id``, or None if it is not a member."""
+        member = self.members.get(member_id)
+        return member.metadata.principal if member is not None else None
+
+    def instance_principal(self, instance_id: str) -> str | None:
+        """The principal owning the static member ``instance_id``, or None if none has it."""
+        member = self.member_by_instance(instance_id)
+        return member.metadata.principal if member is not None else None
+
     def held_items(self) -> Items:
         held = self.metadata.held
         if not held:

@@ -66,7 +66,8 @@ def check_heartbeat(req: HeartbeatRequest, at_epoch_0: bool = False) -> None:
 def metadata_from(req: HeartbeatRequest, base: MemberMetadata, session_timeout_ms: int) -> MemberMetadata:
     """``base`` updated with what the heartbeat carries (``None``: unchanged); the session timeout
     is the coordinator's."""
-    changes: dict[str, object] = {"session_timeout_ms": session_timeout_ms}
+    # The principal only ever equals the member's own here (``state.ownership`` refuses the rest).
+    changes: dict[str, object] = {"session_timeout_ms": session_timeout_ms, "principal": req.principal}
     if req.instance_id is not None:
         changes["instance_id"] = req.instance_id
     if req.rebalance_timeout_ms > 0:

@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from connect_bridge.state.model import ANONYMOUS
+
 UNKNOWN_MEMBER_ID = ""
 NO_GENERATION = -1
 PROTOCOL_TYPE_CONNECT = "connect"
@@ -50,6 +52,8 @@ class JoinGroupRequest:
     api_version: int = 9
     token: object = None
     """Opaque to the coordinator: identifies the request when its response is released later."""
+    principal: str = ANONYMOUS
+    """Who sent the request; a new member is owned by it (``state.ownership``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +89,7 @@ class SyncGroupRequest:
     """(member id, assignment bytes); only the leader sends them."""
     api_version: int = 5
     token: object = None
+    principal: str = ANONYMOUS
 
 
 @dataclass(slots=True)
@@ -102,6 +107,7 @@ class HeartbeatRequest:
     member_id: str
     generation_id: int
     group_instance_id: str | None = None
+    principal: str = ANONYMOUS
 
 
 @dataclass(slots=True)
@@ -121,6 +127,7 @@ class LeaveGroupRequest:
     group_id: str
     members: tuple[LeavingMember, ...]
     """LeaveGroup v0-v2 carry one member id; v3+ a batch (the bridge maps both onto this)."""
+    principal: str = ANONYMOUS
 
 
 @dataclass(slots=True)

@@ -94,7 +94,7 @@ def _join_new_member(
         return _add_member(group, req, parked, new_id, now_ms)
     if req.api_version >= MEMBER_ID_REQUIRED_MIN_VERSION:
         # The member must come back with this id; until then it holds up the join barrier.
-        group.pending_members[new_id] = None
+        group.pending_members[new_id] = req.principal
         group.schedule(group.session_key(new_id), now_ms + req.session_timeout_ms)
         return JoinGroupResponse(error_code=int(ErrorCode.MEMBER_ID_REQUIRED), member_id=new_id)
     return _add_member(group, req, parked, new_id, now_ms)
@@ -144,6 +144,7 @@ def _add_member(
         req.protocol_type,
         tuple(req.protocols),
         is_new=True,
+        principal=req.principal,
     )
     if group.state is _S.PREPARING_REBALANCE and group.previous_state is _S.EMPTY:
         group.new_member_added = True  # extends the initial rebalance delay

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from connect_bridge.state.classic_records import ClassicMemberSnapshot, Protocols
+from connect_bridge.state.model import ANONYMOUS
 from connect_bridge.state.timers import TimerKey
 
 
@@ -42,6 +43,8 @@ class ClassicMember:
     is_new: bool = False
     """Added by the current rebalance and not yet answered: its session runs on the new-member
     join timeout and parking does not keep it alive (Kafka's ``isNew``)."""
+    principal: str = ANONYMOUS
+    """Who created the member: only that principal may act on it (``state.ownership``)."""
     parked_join: ParkedRequest | None = None
     parked_sync: ParkedRequest | None = None
     session_key: TimerKey | None = field(default=None, compare=False, repr=False)
@@ -89,6 +92,7 @@ class ClassicMember:
             self.session_timeout_ms,
             self.protocols,
             self.assignment,
+            self.principal,
         )
 
     @classmethod
@@ -103,6 +107,7 @@ class ClassicMember:
             protocol_type,
             s.protocols,
             s.assignment,
+            principal=s.principal,
         )
 
     def renamed(self, member_id: str) -> ClassicMember:

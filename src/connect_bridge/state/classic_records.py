@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from connect_bridge.state.model import ANONYMOUS
 from connect_bridge.state.records import Record, RecordType
 
 Protocols = tuple[tuple[str, bytes], ...]
@@ -30,6 +31,8 @@ class ClassicMemberSnapshot:
     protocols: Protocols
     """Every protocol the member advertised, in its order (Kafka keeps only the elected one)."""
     assignment: bytes
+    principal: str = ANONYMOUS
+    """Who created the member (``state.ownership``); a tagged field of the record."""
 
 
 @dataclass(frozen=True, slots=True)

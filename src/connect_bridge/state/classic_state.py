@@ -127,8 +127,9 @@ class ClassicGroupBase:
         self.state_timestamp = -1
         # soft state
         self.previous_state = ClassicGroupState.DEAD
-        self.pending_members: dict[str, None] = {}
-        """Member ids handed out with MEMBER_ID_REQUIRED, not yet joined (an ordered set)."""
+        self.pending_members: dict[str, str] = {}
+        """Member ids handed out with MEMBER_ID_REQUIRED, not yet joined (an ordered set), each with
+        the principal it was handed to: only that principal may join with it (``state.ownership``)."""
         self.pending_sync: dict[str, None] = {}
         """Members of the current generation that have not sent SyncGroup yet (an ordered set)."""
         self.new_member_added = False
@@ -158,6 +159,17 @@ class ClassicGroupBase:
 
     def static_member_id(self, group_instance_id: str) -> str | None:
         return self.static.get(group_instance_id)
+
+    def principal_of(self, member_id: str) -> str | None:
+        """The principal owning ``member_id`` (a member or a pending id), or None if unknown."""
+        member = self.members.get(member_id)
+        return member.principal if member is not None else self.pending_members.get(member_id)
+
+    def instance_principal(self, instance_id: str) -> str | None:
+        """The principal owning the static member ``instance_id``, or None if none has it."""
+        member_id = self.static.get(instance_id)
+        member = self.members.get(member_id) if member_id is not None else None
+        return member.principal if member is not None else None
 
     def parked_tokens(self) -> list[object]:
         """Tokens of every parked JoinGroup and SyncGroup, joins first, in member order."""

@@ -119,6 +119,7 @@ def _legacy_metadata(member: ClassicMember) -> MemberMetadata:
         client_host=member.client_host,
         protocol=MODE_OF_PROTOCOL[name],
         classic_protocols=protocols,
+        principal=member.principal,
     )
 
 
@@ -230,6 +231,7 @@ def downgrade(group: ConnectGroup, classic: ClassicGroup, now_ms: int) -> None:
                 session_timeout_ms=m.metadata.session_timeout_ms,
                 protocols=tuple(m.metadata.classic_protocols or ()),
                 assignment=encode_assignment(payload, version),
+                principal=m.metadata.principal,
             )
         )
     snapshot = ClassicGroupSnapshot(

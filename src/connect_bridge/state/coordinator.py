@@ -9,6 +9,7 @@ from ``drain_responses()``.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from connect_bridge.codecs.error_codes import ErrorCode
@@ -35,6 +36,7 @@ from connect_bridge.state.conversion import ConversionError, allocation, downgra
 from connect_bridge.state.errors import RequestError
 from connect_bridge.state.holds import zombie_grace_ms
 from connect_bridge.state.model import ConfigView, GroupType
+from connect_bridge.state.ownership import refusal, split_leaving
 from connect_bridge.state.records import Record, RecordType
 from connect_bridge.state.timers import Timers
 
@@ -146,6 +148,8 @@ class GroupCoordinator:
                 error_code=int(ErrorCode.INVALID_REQUEST), error_message="GroupId must be non-empty"
             )
         group = self.groups.get(req.group_id)
+        if group is not None and (refused := refusal(group, req.member_id, req.instance_id, req.principal)):
+            return _heartbeat_error(req, refused.code, refused.message)
         if group is None:
             # Invalid requests never create or reveal anything (seed 000 validates first).
             try:
@@ -190,6 +194,8 @@ class GroupCoordinator:
         if group is None:
             code = ErrorCode.INVALID_REQUEST if not req.group_id else ErrorCode.GROUP_ID_NOT_FOUND
             return response_type(error_code=int(code), error_message=f"group {req.group_id!r}")
+        if refused := refusal(group, req.member_id, None, req.principal):
+            return response_type(error_code=int(refused.code), error_message=refused.message)
         response = getattr(group, method)(req, now_ms)
         self._after(req.group_id, now_ms)
         return response
@@ -246,6 +252,12 @@ class GroupCoordinator:
         if not req.group_id:
             return capi.JoinGroupResponse(error_code=int(ErrorCode.INVALID_GROUP_ID), member_id=req.member_id)
         group = self.groups.get(req.group_id)
+        if group is not None and (
+            refused := refusal(group, req.member_id, req.group_instance_id, req.principal)
+        ):
+            return capi.JoinGroupResponse(
+                error_code=int(refused.code), member_id=req.member_id, error_message=refused.message
+            )
         policy = self.config.migration_policy
         if (
             isinstance(group, ConnectGroup)
@@ -294,6 +306,8 @@ class GroupCoordinator:
         group = self.groups.get(req.group_id)
         if group is None:
             return capi.SyncGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
+        if refused := refusal(group, req.member_id, req.group_instance_id, req.principal):
+            return capi.SyncGroupResponse(error_code=int(refused.code))
         response = (
             group.legacy.sync(req, now_ms) if isinstance(group, ConnectGroup) else group.sync(req, now_ms)
         )
@@ -304,6 +318,8 @@ class GroupCoordinator:
         group = self.groups.get(req.group_id)
         if group is None:
             return capi.HeartbeatResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
+        if refused := refusal(group, req.member_id, req.group_instance_id, req.principal):
+            return capi.HeartbeatResponse(error_code=int(refused.code))
         if isinstance(group, ConnectGroup):
             response = group.legacy.heartbeat(req, now_ms)
         else:
@@ -319,6 +335,10 @@ class GroupCoordinator:
                     (m.member_id, m.group_instance_id, int(ErrorCode.UNKNOWN_MEMBER_ID)) for m in req.members
                 ]
             )
+        named = ((m.member_id, m.group_instance_id) for m in req.members)
+        refused = split_leaving(group, named, req.principal)
+        if refused:
+            return self._leave_own_members(group, req, refused, now_ms)
         if isinstance(group, ClassicGroup):
             held = self._leader_leaving(group, req, now_ms)
             if held is not None:
@@ -328,6 +348,22 @@ class GroupCoordinator:
         )
         self._after(req.group_id, now_ms)
         return response
+
+    def _leave_own_members(
+        self, group: Group, req: capi.LeaveGroupRequest, refused: dict[int, Any], now_ms: int
+    ) -> capi.LeaveGroupResponse:
+        """A LeaveGroup batch naming members of other principals: those are answered as unknown
+        members (``state.ownership``), the rest leave as usual; results keep the request's order."""
+        own = tuple(m for i, m in enumerate(req.members) if i not in refused)
+        answered = self.classic_leave(replace(req, members=own), now_ms) if own else None
+        if answered is not None and answered.error_code:
+            return answered  # the group's own error (a dead group) answers the whole batch
+        done = iter(answered.members if answered is not None else ())
+        results = [
+            (m.member_id, m.group_instance_id, int(refused[i].code)) if i in refused else next(done)
+            for i, m in enumerate(req.members)
+        ]
+        return capi.LeaveGroupResponse(members=results)
 
     def _leader_leaving(
         self, classic: ClassicGroup, req: capi.LeaveGroupRequest, now_ms: int

@@ -180,6 +180,7 @@ class LegacyMembers:
             client_host=req.client_host,
             protocol=MODE_OF_PROTOCOL[name],
             classic_protocols=tuple(req.protocols),
+            principal=req.principal,
         )
 
     def _join(self, group: LegacyHost, req: api.JoinGroupRequest, now_ms: int) -> api.JoinGroupResponse:

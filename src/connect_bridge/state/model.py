@@ -15,6 +15,10 @@ from connect_bridge.codecs.ids import ConnectorTaskId, configured_items
 Items = frozenset[ConnectorTaskId]
 EMPTY: Items = frozenset()
 
+ANONYMOUS = "User:ANONYMOUS"
+"""Kafka's principal for a client that did not authenticate (``KafkaPrincipal.ANONYMOUS``): every
+request carries a principal, and a deployment without authentication is all ``ANONYMOUS``."""
+
 NEW_PROTOCOL = "new"
 """Protocol name of members speaking ConnectGroupHeartbeat (the legacy ones use Connect's names)."""
 
@@ -128,6 +132,9 @@ class MemberMetadata:
     protocol: str = NEW_PROTOCOL
     classic_protocols: tuple[tuple[str, bytes], ...] | None = None
     """A legacy member's JoinGroup protocols (name, subscription) in its order; None for new members."""
+    principal: str = ANONYMOUS
+    """Who created the member (``state.ownership``): only that principal may act on it. Persisted
+    with the member, so a restart or a replay keeps the ownership."""
 
     @property
     def is_legacy(self) -> bool:

@@ -1,0 +1,351 @@
+"""SASL on the bridge's listeners: who may send what before authenticating, and who the client is.
+
+``sasl.mode`` (``sasl_settings.SaslSettings``) chooses how a client authenticates:
+
+- **passthrough** (proxy mode): SaslHandshake and SaslAuthenticate are relayed on the client's own
+  upstream link, so the client authenticates against the real cluster and the broker's verdict
+  (error codes and messages included) is what the client sees. The bridge reads the principal from
+  the mechanism's messages (``sasl_peek.PassThroughSasl``) and believes it only once the broker
+  completed the exchange with error 0; a mechanism whose principal it cannot read closes the
+  connection (fail closed: the bridge would otherwise answer group APIs for an unknown principal).
+- **terminated** (no upstream): the bridge is the SASL server (``scram.sasl_server``) over the
+  credentials file (``credentials.load_credentials``), answering as Kafka's ``SaslServerAuthenticator``.
+
+Either way, as Kafka's broker:
+
+- before the exchange succeeded only ApiVersions, SaslHandshake and SaslAuthenticate are served
+  (``api_table.BEFORE_AUTH``); anything else closes the connection unanswered. A SaslAuthenticate
+  without an accepted SaslHandshake is answered ILLEGAL_SASL_STATE and the connection closed;
+- a failed authentication is answered (SASL_AUTHENTICATION_FAILED with Kafka's message, or the
+  broker's own answer when passed through) and the connection closed;
+- KIP-368: the session lasts ``session_lifetime_ms`` (terminated: the ``sasl.session_lifetime_ms``
+  setting, Kafka's ``connections.max.reauth.ms``; passed through: what the broker announced). A client
+  re-authenticates with a new SaslHandshake + SaslAuthenticate on the same connection (the old session
+  stays valid meanwhile, a change of principal is refused); a request other than SaslHandshake after
+  the session expired closes the connection, as Kafka's broker does.
+
+The connection's ``principal`` and ``authenticated`` are set here (``server_connection.Connection``),
+for authorization and member ownership. Nothing logged or kept holds a password, proof or token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
+
+from connect_bridge.bridge.api_table import BEFORE_AUTH
+from connect_bridge.bridge.credentials import CredentialsError, CredentialStore, load_credentials
+from connect_bridge.bridge.sasl_peek import PassThroughSasl
+from connect_bridge.bridge.sasl_settings import SaslSettings
+from connect_bridge.bridge.scram import (
+    SaslAuthenticationFailed,
+    SaslServer,
+    UnsupportedMechanism,
+    sasl_server,
+)
+from connect_bridge.bridge.server_connection import ANONYMOUS, Answering, Connection, RateLimited
+from connect_bridge.bridge.startup import StartupError
+from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.codecs.messages import ApiKey
+from connect_bridge.codecs.requests import RequestDecodeError, decode_request, decode_response
+
+__all__ = ["Admission", "SaslGate"]
+
+log = logging.getLogger("connect_bridge.sasl")
+_PEEK = struct.Struct(">hhi")
+_SIZE = struct.Struct(">i")
+_HANDSHAKE = int(ApiKey.SASL_HANDSHAKE)
+_AUTHENTICATE = int(ApiKey.SASL_AUTHENTICATE)
+MAX_UNAUTHENTICATED_FRAME = 512 * 1024
+"""Largest request before authentication: Kafka's ``sasl.server.max.receive.size`` default."""
+
+
+class Admission(enum.Enum):
+    """What the server does with a request after the gate saw it."""
+
+    SERVE = "serve"
+    """Authenticated (or ApiVersions): serve it as usual."""
+    DONE = "done"
+    """A SASL request the gate answered or relayed itself."""
+    CLOSE = "close"
+    """Close the connection (after what is already queued for it)."""
+
+
+@dataclass(slots=True, eq=False)
+class _State:
+    """One connection's SASL progress."""
+
+    mechanism: str | None = None
+    """The mechanism of the exchange in progress (an accepted SaslHandshake), else None."""
+    server: SaslServer | None = None
+    """Terminated: the exchange's server."""
+    peek: PassThroughSasl | None = None
+    """Pass-through: the tracker reading the relayed exchange."""
+    expires_at_ms: int | None = None
+    """KIP-368: when the current session ends (None: never, or not authenticated)."""
+    refused: bool = False
+    """An exchange failed: nothing more is served on this connection."""
+
+
+Respond = Callable[[Connection, Answering | None, Any], Awaitable[None]]
+"""Queues an answer in request order (``BridgeServer._respond`` without timing)."""
+Forward = Callable[[Connection, bytes, int], Awaitable[Any]]
+"""Relays a request on the client's upstream link (``Relay.forward``): a future of the framed answer."""
+
+
+class SaslGate:
+    """The listener side of SASL for every connection of one server (see the module docstring)."""
+
+    def __init__(
+        self,
+        settings: SaslSettings,
+        clock: Callable[[], int],
+        respond: Respond,
+        forward: Forward | None = None,
+        credentials: CredentialStore | None = None,
+    ) -> None:
+        self.settings = settings
+        self.clock = clock
+        self.respond = respond
+        self.forward = forward
+        """Pass-through: how requests reach the client's upstream link."""
+        self.credentials = credentials
+        if settings.mode == "terminated" and credentials is None:
+            assert settings.credentials_file is not None  # SaslSettings checks it
+            try:
+                self.credentials = load_credentials(settings.credentials_file)
+            except CredentialsError as exc:  # serve stops with this one line
+                raise StartupError(f"sasl.credentials_file: {exc}") from None
+        if settings.mode == "passthrough" and forward is None:
+            raise ValueError("sasl.mode passthrough needs the upstream relay")
+        self._refused = RateLimited()
+        self._failed = RateLimited()
+
+    @property
+    def passthrough(self) -> bool:
+        return self.settings.mode == "passthrough"
+
+    def _state(self, conn: Connection) -> _State:
+        state = conn.sasl
+        if state is None:
+            state = conn.sasl = _State()
+        return state
+
+    # ------------------------------------------------------------------ the gate
+    async def admit(self, conn: Connection, payload: bytes) -> Admission:
+        """Decide on one request (payload: the frame without its size prefix)."""
+        if len(payload) < 8:
+            return Admission.CLOSE
+        api_key, version, correlation = _PEEK.unpack_from(payload, 0)
+        state = self._state(conn)
+        if state.refused:
+            return Admission.CLOSE
+        if api_key == _HANDSHAKE or api_key == _AUTHENTICATE:
+            if not conn.authenticated and len(payload) > MAX_UNAUTHENTICATED_FRAME:
+                self._refused.log("closing %s: a %d-byte SASL request", conn.host, len(payload))
+                return Admission.CLOSE
+            try:
+                request = decode_request(payload, framed=False)
+            except RequestDecodeError as exc:
+                self._refused.log("closing %s: %s", conn.host, exc)
+                return Admission.CLOSE
+            answering = Answering(api_key, version, correlation)
+            if api_key == _HANDSHAKE:
+                return await self._handshake(conn, state, request.body, answering, payload)
+            return await self._authenticate(conn, state, request.body, answering, payload)
+        if not conn.authenticated:
+            if api_key in BEFORE_AUTH:
+                return Admission.SERVE
+            self._refused.log(
+                "closing %s: API key %d before SASL authentication (only ApiVersions and SASL first)",
+                conn.host,
+                api_key,
+            )
+            return Admission.CLOSE
+        if state.expires_at_ms is not None and self.clock() >= state.expires_at_ms:
+            log.info(
+                "closing %s: the SASL session of %s expired without re-authentication",
+                conn.host,
+                conn.principal,
+            )
+            return Admission.CLOSE
+        return Admission.SERVE
+
+    # ------------------------------------------------------------------ SaslHandshake
+    async def _handshake(
+        self, conn: Connection, state: _State, body: Any, answering: Answering, payload: bytes
+    ) -> Admission:
+        if state.mechanism is not None:  # a second SaslHandshake inside one exchange
+            await self.respond(
+                conn,
+                answering,
+                SaslHandshakeResponse(error_code=int(ErrorCode.ILLEGAL_SASL_STATE), mechanisms=[]),
+            )
+            return Admission.CLOSE
+        mechanism = str(body.mechanism)
+        if self.passthrough:
+            upstream = await self._forward(conn, payload, answering)
+            if upstream is None:
+                return Admission.CLOSE
+
+            async def inspect() -> bytes:
+                frame = await upstream
+                reply = self._decode(answering, frame)
+                if reply.error_code == ErrorCode.NONE:
+                    state.mechanism = mechanism
+                    if state.peek is None:
+                        state.peek = PassThroughSasl(self.settings.oauth_claim)
+                    state.peek.handshake(mechanism)
+                elif not conn.authenticated:
+                    state.refused = True  # the broker closes its side: so does the bridge
+                return bytes(frame)
+
+            await self.respond(conn, None, asyncio.get_running_loop().create_task(inspect()))
+            return Admission.DONE
+        offered = list(self.settings.mechanisms)
+        if mechanism not in offered:
+            await self.respond(
+                conn,
+                answering,
+                SaslHandshakeResponse(
+                    error_code=int(ErrorCode.UNSUPPORTED_SASL_MECHANISM), mechanisms=offered
+                ),
+            )
+            return Admission.CLOSE
+        assert self.credentials is not None
+        try:
+            state.server = sasl_server(mechanism, self.credentials.lookup)
+        except UnsupportedMechanism:  # a mechanism listed in settings is always one scram.py has
+            await self.respond(
+                conn,
+                answering,
+                SaslHandshakeResponse(
+                    error_code=int(ErrorCode.UNSUPPORTED_SASL_MECHANISM), mechanisms=offered
+                ),
+            )
+            return Admission.CLOSE
+        state.mechanism = mechanism
+        await self.respond(conn, answering, SaslHandshakeResponse(error_code=0, mechanisms=offered))
+        return Admission.DONE
+
+    # ------------------------------------------------------------------ SaslAuthenticate
+    async def _authenticate(
+        self, conn: Connection, state: _State, body: Any, answering: Answering, payload: bytes
+    ) -> Admission:
+        if state.mechanism is None:
+            await self.respond(
+                conn,
+                answering,
+                _auth_error(
+                    ErrorCode.ILLEGAL_SASL_STATE, "SaslAuthenticate before a successful SaslHandshake"
+                ),
+            )
+            return Admission.CLOSE
+        if self.passthrough:
+            return await self._relay_authenticate(conn, state, body, answering, payload)
+        server = state.server
+        assert server is not None
+        try:
+            reply = server.evaluate(bytes(body.auth_bytes or b""))
+        except SaslAuthenticationFailed as failure:
+            self._failed.log("SASL %s authentication from %s failed", state.mechanism, conn.host)
+            state.refused = True
+            await self.respond(conn, answering, _auth_error(failure.error_code, failure.error_message))
+            return Admission.CLOSE
+        lifetime = 0
+        if server.complete:
+            principal = server.principal or ANONYMOUS
+            if conn.authenticated and principal != conn.principal:
+                state.refused = True
+                await self.respond(
+                    conn,
+                    answering,
+                    _auth_error(
+                        ErrorCode.SASL_AUTHENTICATION_FAILED,
+                        "Cannot change principals during re-authentication",
+                    ),
+                )
+                return Admission.CLOSE
+            lifetime = self.settings.session_lifetime_ms
+            self._authenticated(conn, state, principal, lifetime)
+        response = SaslAuthenticateResponse(
+            error_code=0, error_message=None, auth_bytes=reply, session_lifetime_ms=lifetime
+        )
+        await self.respond(conn, answering, response)
+        return Admission.DONE
+
+    async def _relay_authenticate(
+        self, conn: Connection, state: _State, body: Any, answering: Answering, payload: bytes
+    ) -> Admission:
+        peek = state.peek
+        assert peek is not None
+        peek.client_bytes(bytes(body.auth_bytes or b""))
+        if peek.failure is not None:
+            # The broker may well accept it, but the bridge could not say who the client is.
+            log.warning("closing %s: cannot read the SASL principal: %s", conn.host, peek.failure)
+            return Admission.CLOSE
+        upstream = await self._forward(conn, payload, answering)
+        if upstream is None:
+            return Admission.CLOSE
+        mechanism = state.mechanism
+
+        async def inspect() -> bytes:
+            frame = await upstream
+            reply = self._decode(answering, frame)
+            lifetime = int(getattr(reply, "session_lifetime_ms", 0) or 0) if answering.api_version >= 1 else 0
+            answer = bytes(reply.auth_bytes or b"")
+            session = peek.server_reply(reply.error_code, answer, lifetime, self.clock())
+            if session is not None:
+                self._authenticated(conn, state, session.principal, session.lifetime.lifetime_ms)
+            elif reply.error_code != ErrorCode.NONE or peek.failure is not None:
+                self._failed.log(
+                    "SASL %s authentication from %s failed: %s", mechanism, conn.host, peek.failure
+                )
+                state.refused = True  # the broker closes its side after a failure: the bridge too
+                state.mechanism = None
+                conn.authenticated, conn.principal = False, ANONYMOUS
+            return bytes(frame)
+
+        await self.respond(conn, None, asyncio.get_running_loop().create_task(inspect()))
+        return Admission.DONE
+
+    # ------------------------------------------------------------------ helpers
+    def _authenticated(self, conn: Connection, state: _State, principal: str, lifetime_ms: int) -> None:
+        again = conn.authenticated
+        conn.principal, conn.authenticated = principal, True
+        state.mechanism, state.server = None, None
+        state.expires_at_ms = self.clock() + lifetime_ms if lifetime_ms > 0 else None
+        log.info(
+            "%s %s as %s (%s)",
+            conn.host,
+            "re-authenticated" if again else "authenticated",
+            principal,
+            f"session {lifetime_ms} ms" if lifetime_ms > 0 else "no session expiry",
+        )
+
+    async def _forward(self, conn: Connection, payload: bytes, answering: Answering) -> Any:
+        assert self.forward is not None
+        try:
+            outcome = await self.forward(conn, payload, answering.api_key)
+        except OSError as exc:
+            log.warning("closing %s: upstream broker %s unreachable: %s", conn.host, conn.node_id, exc)
+            return None
+        return outcome if isinstance(outcome, asyncio.Future) else None
+
+    @staticmethod
+    def _decode(answering: Answering, frame: bytearray) -> Any:
+        return decode_response(answering.api_key, answering.api_version, memoryview(frame)[4:], framed=False)
+
+
+def _auth_error(code: int, message: str) -> Any:
+    """A SaslAuthenticate refusal: the error, Kafka's message, and no auth bytes (as Kafka sends)."""
+    return SaslAuthenticateResponse(
+        error_code=int(code), error_message=message, auth_bytes=b"", session_lifetime_ms=0
+    )
