@@ -210,26 +210,16 @@ class SaslGate:
             await self.respond(conn, None, asyncio.get_running_loop().create_task(inspect()))
             return Admission.DONE
         offered = list(self.settings.mechanisms)
-        if mechanism not in offered:
-            await self.respond(
-                conn,
-                answering,
-                SaslHandshakeResponse(
-                    error_code=int(ErrorCode.UNSUPPORTED_SASL_MECHANISM), mechanisms=offered
-                ),
-            )
-            return Admission.CLOSE
         assert self.credentials is not None
         try:
+            if mechanism not in offered:
+                raise UnsupportedMechanism(mechanism)
             state.server = sasl_server(mechanism, self.credentials.lookup)
-        except UnsupportedMechanism:  # a mechanism listed in settings is always one scram.py has
-            await self.respond(
-                conn,
-                answering,
-                SaslHandshakeResponse(
-                    error_code=int(ErrorCode.UNSUPPORTED_SASL_MECHANISM), mechanisms=offered
-                ),
+        except UnsupportedMechanism:  # not offered (a listed one is always one scram.py has)
+            refusal = SaslHandshakeResponse(
+                error_code=int(ErrorCode.UNSUPPORTED_SASL_MECHANISM), mechanisms=offered
             )
+            await self.respond(conn, answering, refusal)
             return Admission.CLOSE
         state.mechanism = mechanism
         await self.respond(conn, answering, SaslHandshakeResponse(error_code=0, mechanisms=offered))
