@@ -82,6 +82,7 @@ def test_record_types_and_ids() -> None:
         "CONNECT_GROUP_TARGET_ASSIGNMENT_MEMBER": 104,
         "CONNECT_GROUP_CURRENT_MEMBER_ASSIGNMENT": 105,
         "CLASSIC_GROUP_METADATA": 106,
+        "GROUP_OWNERSHIP": 107,
     }
     for spec in SPECS:
         # The key's only version is the type id; keys are never flexible (stable compaction keys).

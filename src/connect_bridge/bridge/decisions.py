@@ -60,6 +60,8 @@ def _fields(record: Record) -> tuple[str, dict[str, Any]] | None:
         }
     if record.type is RecordType.CONFIG:
         return "config_view", {**common, "offset": v.offset, "connectors": dict(v.connectors)}
+    if record.type is RecordType.GROUP_OWNERSHIP:  # docs/adoption.md
+        return "group_ownership", {**common, "state": v.state.value, "generation": v.generation}
     return None
 
 

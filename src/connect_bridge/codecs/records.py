@@ -38,6 +38,8 @@ __all__ = [
     "ConnectGroupTargetAssignmentMemberValue",
     "ConnectGroupTargetAssignmentMetadataKey",
     "ConnectGroupTargetAssignmentMetadataValue",
+    "GroupOwnershipKey",
+    "GroupOwnershipValue",
     "MemberState",
     "Record",
     "RecordSpec",
@@ -60,6 +62,7 @@ class RecordType(IntEnum):
     CONNECT_GROUP_TARGET_ASSIGNMENT_MEMBER = 104
     CONNECT_GROUP_CURRENT_MEMBER_ASSIGNMENT = 105
     CLASSIC_GROUP_METADATA = 106
+    GROUP_OWNERSHIP = 107
 
 
 class MemberState(IntEnum):
@@ -129,6 +132,14 @@ class ClassicGroupMetadataValue(ApiData, load_json=specs):
     """A whole classic group: generation, protocol, leader, members with protocols and assignments."""
 
 
+class GroupOwnershipKey(ApiData, load_json=specs):
+    """GroupId."""
+
+
+class GroupOwnershipValue(ApiData, load_json=specs):
+    """Which side coordinates an adopted group (relaying, adopted, releasing, released): docs/adoption.md."""
+
+
 # --- The table ------------------------------------------------------------------------------------
 
 
@@ -169,6 +180,7 @@ _TABLE: tuple[tuple[RecordType, type[ApiData], type[ApiData]], ...] = (
         ConnectGroupCurrentMemberAssignmentValue,
     ),
     (RecordType.CLASSIC_GROUP_METADATA, ClassicGroupMetadataKey, ClassicGroupMetadataValue),
+    (RecordType.GROUP_OWNERSHIP, GroupOwnershipKey, GroupOwnershipValue),
 )
 
 RECORD_SPECS: Mapping[int, RecordSpec] = MappingProxyType(

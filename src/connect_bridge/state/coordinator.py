@@ -14,6 +14,9 @@ from typing import Any
 
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state import classic_api as capi
+from connect_bridge.state.adoption import UpstreamGeneration
+from connect_bridge.state.adoption_build import AdoptionError, adoption_records
+from connect_bridge.state.adoption_records import OwnershipState, OwnershipTable
 from connect_bridge.state.api import (
     DescribedGroup,
     HeartbeatRequest,
@@ -52,6 +55,8 @@ class GroupCoordinator:
         self.default_view = ConfigView()
         self._records: list[Record] = []
         self._responses: list[tuple[object, object]] = []
+        self.ownership = OwnershipTable()
+        """Which side coordinates each adopted or released group (docs/adoption.md)."""
 
     # ------------------------------------------------------------------ groups
     def view(self, group_id: str) -> ConfigView:
@@ -485,6 +490,50 @@ class GroupCoordinator:
                 group.on_timer(key, now_ms)
                 self._after(key.group_id, now_ms)
 
+    # ------------------------------------------------------------------ adoption (docs/adoption.md)
+    def adopt(
+        self, gen: UpstreamGeneration, now_ms: int, principals: dict[str, str] | None = None
+    ) -> list[Record]:
+        """Continue the upstream generation ``gen`` as the bridge's own classic group.
+
+        The records (group snapshot, then ownership ``adopted``) are queued for the store and
+        applied exactly as replay applies them, so the group is Stable with fresh sessions from
+        ``now_ms``. Raises :class:`AdoptionError` if the generation is incomplete or the bridge
+        already runs a group with that id that has members or is a connect group, and
+        ``OwnershipError`` if the group's phase does not allow adoption."""
+        existing = self.groups.get(gen.group_id)
+        if existing is not None and (not isinstance(existing, ClassicGroup) or existing.members):
+            raise AdoptionError(f"the bridge already coordinates a live group {gen.group_id}")
+        seq = existing.member_seq if isinstance(existing, ClassicGroup) else 0
+        records = adoption_records(gen, now_ms, principals=principals, member_seq=seq)
+        self.ownership.change(gen.group_id, OwnershipState.ADOPTED, gen.generation_id, now_ms)
+        group = existing if isinstance(existing, ClassicGroup) else self._new_classic(gen.group_id)
+        group.drain_records()
+        group.apply(records[0])
+        group.rebuild_after_load(now_ms)
+        self._records.extend(records)
+        return records
+
+    def change_ownership(self, group_id: str, state: OwnershipState, generation: int, now_ms: int) -> Record:
+        """Record a phase change other than adoption (relaying, releasing, released); raises
+        ``OwnershipError`` for a change the phases do not allow."""
+        record = self.ownership.change(group_id, state, generation, now_ms)
+        self._records.append(record)
+        return record
+
+    def _drop_unowned(self, now_ms: int) -> None:
+        """After a replay: a classic group whose ownership says the upstream coordinates it is a
+        leftover of a cut between an adoption's two records, or of a hand-back that wrote
+        ``released`` before its tombstone; delete it so exactly one coordinator answers."""
+        for gid, group in list(self.groups.items()):
+            state = self.ownership.state(gid)
+            if state is None or state.bridge_coordinates or not isinstance(group, ClassicGroup):
+                continue
+            group.delete(now_ms)
+            self._records.extend(group.drain_records())
+            group.drain_responses()
+            del self.groups[gid]
+
     # ------------------------------------------------------------------ records
     def drain_records(self) -> list[Record]:
         for group in self.groups.values():
@@ -506,6 +555,9 @@ class GroupCoordinator:
                 else:
                     self.views[gid] = record.value  # type: ignore[assignment]
                 continue
+            if record.type is RecordType.GROUP_OWNERSHIP:
+                self.ownership.apply(record)
+                continue
             group = self.groups.get(gid)
             if record.type is RecordType.CLASSIC_GROUP:
                 if record.value is None and not isinstance(group, ClassicGroup):
@@ -525,10 +577,12 @@ class GroupCoordinator:
                 group.view = self.view(gid)
             group.drain_records()
             group.rebuild_after_load(now_ms)
+        self._drop_unowned(now_ms)
 
     def snapshot(self) -> dict[str, object]:
         return {
             "views": dict(sorted(self.views.items())),
+            "ownership": self.ownership.snapshot(),
             "groups": {gid: (type(g).__name__, g.snapshot()) for gid, g in sorted(self.groups.items())},
         }
 

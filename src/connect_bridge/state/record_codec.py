@@ -16,6 +16,7 @@ from typing import Any
 from connect_bridge.codecs import records as wire
 from connect_bridge.codecs.messages import connectors_and_tasks, items_of
 from connect_bridge.codecs.spec_map import Field, SpecMap, StructMap, as_bytes, empty_if_null, null_if_empty
+from connect_bridge.state.adoption_records import WIRE_STATES, GroupOwnership
 from connect_bridge.state.classic_group import ClassicGroupSnapshot, ClassicMemberSnapshot
 from connect_bridge.state.model import (
     AssignedMetadata,
@@ -140,6 +141,13 @@ _CLASSIC = StructMap(
 )
 
 
+_OWNERSHIP = StructMap(
+    GroupOwnership,
+    {"state": Field(to_wire=WIRE_STATES.index, from_wire=WIRE_STATES.__getitem__)},
+)
+"""Ownership phases as their index in ``WIRE_STATES`` (0 relaying ... 3 released)."""
+
+
 def _target_member_from(w: Any) -> Items | TargetMember:
     data = AssignedMetadata(w.metadata_version, as_bytes(w.metadata))
     return target_member_value(items_of(w.connectors_and_tasks), data)
@@ -188,6 +196,7 @@ _TABLE: dict[RecordType, _Row] = {
     ),
     RecordType.CURRENT_ASSIGNMENT: _row(RecordType.CURRENT_ASSIGNMENT, _CURRENT),
     RecordType.CLASSIC_GROUP: _row(RecordType.CLASSIC_GROUP, _CLASSIC),
+    RecordType.GROUP_OWNERSHIP: _row(RecordType.GROUP_OWNERSHIP, _OWNERSHIP),
 }
 
 
