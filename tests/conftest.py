@@ -61,6 +61,8 @@ MARKS_BY_FIXTURE: dict[str, tuple[str, ...]] = {
     "tansu": ("broker",),
     "kafka_broker": ("broker", "jvm"),
     "secure_kafka": ("broker", "jvm"),
+    "reauth_kafka": ("broker", "jvm"),
+    "reauth_bridge": ("live",),
     "connect_worker": ("jvm",),
     "bridge_proxy": ("live",),
     "cli_process": ("live",),

@@ -255,6 +255,8 @@ class BridgeProcess(KafkaProcess):
     upstream: str = ""
     workdir: Path = Path()
     restarts: int = 0
+    metrics_listen: str = "off"
+    """``--metrics-listen`` (``start_bridge(metrics_listen=...)``); "off" by default."""
 
     @property
     def bootstrap(self) -> str:
@@ -280,7 +282,9 @@ class BridgeProcess(KafkaProcess):
         self.kill()
         deadline = time.monotonic() + timeout_s
         while True:
-            process, log_file = _spawn_bridge(self.config_path, self.upstream, self.workdir, self.port)
+            process, log_file = _spawn_bridge(
+                self.config_path, self.upstream, self.workdir, self.port, self.metrics_listen
+            )
             line = _readline(process, max(1.0, deadline - time.monotonic()))
             if line.startswith(BRIDGE_PREFIX):
                 break
@@ -305,7 +309,7 @@ def _terminate(process: subprocess.Popen[str]) -> None:
 
 
 def _spawn_bridge(
-    config: Path, upstream: str, workdir: Path, port: int = 0
+    config: Path, upstream: str, workdir: Path, port: int = 0, metrics_listen: str = "off"
 ) -> tuple[subprocess.Popen[str], Any]:
     log_file = open(workdir / "bridge.log", "ab")  # owned by the BridgeProcess, closed in stop()/kill()
     command = [
@@ -320,7 +324,7 @@ def _spawn_bridge(
         "--listen",
         f"{HOST}:{port}",
         "--metrics-listen",
-        "off",
+        metrics_listen,
         "--state-dir",
         str(workdir / "state"),
     ]
@@ -339,12 +343,13 @@ def start_bridge(
     scheduled_rebalance_max_delay_ms: int = SCHEDULED_DELAY_MS,
     settings: dict[str, Any] | None = None,
     timeout_s: float = 30.0,
+    metrics_listen: str = "off",
 ) -> BridgeProcess:
     """``connect-bridge serve --upstream UPSTREAM --listen 127.0.0.1:0 --metrics-listen off
     --state-dir WORKDIR/state`` with a ``bridge.yaml`` giving ``proxy_base_port`` (a free port
     minus the broker's node id), the scheduled rebalance delay of the test workers and, with
-    ``config_topic``, the config view from that topic (``settings`` adds or replaces top-level keys).
-    Returns once it prints where it listens."""
+    ``config_topic``, the config view from that topic (``settings`` adds or replaces top-level keys;
+    ``metrics_listen`` HOST:PORT serves /metrics). Returns once it prints where it listens."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     [proxy_port] = free_ports(1)
@@ -357,7 +362,7 @@ def start_bridge(
     doc |= settings or {}
     config = workdir / "bridge.yaml"
     config.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")  # JSON is YAML
-    process, log_file = _spawn_bridge(config, upstream, workdir)
+    process, log_file = _spawn_bridge(config, upstream, workdir, metrics_listen=metrics_listen)
     bridge = BridgeProcess(
         process,  # type: ignore[arg-type]
         workdir / "bridge.log",
@@ -366,6 +371,7 @@ def start_bridge(
         config_path=config,
         upstream=upstream,
         workdir=workdir,
+        metrics_listen=metrics_listen,
     )
     assert process.stdout is not None
     line = _readline(process, timeout_s)

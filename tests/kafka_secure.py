@@ -212,9 +212,14 @@ def _pem_bundle(path: Path, *parts: Path) -> Path:
 
 
 def secure_properties(
-    workdir: Path, ports: dict[str, int], tls: TlsMaterial, allow_everyone_if_no_acl: bool
+    workdir: Path,
+    ports: dict[str, int],
+    tls: TlsMaterial,
+    allow_everyone_if_no_acl: bool,
+    reauth_ms: int = 0,
 ) -> dict[str, Any]:
-    """``broker_properties`` plus the four client listeners, PEM TLS, SASL and the authorizer."""
+    """``broker_properties`` plus the four client listeners, PEM TLS, SASL and the authorizer;
+    ``reauth_ms`` is ``connections.max.reauth.ms`` (KIP-368 session lifetime, 0: never expires)."""
     listeners = ",".join(f"{name}://{HOST}:{ports[name]}" for name in LISTENERS)
     keystore = _pem_bundle(workdir / "broker-keystore.pem", tls.server_key, tls.server_cert)
     plain_users = " ".join(f'user_{u}="{p}"' for u, p in USERS.items())
@@ -233,6 +238,7 @@ def secure_properties(
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users": f"User:{ADMIN};User:ANONYMOUS",
         "allow.everyone.if.no.acl.found": str(allow_everyone_if_no_acl).lower(),
+        "connections.max.reauth.ms": str(reauth_ms),
     }
     for listener in ("sasl_plaintext", "sasl_ssl"):
         props[f"listener.name.{listener}.plain.sasl.jaas.config"] = (
@@ -286,11 +292,14 @@ def start_secure_kafka(
     tls: TlsMaterial | None = None,
     *,
     allow_everyone_if_no_acl: bool = True,
+    reauth_ms: int = 0,
     timeout_s: float = BROKER_START_TIMEOUT_S,
     heap: str = HEAP,
 ) -> SecureKafka:
     """Format storage (with the SCRAM users) and start the secured broker on free ports; returns
-    once its PLAINTEXT listener answers. ``tls`` defaults to new material under ``workdir``."""
+    once its PLAINTEXT listener answers. ``tls`` defaults to new material under ``workdir``;
+    ``reauth_ms`` > 0 makes SASL sessions expire (``connections.max.reauth.ms``, KIP-368), as
+    ``tests/test_sasl_reauth.py``'s own short-lived broker does (the shared one keeps 0)."""
     require_java()
     workdir = Path(workdir)
     tls = tls or make_tls_material(_mkdir(workdir / "tls"))
@@ -298,7 +307,7 @@ def start_secure_kafka(
     for attempt in range(3):
         attempt_dir = _mkdir(workdir / f"secure-broker-{attempt}")
         ports = dict(zip(LISTENERS, free_ports(len(LISTENERS)), strict=True))
-        props = secure_properties(attempt_dir, ports, tls, allow_everyone_if_no_acl)
+        props = secure_properties(attempt_dir, ports, tls, allow_everyone_if_no_acl, reauth_ms)
         config = write_properties(attempt_dir / "server.properties", props)
         cluster_id = _format_with_scram(config, attempt_dir)
         log_path = attempt_dir / "broker.log"

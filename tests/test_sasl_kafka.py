@@ -164,7 +164,8 @@ def test_reauthentication_is_relayed_to_the_broker(
     """The shared broker keeps ``connections.max.reauth.ms`` at 0 (no session expiry), so it refuses
     a re-authentication with ILLEGAL_SASL_STATE and keeps the connection as it was: the bridge
     relays that answer and keeps the connection's principal. Successful re-authentication and
-    expiry are checked in ``test_sasl_terminated.py`` (the same gate, the bridge's own lifetime)."""
+    expiry are checked in ``test_sasl_terminated.py`` (the same gate, the bridge's own lifetime) and
+    against a broker with short sessions in ``test_sasl_reauth.py``."""
     host, port = sasl_bridge.bootstrap.rsplit(":", 1)
 
     def as_user(user: str) -> UpstreamSasl:

@@ -26,6 +26,7 @@ from kafka import KafkaAdminClient
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 from connect_bridge.bridge.client import ClientError, KafkaConnection
+from connect_bridge.bridge.metrics import Metrics
 from connect_bridge.bridge.sasl_client import SaslLoginError, sasl_login
 from connect_bridge.bridge.sasl_settings import SaslSettings, UpstreamSasl
 from connect_bridge.bridge.settings import SettingsError, load_settings
@@ -195,7 +196,8 @@ def test_session_lifetime_reauthentication_and_expiry(credentials: Path) -> None
         mode="terminated", mechanisms=ALL, credentials_file=credentials, session_lifetime_ms=10_000
     )
     clock = Clock()
-    with running(sasl=settings) as srv:
+    metrics = Metrics()
+    with running(sasl=settings, metrics=metrics) as srv:
         srv.on_loop(lambda: setattr(srv.server.sasl, "clock", clock))
 
         async def scenario() -> None:
@@ -215,6 +217,19 @@ def test_session_lifetime_reauthentication_and_expiry(credentials: Path) -> None
             assert await closed(other)
 
         run(scenario())
+    # connect_bridge_sasl_authentications_total: the re-authentication is counted as such.
+    counted = {
+        (s.labels["mechanism"], s.labels["result"]): s.value
+        for family in metrics.registry.collect()
+        if family.name == "connect_bridge_sasl_authentications"
+        for s in family.samples
+        if s.name.endswith("_total") and s.labels["mode"] == "terminated"
+    }
+    assert counted == {
+        ("SCRAM-SHA-256", "authenticated"): 2,
+        ("SCRAM-SHA-512", "reauthenticated"): 1,
+        ("SCRAM-SHA-256", "failed"): 1,
+    }
 
 
 def test_a_session_without_lifetime_never_expires(bridge: Running) -> None:

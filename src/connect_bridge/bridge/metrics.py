@@ -113,6 +113,14 @@ class Metrics:
             namespace=NAMESPACE,
             registry=r,
         )
+        self.sasl_authentications = Counter(
+            "sasl_authentications",
+            "Completed SASL exchanges on the listeners, by sasl.mode, mechanism and result "
+            "(authenticated, reauthenticated: KIP-368 on the same connection, failed).",
+            ["mode", "mechanism", "result"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
         self._epochs: dict[str, int] = {}
         self._member_series: dict[str, set[tuple[str, str]]] = {}
         self._rebalance_series: set[str] = set()

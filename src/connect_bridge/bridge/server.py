@@ -169,6 +169,7 @@ class BridgeServer:
                 self.clock,
                 lambda conn, answering, out: self._respond(conn, answering, out, 0, time.perf_counter()),
                 relay.forward if relay is not None else None,
+                metrics=self.metrics,
             )
         self.steady = SteadyHeartbeats(
             lambda: self.coordinator, self.clock, limit_bytes=self.options.heartbeat_cache_bytes

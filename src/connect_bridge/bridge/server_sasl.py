@@ -19,7 +19,8 @@ Either way, as Kafka's broker:
 - a failed authentication is answered (SASL_AUTHENTICATION_FAILED with Kafka's message, or the
   broker's own answer when passed through) and the connection closed;
 - KIP-368: the session lasts ``session_lifetime_ms`` (terminated: the ``sasl.session_lifetime_ms``
-  setting, Kafka's ``connections.max.reauth.ms``; passed through: what the broker announced). A client
+  setting, Kafka's ``connections.max.reauth.ms``; passed through: what the broker announced, counted
+  from when the bridge sent the final SaslAuthenticate, so it never outlives the broker's). A client
   re-authenticates with a new SaslHandshake + SaslAuthenticate on the same connection (the old session
   stays valid meanwhile, a change of principal is refused); a request other than SaslHandshake after
   the session expired closes the connection, as Kafka's broker does.
@@ -42,6 +43,7 @@ from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from connect_bridge.bridge.api_table import BEFORE_AUTH
 from connect_bridge.bridge.credentials import CredentialsError, CredentialStore, load_credentials
+from connect_bridge.bridge.metrics import Metrics
 from connect_bridge.bridge.sasl_peek import PassThroughSasl
 from connect_bridge.bridge.sasl_settings import SaslSettings
 from connect_bridge.bridge.scram import (
@@ -110,8 +112,11 @@ class SaslGate:
         respond: Respond,
         forward: Forward | None = None,
         credentials: CredentialStore | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings
+        self.metrics = metrics
+        """Counts each completed exchange (``connect_bridge_sasl_authentications_total``)."""
         self.clock = clock
         self.respond = respond
         self.forward = forward
@@ -246,6 +251,7 @@ class SaslGate:
             reply = server.evaluate(bytes(body.auth_bytes or b""))
         except SaslAuthenticationFailed as failure:
             self._failed.log("SASL %s authentication from %s failed", state.mechanism, conn.host)
+            self._count(state.mechanism, "failed")
             state.refused = True
             await self.respond(conn, answering, _auth_error(failure.error_code, failure.error_message))
             return Admission.CLOSE
@@ -253,6 +259,7 @@ class SaslGate:
         if server.complete:
             principal = server.principal or ANONYMOUS
             if conn.authenticated and principal != conn.principal:
+                self._count(state.mechanism, "failed")
                 state.refused = True
                 await self.respond(
                     conn,
@@ -264,7 +271,7 @@ class SaslGate:
                 )
                 return Admission.CLOSE
             lifetime = self.settings.session_lifetime_ms
-            self._authenticated(conn, state, principal, lifetime)
+            self._authenticated(conn, state, principal, lifetime, mechanism=state.mechanism)
         response = SaslAuthenticateResponse(
             error_code=0, error_message=None, auth_bytes=reply, session_lifetime_ms=lifetime
         )
@@ -281,6 +288,10 @@ class SaslGate:
             # The broker may well accept it, but the bridge could not say who the client is.
             log.warning("closing %s: cannot read the SASL principal: %s", conn.host, peek.failure)
             return Admission.CLOSE
+        # The broker's session starts when it completes the exchange, after the request left; the
+        # bridge counts from the send, so its session never outlives the broker's: a group request
+        # the bridge answers itself (never seen by the broker) is refused no later than Kafka would.
+        sent_ms = self.clock()
         upstream = await self._forward(conn, payload, answering)
         if upstream is None:
             return Admission.CLOSE
@@ -291,13 +302,21 @@ class SaslGate:
             reply = self._decode(answering, frame)
             lifetime = int(getattr(reply, "session_lifetime_ms", 0) or 0) if answering.api_version >= 1 else 0
             answer = bytes(reply.auth_bytes or b"")
-            session = peek.server_reply(reply.error_code, answer, lifetime, self.clock())
+            session = peek.server_reply(reply.error_code, answer, lifetime, sent_ms)
             if session is not None:
-                self._authenticated(conn, state, session.principal, session.lifetime.lifetime_ms)
+                self._authenticated(
+                    conn,
+                    state,
+                    session.principal,
+                    session.lifetime.lifetime_ms,
+                    session.lifetime.expires_at_ms,
+                    mechanism=session.mechanism,
+                )
             elif reply.error_code != ErrorCode.NONE or peek.failure is not None:
                 self._failed.log(
                     "SASL %s authentication from %s failed: %s", mechanism, conn.host, peek.failure
                 )
+                self._count(mechanism, "failed")
                 state.refused = True  # the broker closes its side after a failure: the bridge too
                 state.mechanism = None
                 conn.authenticated, conn.principal = False, ANONYMOUS
@@ -307,11 +326,25 @@ class SaslGate:
         return Admission.DONE
 
     # ------------------------------------------------------------------ helpers
-    def _authenticated(self, conn: Connection, state: _State, principal: str, lifetime_ms: int) -> None:
+    def _authenticated(
+        self,
+        conn: Connection,
+        state: _State,
+        principal: str,
+        lifetime_ms: int,
+        expires_at_ms: int | None = None,
+        *,
+        mechanism: str | None,
+    ) -> None:
+        """``expires_at_ms``: when the session ends if not ``lifetime_ms`` from now (pass-through)."""
         again = conn.authenticated
+        self._count(mechanism, "reauthenticated" if again else "authenticated")
         conn.principal, conn.authenticated = principal, True
         state.mechanism, state.server = None, None
-        state.expires_at_ms = self.clock() + lifetime_ms if lifetime_ms > 0 else None
+        if lifetime_ms <= 0:
+            state.expires_at_ms = None
+        else:
+            state.expires_at_ms = expires_at_ms if expires_at_ms is not None else self.clock() + lifetime_ms
         log.info(
             "%s %s as %s (%s)",
             conn.host,
@@ -319,6 +352,13 @@ class SaslGate:
             principal,
             f"session {lifetime_ms} ms" if lifetime_ms > 0 else "no session expiry",
         )
+
+    def _count(self, mechanism: str | None, result: str) -> None:
+        # Bounded labels: the mechanism is one the bridge (terminated) or the broker (pass-through)
+        # accepted in SaslHandshake, never an arbitrary client string.
+        if self.metrics is not None:
+            labels = {"mode": self.settings.mode, "mechanism": mechanism or "unknown", "result": result}
+            self.metrics.sasl_authentications.labels(**labels).inc()
 
     async def _forward(self, conn: Connection, payload: bytes, answering: Answering) -> Any:
         assert self.forward is not None
