@@ -382,6 +382,14 @@ def _cmd_describe(args: argparse.Namespace) -> int:
             f"cannot describe through {args.bootstrap}: {reason(exc)}; is `connect-bridge serve` "
             "listening there? (--bootstrap is the bridge's listen address)"
         )
+    if args.admin:
+        try:
+            _, adoption = _admin_request(args.admin, "GET", "/admin/groups", 10.0)
+        except (OSError, ValueError) as exc:
+            return _fail(f"--admin: cannot reach the bridge's admin endpoint at {args.admin}: {exc}")
+        for g in groups:
+            if g.get("group_id") in adoption:
+                g["adoption"] = adoption[g["group_id"]]
     if args.group and all(g.get("error_code") == ErrorCode.GROUP_ID_NOT_FOUND for g in groups):
         return _fail(
             f"group {args.group!r} not found on the bridge at {args.bootstrap}; "
@@ -392,6 +400,54 @@ def _cmd_describe(args: argparse.Namespace) -> int:
     else:
         print(render_table(groups))
     return 0 if all(g.get("error_code", 0) == 0 for g in groups) else 1
+
+
+def _admin_request(admin: str, method: str, path: str, timeout: float) -> tuple[int, Any]:
+    """One request to the admin endpoint on the bridge's metrics listener: (HTTP status, JSON).
+    Raises OSError (unreachable) or ValueError (a bad address or answer)."""
+    import urllib.error
+    import urllib.request
+
+    from connect_bridge.bridge.settings import parse_host_port
+
+    host, port = parse_host_port(admin)
+    request = urllib.request.Request(f"http://{host}:{port}{path}", method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+def _cmd_adopt(args: argparse.Namespace) -> int:
+    """POST /admin/groups/GROUP/adopt on the bridge's metrics listener (or GET /admin/groups with
+    ``--status``): 0 when adopted, 1 with the reason when the takeover condition does not hold."""
+    from connect_bridge.bridge.server_admin import adopt_path
+    from connect_bridge.bridge.settings import parse_host_port
+
+    try:
+        parse_host_port(args.admin)
+    except ValueError as exc:
+        return _fail(f"--admin: {exc}")
+    if args.status or not args.group:
+        method, path = "GET", "/admin/groups"
+    else:
+        method, path = "POST", adopt_path(args.group)
+    try:
+        code, body = _admin_request(args.admin, method, path, args.timeout)
+    except (OSError, ValueError) as exc:
+        return _fail(
+            f"cannot reach the bridge's admin endpoint at {args.admin}: {exc}; it is served on "
+            "metrics_listen (--admin is that address)"
+        )
+    if method == "GET":
+        shown = {args.group: body.get(args.group)} if args.group else body
+        print(json.dumps(shown, indent=2, sort_keys=True))
+        return 0
+    if code != 200:
+        return _fail(body.get("message", f"HTTP {code}"))
+    print(body["message"])
+    return 0
 
 
 def _cmd_analyze(args: argparse.Namespace) -> int:
@@ -490,7 +546,17 @@ _COMMANDS: tuple[_Command, ...] = (
              help="with --sasl-user: the mechanism"),
         _arg("--password-env", metavar="VAR",
              help="with --sasl-user: the password's environment variable (default: stdin's first line)"),
-    ), ("serve.md", "security.md")),
+        _arg("--admin", metavar="HOST:PORT",
+             help="also show adoption progress, from the bridge's metrics_listen (adoption.md below)"),
+    ), ("serve.md", "security.md", "adoption.md")),
+    _Command("adopt", "take a group over from the upstream coordinator now, or show adoption progress",
+             _cmd_adopt, (
+        _arg("group", nargs="?", help="group id (none, or --status: show every adopted/relayed group)"),
+        _arg("--admin", default="127.0.0.1:9404", metavar="HOST:PORT",
+             help="the bridge's metrics_listen, which serves the admin endpoint"),
+        _arg("--status", action="store_true", help="show the group's phase and progress, change nothing"),
+        _arg("--timeout", type=float, default=60.0, help="seconds to wait for the answer"),
+    ), ("adoption.md", "operator-guide.md")),
     _Command("credentials add", "add or replace a user in a SASL credentials file (terminated SASL)",
              _cmd_credentials_add, (
         _arg("--file", required=True, metavar="FILE", help="the credentials file (created, mode 0600)"),

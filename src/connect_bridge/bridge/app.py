@@ -23,6 +23,7 @@ from connect_bridge.bridge.config_topic import ConfigTopicWatcher
 from connect_bridge.bridge.exposure import listener_exposure_warning
 from connect_bridge.bridge.metrics import Metrics, start_http
 from connect_bridge.bridge.server import BridgeServer, ServerOptions
+from connect_bridge.bridge.server_admin import admin_handler
 from connect_bridge.bridge.settings import BridgeSettings
 from connect_bridge.bridge.startup import StartupError, bind_error
 from connect_bridge.bridge.store import FileRecordStore, RecordStore, StoreError
@@ -80,6 +81,7 @@ def server_options(
         coordinator=settings.coordinator.to_config(),
         upstream=list(settings.upstream_addresses),
         coordinated_groups=coordinated_groups(settings),
+        adoption=settings.adoption if settings.adoption.enabled else None,
         limits=settings.limits.to_limits(),
         **{name: getattr(settings, name) for name in _PASSED_AS_IS},
         **{name: getattr(settings.limits, name) for name in _SERVER_LIMITS},
@@ -177,6 +179,7 @@ async def run(settings: BridgeSettings) -> str | None:
                     metrics,
                     lambda: server.ready,
                     ssl=metrics_tls.context if metrics_tls else None,
+                    admin=admin_handler(lambda: server.adoption),
                 )
             except OSError as exc:
                 fix = "--metrics-listen (off disables it)"

@@ -270,6 +270,22 @@ def _member_row(m: dict[str, Any]) -> list[str]:
     ]
 
 
+def adoption_line(a: dict[str, Any]) -> str:
+    """A group's adoption progress (``describe --admin``; docs/adoption.md "Wired")."""
+    line = f"  adoption: {a['phase']}"
+    if a["phase"] == "relaying":
+        line += f", members behind the bridge {a['members_behind_bridge']} of {a['members']}"
+        if a.get("reason"):
+            line += f" ({a['reason']})"
+    elif a.get("taken_over_generation") is not None:
+        line += f", taken over at generation {a['taken_over_generation']}"
+        if a.get("upstream_state"):
+            line += f", upstream group {a['upstream_state']}"
+    if a.get("conflict"):
+        line += f"; CONFLICT: {a['conflict']}"
+    return line
+
+
 def _group_lines(g: dict[str, Any]) -> list[str]:
     classic = g["group_type"] == GroupType.CLASSIC
     head = f"GROUP {g['group_id']}  type {g['group_type']}  state {_cell(g['state'])}"
@@ -282,6 +298,8 @@ def _group_lines(g: dict[str, Any]) -> list[str]:
             f"  assignor {_cell(g.get('assignor'))}"
         )
     lines = [head]
+    if g.get("adoption"):
+        lines.append(adoption_line(g["adoption"]))
     if g.get("error_code"):
         lines.append(f"  error {g['error_code']}")
     detail = f"  leader {_cell(g.get('leader_id'))} ({_cell(g.get('leader_url'))})"

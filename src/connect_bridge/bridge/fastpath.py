@@ -101,6 +101,8 @@ class SteadyHeartbeats:
             req = wm.heartbeat_from_wire(decoded.body, decoded.client_id or "", "")
             if not _steady_request(req):
                 return None
+        if _upstream_owns(self.coordinator(), req.group_id):
+            return None
         resp = self.coordinator().connect_heartbeat(req, self.clock())
         if not known and resp.error_code == _NONE:
             # Cached only once the coordinator knew the member: requests naming unknown members
@@ -122,7 +124,7 @@ class SteadyHeartbeats:
             decoded = decode_request(payload, framed=False)
             req = wm.classic_heartbeat_from_wire(decoded.body, version)
         coordinator = self.coordinator()
-        if req.group_id not in coordinator.groups:
+        if req.group_id not in coordinator.groups or _upstream_owns(coordinator, req.group_id):
             return None
         resp = coordinator.classic_heartbeat(req, self.clock())
         if not known and resp.error_code == _NONE:
@@ -143,6 +145,13 @@ class SteadyHeartbeats:
             )
             self.bodies.put(key, body)
         return body
+
+
+def _upstream_owns(coordinator: GroupCoordinator, group_id: str) -> bool:
+    """A group under adoption that the upstream coordinates (``relaying``/``released``): relayed,
+    even when the bridge holds an empty group of that id (a config view makes one)."""
+    phase = coordinator.ownership.state(group_id)
+    return phase is not None and not phase.bridge_coordinates
 
 
 def _steady_request(req: HeartbeatRequest) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from ssl import SSLContext
 from typing import Any
 
@@ -121,9 +121,28 @@ class Metrics:
             namespace=NAMESPACE,
             registry=r,
         )
+        self.group_ownership = Gauge(
+            "group_ownership",
+            "Adoption (docs/adoption.md): 1 for the group's current phase (relaying, adopted, ...).",
+            ["group", "phase"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
+        self.adoption_conflicts = Counter(
+            "adoption_conflicts",
+            "Members found in an adopted group's upstream group that the bridge did not adopt.",
+            ["group"],
+            namespace=NAMESPACE,
+            registry=r,
+        )
         self._epochs: dict[str, int] = {}
         self._member_series: dict[str, set[tuple[str, str]]] = {}
         self._rebalance_series: set[str] = set()
+
+    def observe_ownership(self, group_id: str, phase: Any) -> None:
+        """An adopted group's phase changed: its gauge is 1 for the current phase only."""
+        for known in ("relaying", "adopted", "releasing", "released"):
+            self.group_ownership.labels(group_id, known).set(1 if str(phase) == known else 0)
 
     def observe_request(self, api: str, seconds: float, error: int | str = 0) -> None:
         """Record one answered request; ``error`` is a Kafka error code or its name."""
@@ -222,12 +241,22 @@ _REASONS = {
     400: "Bad Request",
     404: "Not Found",
     405: "Method Not Allowed",
+    409: "Conflict",
     503: "Service Unavailable",
 }
 
 
+Admin = Callable[[str, str], Awaitable[tuple[int, bytes]]]
+"""An admin handler: (method, path) to (HTTP status, JSON body)."""
+
+
 async def start_http(
-    host: str, port: int, metrics: Metrics, ready: Callable[[], bool], ssl: SSLContext | None = None
+    host: str,
+    port: int,
+    metrics: Metrics,
+    ready: Callable[[], bool],
+    ssl: SSLContext | None = None,
+    admin: Admin | None = None,
 ) -> asyncio.AbstractServer:
     """Serve GET/HEAD /metrics, /livez and /readyz on ``host:port`` (port 0 = any free port).
 
@@ -235,11 +264,13 @@ async def start_http(
     only when ``ready()`` is true (state replayed, listener up), otherwise 503. One request per
     connection (``Connection: close``): scrapers and probes open a new connection each time anyway.
     With ``ssl`` (``metrics_tls:``, a ``ReloadingServerContext``'s context) it is HTTPS.
+    ``admin``: answers ``/admin/...`` (GET and POST; ``server_admin.py``), on this listener because
+    it is loopback unless configured otherwise, like the metrics.
     """
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            status, content_type, body, head_only = await _respond(reader, metrics, ready)
+            status, content_type, body, head_only = await _respond(reader, metrics, ready, admin)
             reason = _REASONS.get(status, "")
             headers = [
                 f"HTTP/1.1 {status} {reason}",
@@ -266,7 +297,7 @@ async def start_http(
 
 
 async def _respond(
-    reader: asyncio.StreamReader, metrics: Metrics, ready: Callable[[], bool]
+    reader: asyncio.StreamReader, metrics: Metrics, ready: Callable[[], bool], admin: Admin | None = None
 ) -> tuple[int, str, bytes, bool]:
     text = "text/plain; charset=utf-8"
     try:
@@ -283,6 +314,9 @@ async def _respond(
     if len(parts) != 3 or not parts[2].startswith("HTTP/"):
         return 400, text, b"bad request line\n", False
     method, target = parts[0], parts[1]
+    if admin is not None and target.startswith("/admin/") and method in ("GET", "POST"):
+        status, body = await admin(method, target.split("?", 1)[0])
+        return status, "application/json", body, False
     if method not in ("GET", "HEAD"):
         return 405, text, b"method not allowed\n", False
     head_only = method == "HEAD"

@@ -12,8 +12,8 @@ cannot decode (a version it does not know, a truncated or hostile frame, an erro
 body worth reading) is logged at DEBUG, counted in :attr:`RelayObserver.ignored`, and dropped; the
 relay has already forwarded the bytes untouched.
 
-Not wired yet: ``bridge/server_relay.py`` will call :meth:`RelayObserver.observe` with each relayed
-exchange of a group under adoption (docs/adoption.md, "What remains to wire").
+Wired by ``bridge/server_adoption.py``: each relayed exchange of a group under adoption is fed
+here once the upstream answered it (docs/adoption.md, "Wired").
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from connect_bridge.bridge.adoption_upstream import UpstreamGroups
 from connect_bridge.bridge.api_table import (
     API_NAMES,
     CLUSTER_FRAMES_EMBEDDED,
@@ -37,6 +38,7 @@ from connect_bridge.bridge.fastpath import Framed, SteadyHeartbeats
 from connect_bridge.bridge.handlers import Client, LocalApis, Parked, now_ms
 from connect_bridge.bridge.metrics import Metrics
 from connect_bridge.bridge.proxy import UpstreamCluster, group_matcher
+from connect_bridge.bridge.server_adoption import Adoption
 from connect_bridge.bridge.server_connection import (
     ANONYMOUS,
     AcceptFailures,
@@ -116,6 +118,8 @@ class BridgeServer:
         """Asks the config view source to read again at once (``ViewDelivery.refresh``; set by
         ``app.run``): called when a member reports a config offset its group's view has not reached."""
         self.relay: Relay | None = None
+        self.adoption: Adoption | None = None
+        """Proxy mode with ``adoption.groups``: relays, observes and takes groups over (issue 16)."""
         self.sasl: SaslGate | None = None
         """``sasl.mode`` passthrough or terminated: authenticates every connection (server_sasl.py)."""
         """Proxy mode: routes requests between the bridge and the upstream cluster."""
@@ -201,7 +205,19 @@ class BridgeServer:
         )
         cluster = relay.cluster
         cluster.coordinated = relay.coordinates
+        relay.owner = lambda group_id: self.coordinator.ownership.state(group_id)
         self.relay = relay
+        adoption = self.options.adoption
+        if adoption is not None and adoption.enabled:
+            self.adoption = Adoption(
+                adoption,
+                UpstreamGroups(self.options.upstream, self.options.upstream_security),
+                lambda: self.coordinator,
+                self.after_step,
+                lambda: self.committer.durable(self.committer.written),
+                self.clock,
+                self.metrics,
+            )
         upstream = ",".join(address(host, port) for host, port in self.options.upstream)
         await retry_until(
             cluster.discover, f"upstream {upstream}", self.options.upstream_start_timeout_ms / 1000
@@ -283,6 +299,10 @@ class BridgeServer:
         log.info("loaded %d records; coordinating %d groups", len(records), len(self.coordinator.groups))
         self.after_step()
         self._tasks.append(self.supervise(self._timer_loop(), "the timer loop"))
+        if self.adoption is not None:
+            for group_id in self.coordinator.ownership.snapshot():
+                self.adoption.observe_phase(group_id)
+            self._tasks.append(self.supervise(self.adoption.watch(), "the adoption watch"))
 
     def install_signal_handlers(self) -> None:
         """SIGTERM/SIGINT stop gracefully (in-flight answers written, the store flushed)."""
@@ -318,6 +338,8 @@ class BridgeServer:
             for task in stuck:
                 task.cancel()
             await asyncio.gather(*stuck, return_exceptions=True)
+        if self.adoption is not None:
+            await self.adoption.close()
         await self.committer.close()
         self.decoder.close()
         with contextlib.suppress(Exception):
@@ -441,6 +463,8 @@ class BridgeServer:
                 await writer.wait_closed()
             self._connections.discard(task)
             self.open_connections.discard(conn)
+            if self.adoption is not None:
+                self.adoption.connection_closed(conn)
             if self.metrics is not None:
                 self.metrics.connections.dec()
 
@@ -521,6 +545,9 @@ class BridgeServer:
             api_key = _I16.unpack_from(payload, 0)[0]
             if api_key in DECODED_FOR_ROUTING:
                 decoded = await self.decoder.decode(payload)
+            adopting = self.adoption is not None and self.loaded and isinstance(decoded, DecodedRequest)
+            if adopting and await self.adoption.before_routing(conn, api_key, decoded):
+                return await self._relay_observed(conn, payload, decoded, started)
             if not relay.answers_locally(api_key, decoded):
                 return await self._relay(conn, payload, api_key, started)
         if decoded is None:
@@ -560,6 +587,27 @@ class BridgeServer:
         except OSError as exc:
             log.warning("closing %s: upstream broker %s unreachable: %s", conn.host, conn.node_id, exc)
             return False
+        if outcome is UNREACHABLE:
+            return False
+        if outcome is not None:
+            await self._respond(conn, None, outcome, 0, started)
+        return True
+
+    async def _relay_observed(
+        self, conn: Connection, payload: bytes, decoded: DecodedRequest, started: float
+    ) -> bool:
+        """Relay a request of a group under adoption and hand its exchange to the observer."""
+        assert self.relay is not None and self.adoption is not None
+        group_id = decoded.body.group_id
+        try:
+            outcome = await self.relay.forward(conn, payload, decoded.api_key)
+        except BaseException as exc:  # never leave the request counted in flight (a takeover waits)
+            self.adoption.not_relayed(group_id)
+            if not isinstance(exc, OSError):
+                raise
+            log.warning("closing %s: upstream broker %s unreachable: %s", conn.host, conn.node_id, exc)
+            return False
+        self.adoption.relayed(conn, payload, decoded, outcome)
         if outcome is UNREACHABLE:
             return False
         if outcome is not None:

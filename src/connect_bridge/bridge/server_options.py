@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from connect_bridge.bridge.adoption_settings import AdoptionSettings
 from connect_bridge.bridge.authorization import GroupAuthorizer
 from connect_bridge.bridge.sasl_settings import SaslSettings
 from connect_bridge.bridge.tls import ReloadingServerContext
@@ -52,3 +53,5 @@ class ServerOptions:
     """Group ACLs (``authorization.enabled``); None: every principal may use every group."""
     sasl: SaslSettings | None = None
     """How clients authenticate (``sasl:``): passthrough, terminated; None or mode none: no SASL."""
+    adoption: AdoptionSettings | None = None
+    """Which groups may be taken over from the upstream coordinator (``adoption:``; proxy mode)."""

@@ -18,6 +18,7 @@ from connect_bridge.bridge.handlers import Client
 from connect_bridge.bridge.proxy import SplitRequest, UpstreamCluster, UpstreamLink, produce_acks
 from connect_bridge.bridge.server_connection import Connection
 from connect_bridge.codecs.requests import DecodedRequest, RequestDecodeError, decode_request
+from connect_bridge.state.adoption_records import OwnershipState
 from connect_bridge.state.classic_api import PROTOCOL_TYPE_CONNECT
 
 log = logging.getLogger("connect_bridge.server")
@@ -45,6 +46,8 @@ class Relay:
         """The groups the bridge holds now."""
         self.handle = handle
         """Answers a request locally (``LocalApis.handle``)."""
+        self.owner: Callable[[str], OwnershipState | None] = lambda group_id: None
+        """A group's adoption phase (``GroupCoordinator.ownership``; docs/adoption.md)."""
 
     def coordinates(self, group_id: str, joining_protocol_type: str | None = None) -> bool:
         """One of the bridge's groups. Its id matches ``coordinated_groups`` and the bridge has it
@@ -52,7 +55,13 @@ class Relay:
         matches (a sink connector's ``connect-<name>`` matches ``connect.*``) stays the broker's:
         it joins with protocol type ``consumer``, and its offsets are the broker's. FindCoordinator
         is always the broker's answer (the real coordinator, as this bridge's listener for it): any
-        listener answers the bridge's own groups."""
+        listener answers the bridge's own groups.
+
+        A group with an ownership record (adoption) is the bridge's exactly when its phase says so:
+        ``relaying``/``released`` are the upstream's, ``adopted``/``releasing`` the bridge's."""
+        phase = self.owner(group_id)
+        if phase is not None:
+            return phase.bridge_coordinates
         if not self.matches(group_id):
             return False
         return group_id in self.groups() or joining_protocol_type == PROTOCOL_TYPE_CONNECT

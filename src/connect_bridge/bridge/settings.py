@@ -28,6 +28,7 @@ from pydantic import (
     model_validator,
 )
 
+from connect_bridge.bridge.adoption_settings import AdoptionSettings
 from connect_bridge.bridge.authorization import AuthorizationSettings
 from connect_bridge.bridge.sasl_settings import SaslSettings, UpstreamSasl, check_sasl_combination
 from connect_bridge.bridge.tls import ListenerTls, UpstreamTls
@@ -224,6 +225,16 @@ class BridgeSettings(_Strict):
     """The bridge's own SASL identity on the upstream cluster (discovery, state and config topics)."""
     authorization: AuthorizationSettings = AuthorizationSettings()
     """Group ACLs for the groups the bridge coordinates (docs/security.md "Authorization wired")."""
+    adoption: AdoptionSettings = AdoptionSettings()
+    """Which groups the bridge may take over from the upstream coordinator, and when (docs/adoption.md)."""
+
+    @model_validator(mode="after")
+    def _adoption_needs_upstream(self) -> BridgeSettings:
+        if self.adoption.enabled and not self.upstream:
+            raise ValueError(
+                "adoption.groups needs upstream (groups are adopted from the upstream cluster's coordinator)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _acls_from_upstream_need_upstream(self) -> BridgeSettings:

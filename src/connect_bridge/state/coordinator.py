@@ -499,14 +499,25 @@ class GroupCoordinator:
         The records (group snapshot, then ownership ``adopted``) are queued for the store and
         applied exactly as replay applies them, so the group is Stable with fresh sessions from
         ``now_ms``. Raises :class:`AdoptionError` if the generation is incomplete or the bridge
-        already runs a group with that id that has members or is a connect group, and
+        already runs a group with that id that has members (an empty connect group, which a config
+        view creates, is retired with its tombstones first), and
         ``OwnershipError`` if the group's phase does not allow adoption."""
         existing = self.groups.get(gen.group_id)
-        if existing is not None and (not isinstance(existing, ClassicGroup) or existing.members):
+        if existing is not None and existing.members:
             raise AdoptionError(f"the bridge already coordinates a live group {gen.group_id}")
-        seq = existing.member_seq if isinstance(existing, ClassicGroup) else 0
+        if isinstance(existing, ConnectGroup):
+            seq = existing.metadata.member_seq
+        else:
+            seq = existing.member_seq if isinstance(existing, ClassicGroup) else 0
         records = adoption_records(gen, now_ms, principals=principals, member_seq=seq)
         self.ownership.change(gen.group_id, OwnershipState.ADOPTED, gen.generation_id, now_ms)
+        if isinstance(existing, ConnectGroup):
+            # The empty connect group a config view made (``set_config``) while the group lived
+            # upstream: retired with its tombstones, as a downgrade retires one.
+            existing.tombstone_all()
+            self._flush(existing)
+            del self.groups[gen.group_id]
+            existing = None
         group = existing if isinstance(existing, ClassicGroup) else self._new_classic(gen.group_id)
         group.drain_records()
         group.apply(records[0])

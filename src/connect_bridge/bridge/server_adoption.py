@@ -1,0 +1,374 @@
+"""Adoption wired into the server (issue 16, docs/adoption.md): relay, observe, take over.
+
+For a group matching ``adoption.groups`` that exists upstream the bridge writes ``relaying`` and
+relays the group's requests unchanged (``Relay.coordinates`` reads the ownership table). Each
+relayed exchange is fed to the :class:`RelayObserver`, and the member ids in it are noted against
+the client connection they came through (dropped when it closes): "members behind the bridge".
+
+The takeover, when ``takeover_ready`` holds on a fresh upstream DescribeGroups (mode ``auto``, or
+``connect-bridge adopt GROUP`` in mode ``command``): the group's new requests are held (their
+connection's reader waits, so per-connection order is kept), its relayed requests already in flight
+are let finish, the condition is checked once more, ``GroupCoordinator.adopt`` runs and its records
+are made durable; only then are the held requests let through, and they are answered locally. The
+upstream group is then emptied with one LeaveGroup of the adopted members and watched for a member
+the bridge did not adopt (a conflict: an ERROR line, a metric, and the status).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from connect_bridge.bridge.adoption_settings import AdoptionSettings
+from connect_bridge.bridge.adoption_upstream import UpstreamGroups
+from connect_bridge.bridge.relay_observer import OBSERVED_APIS, RelayObserver
+from connect_bridge.bridge.server_connection import Connection
+from connect_bridge.codecs.messages import ApiKey
+from connect_bridge.codecs.requests import DecodedRequest, decode_response
+from connect_bridge.state.adoption import Observation, TakeoverCheck, takeover_ready, upstream_conflict
+from connect_bridge.state.adoption_build import AdoptionError
+from connect_bridge.state.adoption_records import OwnershipError, OwnershipState
+from connect_bridge.state.classic_api import ClassicGroupState
+from connect_bridge.state.coordinator import GroupCoordinator
+
+log = logging.getLogger("connect_bridge.adoption")
+_SIZE = struct.Struct(">i")
+_UPSTREAM_GONE = frozenset({ClassicGroupState.EMPTY.value, ClassicGroupState.DEAD.value})
+_MEMBER_APIS = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT})
+
+
+@dataclass
+class GroupProgress:
+    """What describe, /metrics and ``adopt`` show of one group's adoption."""
+
+    last_check: TakeoverCheck | None = None
+    taken_over_generation: int | None = None
+    upstream_state: str | None = None
+    """The upstream group's state at the last look after the takeover (Empty/Dead once drained)."""
+    conflict: str | None = None
+
+
+def _locally_ready(obs: Observation, behind: set[str]) -> bool:
+    """The takeover condition's parts the relayed traffic alone can tell; only when they hold is
+    the upstream asked (so a busy relay does not send a DescribeGroups per heartbeat)."""
+    gen = obs.generation()
+    return (
+        gen is not None
+        and obs.ending is None
+        and bool(gen.members)
+        and all(m.member_id in behind and m.joined and m.synced for m in gen.members)
+    )
+
+
+class Adoption:
+    """The server's adoption side. ``coordinator``/``after_step``/``durable`` are the server's: the
+    coordinator getter, the step that submits records, and the wait until they are durable."""
+
+    def __init__(
+        self,
+        settings: AdoptionSettings,
+        upstream: UpstreamGroups,
+        coordinator: Callable[[], GroupCoordinator],
+        after_step: Callable[[], None],
+        durable: Callable[[], Awaitable[None]],
+        clock: Callable[[], int],
+        metrics: Any = None,
+    ) -> None:
+        self.settings = settings
+        self.upstream = upstream
+        self.coordinator = coordinator
+        self.after_step = after_step
+        self.durable = durable
+        self.clock = clock
+        self.metrics = metrics
+        self.observer = RelayObserver(settings.watches)
+        self.progress: dict[str, GroupProgress] = {}
+        self._members: dict[Connection, dict[str, set[str]]] = {}
+        self._inflight: dict[str, int] = {}
+        self._settled = asyncio.Event()
+        self._holds: dict[str, asyncio.Event] = {}
+        self._running: dict[str, asyncio.Task[Any]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    # ------------------------------------------------------------------ routing
+    def phase(self, group_id: str) -> OwnershipState | None:
+        return self.coordinator().ownership.state(group_id)
+
+    async def before_routing(self, conn: Connection, api_key: int, decoded: DecodedRequest) -> bool:
+        """Called for a decoded group request before it is routed. Waits while the group is being
+        taken over, and puts a group seen for the first time under adoption if it lives upstream.
+        True when the request will be relayed as part of a group under adoption: the caller then
+        hands its outcome to :meth:`relayed` (or calls :meth:`not_relayed`)."""
+        group_id = getattr(decoded.body, "group_id", None)
+        if not group_id or not self.settings.watches(group_id):
+            return False
+        hold = self._holds.get(group_id)
+        while hold is not None:
+            await hold.wait()
+            hold = self._holds.get(group_id)
+        if api_key == ApiKey.JOIN_GROUP and self.phase(group_id) is None:
+            local = self.coordinator().groups.get(group_id)
+            if local is None or not local.members:  # a config view makes an empty one
+                await self._classify(group_id)
+        if self.phase(group_id) is not OwnershipState.RELAYING:
+            return False
+        self._inflight[group_id] = self._inflight.get(group_id, 0) + 1
+        return True
+
+    async def _classify(self, group_id: str) -> None:
+        """A watched group's first JoinGroup: ``relaying`` if the upstream has the group with
+        members. If the upstream cannot be asked the group is relayed too (the safe side: the
+        bridge never forms a second group next to one it could not see)."""
+        try:
+            described = await self.upstream.describe(group_id)
+            lives_upstream = described.error_code == 0 and described.state not in _UPSTREAM_GONE
+        except Exception as exc:  # UpstreamGroupError, or an answer that cannot be read
+            log.warning("adoption: cannot describe %s upstream (%s): relaying it", group_id, exc)
+            lives_upstream = True
+        if not lives_upstream or self.phase(group_id) is not None:
+            return
+        self.coordinator().change_ownership(group_id, OwnershipState.RELAYING, -1, self.clock())
+        self.after_step()
+        log.info(
+            "adoption: group %s lives upstream: relaying it until every member is behind the bridge", group_id
+        )
+        self.observe_phase(group_id)
+
+    def not_relayed(self, group_id: str) -> None:
+        self._finished(group_id)
+
+    def relayed(self, conn: Connection, payload: bytes, decoded: DecodedRequest, outcome: Any) -> None:
+        """A relayed request of a group under adoption: observe its exchange when answered."""
+        group_id = decoded.body.group_id
+        if not isinstance(outcome, asyncio.Future):
+            self._finished(group_id)
+            return
+
+        def done(future: asyncio.Future[Any]) -> None:
+            self._finished(group_id)
+            if future.cancelled() or future.exception() is not None:
+                return
+            frame = future.result()
+            self._exchange(conn, payload, decoded, frame)
+
+        outcome.add_done_callback(done)
+
+    def _finished(self, group_id: str) -> None:
+        self._inflight[group_id] = max(0, self._inflight.get(group_id, 0) - 1)
+        self._settled.set()
+
+    def _exchange(self, conn: Connection, payload: bytes, decoded: DecodedRequest, frame: Any) -> None:
+        api_key, body = decoded.api_key, decoded.body
+        group_id = body.group_id
+        if api_key in OBSERVED_APIS:
+            self.observer.observe(_SIZE.pack(len(payload)) + payload, frame, self.clock(), conn.host)
+        ids = self._members.setdefault(conn, {}).setdefault(group_id, set())
+        if api_key in _MEMBER_APIS and body.member_id:
+            ids.add(body.member_id)
+        if api_key == ApiKey.JOIN_GROUP:
+            with contextlib.suppress(Exception):  # the observer already logged an odd answer
+                answer = decode_response(api_key, decoded.api_version, frame)
+                if answer.member_id:
+                    ids.add(answer.member_id)
+        elif api_key == ApiKey.LEAVE_GROUP:
+            ids.difference_update(m.member_id for m in (body.members or ()))
+            if body.member_id:
+                ids.discard(body.member_id)
+        self.poke(group_id)
+
+    def connection_closed(self, conn: Connection) -> None:
+        self._members.pop(conn, None)
+
+    def behind(self, group_id: str) -> set[str]:
+        """Member ids of ``group_id`` with a live client connection through the bridge."""
+        out: set[str] = set()
+        for groups in self._members.values():
+            out |= groups.get(group_id, set())
+        return out
+
+    # ------------------------------------------------------------------ takeover
+    def poke(self, group_id: str) -> None:
+        """Start a takeover attempt (mode ``auto``) when the relayed traffic says it may be ready."""
+        if self.settings.mode != "auto" or group_id in self._running:
+            return
+        obs = self.observer.observation(group_id)
+        if obs is None or self.phase(group_id) is not OwnershipState.RELAYING:
+            return
+        if _locally_ready(obs, self.behind(group_id)):
+            task = asyncio.get_running_loop().create_task(self.take_over(group_id))
+            self._running[group_id] = task
+            task.add_done_callback(lambda done: self._attempt_over(group_id, done))
+
+    def _attempt_over(self, group_id: str, task: asyncio.Task[Any]) -> None:
+        self._running.pop(group_id, None)
+        if not task.cancelled() and task.exception() is not None:  # relaying simply goes on
+            log.error("adoption: takeover attempt for %s failed: %r", group_id, task.exception())
+
+    async def check(self, group_id: str) -> TakeoverCheck:
+        """The takeover condition now, on a fresh upstream DescribeGroups."""
+        obs = self.observer.observation(group_id) or Observation(group_id)
+        try:
+            described = await self.upstream.describe(group_id)
+        except Exception as exc:  # UpstreamGroupError, or an answer that cannot be read
+            check = TakeoverCheck(False, f"cannot describe the group upstream: {exc}")
+        else:
+            check = takeover_ready(obs, self.behind(group_id), described)
+        self.progress.setdefault(group_id, GroupProgress()).last_check = check
+        return check
+
+    async def take_over(self, group_id: str) -> TakeoverCheck:
+        """One takeover attempt; the answer says whether it happened, or why not."""
+        lock = self._locks.setdefault(group_id, asyncio.Lock())
+        async with lock:
+            phase = self.phase(group_id)
+            if phase is not OwnershipState.RELAYING:
+                return TakeoverCheck(False, f"group {group_id} is not relaying (phase {phase})")
+            check = await self.check(group_id)
+            if not check.ready:
+                return check
+            hold = self._holds[group_id] = asyncio.Event()
+            try:
+                if not await self._settle(group_id):
+                    return TakeoverCheck(False, "relayed requests still in flight; retrying later")
+                check = await self.check(group_id)  # nothing moves upstream now but expiries
+                if not check.ready or check.generation is None:
+                    return check
+                principals = {
+                    member_id: conn.principal
+                    for conn, groups in self._members.items()
+                    for member_id in groups.get(group_id, ())
+                }
+                try:
+                    self.coordinator().adopt(check.generation, self.clock(), principals)
+                except (AdoptionError, OwnershipError) as exc:
+                    log.error("adoption: cannot take %s over: %s", group_id, exc)
+                    return TakeoverCheck(False, str(exc), check.behind, check.total)
+                self.after_step()
+                await self.durable()  # before anything of the group is answered locally
+            finally:
+                del self._holds[group_id]
+                hold.set()
+        generation = check.generation.generation_id
+        self.progress[group_id].taken_over_generation = generation
+        log.info(
+            "adoption: took group %s over at generation %d with %d members", group_id, generation, check.total
+        )
+        self.observe_phase(group_id)
+        if self.settings.leave_upstream:
+            await self._leave_upstream(group_id, check)
+        return check
+
+    async def _settle(self, group_id: str) -> bool:
+        """Wait until no relayed request of the group is in flight (bounded)."""
+        deadline = asyncio.get_running_loop().time() + self.settings.settle_timeout_ms / 1000
+        while self._inflight.get(group_id, 0) > 0:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return False
+            self._settled.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._settled.wait(), remaining)
+        return True
+
+    async def _leave_upstream(self, group_id: str, check: TakeoverCheck) -> None:
+        assert check.generation is not None
+        members = [(m.member_id, m.group_instance_id) for m in check.generation.members]
+        try:
+            errors = await self.upstream.leave(group_id, members)
+        except Exception as exc:  # UpstreamGroupError, or an answer that cannot be read
+            log.warning(
+                "adoption: LeaveGroup of the adopted members of %s upstream failed (%s); "
+                "they expire there after their session timeout",
+                group_id,
+                exc,
+            )
+            return
+        log.info("adoption: adopted members of %s left the upstream group: %s", group_id, errors)
+
+    # ------------------------------------------------------------------ the periodic side
+    async def watch(self) -> None:
+        """Every ``check_interval_ms``: re-check relaying groups (mode auto) and watch adopted ones
+        upstream for a conflict."""
+        while True:
+            await asyncio.sleep(self.settings.check_interval_ms / 1000)
+            for group_id, owned in list(self.coordinator().ownership.snapshot().items()):
+                if not self.settings.watches(group_id):
+                    continue
+                if owned.state is OwnershipState.RELAYING:
+                    self.poke(group_id)
+                elif owned.state is OwnershipState.ADOPTED:
+                    await self._watch_upstream(group_id)
+
+    async def _watch_upstream(self, group_id: str) -> None:
+        group = self.coordinator().groups.get(group_id)
+        adopted = set(getattr(group, "members", {}) or {})
+        try:
+            described = await self.upstream.describe(group_id)
+        except Exception as exc:  # UpstreamGroupError, or an answer that cannot be read
+            log.debug("adoption: cannot watch %s upstream: %s", group_id, exc)
+            return
+        progress = self.progress.setdefault(group_id, GroupProgress())
+        progress.upstream_state = described.state
+        conflict = upstream_conflict(adopted, described)
+        if conflict is not None and conflict != progress.conflict:
+            log.error("adoption: CONFLICT: %s", conflict)
+            if self.metrics is not None:
+                self.metrics.adoption_conflicts.labels(group_id).inc()
+        progress.conflict = conflict
+
+    def observe_phase(self, group_id: str) -> None:
+        if self.metrics is not None:
+            self.metrics.observe_ownership(group_id, self.phase(group_id))
+
+    # ------------------------------------------------------------------ status
+    def status(self) -> dict[str, Any]:
+        """Every group with an ownership record: its phase and progress (the admin endpoint)."""
+        out: dict[str, Any] = {}
+        for group_id, owned in sorted(self.coordinator().ownership.snapshot().items()):
+            progress = self.progress.get(group_id, GroupProgress())
+            check = progress.last_check
+            obs = self.observer.observation(group_id)
+            gen = obs.generation() if obs is not None else None
+            members = gen.member_ids if gen is not None else frozenset()
+            out[group_id] = {
+                "phase": owned.state.value,
+                "generation": owned.generation,
+                "members_behind_bridge": len(members & self.behind(group_id)),
+                "members": len(members),
+                "reason": check.reason if check is not None else None,
+                "taken_over_generation": progress.taken_over_generation
+                if progress.taken_over_generation is not None
+                else (owned.generation if owned.state is OwnershipState.ADOPTED else None),
+                "upstream_state": progress.upstream_state,
+                "conflict": progress.conflict,
+            }
+        return out
+
+    async def command_adopt(self, group_id: str) -> tuple[bool, str]:
+        """``connect-bridge adopt GROUP``: take the group over now if the condition holds."""
+        if not self.settings.watches(group_id):
+            return False, f"group {group_id} does not match adoption.groups"
+        if self.phase(group_id) is OwnershipState.ADOPTED:
+            return True, f"group {group_id} is already adopted"
+        running = self._running.get(group_id)
+        if running is not None:
+            with contextlib.suppress(Exception):
+                await running
+        check = await self.take_over(group_id)
+        if self.phase(group_id) is OwnershipState.ADOPTED:
+            generation = self.progress[group_id].taken_over_generation
+            return True, f"group {group_id} adopted at generation {generation}"
+        return False, f"group {group_id} not adopted: {check.reason}"
+
+    async def close(self) -> None:
+        for task in list(self._running.values()):
+            task.cancel()
+        await self.upstream.close()
+
+
+__all__ = ["Adoption", "GroupProgress"]
