@@ -360,3 +360,19 @@ def test_ctrl_c_is_one_line_and_exit_130(
     monkeypatch.setattr("connect_bridge.drills.sim.run_scenario", interrupted)
     code, out, err = in_process(capsys, "drill", "run", str(EXAMPLE), "--out", str(tmp_path / "out"))
     assert (code, out, err) == (130, "", "connect-bridge: interrupted\n")
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly() -> None:
+    """``connect-bridge docs operator-guide | head -1``: the pipe closes under the writer. That is
+    the reader's choice, not a failure: no traceback, no internal-error line, exit 141 (128 +
+    SIGPIPE, what a shell reports for such a writer)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "connect_bridge.cli", "docs", "operator-guide"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()  # before the interpreter has started: every write finds the pipe closed
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=60) == 141
+    assert err == ""

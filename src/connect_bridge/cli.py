@@ -773,6 +773,13 @@ def _run_guarded(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("connect-bridge: interrupted", file=sys.stderr)
         return 130  # 128 + SIGINT, as a shell reports it
+    except BrokenPipeError:
+        # The reader went away (``describe --json | head``): nothing is wrong and nothing more can
+        # be said. Point stdout at /dev/null so the interpreter's final flush does not fail too.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a writer whose pipe closed
     except Exception as exc:
         if getattr(args, "log_level", None) == "debug":
             import traceback
