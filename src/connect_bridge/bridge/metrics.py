@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from ssl import SSLContext
 from typing import Any
 
@@ -61,83 +61,71 @@ class Metrics:
     def __init__(self) -> None:
         self._request_children: dict[tuple[str, int | str], tuple[Any, Any]] = {}
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
-        self.request_latency = Histogram(
+        metric = self._metric
+        self.request_latency = metric(
+            Histogram,
             "request_latency_seconds",
             "Time from a request frame's arrival to its response being queued, by API.",
             ["api"],
-            namespace=NAMESPACE,
             buckets=LATENCY_BUCKETS,
-            registry=r,
         )
-        self.requests = Counter(
+        self.requests = metric(
+            Counter,
             "requests",
             "Requests answered, by API and top-level error code name (NONE = success).",
             ["api", "error"],
-            namespace=NAMESPACE,
-            registry=r,
         )
-        self.group_epoch = Gauge(
-            "group_epoch",
-            "Current group epoch (classic groups: generation).",
-            ["group"],
-            namespace=NAMESPACE,
-            registry=r,
+        self.group_epoch = metric(
+            Gauge, "group_epoch", "Current group epoch (classic groups: generation).", ["group"]
         )
-        self.members = Gauge(
+        self.members = metric(
+            Gauge,
             "group_members",
             "Members by protocol (eager/compatible/sessioned/new) and reconciliation state.",
             ["group", "protocol", "state"],
-            namespace=NAMESPACE,
-            registry=r,
         )
-        self.rebalances = Counter(
-            "rebalances",
-            "Group epoch bumps observed (each one starts a rebalance).",
-            ["group"],
-            namespace=NAMESPACE,
-            registry=r,
+        self.rebalances = metric(
+            Counter, "rebalances", "Group epoch bumps observed (each one starts a rebalance).", ["group"]
         )
-        self.fsync_latency = Histogram(
+        self.fsync_latency = metric(
+            Histogram,
             "record_store_fsync_seconds",
             "Record store fsync latency (every state-revealing response waits for one).",
-            namespace=NAMESPACE,
             buckets=LATENCY_BUCKETS,
-            registry=r,
         )
-        self.connections = Gauge("connections", "Open client connections.", namespace=NAMESPACE, registry=r)
-        self.authorizations = Counter(
+        self.connections = metric(Gauge, "connections", "Open client connections.")
+        self.authorizations = metric(
+            Counter,
             "authorization_decisions",
             "Group authorization decisions (authorization.enabled), by ACL operation and result.",
             ["operation", "result"],
-            namespace=NAMESPACE,
-            registry=r,
         )
-        self.sasl_authentications = Counter(
+        self.sasl_authentications = metric(
+            Counter,
             "sasl_authentications",
             "Completed SASL exchanges on the listeners, by sasl.mode, mechanism and result "
             "(authenticated, reauthenticated: KIP-368 on the same connection, failed).",
             ["mode", "mechanism", "result"],
-            namespace=NAMESPACE,
-            registry=r,
         )
-        self.group_ownership = Gauge(
+        self.group_ownership = metric(
+            Gauge,
             "group_ownership",
             "Adoption (docs/adoption.md): 1 for the group's current phase (relaying, adopted, ...).",
             ["group", "phase"],
-            namespace=NAMESPACE,
-            registry=r,
         )
-        self.adoption_conflicts = Counter(
+        self.adoption_conflicts = metric(
+            Counter,
             "adoption_conflicts",
             "Members found in an adopted group's upstream group that the bridge did not adopt.",
             ["group"],
-            namespace=NAMESPACE,
-            registry=r,
         )
         self._epochs: dict[str, int] = {}
         self._member_series: dict[str, set[tuple[str, str]]] = {}
         self._rebalance_series: set[str] = set()
+
+    def _metric(self, kind: Any, name: str, doc: str, labels: Sequence[str] = (), **options: Any) -> Any:
+        """One metric of ``kind`` (Counter, Gauge, Histogram) in this registry, under ``NAMESPACE``."""
+        return kind(name, doc, labels, namespace=NAMESPACE, registry=self.registry, **options)
 
     def observe_ownership(self, group_id: str, phase: Any) -> None:
         """An adopted group's phase changed: its gauge is 1 for the current phase only."""
