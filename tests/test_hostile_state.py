@@ -20,6 +20,8 @@ from connect_bridge.bridge import wire_map as wm
 from connect_bridge.bridge.fastpath import _Lru
 from connect_bridge.bridge.store import HEADER, FileRecordStore, MemoryRecordStore
 from connect_bridge.codecs import messages as m
+from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.codecs.requests import decode_response
 from connect_bridge.state import api as napi
 from connect_bridge.state.config import CoordinatorConfig
 from test_server import (
@@ -272,8 +274,18 @@ def test_a_client_that_never_reads_is_closed_at_the_idle_timeout() -> None:
     used to be read forever (its queue growing, its idle clock reset by every request)."""
     parks = CoordinatorConfig(classic_initial_rebalance_delay_ms=60_000)
     with running(idle_timeout_ms=500, coordinator=parks) as srv:
-        sock = socket.create_connection((HOST, srv.port))
-        sock.sendall(frame(join_message("", protocols("http://w")), 7, 1))  # parks for a minute
+        sock = socket.create_connection((HOST, srv.port), timeout=10)
+        # The first JoinGroup (v7, no member id) is answered MEMBER_ID_REQUIRED at once; the second,
+        # with that id, parks for the minute-long initial delay, and every answer after it queues.
+        # (Without the park the answers were written, and loopback buffers took seconds to fill
+        # on a loaded machine before the in-flight limit stopped the reading: a flaky test.)
+        sock.sendall(frame(join_message("", protocols("http://w")), 7, 1))
+        payload = read_frame(sock)
+        assert payload is not None
+        answer = decode_response(int(m.ApiKey.JOIN_GROUP), 7, payload, framed=False)
+        first = wm.join_response_from_wire(answer)
+        assert first.error_code == ErrorCode.MEMBER_ID_REQUIRED and first.member_id
+        sock.sendall(frame(join_message(first.member_id, protocols("http://w")), 7, 2))  # parks
         sock.setblocking(False)
         request = frame(m.ApiVersionsRequest(), 3, 7)
         started = time.monotonic()
@@ -290,6 +302,9 @@ def test_a_client_that_never_reads_is_closed_at_the_idle_timeout() -> None:
             time.sleep(0.005)
         sock.close()
         assert closed_after is not None and closed_after < 3, closed_after
+        # ...and its task ends with it, not when the parked JoinGroup is answered a minute later
+        # (the reader held at the in-flight limit used to wait for that answer).
+        wait_until(lambda: not srv.on_loop(lambda: srv.server._connections), timeout=2)
         assert srv.on_loop(lambda: srv.server.failure) is None
 
 

@@ -477,6 +477,8 @@ class BridgeServer:
                 # many before the bridge stops reading (a parked JoinGroup cannot grow the queue).
                 conn.answered.clear()
                 await conn.answered.wait()
+                if conn.writer.transport.is_closing():
+                    return False  # aborted while waiting (idle, stop): nothing more to read
             try:
                 size_bytes = await reader.readexactly(4)
             except asyncio.IncompleteReadError:

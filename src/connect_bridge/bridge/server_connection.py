@@ -132,5 +132,6 @@ async def idle_watchdog(conn: Connection, idle_s: float) -> None:
             # abort, not close: a client that never reads keeps close() waiting for a flush
             log.info("closing idle connection from %s", conn.host)
             conn.writer.transport.abort()
+            conn.answered.set()  # a reader held at the in-flight limit wakes up and ends
             return
         await asyncio.sleep(remaining)
