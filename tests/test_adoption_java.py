@@ -9,7 +9,10 @@ still on Kafka's coordinator, takes it over once every member is behind it (its 
 witness (the tasks' sequence numbers on the broker) find no task running twice, and every item ran
 again within the liveness bound (scheduled delay + one rebalance timeout). The bridge is killed
 (kill -9) and restarted once while relaying and once after the takeover: the ownership records say
-which side owns the group each time. The longest time an item ran nowhere is printed
+which side owns the group each time. Then the group is handed back (``connect-bridge release``,
+with a kill -9 of the bridge right after the hand-back starts): the bridge's group ends ``released``
+and gone, Kafka's group has all three workers (through the bridge, relayed), and the workers are
+repointed at the broker one at a time. The longest time an item ran nowhere is printed
 (docs/adoption.md, "Measured").
 """
 
@@ -31,7 +34,7 @@ import pytest
 
 from connect_bridge.bridge.adoption_upstream import UpstreamGroups
 from connect_bridge.bridge.describe import describe
-from connect_bridge.bridge.server_admin import adopt_path
+from connect_bridge.bridge.server_admin import adopt_path, release_path
 from connect_bridge.bridge.upstream_security import UpstreamSecurity
 from connect_bridge.state.classic_state import ClassicDescribedGroup
 from kafka_fixtures import BridgeProcess, ConnectWorker, KafkaBroker
@@ -215,18 +218,47 @@ def test_adopt_a_running_java_cluster(adoption_drill: tuple[AdoptionDrill, str])
     after_restart = wait_until(adopted, 30, 0.2, lambda: f"not adopted after restart: {admin(metrics)[1]}")
     assert after_restart["taken_over_generation"] == status["taken_over_generation"], after_restart
 
+    after = upstream_group(drill.broker, drill.group)
+    assert after.state in ("Empty", "Dead") and not after.members, after
+    drill.wait_converged(90)  # the bridge's group settled before the hand-back starts
+
+    # Hand-back: release, kill -9 of the bridge while releasing, the release command waits for
+    # ``released``; Kafka's coordinator then has all three workers, still behind the bridge.
+    release_at = int(time.time() * 1000) - drill.t0
+    code, answer = admin(metrics, "POST", release_path(drill.group))
+    assert (code, answer["released"]) == (200, True), answer
+    drill.bridge_restart()
+    argv = [sys.executable, "-m", "connect_bridge.cli", "release", drill.group, "--admin", metrics]
+    released = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert released.returncode == 0 and "is released" in released.stdout, released
+    released_at = int(time.time() * 1000) - drill.t0
+
+    def upstream_has_all() -> bool:
+        group = upstream_group(drill.broker, drill.group)
+        return group.state == "Stable" and len(group.members) == 3
+
+    wait_until(upstream_has_all, 60, 0.5, lambda: f"upstream: {upstream_group(drill.broker, drill.group)}")
+    for name in ("w0", "w1", "w2"):  # repointed at the broker one at a time
+        drill.stop(name)
+        drill.start_on(name, broker)
+    wait_until(upstream_has_all, 60, 0.5, lambda: f"upstream: {upstream_group(drill.broker, drill.group)}")
+    final = admin(metrics)[1][drill.group]
+    assert final["phase"] == "released" and final["bridge_members"] == 0, final
+
     summary, _ = drill.finish(timeout_s=90)
     assert summary.exclusive and summary.live, summary
     events_path = drill.out / "drill" / drill.name / "events.jsonl"
     events = [json.loads(line) for line in events_path.read_text(encoding="utf-8").splitlines()]
     # A gap open while the takeover happened (it was seen adopted within one poll, 0.2 s).
-    around = [g for g in unowned_gaps(events) if g[1] <= adopted_at and g[2] >= adopted_at - 1000]
+    gaps = unowned_gaps(events)
+    around = [g for g in gaps if g[1] <= adopted_at and g[2] >= adopted_at - 1000]
     takeover_gap = max((to - start for _, start, to in around), default=0)
+    handback = [to - start for _, start, to in gaps if start <= released_at and to >= release_at]
     print(
         f"adoption: taken over at generation {status['taken_over_generation']} "
         f"{took_s:.1f}s after the first repoint; longest time an item ran nowhere during the whole "
         f"adoption {summary.max_unowned_ms} ms (bound {summary.live_bound_ms} ms), across the takeover "
-        f"itself {takeover_gap} ms; {summary.rebalances} rebalances"
+        f"itself {takeover_gap} ms; {summary.rebalances} rebalances; hand-back (with a kill -9) took "
+        f"{(released_at - release_at) / 1000:.1f}s, longest time an item ran nowhere across it "
+        f"{max(handback, default=0)} ms"
     )
-    after = upstream_group(drill.broker, drill.group)
-    assert after.state in ("Empty", "Dead") and not after.members, after

@@ -450,6 +450,50 @@ def _cmd_adopt(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_release(args: argparse.Namespace) -> int:
+    """POST /admin/groups/GROUP/release, then (unless ``--no-wait``) wait until the group is
+    ``released``: each worker is sent back to the upstream coordinator at its next request, so this
+    takes about one heartbeat interval (docs/adoption.md "Hand-back")."""
+    import time
+
+    from connect_bridge.bridge.server_admin import release_path
+    from connect_bridge.bridge.settings import parse_host_port
+
+    try:
+        parse_host_port(args.admin)
+    except ValueError as exc:
+        return _fail(f"--admin: {exc}")
+    unreachable = (
+        f"cannot reach the bridge's admin endpoint at {args.admin}: {{}}; it is served on "
+        "metrics_listen (--admin is that address)"
+    )
+    try:
+        code, body = _admin_request(args.admin, "POST", release_path(args.group), args.timeout)
+    except (OSError, ValueError) as exc:
+        return _fail(unreachable.format(exc))
+    if code != 200:
+        return _fail(body.get("message", f"HTTP {code}"))
+    print(body["message"])
+    deadline = time.monotonic() + args.timeout
+    status: dict[str, Any] = {}
+    while not args.no_wait:
+        try:
+            status = _admin_request(args.admin, "GET", "/admin/groups", args.timeout)[1].get(args.group) or {}
+        except (OSError, ValueError) as exc:
+            return _fail(unreachable.format(exc))
+        if status.get("phase") == "released":
+            print(f"group {args.group} is released: the upstream coordinator has it")
+            return 0
+        if time.monotonic() >= deadline:
+            return _fail(
+                f"group {args.group} still {status.get('phase')} after {args.timeout:g}s with "
+                f"{status.get('bridge_members')} member(s) left in the bridge's group; "
+                "`connect-bridge adopt --status` shows the progress"
+            )
+        time.sleep(0.5)
+    return 0
+
+
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from connect_bridge.pipeline.extras import spark_missing
 
@@ -556,6 +600,14 @@ _COMMANDS: tuple[_Command, ...] = (
              help="the bridge's metrics_listen, which serves the admin endpoint"),
         _arg("--status", action="store_true", help="show the group's phase and progress, change nothing"),
         _arg("--timeout", type=float, default=60.0, help="seconds to wait for the answer"),
+    ), ("adoption.md", "operator-guide.md")),
+    _Command("release", "hand an adopted group back to the upstream coordinator (adoption's reverse)",
+             _cmd_release, (
+        _arg("group", help="group id"),
+        _arg("--admin", default="127.0.0.1:9404", metavar="HOST:PORT",
+             help="the bridge's metrics_listen, which serves the admin endpoint"),
+        _arg("--no-wait", action="store_true", help="return once the hand-back started"),
+        _arg("--timeout", type=float, default=60.0, help="seconds to wait for the group to be released"),
     ), ("adoption.md", "operator-guide.md")),
     _Command("credentials add", "add or replace a user in a SASL credentials file (terminated SASL)",
              _cmd_credentials_add, (

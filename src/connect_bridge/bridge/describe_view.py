@@ -277,6 +277,10 @@ def adoption_line(a: dict[str, Any]) -> str:
         line += f", members behind the bridge {a['members_behind_bridge']} of {a['members']}"
         if a.get("reason"):
             line += f" ({a['reason']})"
+    elif a["phase"] == "releasing":  # the hand-back: members still to be sent upstream
+        line += f", members left in the bridge's group {a.get('bridge_members')}"
+    elif a["phase"] == "released":
+        line += ", the upstream coordinator has the group again"
     elif a.get("taken_over_generation") is not None:
         line += f", taken over at generation {a['taken_over_generation']}"
         if a.get("upstream_state"):

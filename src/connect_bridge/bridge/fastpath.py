@@ -19,6 +19,7 @@ from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.messages import API_SPECS, ApiKey
 from connect_bridge.codecs.requests import decode_request, response_frame
 from connect_bridge.state import classic_api as capi
+from connect_bridge.state.adoption_records import OwnershipState
 from connect_bridge.state.api import HeartbeatRequest, HeartbeatResponse
 from connect_bridge.state.coordinator import GroupCoordinator
 
@@ -149,9 +150,11 @@ class SteadyHeartbeats:
 
 def _upstream_owns(coordinator: GroupCoordinator, group_id: str) -> bool:
     """A group under adoption that the upstream coordinates (``relaying``/``released``): relayed,
-    even when the bridge holds an empty group of that id (a config view makes one)."""
+    even when the bridge holds an empty group of that id (a config view makes one). A ``releasing``
+    group is not answered here either: each of its members is sent back upstream at its next
+    request (``server_adoption``), which the full path does."""
     phase = coordinator.ownership.state(group_id)
-    return phase is not None and not phase.bridge_coordinates
+    return phase is not None and phase is not OwnershipState.ADOPTED
 
 
 def _steady_request(req: HeartbeatRequest) -> bool:

@@ -5,7 +5,10 @@ operator command needs a shell on the bridge's host or a deliberately exposed li
 
 - ``GET /admin/groups``: every group under adoption, its phase and progress (JSON);
 - ``POST /admin/groups/GROUP/adopt``: take GROUP over now (``adoption.mode: command``, or to skip
-  the wait in ``auto``); 200 when adopted, 409 with the reason when the condition does not hold.
+  the wait in ``auto``); 200 when adopted, 409 with the reason when the condition does not hold;
+- ``POST /admin/groups/GROUP/release``: hand an adopted GROUP back to the upstream coordinator
+  (docs/adoption.md "Hand-back"); 200 once ``releasing`` (or ``released``) is durable, 409 with the
+  reason otherwise (not adopted, or new-protocol members to downgrade first).
 """
 
 from __future__ import annotations
@@ -18,10 +21,15 @@ from urllib.parse import quote, unquote
 from connect_bridge.bridge.server_adoption import Adoption
 
 ADOPT_PATH = "/admin/groups/{group}/adopt"
+RELEASE_PATH = "/admin/groups/{group}/release"
 
 
 def adopt_path(group_id: str) -> str:
     return ADOPT_PATH.format(group=quote(group_id, safe=""))
+
+
+def release_path(group_id: str) -> str:
+    return RELEASE_PATH.format(group=quote(group_id, safe=""))
 
 
 def _json(status: int, value: Any) -> tuple[int, bytes]:
@@ -39,16 +47,17 @@ def admin_handler(
         if method == "GET" and path == "/admin/groups":
             return _json(200, wiring.status() if wiring is not None else {})
         parts = path.split("/")
-        adopt = len(parts) == 5 and parts[:3] == ["", "admin", "groups"] and parts[4] == "adopt"
-        if method == "POST" and adopt:
-            group_id = unquote(parts[3])
+        action = parts[4] if len(parts) == 5 and parts[:3] == ["", "admin", "groups"] else None
+        if method == "POST" and action in ("adopt", "release"):
+            group_id, key = unquote(parts[3]), "adopted" if action == "adopt" else "released"
             if wiring is None:
-                return _json(409, {"adopted": False, "message": "adoption is off (set adoption.groups)"})
-            adopted, message = await wiring.command_adopt(group_id)
-            return _json(200 if adopted else 409, {"adopted": adopted, "message": message})
+                return _json(409, {key: False, "message": "adoption is off (set adoption.groups)"})
+            command = wiring.command_adopt if action == "adopt" else wiring.command_release
+            done, message = await command(group_id)
+            return _json(200 if done else 409, {key: done, "message": message})
         return _json(404, {"message": f"no admin resource {method} {path}"})
 
     return handle
 
 
-__all__ = ["ADOPT_PATH", "admin_handler", "adopt_path"]
+__all__ = ["ADOPT_PATH", "RELEASE_PATH", "admin_handler", "adopt_path", "release_path"]

@@ -12,6 +12,14 @@ are let finish, the condition is checked once more, ``GroupCoordinator.adopt`` r
 are made durable; only then are the held requests let through, and they are answered locally. The
 upstream group is then emptied with one LeaveGroup of the adopted members and watched for a member
 the bridge did not adopt (a conflict: an ERROR line, a metric, and the status).
+
+The hand-back (``connect-bridge release GROUP``): ``releasing`` is made durable and the bridge's
+group rebalances; the generation it completes revokes everything (``state.handback``). A member's
+JoinGroup that reports an empty allocation removes it (UNKNOWN_MEMBER_ID, so it rejoins with an
+empty id); a JoinGroup with an empty or unknown id is held until the bridge's group is empty and
+every member sent away is back with its rejoin (or ``settle_timeout_ms`` passed): then the
+tombstone and ``released`` are made durable and the held rejoins are relayed together
+(docs/adoption.md "Hand-back").
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ from connect_bridge.bridge.adoption_settings import AdoptionSettings
 from connect_bridge.bridge.adoption_upstream import UpstreamGroups
 from connect_bridge.bridge.relay_observer import OBSERVED_APIS, RelayObserver
 from connect_bridge.bridge.server_connection import Connection
+from connect_bridge.bridge.wire_classic import join_from_wire
 from connect_bridge.codecs.messages import ApiKey
 from connect_bridge.codecs.requests import DecodedRequest, decode_response
 from connect_bridge.state.adoption import Observation, TakeoverCheck, takeover_ready, upstream_conflict
@@ -35,6 +44,7 @@ from connect_bridge.state.adoption_build import AdoptionError
 from connect_bridge.state.adoption_records import OwnershipError, OwnershipState
 from connect_bridge.state.classic_api import ClassicGroupState
 from connect_bridge.state.coordinator import GroupCoordinator
+from connect_bridge.state.handback import reports_nothing
 
 log = logging.getLogger("connect_bridge.adoption")
 _SIZE = struct.Struct(">i")
@@ -94,6 +104,12 @@ class Adoption:
         self._holds: dict[str, asyncio.Event] = {}
         self._running: dict[str, asyncio.Task[Any]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._released: dict[str, asyncio.Event] = {}
+        """Hand-back: set once ``released`` is durable; the held rejoins then go upstream."""
+        self._sent_away: dict[str, set[Connection]] = {}
+        """Hand-back: connections whose member the bridge removed, until they closed or are held."""
+        self._held: dict[str, set[Connection]] = {}
+        self._empty_since: dict[str, float] = {}
 
     # ------------------------------------------------------------------ routing
     def phase(self, group_id: str) -> OwnershipState | None:
@@ -111,6 +127,8 @@ class Adoption:
         while hold is not None:
             await hold.wait()
             hold = self._holds.get(group_id)
+        if self.phase(group_id) is OwnershipState.RELEASING and api_key == ApiKey.JOIN_GROUP:
+            await self._route_releasing(conn, group_id, decoded)
         if api_key == ApiKey.JOIN_GROUP and self.phase(group_id) is None:
             local = self.coordinator().groups.get(group_id)
             if local is None or not local.members:  # a config view makes an empty one
@@ -183,6 +201,96 @@ class Adoption:
 
     def connection_closed(self, conn: Connection) -> None:
         self._members.pop(conn, None)
+        for conns in (*self._sent_away.values(), *self._held.values()):
+            conns.discard(conn)
+
+    # ------------------------------------------------------------------ hand-back
+    async def _route_releasing(self, conn: Connection, group_id: str, decoded: DecodedRequest) -> None:
+        """Per-member routing of a JoinGroup while ``releasing``. A member of the bridge's group that
+        still runs something joins the bridge's group (whose generation revokes everything,
+        ``state.handback``); one that reports nothing is removed and answered locally
+        (UNKNOWN_MEMBER_ID: it joins again with an empty id). A JoinGroup with an empty or unknown
+        id waits here until ``released`` is durable, then goes upstream. Other requests of the
+        group are the bridge's to answer (a removed member's Heartbeat: UNKNOWN_MEMBER_ID)."""
+        member_id = decoded.body.member_id or ""
+        group = self.coordinator().groups.get(group_id)
+        if member_id and member_id in (getattr(group, "members", None) or {}):
+            protocols = join_from_wire(decoded.body, decoded.api_version).protocols
+            if not reports_nothing(protocols):
+                return  # joins the revoking generation
+            if self.coordinator().release_member(group_id, member_id, self.clock()):
+                self.after_step()
+                self._sent_away.setdefault(group_id, set()).add(conn)
+                log.info("adoption: hand-back of %s: member %s sent upstream", group_id, member_id)
+                await self.finish_release(group_id)
+            return
+        released = self._released.setdefault(group_id, asyncio.Event())
+        held = self._held.setdefault(group_id, set())
+        held.add(conn)
+        try:
+            await self.finish_release(group_id)
+            await released.wait()
+        finally:
+            held.discard(conn)
+
+    async def finish_release(self, group_id: str) -> bool:
+        """Write the tombstone and ``released`` once the bridge's group is empty and every member
+        sent away is back with its rejoin (held), or ``settle_timeout_ms`` after the group emptied
+        (a worker that does not come back is gone or partitioned: as after its session timeout)."""
+        group = self.coordinator().groups.get(group_id)
+        if self.phase(group_id) is not OwnershipState.RELEASING or getattr(group, "members", None):
+            return False
+        loop = asyncio.get_running_loop()
+        missing = self._sent_away.get(group_id, set()) - self._held.get(group_id, set())
+        emptied = self._empty_since.setdefault(group_id, loop.time())
+        if missing and loop.time() - emptied < self.settings.settle_timeout_ms / 1000:
+            return False
+        async with self._locks.setdefault(group_id, asyncio.Lock()):
+            if not self.coordinator().finish_release(group_id, self.clock()):
+                return self.phase(group_id) is OwnershipState.RELEASED
+            self.after_step()
+            await self.durable()  # before any held rejoin goes upstream
+        self._sent_away.pop(group_id, None)
+        self._empty_since.pop(group_id, None)
+        held = len(self._held.get(group_id, ()))
+        self._released.setdefault(group_id, asyncio.Event()).set()
+        log.info("adoption: group %s released upstream; %d rejoins go there now", group_id, held)
+        self.observe_phase(group_id)
+        return True
+
+    def _local_members(self, group_id: str) -> int:
+        return len(getattr(self.coordinator().groups.get(group_id), "members", None) or {})
+
+    async def command_release(self, group_id: str) -> tuple[bool, str]:
+        """``connect-bridge release GROUP``: start handing an adopted group back (or report that it
+        is under way / done). True when ``releasing`` or ``released`` is durable."""
+        if not self.settings.watches(group_id):
+            return False, f"group {group_id} does not match adoption.groups"
+        phase = self.phase(group_id)
+        if phase is OwnershipState.ADOPTED:
+            async with self._locks.setdefault(group_id, asyncio.Lock()):
+                try:
+                    self.coordinator().start_release(group_id, self.clock())
+                except (AdoptionError, OwnershipError) as exc:
+                    return False, str(exc)
+                self._released[group_id] = asyncio.Event()
+                self._empty_since.pop(group_id, None)
+                self.after_step()
+                await self.durable()  # before any member is sent away
+            log.info("adoption: hand-back of group %s started", group_id)
+            self.observe_phase(group_id)
+            await self.finish_release(group_id)
+            phase = self.phase(group_id)
+        if phase is OwnershipState.RELEASED:
+            return True, f"group {group_id} is released: the upstream coordinator has it"
+        if phase is OwnershipState.RELEASING:
+            left = self._local_members(group_id)
+            return True, (
+                f"group {group_id} is being handed back: {left} member(s) left in the bridge's group, "
+                "each sent upstream at its next request"
+            )
+        shown = phase.value if phase is not None else "none"
+        return False, f"group {group_id} is not adopted (phase {shown}): nothing to hand back"
 
     def behind(self, group_id: str) -> set[str]:
         """Member ids of ``group_id`` with a live client connection through the bridge."""
@@ -303,6 +411,8 @@ class Adoption:
                     self.poke(group_id)
                 elif owned.state is OwnershipState.ADOPTED:
                     await self._watch_upstream(group_id)
+                elif owned.state is OwnershipState.RELEASING:
+                    await self.finish_release(group_id)
 
     async def _watch_upstream(self, group_id: str) -> None:
         group = self.coordinator().groups.get(group_id)
@@ -346,6 +456,7 @@ class Adoption:
                 else (owned.generation if owned.state is OwnershipState.ADOPTED else None),
                 "upstream_state": progress.upstream_state,
                 "conflict": progress.conflict,
+                "bridge_members": self._local_members(group_id),
             }
         return out
 

@@ -33,15 +33,19 @@ from connect_bridge.state.classic_group import (
     ClassicGroupState,
     ClassicMember,
 )
+from connect_bridge.state.classic_rebalance import prepare_rebalance
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.connect_group import ConnectGroup, check_heartbeat
 from connect_bridge.state.conversion import ConversionError, allocation, downgrade, full_assignment, upgrade
 from connect_bridge.state.errors import RequestError
+from connect_bridge.state.handback import revoke_all
 from connect_bridge.state.holds import zombie_grace_ms
 from connect_bridge.state.model import ConfigView, GroupType
 from connect_bridge.state.ownership import refusal, split_leaving
 from connect_bridge.state.records import Record, RecordType
 from connect_bridge.state.timers import Timers
+
+_PREPARING = ClassicGroupState.PREPARING_REBALANCE
 
 Group = ConnectGroup | ClassicGroup
 
@@ -313,6 +317,8 @@ class GroupCoordinator:
             return capi.SyncGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
         if refused := refusal(group, req.member_id, req.group_instance_id, req.principal):
             return capi.SyncGroupResponse(error_code=int(refused.code))
+        if req.assignments and isinstance(group, ClassicGroup) and self._releasing(req.group_id):
+            req = replace(req, assignments=revoke_all(group, req.assignments))  # docs/adoption.md
         response = (
             group.legacy.sync(req, now_ms) if isinstance(group, ConnectGroup) else group.sync(req, now_ms)
         )
@@ -409,6 +415,8 @@ class GroupCoordinator:
         the bridge converts the group and removes those members in the connect group with their
         work held for the delay, at least the zombie grace, then converts back. ``False`` = not
         this case (or the policy forbids it); the classic group handles the timer."""
+        if self._releasing(classic.group_id):  # hand-back: no generation of this group completes
+            return False
         leaving = [m for m in classic.removed_by(key) if self._may_run_any(classic, m)]
         if not leaving:
             return False
@@ -427,6 +435,7 @@ class GroupCoordinator:
         leader = classic.members.get(member_id)
         if (
             self.config.scheduled_rebalance_max_delay_ms <= 0
+            or self._releasing(classic.group_id)
             or leader is None
             or member_id != classic.leader_id
             or classic.protocol_name == EAGER_PROTOCOL
@@ -532,6 +541,80 @@ class GroupCoordinator:
         self._records.append(record)
         return record
 
+    # ------------------------------------------------------------------ hand-back (docs/adoption.md)
+    def start_release(self, group_id: str, now_ms: int) -> Record:
+        """Write ``releasing`` for an adopted group. Only a classic group (or none, or an empty one)
+        can be handed back: upstream's coordinator would not know the bridge's connect-protocol
+        members, so a group with new-protocol members is refused (downgrade it first,
+        docs/migration.md). Raises :class:`AdoptionError` or ``OwnershipError``."""
+        group = self.groups.get(group_id)
+        if isinstance(group, ConnectGroup) and group.members:
+            new_protocol = sum(1 for m in group.members.values() if not m.metadata.is_legacy)
+            detail = (
+                f"{new_protocol} member(s) use the new protocol: downgrade them first (docs/migration.md)"
+                if new_protocol
+                else "the bridge holds a departed worker's work in a connect group; retry once the hold ends"
+            )
+            raise AdoptionError(f"group {group_id} cannot be handed back yet: {detail}")
+        generation = group.generation_id if isinstance(group, ClassicGroup) else -1
+        owned = self.ownership.get(group_id)
+        if generation < 0 and owned is not None:
+            generation = owned.generation
+        record = self.change_ownership(group_id, OwnershipState.RELEASING, generation, now_ms)
+        if isinstance(group, ClassicGroup):
+            self._rebalance_to_release(group, now_ms)
+        return record
+
+    def _rebalance_to_release(self, group: ClassicGroup, now_ms: int) -> None:
+        """Every member of a ``releasing`` group rejoins (REBALANCE_IN_PROGRESS on its next
+        Heartbeat); the generation that completes revokes everything (``state.handback``). At the
+        start of a hand-back, and again after a restart during one: a loaded group is Stable in its
+        last generation, which revoked nothing if the bridge died before completing the revoking one."""
+        if group.members and group.state is not _PREPARING:
+            prepare_rebalance(group, now_ms)
+            self._after(group.group_id, now_ms)
+
+    def release_member(self, group_id: str, member_id: str, now_ms: int) -> bool:
+        """Hand-back: remove one member of a ``releasing`` group (its request is then answered
+        UNKNOWN_MEMBER_ID and it joins again with an empty id, which is relayed upstream). Removed
+        directly from the classic group: none of the leader-leaving or expiry holds apply, since
+        no generation of the bridge's group completes any more. False if it is not a member."""
+        group = self.groups.get(group_id)
+        if not self._releasing(group_id) or not isinstance(group, ClassicGroup):
+            return False
+        member = group.members.get(member_id)
+        if member is None:
+            return False
+        leaving = capi.LeavingMember(member_id, member.group_instance_id, "hand-back to the upstream")
+        group.leave(capi.LeaveGroupRequest(group_id, (leaving,), member.principal), now_ms)
+        self._after(group_id, now_ms)
+        return True
+
+    def finish_release(self, group_id: str, now_ms: int) -> bool:
+        """Hand-back: when the ``releasing`` group has no member left, write its tombstone, then
+        ``released`` (a cut between the two replays as ``releasing`` with no group, which the
+        wiring finishes). False while members remain."""
+        if self.ownership.state(group_id) is not OwnershipState.RELEASING:
+            return False
+        group = self.groups.get(group_id)
+        if group is not None and group.members:
+            return False
+        owned = self.ownership.get(group_id)
+        generation = owned.generation if owned is not None else -1
+        if isinstance(group, ClassicGroup):
+            group.delete(now_ms)
+            self._records.extend(group.drain_records())
+            group.drain_responses()
+        elif isinstance(group, ConnectGroup):
+            group.tombstone_all()
+            self._flush(group)
+        self.groups.pop(group_id, None)
+        self.change_ownership(group_id, OwnershipState.RELEASED, generation, now_ms)
+        return True
+
+    def _releasing(self, group_id: str) -> bool:
+        return self.ownership.state(group_id) is OwnershipState.RELEASING
+
     def _drop_unowned(self, now_ms: int) -> None:
         """After a replay: a classic group whose ownership says the upstream coordinates it is a
         leftover of a cut between an adoption's two records, or of a hand-back that wrote
@@ -589,6 +672,9 @@ class GroupCoordinator:
             group.drain_records()
             group.rebuild_after_load(now_ms)
         self._drop_unowned(now_ms)
+        for gid, group in self.groups.items():
+            if self._releasing(gid) and isinstance(group, ClassicGroup):
+                self._rebalance_to_release(group, now_ms)
 
     def snapshot(self) -> dict[str, object]:
         return {
