@@ -9,7 +9,10 @@ still on Kafka's coordinator, takes it over once every member is behind it (its 
 witness (the tasks' sequence numbers on the broker) find no task running twice, and every item ran
 again within the liveness bound (scheduled delay + one rebalance timeout). The bridge is killed
 (kill -9) and restarted once while relaying and once after the takeover: the ownership records say
-which side owns the group each time. Then the group is handed back (``connect-bridge release``,
+which side owns the group each time. While the bridge coordinates the adopted group, a new-protocol
+worker (the live drills' reference worker) joins it (the group converts to ``connect``, the engine
+moves work to it) and leaves again (the group converts back to ``classic``), the group staying
+``adopted``. Then the group is handed back (``connect-bridge release``,
 with a kill -9 of the bridge right after the hand-back starts): the bridge's group ends ``released``
 and gone, Kafka's group has all three workers (through the bridge, relayed), and the workers are
 repointed at the broker one at a time. The longest time an item ran nowhere is printed
@@ -40,7 +43,7 @@ from connect_bridge.state.classic_state import ClassicDescribedGroup
 from kafka_fixtures import BridgeProcess, ConnectWorker, KafkaBroker
 from kafka_processes import free_ports
 from polling import wait_until
-from test_java_drills import DELAY_MS, JavaDrill
+from test_java_drills import DELAY_MS, JavaDrill, NewWorkers, group_type, now_ms, wait_group_type
 
 
 def upstream_group(broker: KafkaBroker, group: str) -> ClassicDescribedGroup:
@@ -106,6 +109,51 @@ def bridge_group(drill: JavaDrill) -> dict[str, Any]:
     return group
 
 
+def upgrade_and_downgrade(drill: JavaDrill, metrics: str) -> tuple[int, int, int]:
+    """A new-protocol worker (the live drills' reference worker) joins the adopted group through the
+    bridge, next to the three Java workers: the group converts to ``connect`` and the engine moves
+    work to it; then it stops: with only classic members left the group converts back to
+    ``classic``. The group stays ``adopted`` at the same taken-over generation throughout (the
+    conversions are the bridge's, the ownership record is untouched). Returns the longest time an
+    item ran nowhere across the upgrade and across the downgrade (ms) and how many items the new
+    worker ran; the checker (no item on two workers at once) runs on every poll of
+    ``wait_converged``."""
+    before = admin(metrics)[1][drill.group]
+    assert group_type(drill) == "classic", bridge_group(drill)
+    joined_at = now_ms() - drill.t0
+    drill.new = drill.new or NewWorkers()
+    host, port = drill.bridge.bootstrap.rsplit(":", 1)
+    drill.new.start("n0", host, int(port), drill.group, "http://n0:8083/")
+    assert group_type(drill) == "connect", bridge_group(drill)  # converted when it joined
+    members = bridge_group(drill)["members"]
+    assert len(members) == 4, members
+    drill.wait_converged(75)  # balanced over four workers: the engine moved work to n0
+    converted_at = now_ms() - drill.t0
+    moved = {
+        (e["connector"], e["task"]) for e in drill.new.events() if e["type"] == "run" and e["worker"] == "n0"
+    }
+    assert moved, "the new-protocol worker was given nothing"
+    status = admin(metrics)[1][drill.group]
+    assert status["phase"] == "adopted", status
+    assert status["taken_over_generation"] == before["taken_over_generation"], status
+
+    left_at = now_ms() - drill.t0
+    drill.stop_new("n0")
+    wait_group_type(drill, "classic", timeout_s=30)  # downgraded once the last new member left
+    drill.wait_converged(75)
+    back_at = now_ms() - drill.t0
+    assert len(bridge_group(drill)["members"]) == 3, bridge_group(drill)
+    status = admin(metrics)[1][drill.group]
+    assert status["phase"] == "adopted", status
+
+    gaps = unowned_gaps(drill.timeline(end_ms=now_ms()).events)
+
+    def longest(start: int, end: int) -> int:
+        return max((to - since for _, since, to in gaps if since <= end and to >= start), default=0)
+
+    return longest(joined_at, converted_at), longest(left_at, back_at), len(moved)
+
+
 class AdoptionDrill(JavaDrill):
     """A Java drill whose workers start on the broker itself and are then repointed at the bridge."""
 
@@ -141,6 +189,8 @@ def adoption_drill(
 
     drill = AdoptionDrill(kafka_broker, connect_worker, with_adoption, tmp_path, "adoption")
     yield drill, metrics
+    if drill.new is not None:
+        drill.new.close()
     stoppers = [threading.Thread(target=w.stop, daemon=True) for w in drill.workers.values()]
     for thread in stoppers:
         thread.start()
@@ -222,6 +272,8 @@ def test_adopt_a_running_java_cluster(adoption_drill: tuple[AdoptionDrill, str])
     assert after.state in ("Empty", "Dead") and not after.members, after
     drill.wait_converged(90)  # the bridge's group settled before the hand-back starts
 
+    upgrade_gap, downgrade_gap, upgrade_moved = upgrade_and_downgrade(drill, metrics)
+
     # Hand-back: release, kill -9 of the bridge while releasing, the release command waits for
     # ``released``; Kafka's coordinator then has all three workers, still behind the bridge.
     release_at = int(time.time() * 1000) - drill.t0
@@ -260,5 +312,7 @@ def test_adopt_a_running_java_cluster(adoption_drill: tuple[AdoptionDrill, str])
         f"adoption {summary.max_unowned_ms} ms (bound {summary.live_bound_ms} ms), across the takeover "
         f"itself {takeover_gap} ms; {summary.rebalances} rebalances; hand-back (with a kill -9) took "
         f"{(released_at - release_at) / 1000:.1f}s, longest time an item ran nowhere across it "
-        f"{max(handback, default=0)} ms"
+        f"{max(handback, default=0)} ms; a new-protocol worker joining the adopted group moved "
+        f"{upgrade_moved} items to it, longest time an item ran nowhere across the upgrade "
+        f"{upgrade_gap} ms, across the downgrade {downgrade_gap} ms"
     )
