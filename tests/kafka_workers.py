@@ -104,6 +104,11 @@ class ConnectWorker(KafkaProcess):
     def connector_status(self, name: str) -> Any:
         return self.rest("GET", f"/connectors/{name}/status")
 
+    def task_configs(self, name: str, timeout_s: float = 30.0) -> Any:
+        """``GET /connectors/<name>/tasks``, retried like :meth:`put_connector_config`: right after a
+        rebalance a worker answers 500 "a rebalance is expected" (or 409) until it has rejoined."""
+        return self._retry_noted(lambda: self.rest("GET", f"/connectors/{name}/tasks"), timeout_s, None)
+
     def wait_running(
         self,
         name: str,

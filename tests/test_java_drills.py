@@ -728,7 +728,7 @@ def signed_task_configs_after_downgrade(drill: JavaDrill, timeout_s: float = 60.
     for worker in drill.live():
         for connector, tasks in drill.connectors.items():
             while True:
-                configs = worker.rest("GET", f"/connectors/{connector}/tasks")
+                configs = worker.task_configs(connector, max(deadline - time.monotonic(), 1.0))
                 if len(configs) == tasks and all(
                     c["config"].get("throughput") == str(THROUGHPUT + 5) for c in configs
                 ):
