@@ -12,6 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from connect_bridge import logs
+from connect_bridge.cli_bridge import (
+    cmd_adopt,
+    cmd_credentials_add,
+    cmd_describe,
+    cmd_release,
+    cmd_serve,
+)
+from connect_bridge.cli_common import fail, out_problem
 from connect_bridge.codecs import connect_protocol
 from connect_bridge.codecs.errors import CodecError
 
@@ -41,7 +49,7 @@ def _cmd_docs(args: argparse.Namespace) -> int:
         return 0
     page = pages.get(args.page.removesuffix(".md"))
     if page is None:
-        return _fail(f"no documentation page {args.page!r}; pages: {', '.join(sorted(pages))}")
+        return fail(f"no documentation page {args.page!r}; pages: {', '.join(sorted(pages))}")
     sys.stdout.write(page.read_text(encoding="utf-8"))
     return 0
 
@@ -63,22 +71,6 @@ _CODEC_KINDS: dict[str, tuple[Callable, Callable, Callable, Callable]] = {
 }
 
 
-def _fail(message: str) -> int:
-    print(f"connect-bridge: {message}", file=sys.stderr)
-    return 1
-
-
-def _out_problem(args: argparse.Namespace, *, collect: bool = False) -> str | None:
-    """Create or check ``--out`` before any work starts (the rule: ``out_dir.py``); the problem or None."""
-    from connect_bridge.out_dir import OutDirError, prepare_out
-
-    try:
-        prepare_out(args.out, force=getattr(args, "force", False), collect=collect)
-    except OutDirError as exc:
-        return str(exc)
-    return None
-
-
 _CODEC_VERSIONS = "0 (default/eager), 1 (compatible), 2 (sessioned), or 3..32767 (a later version's header)"
 """What ``codec encode --version`` accepts: the Connect protocol's versions, and later ones that
 Java reads with the newest layout it knows (the golden vectors' forward-compatibility cases)."""
@@ -89,29 +81,29 @@ def _cmd_codec(args: argparse.Namespace) -> int:
     if args.op == "decode":
         text = "".join(args.data.split())
         if len(text) % 2:
-            return _fail(f"invalid hex input: {len(text)} hex digits, an odd number; a byte is two digits")
+            return fail(f"invalid hex input: {len(text)} hex digits, an odd number; a byte is two digits")
         try:
             data = bytes.fromhex(text)
         except ValueError as exc:
-            return _fail(f"invalid hex input: {exc}")
+            return fail(f"invalid hex input: {exc}")
         try:
             value = decode(data)
         except CodecError as exc:
-            return _fail(f"cannot decode {args.kind}: {exc}")
+            return fail(f"cannot decode {args.kind}: {exc}")
         print(json.dumps(to_json(value), ensure_ascii=False))
         return 0
     if args.version is None:
-        return _fail(f"codec encode needs --version N: {_CODEC_VERSIONS}")
+        return fail(f"codec encode needs --version N: {_CODEC_VERSIONS}")
     if not 0 <= args.version <= 0x7FFF:
-        return _fail(f"cannot encode {args.kind}: unknown 'version' {args.version}; valid: {_CODEC_VERSIONS}")
+        return fail(f"cannot encode {args.kind}: unknown 'version' {args.version}; valid: {_CODEC_VERSIONS}")
     try:
         doc = json.loads(args.data)
     except json.JSONDecodeError as exc:
-        return _fail(f"invalid JSON input at character {exc.pos}: {exc.msg}")
+        return fail(f"invalid JSON input at character {exc.pos}: {exc.msg}")
     try:
         print(encode(from_json(doc), args.version).hex())
     except CodecError as exc:
-        return _fail(f"cannot encode {args.kind}: {exc}")
+        return fail(f"cannot encode {args.kind}: {exc}")
     return 0
 
 
@@ -138,9 +130,9 @@ def _cmd_drill_run(args: argparse.Namespace) -> int:
     try:
         scenario = load_scenario(args.scenario)
     except ScenarioError as exc:
-        return _fail(str(exc))
-    if (problem := _out_problem(args)) is not None:
-        return _fail(problem)
+        return fail(str(exc))
+    if (problem := out_problem(args)) is not None:
+        return fail(problem)
     out = Path(args.out)
     if args.mode == "live":
         from connect_bridge.drills.live import run_live
@@ -154,7 +146,7 @@ def _cmd_drill_run(args: argparse.Namespace) -> int:
             try:
                 events = run_live(scenario, out, progress=show)
             except (OSError, RuntimeError) as exc:
-                return _fail(f"live drill failed: {exc}")
+                return fail(f"live drill failed: {exc}")
     else:
         sim_bar = Bar(f"{scenario.name} (simulated)", scenario.end_ms // 1000, unit="s", enabled=_bars(args))
         with sim_bar as bar:
@@ -180,16 +172,16 @@ def _cmd_drill_fleet(args: argparse.Namespace) -> int:
     from connect_bridge.pipeline.extras import spark_missing
 
     if (missing := spark_missing("drill fleet")) is not None:
-        return _fail(missing)
+        return fail(missing)
     from connect_bridge.drills.events import EventLogError
     from connect_bridge.pipeline.analyze import AnalyzeError
     from connect_bridge.pipeline.fleet import run_fleet
     from connect_bridge.progress import StageReporter
 
     if args.count < 1:
-        return _fail("drill fleet: --count must be at least 1")
-    if (problem := _out_problem(args)) is not None:
-        return _fail(problem)
+        return fail("drill fleet: --count must be at least 1")
+    if (problem := out_problem(args)) is not None:
+        return fail(problem)
     if args.checks_only or args.adversarial:
         return _fleet_checks(args)
     try:
@@ -197,7 +189,7 @@ def _cmd_drill_fleet(args: argparse.Namespace) -> int:
             progress = StageReporter(bar)
             fleet = run_fleet(args.count, args.seed, args.out, master=args.master, progress=progress)
     except (AnalyzeError, EventLogError) as exc:
-        return _fail(f"drill fleet: {exc}")
+        return fail(f"drill fleet: {exc}")
     failed = fleet["failed"]
     t = fleet["totals"]
     print(
@@ -224,9 +216,9 @@ def _cmd_drill_search(args: argparse.Namespace) -> int:
     protocols = tuple(args.protocols.split(",")) if args.protocols else ALL_PROTOCOLS
     unknown = sorted(set(protocols) - set(ALL_PROTOCOLS))
     if unknown:
-        return _fail(f"drill search: unknown protocol(s) {', '.join(unknown)}; use {','.join(ALL_PROTOCOLS)}")
-    if (problem := _out_problem(args, collect=True)) is not None:  # a collection: non-empty is normal
-        return _fail(problem)
+        return fail(f"drill search: unknown protocol(s) {', '.join(unknown)}; use {','.join(ALL_PROTOCOLS)}")
+    if (problem := out_problem(args, collect=True)) is not None:  # a collection: non-empty is normal
+        return fail(problem)
     generator = partial(random_scenario, protocols=protocols, adversarial=args.adversarial)
     seeds = range(args.seed, args.seed + args.count)
     found: dict[str, int] = {}
@@ -271,249 +263,26 @@ def _fleet_checks(args: argparse.Namespace) -> int:
     return 1 if fleet["failed_drills"] else 0
 
 
-def _cmd_serve(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from connect_bridge.bridge import app
-    from connect_bridge.bridge.settings import SettingsError, load_settings
-
-    overrides = {
-        "listen": args.listen,
-        "state_dir": args.state_dir,
-        "upstream": args.upstream,
-        "metrics_listen": args.metrics_listen,
-        "config_view.file": args.config_view,
-    }
-    try:
-        settings = load_settings(Path(args.config) if args.config else None, overrides)
-    except SettingsError as exc:
-        return _fail(str(exc))
-    return app.main(settings)
-
-
-def _read_password(env_var: str | None, user: str) -> str:
-    """The password of ``credentials add``: from the environment variable ``--password-env`` names,
-    else the first line of stdin. Never from argv, which ``ps`` and shell histories show."""
-    import os
-
-    if env_var:
-        password = os.environ.get(env_var)
-        if password is None:
-            raise ValueError(f"--password-env: the environment variable {env_var} is not set")
-        return password
-    if sys.stdin.isatty():
-        import getpass
-
-        return getpass.getpass(f"password for {user}: ")
-    return sys.stdin.readline().rstrip("\r\n")
-
-
-def _cmd_credentials_add(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from connect_bridge.bridge.credentials import CredentialsError, add_user
-
-    try:
-        password = _read_password(args.password_env, args.user)
-        mechanisms = args.mechanism or ["SCRAM-SHA-256", "SCRAM-SHA-512"]
-        add_user(Path(args.file), args.user, password, mechanisms, args.iterations)
-    except (CredentialsError, ValueError) as exc:  # a bad file, an empty password, bad iterations
-        return _fail(str(exc))
-    except OSError as exc:  # a directory that does not exist or cannot be written
-        return _fail(f"{args.file}: cannot write the credentials file: {exc.strerror or exc}")
-    print(f"{args.file}: {args.user} ({', '.join(mechanisms)})")
-    return 0
-
-
-def _describe_tls(args: argparse.Namespace) -> Any:
-    """The client TLS context ``describe`` uses towards a bridge whose listener has ``tls:``: on
-    with ``--tls``, ``--ca-file`` or ``--cert`` (``--cert``/``--key`` when the listener requires a
-    client certificate); None for a plaintext listener."""
-    if not (args.tls or args.ca_file or args.cert or args.key):
-        return None
-    from connect_bridge.bridge.tls import UpstreamTls, client_context
-
-    try:
-        settings = UpstreamTls(cafile=args.ca_file, certfile=args.cert, keyfile=args.key)
-    except ValueError:
-        raise ValueError("--cert and --key go together (a client certificate needs its key)") from None
-    return client_context(settings, "describe")
-
-
-def _describe_sasl(args: argparse.Namespace) -> Any:
-    """The SASL login ``describe`` uses towards a bridge whose listener has ``sasl:`` (``--sasl-user``;
-    the password as ``credentials add`` reads it), or None."""
-    if not args.sasl_user:
-        return None
-    from connect_bridge.bridge.sasl_settings import UpstreamSasl
-
-    password = _read_password(args.password_env, args.sasl_user)
-    if not password:
-        raise ValueError("the password must not be empty")
-    return UpstreamSasl(mechanism=args.sasl_mechanism, username=args.sasl_user, password=password)
-
-
-def _cmd_describe(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from connect_bridge.bridge.describe import describe, render_table
-    from connect_bridge.bridge.settings import parse_host_port
-    from connect_bridge.bridge.startup import StartupError, reason
-    from connect_bridge.codecs.error_codes import ErrorCode
-
-    try:
-        host, port = parse_host_port(args.bootstrap)
-    except ValueError as exc:
-        return _fail(f"--bootstrap: {exc}")
-    try:
-        context = _describe_tls(args)
-    except ValueError as exc:  # TlsError: a file that cannot be used, one line naming it
-        return _fail(str(exc))
-    try:
-        login = _describe_sasl(args)
-    except ValueError as exc:  # an unset --password-env, an empty password
-        return _fail(str(exc))
-    try:
-        groups = asyncio.run(describe(host, port, args.group, ssl=context, sasl=login))
-    except StartupError as exc:  # SaslLoginError: the bridge (or its cluster) refused the login
-        return _fail(str(exc).replace("upstream_sasl: ", "--sasl-user: ", 1))
-    except OSError as exc:  # refused, timed out, closed mid-answer, a refused TLS handshake
-        return _fail(
-            f"cannot describe through {args.bootstrap}: {reason(exc)}; is `connect-bridge serve` "
-            "listening there? (--bootstrap is the bridge's listen address)"
-        )
-    if args.admin:
-        try:
-            _, adoption = _admin_request(args.admin, "GET", "/admin/groups", 10.0)
-        except (OSError, ValueError) as exc:
-            return _fail(f"--admin: cannot reach the bridge's admin endpoint at {args.admin}: {exc}")
-        for g in groups:
-            if g.get("group_id") in adoption:
-                g["adoption"] = adoption[g["group_id"]]
-    if args.group and all(g.get("error_code") == ErrorCode.GROUP_ID_NOT_FOUND for g in groups):
-        return _fail(
-            f"group {args.group!r} not found on the bridge at {args.bootstrap}; "
-            "`connect-bridge describe` without a group lists every group"
-        )
-    if args.json:
-        print(json.dumps(groups, indent=2))
-    else:
-        print(render_table(groups))
-    return 0 if all(g.get("error_code", 0) == 0 for g in groups) else 1
-
-
-def _admin_request(admin: str, method: str, path: str, timeout: float) -> tuple[int, Any]:
-    """One request to the admin endpoint on the bridge's metrics listener: (HTTP status, JSON).
-    Raises OSError (unreachable) or ValueError (a bad address or answer)."""
-    import urllib.error
-    import urllib.request
-
-    from connect_bridge.bridge.settings import parse_host_port
-
-    host, port = parse_host_port(admin)
-    request = urllib.request.Request(f"http://{host}:{port}{path}", method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}")
-
-
-def _cmd_adopt(args: argparse.Namespace) -> int:
-    """POST /admin/groups/GROUP/adopt on the bridge's metrics listener (or GET /admin/groups with
-    ``--status``): 0 when adopted, 1 with the reason when the takeover condition does not hold."""
-    from connect_bridge.bridge.server_admin import adopt_path
-    from connect_bridge.bridge.settings import parse_host_port
-
-    try:
-        parse_host_port(args.admin)
-    except ValueError as exc:
-        return _fail(f"--admin: {exc}")
-    if args.status or not args.group:
-        method, path = "GET", "/admin/groups"
-    else:
-        method, path = "POST", adopt_path(args.group)
-    try:
-        code, body = _admin_request(args.admin, method, path, args.timeout)
-    except (OSError, ValueError) as exc:
-        return _fail(
-            f"cannot reach the bridge's admin endpoint at {args.admin}: {exc}; it is served on "
-            "metrics_listen (--admin is that address)"
-        )
-    if method == "GET":
-        shown = {args.group: body.get(args.group)} if args.group else body
-        print(json.dumps(shown, indent=2, sort_keys=True))
-        return 0
-    if code != 200:
-        return _fail(body.get("message", f"HTTP {code}"))
-    print(body["message"])
-    return 0
-
-
-def _cmd_release(args: argparse.Namespace) -> int:
-    """POST /admin/groups/GROUP/release, then (unless ``--no-wait``) wait until the group is
-    ``released``: each worker is sent back to the upstream coordinator at its next request, so this
-    takes about one heartbeat interval (docs/adoption.md "Hand-back")."""
-    import time
-
-    from connect_bridge.bridge.server_admin import release_path
-    from connect_bridge.bridge.settings import parse_host_port
-
-    try:
-        parse_host_port(args.admin)
-    except ValueError as exc:
-        return _fail(f"--admin: {exc}")
-    unreachable = (
-        f"cannot reach the bridge's admin endpoint at {args.admin}: {{}}; it is served on "
-        "metrics_listen (--admin is that address)"
-    )
-    try:
-        code, body = _admin_request(args.admin, "POST", release_path(args.group), args.timeout)
-    except (OSError, ValueError) as exc:
-        return _fail(unreachable.format(exc))
-    if code != 200:
-        return _fail(body.get("message", f"HTTP {code}"))
-    print(body["message"])
-    deadline = time.monotonic() + args.timeout
-    status: dict[str, Any] = {}
-    while not args.no_wait:
-        try:
-            status = _admin_request(args.admin, "GET", "/admin/groups", args.timeout)[1].get(args.group) or {}
-        except (OSError, ValueError) as exc:
-            return _fail(unreachable.format(exc))
-        if status.get("phase") == "released":
-            print(f"group {args.group} is released: the upstream coordinator has it")
-            return 0
-        if time.monotonic() >= deadline:
-            return _fail(
-                f"group {args.group} still {status.get('phase')} after {args.timeout:g}s with "
-                f"{status.get('bridge_members')} member(s) left in the bridge's group; "
-                "`connect-bridge adopt --status` shows the progress"
-            )
-        time.sleep(0.5)
-    return 0
-
-
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from connect_bridge.pipeline.extras import spark_missing
 
     if (missing := spark_missing("analyze")) is not None:
-        return _fail(missing)
+        return fail(missing)
     from connect_bridge.drills.events import EventLogError
     from connect_bridge.pipeline.analyze import AnalyzeError, analyze, find_inputs
     from connect_bridge.progress import StageReporter
 
     try:
         find_inputs(args.paths)  # fail fast, before starting Spark
-        if (problem := _out_problem(args)) is not None:
-            return _fail(problem)
+        if (problem := out_problem(args)) is not None:
+            return fail(problem)
         with _stages(args, "analyze") as bar:
             progress = StageReporter(bar)
             doc = analyze(
                 args.paths, args.out, master=args.master, chart_drills=args.charts, progress=progress
             )
     except (AnalyzeError, EventLogError) as exc:
-        return _fail(f"analyze: {exc}")
+        return fail(f"analyze: {exc}")
     print(json.dumps({k: v for k, v in doc["totals"].items() if k != "not_ok"}))
     return 0
 
@@ -564,7 +333,7 @@ _COMMANDS: tuple[_Command, ...] = (
         _arg("--version", type=int, help="protocol version to encode at (encode only)"),
         _arg("data", help="hex bytes (decode) or a JSON document (encode)"),
     ), ("connect-protocol.md",)),
-    _Command("serve", "run the bridge (embedded default: no upstream, state in ./state)", _cmd_serve, (
+    _Command("serve", "run the bridge (embedded default: no upstream, state in ./state)", cmd_serve, (
         _arg("--config", metavar="FILE", help="YAML settings file; every key is optional (serve.md below)"),
         _arg("--listen", metavar="HOST:PORT",
              help="where workers connect (default: 127.0.0.1:9092, or the config file's)"),
@@ -577,7 +346,7 @@ _COMMANDS: tuple[_Command, ...] = (
         _arg("--config-view", metavar="FILE",
              help='watched JSON file {"offset": N, "connectors": {"name": tasks}}'),
     ), ("serve.md", "upstream.md")),
-    _Command("describe", "describe groups through a running bridge", _cmd_describe, (
+    _Command("describe", "describe groups through a running bridge", cmd_describe, (
         _arg("--bootstrap", required=True, help="HOST:PORT of the bridge"),
         _arg("group", nargs="?", help="group id (default: every group)"),
         _arg("--json", action="store_true", help="machine-readable output"),
@@ -594,7 +363,7 @@ _COMMANDS: tuple[_Command, ...] = (
              help="also show adoption progress, from the bridge's metrics_listen (adoption.md below)"),
     ), ("serve.md", "security.md", "adoption.md")),
     _Command("adopt", "take a group over from the upstream coordinator now, or show adoption progress",
-             _cmd_adopt, (
+             cmd_adopt, (
         _arg("group", nargs="?", help="group id (none, or --status: show every adopted/relayed group)"),
         _arg("--admin", default="127.0.0.1:9404", metavar="HOST:PORT",
              help="the bridge's metrics_listen, which serves the admin endpoint"),
@@ -602,7 +371,7 @@ _COMMANDS: tuple[_Command, ...] = (
         _arg("--timeout", type=float, default=60.0, help="seconds to wait for the answer"),
     ), ("adoption.md", "operator-guide.md")),
     _Command("release", "hand an adopted group back to the upstream coordinator (adoption's reverse)",
-             _cmd_release, (
+             cmd_release, (
         _arg("group", help="group id"),
         _arg("--admin", default="127.0.0.1:9404", metavar="HOST:PORT",
              help="the bridge's metrics_listen, which serves the admin endpoint"),
@@ -610,7 +379,7 @@ _COMMANDS: tuple[_Command, ...] = (
         _arg("--timeout", type=float, default=60.0, help="seconds to wait for the group to be released"),
     ), ("adoption.md", "operator-guide.md")),
     _Command("credentials add", "add or replace a user in a SASL credentials file (terminated SASL)",
-             _cmd_credentials_add, (
+             cmd_credentials_add, (
         _arg("--file", required=True, metavar="FILE", help="the credentials file (created, mode 0600)"),
         _arg("--user", required=True, help="the user name (principal User:NAME)"),
         _arg("--mechanism", action="append", choices=("SCRAM-SHA-256", "SCRAM-SHA-512"),

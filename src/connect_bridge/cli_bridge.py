@@ -1,0 +1,236 @@
+"""The bridge-side commands of ``connect-bridge``: serve, describe, credentials, adopt and release.
+
+``cli.py`` holds the command table and the parser; the handlers of commands that run or talk to a
+bridge live here, the drill and analysis ones in ``cli.py``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from connect_bridge.cli_common import fail
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from connect_bridge.bridge import app
+    from connect_bridge.bridge.settings import SettingsError, load_settings
+
+    overrides = {
+        "listen": args.listen,
+        "state_dir": args.state_dir,
+        "upstream": args.upstream,
+        "metrics_listen": args.metrics_listen,
+        "config_view.file": args.config_view,
+    }
+    try:
+        settings = load_settings(Path(args.config) if args.config else None, overrides)
+    except SettingsError as exc:
+        return fail(str(exc))
+    return app.main(settings)
+
+
+def _read_password(env_var: str | None, user: str) -> str:
+    """The password of ``credentials add``: from the environment variable ``--password-env`` names,
+    else the first line of stdin. Never from argv, which ``ps`` and shell histories show."""
+    import os
+
+    if env_var:
+        password = os.environ.get(env_var)
+        if password is None:
+            raise ValueError(f"--password-env: the environment variable {env_var} is not set")
+        return password
+    if sys.stdin.isatty():
+        import getpass
+
+        return getpass.getpass(f"password for {user}: ")
+    return sys.stdin.readline().rstrip("\r\n")
+
+
+def cmd_credentials_add(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from connect_bridge.bridge.credentials import CredentialsError, add_user
+
+    try:
+        password = _read_password(args.password_env, args.user)
+        mechanisms = args.mechanism or ["SCRAM-SHA-256", "SCRAM-SHA-512"]
+        add_user(Path(args.file), args.user, password, mechanisms, args.iterations)
+    except (CredentialsError, ValueError) as exc:  # a bad file, an empty password, bad iterations
+        return fail(str(exc))
+    except OSError as exc:  # a directory that does not exist or cannot be written
+        return fail(f"{args.file}: cannot write the credentials file: {exc.strerror or exc}")
+    print(f"{args.file}: {args.user} ({', '.join(mechanisms)})")
+    return 0
+
+
+def _describe_tls(args: argparse.Namespace) -> Any:
+    """The client TLS context ``describe`` uses towards a bridge whose listener has ``tls:``: on
+    with ``--tls``, ``--ca-file`` or ``--cert`` (``--cert``/``--key`` when the listener requires a
+    client certificate); None for a plaintext listener."""
+    if not (args.tls or args.ca_file or args.cert or args.key):
+        return None
+    from connect_bridge.bridge.tls import UpstreamTls, client_context
+
+    try:
+        settings = UpstreamTls(cafile=args.ca_file, certfile=args.cert, keyfile=args.key)
+    except ValueError:
+        raise ValueError("--cert and --key go together (a client certificate needs its key)") from None
+    return client_context(settings, "describe")
+
+
+def _describe_sasl(args: argparse.Namespace) -> Any:
+    """The SASL login ``describe`` uses towards a bridge whose listener has ``sasl:`` (``--sasl-user``;
+    the password as ``credentials add`` reads it), or None."""
+    if not args.sasl_user:
+        return None
+    from connect_bridge.bridge.sasl_settings import UpstreamSasl
+
+    password = _read_password(args.password_env, args.sasl_user)
+    if not password:
+        raise ValueError("the password must not be empty")
+    return UpstreamSasl(mechanism=args.sasl_mechanism, username=args.sasl_user, password=password)
+
+
+def cmd_describe(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from connect_bridge.bridge.describe import describe, render_table
+    from connect_bridge.bridge.settings import parse_host_port
+    from connect_bridge.bridge.startup import StartupError, reason
+    from connect_bridge.codecs.error_codes import ErrorCode
+
+    try:
+        host, port = parse_host_port(args.bootstrap)
+    except ValueError as exc:
+        return fail(f"--bootstrap: {exc}")
+    try:
+        context = _describe_tls(args)
+    except ValueError as exc:  # TlsError: a file that cannot be used, one line naming it
+        return fail(str(exc))
+    try:
+        login = _describe_sasl(args)
+    except ValueError as exc:  # an unset --password-env, an empty password
+        return fail(str(exc))
+    try:
+        groups = asyncio.run(describe(host, port, args.group, ssl=context, sasl=login))
+    except StartupError as exc:  # SaslLoginError: the bridge (or its cluster) refused the login
+        return fail(str(exc).replace("upstream_sasl: ", "--sasl-user: ", 1))
+    except OSError as exc:  # refused, timed out, closed mid-answer, a refused TLS handshake
+        return fail(
+            f"cannot describe through {args.bootstrap}: {reason(exc)}; is `connect-bridge serve` "
+            "listening there? (--bootstrap is the bridge's listen address)"
+        )
+    if args.admin:
+        try:
+            _, adoption = _admin_request(args.admin, "GET", "/admin/groups", 10.0)
+        except (OSError, ValueError) as exc:
+            return fail(f"--admin: cannot reach the bridge's admin endpoint at {args.admin}: {exc}")
+        for g in groups:
+            if g.get("group_id") in adoption:
+                g["adoption"] = adoption[g["group_id"]]
+    if args.group and all(g.get("error_code") == ErrorCode.GROUP_ID_NOT_FOUND for g in groups):
+        return fail(
+            f"group {args.group!r} not found on the bridge at {args.bootstrap}; "
+            "`connect-bridge describe` without a group lists every group"
+        )
+    if args.json:
+        print(json.dumps(groups, indent=2))
+    else:
+        print(render_table(groups))
+    return 0 if all(g.get("error_code", 0) == 0 for g in groups) else 1
+
+
+def _admin_request(admin: str, method: str, path: str, timeout: float) -> tuple[int, Any]:
+    """One request to the admin endpoint on the bridge's metrics listener: (HTTP status, JSON).
+    Raises OSError (unreachable) or ValueError (a bad address or answer)."""
+    import urllib.error
+    import urllib.request
+
+    from connect_bridge.bridge.settings import parse_host_port
+
+    host, port = parse_host_port(admin)
+    request = urllib.request.Request(f"http://{host}:{port}{path}", method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"{}")
+
+
+def cmd_adopt(args: argparse.Namespace) -> int:
+    """POST /admin/groups/GROUP/adopt on the bridge's metrics listener (or GET /admin/groups with
+    ``--status``): 0 when adopted, 1 with the reason when the takeover condition does not hold."""
+    from connect_bridge.bridge.server_admin import adopt_path
+    from connect_bridge.bridge.settings import parse_host_port
+
+    try:
+        parse_host_port(args.admin)
+    except ValueError as exc:
+        return fail(f"--admin: {exc}")
+    if args.status or not args.group:
+        method, path = "GET", "/admin/groups"
+    else:
+        method, path = "POST", adopt_path(args.group)
+    try:
+        code, body = _admin_request(args.admin, method, path, args.timeout)
+    except (OSError, ValueError) as exc:
+        return fail(
+            f"cannot reach the bridge's admin endpoint at {args.admin}: {exc}; it is served on "
+            "metrics_listen (--admin is that address)"
+        )
+    if method == "GET":
+        shown = {args.group: body.get(args.group)} if args.group else body
+        print(json.dumps(shown, indent=2, sort_keys=True))
+        return 0
+    if code != 200:
+        return fail(body.get("message", f"HTTP {code}"))
+    print(body["message"])
+    return 0
+
+
+def cmd_release(args: argparse.Namespace) -> int:
+    """POST /admin/groups/GROUP/release, then (unless ``--no-wait``) wait until the group is
+    ``released``: each worker is sent back to the upstream coordinator at its next request, so this
+    takes about one heartbeat interval (docs/adoption.md "Hand-back")."""
+    import time
+
+    from connect_bridge.bridge.server_admin import release_path
+    from connect_bridge.bridge.settings import parse_host_port
+
+    try:
+        parse_host_port(args.admin)
+    except ValueError as exc:
+        return fail(f"--admin: {exc}")
+    unreachable = (
+        f"cannot reach the bridge's admin endpoint at {args.admin}: {{}}; it is served on "
+        "metrics_listen (--admin is that address)"
+    )
+    try:
+        code, body = _admin_request(args.admin, "POST", release_path(args.group), args.timeout)
+    except (OSError, ValueError) as exc:
+        return fail(unreachable.format(exc))
+    if code != 200:
+        return fail(body.get("message", f"HTTP {code}"))
+    print(body["message"])
+    deadline = time.monotonic() + args.timeout
+    status: dict[str, Any] = {}
+    while not args.no_wait:
+        try:
+            status = _admin_request(args.admin, "GET", "/admin/groups", args.timeout)[1].get(args.group) or {}
+        except (OSError, ValueError) as exc:
+            return fail(unreachable.format(exc))
+        if status.get("phase") == "released":
+            print(f"group {args.group} is released: the upstream coordinator has it")
+            return 0
+        if time.monotonic() >= deadline:
+            return fail(
+                f"group {args.group} still {status.get('phase')} after {args.timeout:g}s with "
+                f"{status.get('bridge_members')} member(s) left in the bridge's group; "
+                "`connect-bridge adopt --status` shows the progress"
+            )
+        time.sleep(0.5)
+    return 0
