@@ -153,9 +153,10 @@ def broker_properties(workdir: Path, port: int, controller_port: int) -> dict[st
     }
 
 
-def format_storage(config: Path, workdir: Path) -> str:
+def format_storage(config: Path, workdir: Path, *extra: str) -> str:
     """``kafka.tools.StorageTool format --standalone`` for a new cluster id (returned), as
-    ``kafka-storage.sh`` does before a KRaft node's first start; its output goes to ``format.log``."""
+    ``kafka-storage.sh`` does before a KRaft node's first start; its output goes to ``format.log``.
+    ``extra``: more arguments (``--add-scram ...`` for SCRAM users)."""
     cluster_id = kafka_uuid()
     fmt = subprocess.run(
         jvm_command(
@@ -166,6 +167,7 @@ def format_storage(config: Path, workdir: Path) -> str:
             "--cluster-id",
             cluster_id,
             "--standalone",
+            *extra,
             heap="256m",
         ),
         capture_output=True,

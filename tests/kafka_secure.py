@@ -43,7 +43,7 @@ from typing import Any
 import pytest
 
 from certs import TlsMaterial, make_tls_material
-from kafka_fixtures import BROKER_START_TIMEOUT_S, broker_properties
+from kafka_fixtures import BROKER_START_TIMEOUT_S, broker_properties, format_storage
 from kafka_processes import (
     HEAP,
     HOST,
@@ -51,7 +51,6 @@ from kafka_processes import (
     KafkaStartError,
     free_ports,
     jvm_command,
-    kafka_uuid,
     require_java,
     spawn,
     write_properties,
@@ -254,37 +253,13 @@ def secure_properties(
 
 def _format_with_scram(config: Path, workdir: Path) -> str:
     """``StorageTool format --standalone --add-scram ...`` for every user and SCRAM mechanism."""
-    import subprocess
-
-    cluster_id = kafka_uuid()
     scram = [
         arg
         for user, password in USERS.items()
         for mechanism in SASL_MECHANISMS[1:]
         for arg in ("--add-scram", f"{mechanism}=[name={user},password={password}]")
     ]
-    fmt = subprocess.run(
-        jvm_command(
-            "kafka.tools.StorageTool",
-            "format",
-            "--config",
-            str(config),
-            "--cluster-id",
-            cluster_id,
-            "--standalone",
-            *scram,
-            heap="256m",
-        ),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=workdir,
-    )
-    (workdir / "format.log").write_text(fmt.stdout + fmt.stderr, encoding="utf-8")
-    if fmt.returncode != 0:
-        raise KafkaStartError(f"StorageTool format failed (exit {fmt.returncode}):\n{fmt.stdout}{fmt.stderr}")
-    return cluster_id
+    return format_storage(config, workdir, *scram)
 
 
 def start_secure_kafka(
