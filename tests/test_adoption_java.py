@@ -26,7 +26,6 @@ import json
 import re
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -189,13 +188,7 @@ def adoption_drill(
 
     drill = AdoptionDrill(kafka_broker, connect_worker, with_adoption, tmp_path, "adoption")
     yield drill, metrics
-    if drill.new is not None:
-        drill.new.close()
-    stoppers = [threading.Thread(target=w.stop, daemon=True) for w in drill.workers.values()]
-    for thread in stoppers:
-        thread.start()
-    for thread in stoppers:
-        thread.join(60)
+    drill.teardown()
 
 
 def test_adopt_a_running_java_cluster(adoption_drill: tuple[AdoptionDrill, str]) -> None:

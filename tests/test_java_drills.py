@@ -126,6 +126,17 @@ class JavaDrill:
 
     # --- actions ------------------------------------------------------------------------------
 
+    def teardown(self) -> None:
+        """Close the new-protocol workers, then stop every Java worker at once (each stop waits for
+        its process: one after the other, a drill's teardown would take minutes)."""
+        if self.new is not None:
+            self.new.close()
+        stoppers = [threading.Thread(target=w.stop, daemon=True) for w in self.workers.values()]
+        for thread in stoppers:
+            thread.start()
+        for thread in stoppers:
+            thread.join(60)
+
     def start(self, name: str, protocol: str = "sessioned") -> ConnectWorker:
         """Start (or restart, same worker id) the worker ``name``; returns once it joined."""
         worker = self._start_worker(
@@ -340,13 +351,7 @@ def drill(
     name = request.node.name.removeprefix("test_").replace("_", "-")
     drill = JavaDrill(kafka_broker, connect_worker, bridge_proxy, tmp_path, name)
     yield drill
-    if drill.new is not None:
-        drill.new.close()
-    stoppers = [threading.Thread(target=w.stop, daemon=True) for w in drill.workers.values()]
-    for thread in stoppers:
-        thread.start()
-    for thread in stoppers:
-        thread.join(60)
+    drill.teardown()
 
 
 def test_rolling_restart_sessioned(drill: JavaDrill) -> None:
