@@ -49,7 +49,7 @@ from connect_bridge.state import api as napi
 from connect_bridge.state import classic_api as capi
 from kafka_secure import SecureKafka
 from polling import wait_until
-from test_sasl_terminated import add_user
+from test_sasl_terminated import credentials_file
 from test_server import HEARTBEAT_V, HOST, JOIN_V, SYNC_V, VIEW, Running, protocols, run, running
 
 OPEN, SECRET = "connect-cluster", "connect-secret"
@@ -71,11 +71,7 @@ Current ACLs for resource `ResourcePattern(resourceType=GROUP, name=connect-secr
 
 @pytest.fixture(scope="module")
 def credentials(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("authz") / "credentials.yaml"
-    for user, password in USERS.items():
-        done = add_user(path, user, password)
-        assert done.returncode == 0, done.stderr
-    return path
+    return credentials_file(tmp_path_factory.mktemp("authz") / "credentials.yaml", USERS)
 
 
 @pytest.fixture

@@ -46,13 +46,17 @@ def add_user(path: Path, user: str, password: str, *extra: str) -> subprocess.Co
     )
 
 
-@pytest.fixture(scope="module")
-def credentials(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("sasl") / "credentials.yaml"
-    for user, password in USERS.items():
+def credentials_file(path: Path, users: dict[str, str]) -> Path:
+    """A credentials file at ``path`` with ``users`` (name: password), written by the real CLI."""
+    for user, password in users.items():
         done = add_user(path, user, password)
         assert done.returncode == 0, done.stderr
     return path
+
+
+@pytest.fixture(scope="module")
+def credentials(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return credentials_file(tmp_path_factory.mktemp("sasl") / "credentials.yaml", USERS)
 
 
 @pytest.fixture
