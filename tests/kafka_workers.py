@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
+import signal
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -40,6 +43,12 @@ LEADER_URL = re.compile(r"Joined group at generation -?\d+ .*?leaderUrl='([^']*)
 """The leader's REST URL in a worker's ``Joined group at generation N ... Assignment{...}`` line."""
 
 
+CONNECT_STOP_TIMEOUT_S = 75.0
+"""A worker's graceful stop begins with its REST server, and Connect gives Jetty up to 60 s to
+finish requests in flight (a follower's forwarded request can be one): wait past that."""
+THREAD_DUMP_WAIT_S = 2.0
+
+
 class RestError(RuntimeError):
     """A Connect REST call answered an error status (``status``, ``body``)."""
 
@@ -64,6 +73,27 @@ class ConnectWorker(KafkaProcess):
     config_path: Path = Path()
     log_offset: int = 0
     """Where this process's output starts in ``log_path``."""
+
+    stop_timeout_s = CONNECT_STOP_TIMEOUT_S
+
+    def stop(self, timeout_s: float | None = None) -> int | None:
+        """SIGTERM and wait; a worker still running after the timeout gets SIGQUIT first (the JVM
+        writes a thread dump to the log, so a hung shutdown can be diagnosed), then SIGKILL."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(self.stop_timeout_s if timeout_s is None else timeout_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.process.pid, signal.SIGQUIT)
+                time.sleep(THREAD_DUMP_WAIT_S)
+        return super().stop(0.1)
+
+    def log_tail(self, lines: int = 60) -> str:
+        """The last ``lines`` lines the runtime wrote, without the test connector's JSON output
+        (one line per record, which would otherwise push every herder message out of view)."""
+        own = [line for line in self.log_text().splitlines() if not line.startswith("{")]
+        return "\n".join(own[-lines:]) or f"({self.log_path} has no runtime lines)"
 
     @property
     def url(self) -> str:
