@@ -75,6 +75,8 @@ MARKS_BY_MODULE: dict[str, tuple[str, ...]] = {
     "test_upstream_drill": ("live",),
     "test_fail_closed": ("live",),
     "test_real_kafka": ("jvm",),
+    "test_ha_membership": ("live",),
+    "test_partitioned_store": ("broker", "jvm"),
     "test_report_browser": ("browser",),
 }
 """Modules that run a live bridge, live workers or chromium without one of those fixtures."""

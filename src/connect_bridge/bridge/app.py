@@ -22,6 +22,7 @@ from connect_bridge.bridge.config_source import ConfigViewWatcher, ViewDelivery
 from connect_bridge.bridge.config_topic import ConfigTopicWatcher
 from connect_bridge.bridge.exposure import listener_exposure_warning
 from connect_bridge.bridge.metrics import Metrics, start_http
+from connect_bridge.bridge.partitioned_store import PartitionedTopicStore
 from connect_bridge.bridge.server import BridgeServer, ServerOptions
 from connect_bridge.bridge.server_admin import admin_handler
 from connect_bridge.bridge.settings import BridgeSettings
@@ -56,6 +57,7 @@ _PASSED_AS_IS = (
     "idle_timeout_ms",
     "proxy_base_port",
     "upstream_start_timeout_ms",
+    "state_topic",
 )
 """Settings that are ``ServerOptions`` fields of the same name and meaning."""
 _SERVER_LIMITS = ("max_inflight_per_connection", "max_buffered_bytes", "heartbeat_cache_bytes")
@@ -82,6 +84,7 @@ def server_options(
         upstream=list(settings.upstream_addresses),
         coordinated_groups=coordinated_groups(settings),
         adoption=settings.adoption if settings.adoption.enabled else None,
+        ha=settings.ha if settings.ha.enabled else None,
         limits=settings.limits.to_limits(),
         **{name: getattr(settings, name) for name in _PASSED_AS_IS},
         **{name: getattr(settings.limits, name) for name in _SERVER_LIMITS},
@@ -91,6 +94,14 @@ def server_options(
 def open_store(settings: BridgeSettings, security: UpstreamSecurity | None = None) -> RecordStore:
     """The state topic in front of a cluster when one is named (state survives the host), else the
     state directory. Raises ``StoreError`` (a locked directory, an unreachable cluster)."""
+    if settings.state_topic and settings.upstream and settings.ha.enabled:
+        return PartitionedTopicStore.open(
+            settings.upstream_bootstrap,
+            settings.state_topic,
+            partitions=settings.ha.partitions,
+            transactional_id_prefix=settings.ha.transactional_id_prefix,
+            client_options=(security or UpstreamSecurity()).kafka_python_options(),
+        )
     if settings.state_topic and settings.upstream:
         options = (security or UpstreamSecurity()).kafka_python_options()
         return TopicRecordStore.open(
@@ -179,7 +190,7 @@ async def run(settings: BridgeSettings) -> str | None:
                     metrics,
                     lambda: server.ready,
                     ssl=metrics_tls.context if metrics_tls else None,
-                    admin=admin_handler(lambda: server.adoption),
+                    admin=admin_handler(lambda: server.adoption, lambda: server),
                 )
             except OSError as exc:
                 fix = "--metrics-listen (off disables it)"

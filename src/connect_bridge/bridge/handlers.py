@@ -90,6 +90,9 @@ class LocalApis:
     authorizer: GroupAuthorizer | None = None
     """``authorization.enabled``: READ for every group call, DESCRIBE per group described or listed
     (Kafka's mapping); None lets everyone in, as before."""
+    gate: Callable[[str], int | None] | None = None
+    """Several bridges (``server_ha``): the error code of a group this bridge does not answer for
+    (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS), None when it does; None: every group is ours."""
 
     def __post_init__(self) -> None:
         if self.limits is None:
@@ -122,6 +125,9 @@ class LocalApis:
         if not self._may(client, Operation.READ, engine_req.group_id):
             # Kafka answers every group call without READ on the group this way, before any lookup.
             return api.to_wire(api.error(_DENIED, None), version)
+        refused = self.gate(engine_req.group_id) if self.gate is not None else None
+        if refused is not None:  # Kafka's answer from a broker that does not coordinate the group
+            return api.to_wire(api.error(refused, None), version)
         if client.principal != ANONYMOUS:
             engine_req = replace(engine_req, principal=client.principal)  # the member's owner
         too_large = oversize(engine_req, self.limits)

@@ -119,6 +119,24 @@ class Metrics:
             "Members found in an adopted group's upstream group that the bridge did not adopt.",
             ["group"],
         )
+        self.ha_partitions = metric(
+            Gauge,
+            "ha_partitions",
+            "Several bridges (ha.enabled): state-topic partitions by this bridge's view of their owner "
+            "(owner = the owning bridge's node id; this bridge's own have self=\"true\").",
+            ["partition", "owner", "self"],
+        )
+        self.ha_lease = metric(
+            Gauge,
+            "ha_lease_valid",
+            "1 while this bridge's membership in the bridges' group is fresh (it answers for its "
+            "partitions only then).",
+        )
+        self.ha_fenced = metric(
+            Counter,
+            "ha_fenced_partitions",
+            "Partitions this bridge lost because another bridge fenced its writes (a zombie bridge).",
+        )
         self._epochs: dict[str, int] = {}
         self._member_series: dict[str, set[tuple[str, str]]] = {}
         self._rebalance_series: set[str] = set()
@@ -131,6 +149,14 @@ class Metrics:
         """An adopted group's phase changed: its gauge is 1 for the current phase only."""
         for known in ("relaying", "adopted", "releasing", "released"):
             self.group_ownership.labels(group_id, known).set(1 if str(phase) == known else 0)
+
+    def observe_ha(self, owners: Mapping[int, str], mine: Iterable[int], lease_valid: bool) -> None:
+        """The partition map as this bridge sees it: one series per partition, for its owner."""
+        held = set(mine)
+        self.ha_partitions.clear()
+        for partition, owner in sorted(owners.items()):
+            self.ha_partitions.labels(str(partition), owner, str(partition in held).lower()).set(1)
+        self.ha_lease.set(1 if lease_valid else 0)
 
     def observe_request(self, api: str, seconds: float, error: int | str = 0) -> None:
         """Record one answered request; ``error`` is a Kafka error code or its name."""

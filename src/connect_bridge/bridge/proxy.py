@@ -40,6 +40,9 @@ log = logging.getLogger("connect_bridge.proxy")
 _I16 = struct.Struct(">h")
 _SIZE = struct.Struct(">i")
 
+OWNER_UNKNOWN = object()
+"""``UpstreamCluster.owner_of``'s answer while a group's partition is between two bridges."""
+
 UNANSWERED_KEPT = 1024
 """acks=0 correlation ids remembered per link, for brokers that answer them anyway."""
 PRODUCE_FLEXIBLE = 9
@@ -81,6 +84,9 @@ class UpstreamCluster:
     """TLS of every connection to the upstream brokers (``upstream_tls``); None: plaintext."""
     sasl: UpstreamSasl | None = None
     """The bridge's own SASL login for discovery (``upstream_sasl``); client links carry the client's."""
+    owner_of: Callable[[str], tuple[str, int] | object | None] = lambda group_id: None
+    """Several bridges: the (host, proxy base port) of the bridge that coordinates a group, None
+    for this one (or a group no bridge coordinates), ``OWNER_UNKNOWN`` while it moves."""
 
     def listener_port(self, node_id: int) -> int:
         """Deterministic, so the addresses handed out survive a restart of the bridge."""
@@ -125,7 +131,9 @@ class UpstreamCluster:
         return sorted((k, lo, hi) for k, (lo, hi) in out.items())
 
     # ------------------------------------------------------------------ rewriting
-    def rewrite(self, api_key: int, version: int, correlation_id: int, frame: bytes) -> bytes:
+    def rewrite(
+        self, api_key: int, version: int, correlation_id: int, frame: bytes, keys: list[str] | None = None
+    ) -> bytes:
         """A relayed response pointed at the bridge's listeners (``ApiRow.rewrite`` says how)."""
         row = ROWS[api_key]
         if row.spec is not None:
@@ -136,7 +144,11 @@ class UpstreamCluster:
             response = row.response_class.decode(frame, version=version, header=True)
         response._header = None  # re-encoded below with our own header (kafka-python would touch it)
         assert row.rewrite is not None
-        getattr(self, row.rewrite)(response, version)
+        rewrite = getattr(self, row.rewrite)
+        if keys is not None:
+            rewrite(response, version, keys)
+        else:
+            rewrite(response, version)
         return encode_response_frame(api_key, version, correlation_id, response)
 
     def _point_at_listener(self, entry: Any, node_id: int) -> None:
@@ -151,10 +163,24 @@ class UpstreamCluster:
         for b in response.brokers:
             self._point_at_listener(b, b.broker_id)
 
-    def rewrite_find_coordinator(self, response: Any, version: int) -> None:
+    def rewrite_find_coordinator(self, response: Any, version: int, keys: list[str] | None = None) -> None:
+        """The upstream's coordinator node N becomes listener N of the bridge that coordinates the
+        group (this one unless several bridges share the groups): a group the bridges coordinate
+        is answered by any listener of its bridge, any other group is relayed by that listener to
+        node N. Below v4 the response does not carry its key: ``keys`` holds the request's."""
         found = response.coordinators if version >= 4 else [response]
-        for c in found:
-            if c.error_code == ErrorCode.NONE:
+        for c, key in zip(found, (c.key for c in found) if version >= 4 else (keys or [None]), strict=True):
+            if c.error_code != ErrorCode.NONE:
+                continue
+            owner = self.owner_of(key) if key is not None else None
+            if owner is OWNER_UNKNOWN:
+                c.error_code, c.node_id, c.host, c.port = int(ErrorCode.COORDINATOR_NOT_AVAILABLE), -1, "", -1
+                if hasattr(c, "error_message"):
+                    c.error_message = "the group's coordinator is moving between bridges"
+            elif owner is not None:
+                host, base_port = owner  # type: ignore[misc]
+                c.host, c.port = host, base_port + c.node_id
+            else:
                 self._point_at_listener(c, c.node_id)
 
     # ------------------------------------------------------------------ split requests

@@ -20,7 +20,7 @@ import signal
 import ssl
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from connect_bridge.bridge.adoption_upstream import UpstreamGroups
@@ -31,13 +31,13 @@ from connect_bridge.bridge.api_table import (
     DECODED_FOR_ROUTING,
     GROUP_FRAMES,
 )
-from connect_bridge.bridge.committer import Committer
+from connect_bridge.bridge.committer import Committer, Fenced
 from connect_bridge.bridge.decisions import log_decisions
 from connect_bridge.bridge.decoding import FrameDecoder
 from connect_bridge.bridge.fastpath import Framed, SteadyHeartbeats
 from connect_bridge.bridge.handlers import Client, LocalApis, Parked, now_ms
 from connect_bridge.bridge.metrics import Metrics
-from connect_bridge.bridge.proxy import UpstreamCluster, group_matcher
+from connect_bridge.bridge.proxy import OWNER_UNKNOWN, UpstreamCluster, group_matcher
 from connect_bridge.bridge.server_adoption import Adoption
 from connect_bridge.bridge.server_connection import (
     ANONYMOUS,
@@ -48,6 +48,7 @@ from connect_bridge.bridge.server_connection import (
     connections_the_open_files_allow,
     idle_watchdog,
 )
+from connect_bridge.bridge.server_ha import HighAvailability, high_availability, membership_factory
 from connect_bridge.bridge.server_options import ServerOptions
 from connect_bridge.bridge.server_relay import UNREACHABLE, Relay
 from connect_bridge.bridge.server_sasl import Admission, SaslGate
@@ -103,6 +104,8 @@ class BridgeServer:
         """Whether the metrics have seen every group once (after loading)."""
         self._refused = RateLimited()
         self.committer = Committer(store, on_fsync=self._observe_fsync, on_failure=self._store_failed)
+        self.ha: HighAvailability | None = None
+        """``ha.enabled``: the partitions this bridge holds and the gate in front of their groups."""
         self._server: asyncio.AbstractServer | None = None
         self._timer_wake = asyncio.Event()
         self._sleeping_until: int | None = None
@@ -166,6 +169,11 @@ class BridgeServer:
             limits=self.options.limits,
             authorizer=self.options.authorizer,
         )
+        if self.options.ha is not None and self.relay is not None:
+            self.ha = high_availability(self)
+            self.apis.gate = self.ha.refusal
+            self.relay.gave_up = self.ha.gave_up
+            self.relay.cluster.owner_of = self._owner_listener
         if self.options.sasl is not None and self.options.sasl.enabled:
             relay = self.relay
             self.sasl = SaslGate(
@@ -244,6 +252,20 @@ class BridgeServer:
         log.info("proxying %d upstream brokers on ports %s", len(cluster.brokers), ports)
         return self._bootstrap_node
 
+    def _owner_listener(self, group_id: str) -> tuple[str, int] | object | None:
+        """Where FindCoordinator sends a client for ``group_id`` with several bridges: the owning
+        bridge's (host, proxy base port), None for this bridge or a group the bridges do not
+        coordinate, ``OWNER_UNKNOWN`` while the partition is between owners."""
+        assert self.relay is not None and self.ha is not None
+        if not self.relay.matches(group_id) or self.ha.refusal(group_id) is None:
+            return None
+        owner = self.ha.owner(group_id)
+        if owner is None:
+            return OWNER_UNKNOWN
+        if owner.node_id == self.ha.node_id:
+            return None
+        return owner.host, owner.port
+
     @property
     def _listener_ssl(self) -> ssl.SSLContext | None:
         """The TLS context of every listener (worker and proxy): one, which reloads per handshake."""
@@ -299,6 +321,10 @@ class BridgeServer:
         log.info("loaded %d records; coordinating %d groups", len(records), len(self.coordinator.groups))
         self.after_step()
         self._tasks.append(self.supervise(self._timer_loop(), "the timer loop"))
+        if self.ha is not None:  # partitions (and their groups) arrive through the bridges' group
+            assert self.apis is not None
+            self.ha.start(membership_factory(self, self.apis.advertised[0]))
+            self._tasks.append(self.supervise(self.ha.watch(), "the partition map watch"))
         if self.adoption is not None:
             for group_id in self.coordinator.ownership.snapshot():
                 self.adoption.observe_phase(group_id)
@@ -315,6 +341,12 @@ class BridgeServer:
         """Serve until a signal, :meth:`request_stop` or :meth:`fatal`, then stop."""
         await self._stopping.wait()
         await self.stop()
+
+    async def drain(self) -> None:
+        """Several bridges: hand every partition on now, then stop (``POST /admin/drain``)."""
+        if self.ha is not None:
+            await self.ha.drain()
+        self.request_stop()
 
     def request_stop(self) -> None:
         """Ask :meth:`serve_until_stopped` to stop (safe from any task on the loop)."""
@@ -340,6 +372,8 @@ class BridgeServer:
             await asyncio.gather(*stuck, return_exceptions=True)
         if self.adoption is not None:
             await self.adoption.close()
+        if self.ha is not None:  # hands the partitions on (LeaveGroup) after their writes are durable
+            await self.ha.close()
         await self.committer.close()
         self.decoder.close()
         with contextlib.suppress(Exception):
@@ -401,14 +435,25 @@ class BridgeServer:
 
     def set_config_view(self, view: ConfigView) -> None:
         """A new config view (from the watched file or the config topic)."""
-        group = self.options.config_group
-        targets = [group] if group else list(self.coordinator.groups)
         self.coordinator.default_view = view
         self._pending_view = view
         if self.loaded:
-            for gid in targets:
-                self.coordinator.set_config(gid, view, self.clock())
-            self.after_step()
+            group = self.options.config_group
+            self.apply_view_to([group] if group else list(self.coordinator.groups))
+
+    def apply_view_to(self, group_ids: Iterable[str]) -> None:
+        """Give the groups the current config view (``config_view.group`` only, if set); with several
+        bridges, only groups this bridge coordinates now (others get it when their partition loads)."""
+        view, config_group = self._pending_view, self.options.config_group
+        if view is None:
+            return
+        for gid in group_ids:
+            if config_group and gid != config_group:
+                continue
+            if self.ha is not None and self.ha.refusal(gid) is not None:
+                continue
+            self.coordinator.set_config(gid, view, self.clock())
+        self.after_step()
 
     # ------------------------------------------------------------------ connections
     async def _on_connection(
@@ -517,6 +562,8 @@ class BridgeServer:
         """The steady-heartbeat cache keys on request bytes alone: it serves anonymous clients of a
         bridge without authorization. Anything else takes the full path, where the group is
         authorized and the request carries the connection's principal (member ownership)."""
+        if self.ha is not None and not self.ha.lease_valid():
+            return False  # a bridge whose lease ran out answers nothing from its cache
         return self.options.authorizer is None and conn.principal == ANONYMOUS
 
     def _over_bound(self, conn: Connection, payload: bytes, size: int) -> bool:
@@ -670,7 +717,12 @@ class BridgeServer:
                         writer.close()
                         return
                     seq = self.committer.written
-                await self.committer.durable(seq)
+                try:
+                    await self.committer.durable(seq)
+                except Fenced as exc:  # another bridge owns the group now: never reveal this answer
+                    log.warning("closing a client connection: %s", exc)
+                    writer.transport.abort()
+                    return
                 writer.write(self._encode(request, outcome, started))
             conn.pending -= 1
             conn.answered.set()

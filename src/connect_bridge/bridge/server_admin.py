@@ -9,6 +9,10 @@ operator command needs a shell on the bridge's host or a deliberately exposed li
 - ``POST /admin/groups/GROUP/release``: hand an adopted GROUP back to the upstream coordinator
   (docs/adoption.md "Hand-back"); 200 once ``releasing`` (or ``released``) is durable, 409 with the
   reason otherwise (not adopted, or new-protocol members to downgrade first).
+- ``GET /admin/ha``: several bridges (``ha.enabled``): this bridge's node id, lease, partitions
+  owned and loading, every partition's owner, and the partition of each group it coordinates;
+- ``POST /admin/drain``: give every partition to the other bridges now, then stop (a rolling
+  upgrade of the bridges themselves); 200 once drained.
 """
 
 from __future__ import annotations
@@ -36,13 +40,21 @@ def _json(status: int, value: Any) -> tuple[int, bytes]:
     return status, (json.dumps(value, sort_keys=True) + "\n").encode()
 
 
+DRAIN_PATH = "/admin/drain"
+HA_PATH = "/admin/ha"
+
+
 def admin_handler(
     adoption: Callable[[], Adoption | None],
+    server: Callable[[], Any] | None = None,
 ) -> Callable[[str, str], Awaitable[tuple[int, bytes]]]:
     """The handler ``start_http(admin=...)`` calls; ``adoption``: the server's (None until started,
-    or when ``adoption.groups`` is not set)."""
+    or when ``adoption.groups`` is not set); ``server``: the ``BridgeServer`` (its ``ha`` and
+    ``drain``)."""
 
     async def handle(method: str, path: str) -> tuple[int, bytes]:
+        if path in (HA_PATH, DRAIN_PATH):
+            return await _ha(method, path, server() if server is not None else None)
         wiring = adoption()
         if method == "GET" and path == "/admin/groups":
             return _json(200, wiring.status() if wiring is not None else {})
@@ -60,4 +72,24 @@ def admin_handler(
     return handle
 
 
-__all__ = ["ADOPT_PATH", "RELEASE_PATH", "admin_handler", "adopt_path", "release_path"]
+async def _ha(method: str, path: str, server: Any) -> tuple[int, bytes]:
+    ha = getattr(server, "ha", None)
+    if ha is None:
+        return _json(409, {"message": "this bridge runs alone (ha.enabled is off)"})
+    if method == "GET" and path == HA_PATH:
+        return _json(200, ha.status())
+    if method == "POST" and path == DRAIN_PATH:
+        await server.drain()
+        return _json(200, {"drained": True, "message": "every partition handed on; stopping"})
+    return _json(404, {"message": f"no admin resource {method} {path}"})
+
+
+__all__ = [
+    "ADOPT_PATH",
+    "DRAIN_PATH",
+    "HA_PATH",
+    "RELEASE_PATH",
+    "admin_handler",
+    "adopt_path",
+    "release_path",
+]

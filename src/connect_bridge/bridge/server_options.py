@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from connect_bridge.bridge.adoption_settings import AdoptionSettings
 from connect_bridge.bridge.authorization import GroupAuthorizer
+from connect_bridge.bridge.ha_settings import HaSettings
 from connect_bridge.bridge.sasl_settings import SaslSettings
 from connect_bridge.bridge.tls import ReloadingServerContext
 from connect_bridge.bridge.upstream_security import UpstreamSecurity
@@ -55,3 +56,7 @@ class ServerOptions:
     """How clients authenticate (``sasl:``): passthrough, terminated; None or mode none: no SASL."""
     adoption: AdoptionSettings | None = None
     """Which groups may be taken over from the upstream coordinator (``adoption:``; proxy mode)."""
+    state_topic: str | None = None
+    """The state topic (``ha``: the bridges' group subscribes to it)."""
+    ha: HaSettings | None = None
+    """Several bridges share the groups (``ha.enabled``; proxy mode with a partitioned state topic)."""

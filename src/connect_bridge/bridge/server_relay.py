@@ -17,6 +17,7 @@ from connect_bridge.bridge.api_table import ACKS_ONLY, CREATES_GROUP, PROXY_ROUT
 from connect_bridge.bridge.handlers import Client
 from connect_bridge.bridge.proxy import SplitRequest, UpstreamCluster, UpstreamLink, produce_acks
 from connect_bridge.bridge.server_connection import Connection
+from connect_bridge.codecs.messages import ApiKey
 from connect_bridge.codecs.requests import DecodedRequest, RequestDecodeError, decode_request
 from connect_bridge.state.adoption_records import OwnershipState
 from connect_bridge.state.classic_api import PROTOCOL_TYPE_CONNECT
@@ -48,6 +49,9 @@ class Relay:
         """Answers a request locally (``LocalApis.handle``)."""
         self.owner: Callable[[str], OwnershipState | None] = lambda group_id: None
         """A group's adoption phase (``GroupCoordinator.ownership``; docs/adoption.md)."""
+        self.gave_up: Callable[[str], bool] = lambda group_id: False
+        """Several bridges: a group this bridge coordinated and gave up to another bridge; its
+        requests are answered here (NOT_COORDINATOR), never relayed to the upstream cluster."""
 
     def coordinates(self, group_id: str, joining_protocol_type: str | None = None) -> bool:
         """One of the bridge's groups. Its id matches ``coordinated_groups`` and the bridge has it
@@ -62,6 +66,8 @@ class Relay:
         phase = self.owner(group_id)
         if phase is not None:
             return phase.bridge_coordinates
+        if self.gave_up(group_id):
+            return True
         if not self.matches(group_id):
             return False
         return group_id in self.groups() or joining_protocol_type == PROTOCOL_TYPE_CONNECT
@@ -107,13 +113,21 @@ class Relay:
         future = await link.send(_SIZE.pack(len(payload)) + payload, correlation, expects)
         if future is None or api_key not in REWRITTEN:
             return future  # resolves to the framed response: no task per Produce/Fetch
-        return asyncio.get_running_loop().create_task(self._rewritten(future, api_key, version, correlation))
+        keys = _coordinator_keys(payload) if api_key == ApiKey.FIND_COORDINATOR and version < 4 else None
+        return asyncio.get_running_loop().create_task(
+            self._rewritten(future, api_key, version, correlation, keys)
+        )
 
     async def _rewritten(
-        self, upstream: asyncio.Future[bytearray], api_key: int, version: int, correlation: int
+        self,
+        upstream: asyncio.Future[bytearray],
+        api_key: int,
+        version: int,
+        correlation: int,
+        keys: list[str] | None = None,
     ) -> bytes:
         frame = await upstream  # framed (size prefix included)
-        return self.cluster.rewrite(api_key, version, correlation, bytes(memoryview(frame)[4:]))
+        return self.cluster.rewrite(api_key, version, correlation, bytes(memoryview(frame)[4:]), keys)
 
     async def _forward_split(self, conn: Connection, split: SplitRequest) -> Any:
         """Answer a request partly here and partly upstream, merged (``UpstreamCluster.split``)."""
@@ -129,3 +143,11 @@ class Relay:
             return split.merge(local, bytes(memoryview(await upstream)[4:]))
 
         return asyncio.get_running_loop().create_task(merged())
+
+
+def _coordinator_keys(payload: bytes) -> list[str] | None:
+    """The key of a FindCoordinator below v4, whose response does not repeat it."""
+    try:
+        return [decode_request(payload, framed=False).body.key]
+    except RequestDecodeError:
+        return None

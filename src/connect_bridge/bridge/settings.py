@@ -30,6 +30,7 @@ from pydantic import (
 
 from connect_bridge.bridge.adoption_settings import AdoptionSettings
 from connect_bridge.bridge.authorization import AuthorizationSettings
+from connect_bridge.bridge.ha_settings import HaSettings
 from connect_bridge.bridge.sasl_settings import SaslSettings, UpstreamSasl, check_sasl_combination
 from connect_bridge.bridge.tls import ListenerTls, UpstreamTls
 from connect_bridge.state.config import CoordinatorConfig, MigrationPolicy
@@ -227,6 +228,21 @@ class BridgeSettings(_Strict):
     """Group ACLs for the groups the bridge coordinates (docs/security.md "Authorization wired")."""
     adoption: AdoptionSettings = AdoptionSettings()
     """Which groups the bridge may take over from the upstream coordinator, and when (docs/adoption.md)."""
+    ha: HaSettings = HaSettings()
+    """Several bridges sharing the groups through ``state_topic``'s partitions (docs/high-availability.md)."""
+
+    @model_validator(mode="after")
+    def _ha_needs_state_topic(self) -> BridgeSettings:
+        if self.ha.enabled and (not self.upstream or self.state_topic is None):
+            raise ValueError(
+                "ha.enabled needs upstream and state_topic (the bridges share their state through "
+                "the upstream cluster's state topic)"
+            )
+        if self.ha.enabled and self.adoption.enabled:
+            raise ValueError(
+                "ha.enabled and adoption.groups cannot be combined yet; adopt with one bridge first"
+            )
+        return self
 
     @model_validator(mode="after")
     def _adoption_needs_upstream(self) -> BridgeSettings:

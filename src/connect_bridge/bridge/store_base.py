@@ -40,6 +40,7 @@ __all__ = [
     "StoreBase",
     "StoreError",
     "assign_partition_zero",
+    "decode_live",
     "index_writes",
 ]
 
@@ -73,6 +74,22 @@ def index_writes(live: dict[bytes, bytes], writes: Iterable[EncodedRecord]) -> N
         live.pop(key, None)
         if value is not None:
             live[key] = value
+
+
+def decode_live(items: Iterable[tuple[bytes, bytes]], where: str) -> list[Record]:
+    """The records of a live index's (key, value) items, in their order; ``StoreError`` naming
+    ``where`` for one this build cannot decode.
+
+    The checksum (or the broker) vouches these are the bytes we wrote: a format this build cannot
+    read. Never drop it silently.
+    """
+    out = []
+    for key, value in items:
+        try:
+            out.append(decode_record(key, value))
+        except (CodecError, ValueError, KeyError) as exc:
+            raise StoreError(f"{where}: undecodable record with key {key!r}: {exc}") from exc
+    return out
 
 
 def assign_partition_zero(
@@ -209,15 +226,7 @@ class LogStore(StoreBase, Generic[SyncHandoff]):
         """
         with self._lock:
             items = list(self._ensure_loaded().items())
-        out = []
-        for key, value in items:
-            try:
-                out.append(decode_record(key, value))
-            except (CodecError, ValueError, KeyError) as exc:
-                # The checksum (or the broker) vouches these are the bytes we wrote: a format this
-                # build cannot read. Never drop it silently.
-                raise StoreError(f"{self.where}: undecodable record with key {key!r}: {exc}") from exc
-        return out
+        return decode_live(items, self.where)
 
     def _ensure_loaded(self) -> dict[bytes, bytes]:
         """The live index, reading the log first if this is the first use."""

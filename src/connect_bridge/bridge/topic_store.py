@@ -26,13 +26,16 @@ the file log's twin: one partition, ``cleanup.policy=compact``, key and value by
 soon as a producer batches several records.
 
 Unlike the file store's ``flock`` nothing here stops two bridges from writing one topic; giving
-each bridge its own topic is the operator's job (docs/upstream.md).
+each bridge its own topic is the operator's job (docs/upstream.md). Bridges that share the groups
+use ``partitioned_store`` instead, which fences; it reuses this module's helpers (topic creation,
+the producer settings, reading a partition to its end).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from connect_bridge.bridge.store_base import (
@@ -43,7 +46,16 @@ from connect_bridge.bridge.store_base import (
     index_writes,
 )
 
-__all__ = ["TopicRecordStore", "ensure_state_topic"]
+__all__ = [
+    "TopicRecordStore",
+    "close_producer",
+    "ensure_state_topic",
+    "keyed_records",
+    "read_partition_to_end",
+    "state_consumer",
+    "state_producer_config",
+    "state_topic_partitions",
+]
 
 log = logging.getLogger(__name__)
 
@@ -70,11 +82,14 @@ def ensure_state_topic(
     bootstrap: str | list[str],
     topic: str,
     *,
+    partitions: int = 1,
     replication_factor: int = -1,
     configs: dict[str, str] | None = None,
     client_options: dict[str, Any] | None = None,
 ) -> bool:
-    """Create the compacted single-partition state topic unless it exists; True if it was created.
+    """Create the compacted state topic with ``partitions`` partitions unless it exists; True if it
+    was created. An existing topic is left as it is (its partition count is the caller's check:
+    ``state_topic_partitions``).
 
     ``replication_factor=-1`` takes the broker's ``default.replication.factor``.
     """
@@ -84,15 +99,101 @@ def ensure_state_topic(
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=STATE_CLIENT_ID, **(client_options or {}))
     try:
-        new = NewTopic(topic, 1, replication_factor, topic_configs={**STATE_TOPIC_CONFIGS, **(configs or {})})
+        configs = {**STATE_TOPIC_CONFIGS, **(configs or {})}
+        new = NewTopic(topic, partitions, replication_factor, topic_configs=configs)
         try:
             admin.create_topics([new])
         except TopicAlreadyExistsError:
             return False
-        log.info("created state topic %r (1 partition, compacted)", topic)
+        log.info("created state topic %r (%d partition(s), compacted)", topic, partitions)
         return True
     finally:
         admin.close()
+
+
+def state_topic_partitions(
+    bootstrap: str | list[str], topic: str, client_options: dict[str, Any] | None = None
+) -> int | None:
+    """The partition count of ``topic``, None when it does not exist (asked without creating it,
+    whatever the broker's ``auto.create.topics.enable``)."""
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=STATE_CLIENT_ID, **(client_options or {}))
+    try:
+        described = admin.describe_topics([topic])
+    finally:
+        admin.close()
+    for entry in described:
+        if entry.get("name") == topic and not entry.get("error_code") and entry.get("partitions"):
+            return len(entry["partitions"])
+    return None
+
+
+def state_consumer(bootstrap: str | list[str], options: dict[str, Any], where: str, **extra: Any) -> Any:
+    """A group-less consumer that reads the state topic from its start (``extra``: more kafka-python
+    settings, e.g. ``isolation_level``); a failure to connect is a ``StoreError`` naming ``where``."""
+    from kafka import KafkaConsumer
+    from kafka.errors import KafkaError
+
+    try:
+        return KafkaConsumer(
+            **{
+                "bootstrap_servers": bootstrap,
+                "client_id": LOADER_CLIENT_ID,
+                "group_id": None,
+                "enable_auto_commit": False,
+                "auto_offset_reset": "earliest",
+                "fetch_max_wait_ms": LOAD_FETCH_MAX_WAIT_MS,
+                **options,
+                **extra,
+            }
+        )
+    except KafkaError as exc:
+        raise StoreError(f"{where}: cannot connect to {bootstrap}: {exc}") from exc
+
+
+def read_partition_to_end(
+    consumer: Any,
+    tp: Any,
+    live: dict[bytes, bytes],
+    end_offset: Callable[[], int],
+    *,
+    timeout_s: float,
+    where: str,
+) -> int:
+    """Poll the assigned ``tp`` into ``live`` (compacted by key, ``index_writes``) until the
+    consumer's position reaches ``end_offset()``, asked again after every poll; the number of
+    records read. ``StoreError`` when the end is not reached within ``timeout_s``.
+
+    Which offset is "the end" is the caller's: the high watermark for the single-partition store
+    (module docstring), the last stable offset for a ``read_committed`` reader, whose position
+    never passes an open transaction.
+    """
+    deadline = time.monotonic() + timeout_s
+    read = 0
+    while True:
+        end = end_offset()
+        if consumer.position(tp) >= end:
+            return read
+        if time.monotonic() >= deadline:
+            raise StoreError(
+                f"{where}: partition {tp.partition} not read to its end ({end}) within "
+                f"{timeout_s:.0f}s (at offset {consumer.position(tp)})"
+            )
+        for records in consumer.poll(timeout_ms=LOAD_POLL_MS, max_records=LOAD_POLL_MAX_RECORDS).values():
+            read += len(records)
+            index_writes(live, keyed_records(records, where))
+
+
+def keyed_records(records: list[Any], where: str) -> list[EncodedRecord]:
+    """(key, value) of consumed records; one without a key is not ours and is skipped, logged."""
+    out = []
+    for r in records:
+        if r.key is None:
+            log.warning("%s: ignoring a record without key at offset %d", where, r.offset)
+            continue
+        out.append((r.key, r.value))
+    return out
 
 
 class TopicRecordStore(LogStore[list[PendingSend]]):
@@ -169,62 +270,28 @@ class TopicRecordStore(LogStore[list[PendingSend]]):
     # ------------------------------------------------------------------ reading
     def _read_log(self) -> dict[bytes, bytes]:
         """Read partition 0 from the beginning to the end; latest value per key, tombstones dropped."""
-        from kafka import KafkaConsumer
         from kafka.errors import KafkaError
 
-        try:
-            consumer = KafkaConsumer(
-                bootstrap_servers=self.bootstrap,
-                client_id=LOADER_CLIENT_ID,
-                group_id=None,
-                enable_auto_commit=False,
-                auto_offset_reset="earliest",
-                fetch_max_wait_ms=LOAD_FETCH_MAX_WAIT_MS,
-                **self._client_options,
-            )
-        except KafkaError as exc:
-            raise StoreError(f"{self.where}: cannot connect to {self.bootstrap}: {exc}") from exc
+        consumer = state_consumer(self.bootstrap, self._client_options, self.where)
         live: dict[bytes, bytes] = {}
         try:
             missing = StoreError(f"{self.where} does not exist on {self.bootstrap}")
             many = "state topic %r has %d partitions; only partition 0 is used"
             tp = assign_partition_zero(consumer, self.topic, missing, log, many)
-            self._read_to_end(consumer, tp, live)
+
+            def end() -> int:  # the module docstring's "the end"
+                highwater = consumer.highwater(tp)
+                return highwater if highwater is not None else consumer.end_offsets([tp])[tp]
+
+            self.records_read += read_partition_to_end(
+                consumer, tp, live, end, timeout_s=self.load_timeout_s, where=self.where
+            )
         except KafkaError as exc:
             raise StoreError(f"{self.where}: read failed: {exc}") from exc
         finally:
             consumer.close()
         log.info("state topic %r: %d live records from %d read", self.topic, len(live), self.records_read)
         return live
-
-    def _read_to_end(self, consumer: Any, tp: Any, live: dict[bytes, bytes]) -> None:
-        """Poll into ``live`` until the position reaches the end (module docstring: "the end")."""
-        deadline = time.monotonic() + self.load_timeout_s
-        while True:
-            highwater = consumer.highwater(tp)
-            end = highwater if highwater is not None else consumer.end_offsets([tp])[tp]
-            if consumer.position(tp) >= end:
-                return
-            if time.monotonic() >= deadline:
-                raise StoreError(
-                    f"{self.where}: not read to its end ({end}) within "
-                    f"{self.load_timeout_s:.0f}s (at offset {consumer.position(tp)})"
-                )
-            for records in consumer.poll(timeout_ms=LOAD_POLL_MS, max_records=LOAD_POLL_MAX_RECORDS).values():
-                self.records_read += len(records)
-                index_writes(live, self._keyed(records))
-
-    def _keyed(self, records: list[Any]) -> list[tuple[bytes, bytes | None]]:
-        """(key, value) of the records; one without a key is not ours and is skipped, logged."""
-        out = []
-        for r in records:
-            if r.key is None:
-                log.warning(
-                    "state topic %r: ignoring a record without key at offset %d", self.topic, r.offset
-                )
-                continue
-            out.append((r.key, r.value))
-        return out
 
     # ------------------------------------------------------------------ writing
     def _write(self, encoded: list[EncodedRecord]) -> None:
@@ -259,36 +326,49 @@ class TopicRecordStore(LogStore[list[PendingSend]]):
         self.sync()
 
     def _release(self) -> None:
-        try:
-            self._producer.close(timeout=self.sync_timeout_s)
-        except Exception:
-            # kafka-python's close() flushes first and, when that times out, raises before
-            # stopping its sender thread (which would then retry forever): stop it ourselves.
-            log.warning("state topic %r: producer did not close cleanly", self.topic, exc_info=True)
-            sender = getattr(self._producer, "_sender", None)
-            if sender is not None:
-                sender.force_close()
+        close_producer(self._producer, self.sync_timeout_s, self.where)
+
+
+def close_producer(producer: Any, timeout_s: float, where: str) -> None:
+    """Close a state producer within ``timeout_s``. Never raises.
+
+    kafka-python's close() flushes first and, when that times out, raises before stopping its
+    sender thread (which would then retry forever): stop it ourselves.
+    """
+    try:
+        producer.close(timeout=timeout_s)
+    except Exception:
+        log.warning("%s: producer did not close cleanly", where, exc_info=True)
+        sender = getattr(producer, "_sender", None)
+        if sender is not None:
+            sender.force_close()
 
 
 def _state_producer(bootstrap: str | list[str], sync_timeout_s: float, options: dict[str, Any]) -> Any:
-    """An idempotent ``acks=all`` producer whose sends fail after ``sync_timeout_s``.
+    """An idempotent ``acks=all`` producer whose sends fail after ``sync_timeout_s``."""
+    from kafka import KafkaProducer
+
+    return KafkaProducer(**state_producer_config(bootstrap, sync_timeout_s, options))
+
+
+def state_producer_config(
+    bootstrap: str | list[str], sync_timeout_s: float, options: dict[str, Any]
+) -> dict[str, Any]:
+    """kafka-python settings of a state producer: idempotent, ``acks=all``, sends that fail after
+    ``sync_timeout_s``; ``options`` (security and the like) win.
 
     A send not acknowledged within sync_timeout_s fails (and with it the store) instead of being
     retried for kafka-python's default two minutes: sync's flush then returns in time and close()
     is not left with undeliverable records.
     """
-    from kafka import KafkaProducer
-
     delivery_ms = max(MIN_DELIVERY_TIMEOUT_MS, int(sync_timeout_s * 1000))
-    return KafkaProducer(
-        **{
-            "bootstrap_servers": bootstrap,
-            "client_id": STATE_CLIENT_ID,
-            "acks": "all",
-            "enable_idempotence": True,  # retries never duplicate or reorder records
-            "linger_ms": 0,
-            "delivery_timeout_ms": delivery_ms,
-            "request_timeout_ms": min(MAX_REQUEST_TIMEOUT_MS, delivery_ms),
-            **options,
-        }
-    )
+    return {
+        "bootstrap_servers": bootstrap,
+        "client_id": STATE_CLIENT_ID,
+        "acks": "all",
+        "enable_idempotence": True,  # retries never duplicate or reorder records
+        "linger_ms": 0,
+        "delivery_timeout_ms": delivery_ms,
+        "request_timeout_ms": min(MAX_REQUEST_TIMEOUT_MS, delivery_ms),
+        **options,
+    }

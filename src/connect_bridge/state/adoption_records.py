@@ -110,6 +110,11 @@ class OwnershipTable:
         assert isinstance(record.value, GroupOwnership)
         self._by_group[record.group_id] = record.value
 
+    def forget(self, group_id: str) -> None:
+        """Drop the entry without a record: the group's partition went to another bridge, whose
+        replay of the same records knows it."""
+        self._by_group.pop(group_id, None)
+
     def change(self, group_id: str, target: OwnershipState, generation: int, now_ms: int) -> Record:
         """The record moving ``group_id`` to ``target``, applied here; the caller persists it.
 

@@ -615,11 +615,11 @@ class GroupCoordinator:
     def _releasing(self, group_id: str) -> bool:
         return self.ownership.state(group_id) is OwnershipState.RELEASING
 
-    def _drop_unowned(self, now_ms: int) -> None:
+    def _drop_unowned(self, now_ms: int, group_ids: set[str]) -> None:
         """After a replay: a classic group whose ownership says the upstream coordinates it is a
         leftover of a cut between an adoption's two records, or of a hand-back that wrote
         ``released`` before its tombstone; delete it so exactly one coordinator answers."""
-        for gid, group in list(self.groups.items()):
+        for gid, group in [(gid, g) for gid, g in self.groups.items() if gid in group_ids]:
             state = self.ownership.state(gid)
             if state is None or state.bridge_coordinates or not isinstance(group, ClassicGroup):
                 continue
@@ -635,35 +635,21 @@ class GroupCoordinator:
         out, self._records = self._records, []
         return out
 
-    def replay(self, records: list[Record], now_ms: int) -> None:
-        """Load state from records into a fresh coordinator, then re-arm timers from ``now_ms``.
+    def replay(self, records: list[Record], now_ms: int) -> set[str]:
+        """Load state from records, then re-arm the timers of the groups they touched from
+        ``now_ms``; the touched group ids.
 
         A group's type is decided record by record, so a full (uncompacted) log with conversions in
-        both directions loads the same as its compacted form.
+        both directions loads the same as its compacted form. Groups the records do not name are
+        left alone, so a bridge that takes over one partition of the state topic (several bridges,
+        docs/high-availability.md) loads its groups next to those it already coordinates; every
+        loaded member gets a fresh session timeout, as Kafka's coordinator gives after loading.
         """
+        touched: set[str] = set()
         for record in records:
-            gid = record.group_id
-            if record.type is RecordType.CONFIG:
-                if record.value is None:
-                    self.views.pop(gid, None)
-                else:
-                    self.views[gid] = record.value  # type: ignore[assignment]
-                continue
-            if record.type is RecordType.GROUP_OWNERSHIP:
-                self.ownership.apply(record)
-                continue
-            group = self.groups.get(gid)
-            if record.type is RecordType.CLASSIC_GROUP:
-                if record.value is None and not isinstance(group, ClassicGroup):
-                    continue
-                if not isinstance(group, ClassicGroup):
-                    group = self._new_classic(gid)
-            elif not isinstance(group, ConnectGroup):
-                if record.value is None:
-                    continue
-                group = self._new_connect(gid)
-            group.apply(record)
-        for gid, group in list(self.groups.items()):
+            touched.add(record.group_id)
+            self._replay_one(record)
+        for gid, group in [(gid, g) for gid, g in self.groups.items() if gid in touched]:
             if isinstance(group, ClassicGroup) and group.state is ClassicGroupState.DEAD:
                 del self.groups[gid]
                 continue
@@ -671,10 +657,55 @@ class GroupCoordinator:
                 group.view = self.view(gid)
             group.drain_records()
             group.rebuild_after_load(now_ms)
-        self._drop_unowned(now_ms)
-        for gid, group in self.groups.items():
+        self._drop_unowned(now_ms, touched)
+        for gid, group in [(gid, g) for gid, g in self.groups.items() if gid in touched]:
             if self._releasing(gid) and isinstance(group, ClassicGroup):
                 self._rebalance_to_release(group, now_ms)
+        return touched
+
+    def _replay_one(self, record: Record) -> None:
+        gid = record.group_id
+        if record.type is RecordType.CONFIG:
+            if record.value is None:
+                self.views.pop(gid, None)
+            else:
+                self.views[gid] = record.value  # type: ignore[assignment]
+            return
+        if record.type is RecordType.GROUP_OWNERSHIP:
+            self.ownership.apply(record)
+            return
+        group = self.groups.get(gid)
+        if record.type is RecordType.CLASSIC_GROUP:
+            if record.value is None and not isinstance(group, ClassicGroup):
+                return
+            if not isinstance(group, ClassicGroup):
+                group = self._new_classic(gid)
+        elif not isinstance(group, ConnectGroup):
+            if record.value is None:
+                return
+            group = self._new_connect(gid)
+        group.apply(record)
+
+    def unload(self, group_ids: set[str]) -> None:
+        """Forget ``group_ids`` without writing anything: another bridge coordinates them now (their
+        partition of the state topic was revoked, or this bridge's writes to it were fenced).
+
+        Like Kafka's coordinator when it unloads a partition, every JoinGroup/SyncGroup parked in
+        those groups is answered NOT_COORDINATOR (collect them with ``drain_responses``), so the
+        workers look for the new coordinator at once; their timers stop firing here.
+        """
+        for gid in group_ids:
+            group = self.groups.pop(gid, None)
+            if isinstance(group, ClassicGroup):
+                group.release_parked(ErrorCode.NOT_COORDINATOR)
+                self._responses.extend(group.drain_responses())
+            if group is not None:
+                group.drain_records()  # nothing of a group given up may reach the store
+            self.views.pop(gid, None)
+            self.ownership.forget(gid)
+        for key in self.timers.keys():
+            if key.group_id in group_ids:
+                self.timers.cancel(key)
 
     def snapshot(self) -> dict[str, object]:
         return {

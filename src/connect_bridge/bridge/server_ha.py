@@ -1,0 +1,309 @@
+"""Several bridges share the groups: which ones this bridge answers for, and the hand-overs.
+
+Kafka spreads its consumer groups over the partitions of ``__consumer_offsets`` and moves a
+partition's groups when its leader changes; the bridges do the same with parts Kafka provides
+(docs/high-availability.md):
+
+* a group's records live in partition ``partition_for(group id)`` of the state topic;
+* the bridges are the members of one consumer group on that topic (``ha_membership``), so Kafka's
+  group coordinator decides which bridge holds which partition;
+* a bridge writes a partition through a transactional producer of its own (``partitioned_store``):
+  the next holder's ``init_transactions`` fences it.
+
+This module is the server's side of it. A partition is *loading* from its assignment until its
+records are replayed, then *owned* until it is revoked or fenced. Group requests of a group whose
+partition is not owned get NOT_COORDINATOR (COORDINATOR_LOAD_IN_PROGRESS while loading), and so do
+all of them while the bridge's lease in the bridges' group is not fresh: a bridge paused for longer
+than a session timeout has lost its partitions and must not answer for them before it learns so
+(a steady heartbeat writes nothing, so fencing alone would not stop it).
+
+Giving a partition up closes it to requests first, then unloads its groups (parked JoinGroup and
+SyncGroup answered NOT_COORDINATOR), then waits until everything written for it is durable, and
+only then lets the membership hand it on: the next owner reads every record this bridge revealed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+from connect_bridge.bridge.ha_settings import HaSettings
+from connect_bridge.bridge.metrics import Metrics
+from connect_bridge.bridge.partitioned_store import PartitionedFenced
+from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.state.coordinator import GroupCoordinator
+from connect_bridge.state.partitioning import partition_for
+from connect_bridge.state.records import Record
+
+log = logging.getLogger("connect_bridge.ha")
+
+HANDOVER_TIMEOUT_S = 60.0
+"""The longest a rebalance callback waits for the loop to load or unload partitions (a bridge
+that cannot do it in this time is stopping or stuck; the membership then carries on)."""
+
+
+class PartitionPhase(StrEnum):
+    LOADING = "loading"
+    OWNED = "owned"
+
+
+_REFUSAL = {
+    None: ErrorCode.NOT_COORDINATOR,
+    PartitionPhase.LOADING: ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+}
+
+
+class PartitionStore(Protocol):
+    """What this module needs of ``partitioned_store.PartitionedTopicStore``."""
+
+    partitions: int
+
+    def acquire(self, partition: int) -> list[Record]: ...
+    def release(self, partition: int) -> None: ...
+
+
+class Membership(Protocol):
+    """What this module needs of ``ha_membership.BridgeMembership``."""
+
+    def start(self) -> None: ...
+    def owners(self) -> dict[int, Any]: ...
+    def lease_valid(self) -> bool: ...
+    def drain(self, timeout_s: float = 30.0) -> None: ...
+    def close(self) -> None: ...
+
+
+@dataclass(eq=False)
+class HighAvailability:
+    """The partitions this bridge holds and the gate in front of their groups (module docstring)."""
+
+    settings: HaSettings
+    store: PartitionStore
+    coordinator: Callable[[], GroupCoordinator]
+    after_step: Callable[[], None]
+    flush: Callable[[], Awaitable[None]]
+    """Waits until everything handed to the committer is durable."""
+    clock: Callable[[], int]
+    on_loaded: Callable[[set[str]], None]
+    """Called with the group ids a partition brought in (the server applies the config view)."""
+    fail: Callable[[str], None]
+    """Stops the bridge with one line (a partition that cannot be read)."""
+    metrics: Metrics | None = None
+    phases: dict[int, PartitionPhase] = field(default_factory=dict)
+    lost: set[str] = field(default_factory=set)
+    """Groups this bridge gave up: their requests get NOT_COORDINATOR here rather than being relayed
+    upstream (which knows nothing of them) until their partition comes back."""
+    membership: Membership | None = None
+    node_id: int = 0
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self, membership_factory: Callable[..., Membership]) -> None:
+        """Join the bridges' group; partitions arrive through the callbacks."""
+        self._loop = asyncio.get_running_loop()
+        self.membership = membership_factory(on_assigned=self._assigned, on_revoked=self._revoked)
+        self.membership.start()
+
+    async def drain(self) -> None:
+        """Give every partition to the other bridges now (rolling upgrade of the bridges)."""
+        if self.membership is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.membership.drain)
+
+    async def close(self) -> None:
+        if self.membership is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.membership.close)
+
+    # ------------------------------------------------------------------ the gate
+    def partition(self, group_id: str) -> int:
+        return partition_for(group_id, self.store.partitions)
+
+    def lease_valid(self) -> bool:
+        return self.membership is not None and self.membership.lease_valid()
+
+    def refusal(self, group_id: str) -> int | None:
+        """The error code a request of ``group_id`` gets here, or None when this bridge answers it."""
+        phase = self.phases.get(self.partition(group_id))
+        if phase is PartitionPhase.OWNED and self.lease_valid():
+            return None
+        return int(_REFUSAL.get(phase, ErrorCode.NOT_COORDINATOR))
+
+    def gave_up(self, group_id: str) -> bool:
+        return group_id in self.lost
+
+    def owner(self, group_id: str) -> Any | None:
+        """The owning bridge's address (``ha_membership.BridgeAddress``), None while unknown."""
+        if self.membership is None:
+            return None
+        return self.membership.owners().get(self.partition(group_id))
+
+    # ------------------------------------------------------------------ hand-overs
+    def _assigned(self, partitions: frozenset[int]) -> None:
+        """Membership thread: blocks until the partitions are loaded."""
+        self._on_loop(self._acquire(partitions))
+
+    def _revoked(self, partitions: frozenset[int]) -> None:
+        """Membership thread: blocks until the bridge stopped answering for the partitions and
+        everything it wrote for them is durable."""
+        self._on_loop(self._give_up(partitions, flush=True))
+
+    def _on_loop(self, coro: Awaitable[None]) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        future = asyncio.run_coroutine_threadsafe(coro, loop)  # type: ignore[arg-type]
+        try:
+            future.result(HANDOVER_TIMEOUT_S)
+        except Exception:
+            log.exception("partition hand-over did not finish")
+
+    async def _acquire(self, partitions: frozenset[int]) -> None:
+        loop = asyncio.get_running_loop()
+        for partition in sorted(partitions):
+            self.phases[partition] = PartitionPhase.LOADING
+        for partition in sorted(partitions):
+            try:
+                records = await loop.run_in_executor(None, self.store.acquire, partition)
+            except PartitionedFenced:  # released while it loaded: nothing to install
+                self.phases.pop(partition, None)
+                continue
+            except Exception as exc:
+                self.phases.pop(partition, None)
+                self.fail(f"cannot load partition {partition} of the state topic: {exc}")
+                return
+            if self.phases.get(partition) is not PartitionPhase.LOADING:
+                continue  # revoked while it loaded
+            loaded = self.coordinator().replay(records, self.clock())
+            self.lost -= {g for g in self.lost if self.partition(g) == partition}
+            self.phases[partition] = PartitionPhase.OWNED
+            self.on_loaded(loaded)
+            self.after_step()
+            log.info(
+                "now coordinating partition %d of the state topic: %d records, %d groups",
+                partition,
+                len(records),
+                len(loaded),
+            )
+        self._observe()
+
+    async def _give_up(self, partitions: frozenset[int], *, flush: bool) -> None:
+        coordinator = self.coordinator()
+        for partition in partitions:
+            self.phases.pop(partition, None)  # closed to requests from here on
+        groups = {g for g in coordinator.groups if self.partition(g) in partitions}
+        coordinator.unload(groups)
+        self.lost |= groups
+        self.after_step()  # parked JoinGroup/SyncGroup of those groups answer NOT_COORDINATOR
+        if flush:
+            try:
+                await self.flush()
+            except Exception as exc:  # fenced or failed: the store says so on its own path
+                log.warning("giving up partitions %s: writes not confirmed: %s", sorted(partitions), exc)
+        loop = asyncio.get_running_loop()
+        for partition in sorted(partitions):
+            await loop.run_in_executor(None, self.store.release, partition)
+        if groups or partitions:
+            log.info("gave up partitions %s of the state topic (%d groups)", sorted(partitions), len(groups))
+        self._observe()
+
+    def fenced(self, partitions: frozenset[int]) -> None:
+        """The committer found this bridge's writes to ``partitions`` fenced: another bridge holds
+        them. Stop answering for their groups at once (the store has dropped them already)."""
+        log.warning(
+            "partitions %s of the state topic were taken over by another bridge (writes fenced); "
+            "dropping their groups",
+            sorted(partitions),
+        )
+        if self.metrics is not None:
+            self.metrics.ha_fenced.inc(len(partitions))
+        coordinator = self.coordinator()
+        for partition in partitions:
+            self.phases.pop(partition, None)
+        groups = {g for g in coordinator.groups if self.partition(g) in partitions}
+        coordinator.unload(groups)
+        self.lost |= groups
+        self.after_step()
+        self._observe()
+
+    async def watch(self) -> None:
+        """Keep the partition-map metrics current: other bridges' rebalances change it too."""
+        while True:
+            self._observe()
+            await asyncio.sleep(self.settings.refresh_owners_ms / 1000)
+
+    # ------------------------------------------------------------------ reporting
+    def owned(self) -> list[int]:
+        return sorted(p for p, phase in self.phases.items() if phase is PartitionPhase.OWNED)
+
+    def status(self) -> dict[str, Any]:
+        """``GET /admin/ha``: this bridge, its partitions and everyone's (``describe --admin``)."""
+        owners = self.membership.owners() if self.membership is not None else {}
+        return {
+            "node_id": self.node_id,
+            "lease_valid": self.lease_valid(),
+            "partitions": self.store.partitions,
+            "owned": self.owned(),
+            "loading": sorted(p for p, phase in self.phases.items() if phase is PartitionPhase.LOADING),
+            "owners": {str(p): _describe(a) for p, a in sorted(owners.items())},
+            "groups": {g: self.partition(g) for g in sorted(self.coordinator().groups)},
+        }
+
+    def _observe(self) -> None:
+        if self.metrics is None or self.membership is None:
+            return
+        owners = {p: str(getattr(a, "node_id", a)) for p, a in self.membership.owners().items()}
+        self.metrics.observe_ha(owners, self.owned(), self.lease_valid())
+
+
+def _describe(address: Any) -> dict[str, Any]:
+    return {"node_id": address.node_id, "host": address.host, "port": address.port}
+
+
+__all__ = ["HighAvailability", "PartitionPhase"]
+
+
+def high_availability(server: Any) -> HighAvailability:
+    """The HA side of a ``BridgeServer`` in proxy mode with ``ha.enabled`` (its options, store,
+    coordinator, committer and metrics); the membership starts once the server has loaded."""
+    settings: HaSettings = server.options.ha
+    ha = HighAvailability(
+        settings,
+        server.store,
+        lambda: server.coordinator,
+        server.after_step,
+        lambda: server.committer.durable(server.committer.written),
+        server.clock,
+        server.apply_view_to,
+        server.fatal,
+        server.metrics,
+        node_id=settings.node_id if settings.node_id is not None else server.port,
+    )
+    server.committer.on_fenced = ha.fenced
+    return ha
+
+
+def membership_factory(server: Any, advertised_host: str) -> Callable[..., Membership]:
+    """Builds the ``BridgeMembership``: this bridge is named by its node id and reached at its
+    proxy listeners (upstream broker N's listener is base port + N on every bridge)."""
+    from connect_bridge.bridge.ha_membership import BridgeAddress, BridgeMembership
+
+    settings: HaSettings = server.options.ha
+    assert server.relay is not None
+    me = BridgeAddress(server.ha.node_id, advertised_host, server.relay.cluster.base_port)
+
+    def build(**callbacks: Any) -> Membership:
+        return BridgeMembership(  # type: ignore[no-any-return]
+            ",".join(f"{h}:{p}" for h, p in server.options.upstream),
+            server.options.state_topic,
+            settings.group,
+            me,
+            session_timeout_ms=settings.session_timeout_ms,
+            heartbeat_interval_ms=settings.heartbeat_interval_ms,
+            refresh_owners_ms=settings.refresh_owners_ms,
+            client_options=server.options.upstream_security.kafka_python_options(),
+            **callbacks,
+        )
+
+    return build
