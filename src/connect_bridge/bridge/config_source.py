@@ -22,9 +22,25 @@ from typing import Annotated, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from connect_bridge.bridge.settings import format_validation_error
-from connect_bridge.state.model import ConfigView
+from connect_bridge.state.model import ConfigView, MemberMetadata
+from connect_bridge.state.records import Record, RecordType
 
 log = logging.getLogger(__name__)
+
+
+def view_behind(records: list[Record], view_of: Callable[[str], ConfigView]) -> bool:
+    """A member (re)joined with a config offset beyond its group's view: the config topic holds
+    records the bridge has not read yet, and its classic members get CONFIG_MISMATCH until it
+    has (``legacy_members.encode_member_assignment``), so read now rather than a poll interval later."""
+    for record in records:
+        value = record.value
+        if (
+            record.type is RecordType.MEMBER_METADATA
+            and isinstance(value, MemberMetadata)
+            and value.config_offset > view_of(record.group_id).offset
+        ):
+            return True
+    return False
 
 ConnectorName = Annotated[str, StringConstraints(min_length=1)]
 

@@ -32,12 +32,13 @@ from connect_bridge.bridge.api_table import (
     GROUP_FRAMES,
 )
 from connect_bridge.bridge.committer import Committer, Fenced
+from connect_bridge.bridge.config_source import view_behind
 from connect_bridge.bridge.decisions import log_decisions
 from connect_bridge.bridge.decoding import FrameDecoder
 from connect_bridge.bridge.fastpath import Framed, SteadyHeartbeats
 from connect_bridge.bridge.handlers import Client, LocalApis, Parked, now_ms
 from connect_bridge.bridge.metrics import Metrics
-from connect_bridge.bridge.proxy import OWNER_UNKNOWN, UpstreamCluster, group_matcher
+from connect_bridge.bridge.proxy import UpstreamCluster, group_matcher
 from connect_bridge.bridge.server_adoption import Adoption
 from connect_bridge.bridge.server_connection import (
     ANONYMOUS,
@@ -59,8 +60,7 @@ from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.messages import ApiKey, api_spec
 from connect_bridge.codecs.requests import DecodedRequest, RequestDecodeError, encode_response_frame
 from connect_bridge.state.coordinator import GroupCoordinator
-from connect_bridge.state.model import ConfigView, MemberMetadata
-from connect_bridge.state.records import Record, RecordType
+from connect_bridge.state.model import ConfigView
 
 __all__ = ["BridgeServer", "ServerOptions"]
 
@@ -173,7 +173,7 @@ class BridgeServer:
             self.ha = high_availability(self)
             self.apis.gate = self.ha.refusal
             self.relay.gave_up = self.ha.gave_up
-            self.relay.cluster.owner_of = self._owner_listener
+            self.relay.cluster.owner_of = functools.partial(self.ha.listener_for, self.relay.matches)
         if self.options.sasl is not None and self.options.sasl.enabled:
             relay = self.relay
             self.sasl = SaslGate(
@@ -251,20 +251,6 @@ class BridgeServer:
         ports = [cluster.listener_port(n) for n in sorted(cluster.brokers)]
         log.info("proxying %d upstream brokers on ports %s", len(cluster.brokers), ports)
         return self._bootstrap_node
-
-    def _owner_listener(self, group_id: str) -> tuple[str, int] | object | None:
-        """Where FindCoordinator sends a client for ``group_id`` with several bridges: the owning
-        bridge's (host, proxy base port), None for this bridge or a group the bridges do not
-        coordinate, ``OWNER_UNKNOWN`` while the partition is between owners."""
-        assert self.relay is not None and self.ha is not None
-        if not self.relay.matches(group_id) or self.ha.refusal(group_id) is None:
-            return None
-        owner = self.ha.owner(group_id)
-        if owner is None:
-            return OWNER_UNKNOWN
-        if owner.node_id == self.ha.node_id:
-            return None
-        return owner.host, owner.port
 
     @property
     def _listener_ssl(self) -> ssl.SSLContext | None:
@@ -393,7 +379,7 @@ class BridgeServer:
             raise
         if records:
             log_decisions(records)
-            if self.config_refresh is not None and self._view_behind(records):
+            if self.config_refresh is not None and view_behind(records, self.coordinator.view):
                 self.config_refresh()
         for token, response in self.coordinator.drain_responses():
             if isinstance(token, Parked) and not token.future.done():
@@ -418,20 +404,6 @@ class BridgeServer:
             if deadline is not None and deadline <= now:
                 self.coordinator.advance(now)
                 self.after_step()
-
-    def _view_behind(self, records: list[Record]) -> bool:
-        """A member (re)joined with a config offset beyond its group's view: the config topic holds
-        records the bridge has not read yet, and its classic members get CONFIG_MISMATCH until it
-        has (``legacy_members.encode_member_assignment``), so read now rather than a poll interval later."""
-        for record in records:
-            value = record.value
-            if (
-                record.type is RecordType.MEMBER_METADATA
-                and isinstance(value, MemberMetadata)
-                and value.config_offset > self.coordinator.view(record.group_id).offset
-            ):
-                return True
-        return False
 
     def set_config_view(self, view: ConfigView) -> None:
         """A new config view (from the watched file or the config topic)."""

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 from connect_bridge.bridge.ha_settings import HaSettings
 from connect_bridge.bridge.metrics import Metrics
 from connect_bridge.bridge.partitioned_store import PartitionedFenced
+from connect_bridge.bridge.proxy import OWNER_UNKNOWN
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.partitioning import partition_for
@@ -138,6 +139,19 @@ class HighAvailability:
         if self.membership is None:
             return None
         return self.membership.owners().get(self.partition(group_id))
+
+    def listener_for(self, matches: Callable[[str], bool], group_id: str) -> tuple[str, int] | object | None:
+        """Where FindCoordinator sends a client for ``group_id`` (``UpstreamCluster.owner_of``): the
+        owning bridge's (host, proxy base port); None for this bridge or a group the bridges do not
+        coordinate (``matches`` is ``coordinated_groups``); ``OWNER_UNKNOWN`` while it moves."""
+        if not matches(group_id) or self.refusal(group_id) is None:
+            return None
+        owner = self.owner(group_id)
+        if owner is None:
+            return OWNER_UNKNOWN
+        if owner.node_id == self.node_id:
+            return None
+        return owner.host, owner.port
 
     # ------------------------------------------------------------------ hand-overs
     def _assigned(self, partitions: frozenset[int]) -> None:
