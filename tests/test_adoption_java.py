@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -59,10 +62,12 @@ def upstream_group(broker: KafkaBroker, group: str) -> ClassicDescribedGroup:
     return asyncio.run(ask())
 
 
-def admin(metrics: str, method: str = "GET", path: str = "/admin/groups") -> tuple[int, Any]:
+def admin(
+    metrics: str, method: str = "GET", path: str = "/admin/groups", timeout: float = 10
+) -> tuple[int, Any]:
     request = urllib.request.Request(f"http://{metrics}{path}", method=method)
     try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
+        with urllib.request.urlopen(request, timeout=timeout) as answer:
             return answer.status, json.loads(answer.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
@@ -135,6 +140,14 @@ def upgrade_and_downgrade(drill: JavaDrill, metrics: str) -> tuple[int, int, int
     status = admin(metrics)[1][drill.group]
     assert status["phase"] == "adopted", status
     assert status["taken_over_generation"] == before["taken_over_generation"], status
+    # A hand-back now is refused: Kafka's coordinator would not know the new-protocol member.
+    code, answer = admin(metrics, "POST", release_path(drill.group))
+    refusal = (
+        f"group {drill.group} cannot be handed back yet: 1 member(s) use the new protocol: "
+        "downgrade them first (docs/migration.md)"
+    )
+    assert (code, answer["released"], answer["message"]) == (409, False, refusal), answer
+    assert admin(metrics)[1][drill.group]["phase"] == "adopted"
 
     left_at = now_ms() - drill.t0
     drill.stop_new("n0")
@@ -151,6 +164,116 @@ def upgrade_and_downgrade(drill: JavaDrill, metrics: str) -> tuple[int, int, int
         return max((to - since for _, since, to in gaps if since <= end and to >= start), default=0)
 
     return longest(joined_at, converted_at), longest(left_at, back_at), len(moved)
+
+
+KILL_STEPS = ("holding", "committing")
+"""Takeover steps the admin endpoint reports while the group's requests are held (docs/adoption.md)."""
+
+
+def kill_inside_takeover(drill: JavaDrill, metrics: str, timeout_s: float = 30.0) -> str | None:
+    """``POST .../adopt`` on the released group while a second thread polls the admin endpoint as
+    fast as it answers and kills the bridge (SIGKILL) the moment it reports a takeover step in
+    :data:`KILL_STEPS`; the step it saw, or None when the takeover finished before any poll caught
+    it (no kill). The bridge answers a poll only while the takeover awaits (the upstream's
+    DescribeGroups, the fsync of its records), so a poll that says ``holding`` or ``committing``
+    was answered from inside the window."""
+    pid = drill.bridge.process.pid
+    seen: list[str] = []
+    done = threading.Event()
+
+    def poll() -> None:
+        deadline = time.monotonic() + timeout_s
+        while not done.is_set() and time.monotonic() < deadline:
+            try:
+                step = admin(metrics, timeout=2)[1].get(drill.group, {}).get("takeover_step")
+            except OSError:
+                continue
+            if step in KILL_STEPS:
+                os.kill(pid, signal.SIGKILL)
+                seen.append(step)
+                return
+
+    poller = threading.Thread(target=poll, name="takeover-poller", daemon=True)
+    poller.start()
+    try:
+        code, answer = admin(metrics, "POST", adopt_path(drill.group))
+    except OSError:  # the kill closed the connection before the answer
+        code, answer = 0, {}
+    if code == 200 and answer.get("adopted"):
+        done.set()  # adopted before a poll caught the window: no kill
+    poller.join(timeout_s + 5)  # not adopted yet (409): the auto takeover follows, the poller waits
+    done.set()
+    return seen[0] if seen else None
+
+
+def released_and_observed(drill: JavaDrill, metrics: str) -> None:
+    """Wait until the group is ``released``, Kafka's group Stable with all three workers, and the
+    bridge observed that generation through its relay (every member behind it)."""
+
+    def ready() -> bool:
+        status = admin(metrics)[1].get(drill.group) or {}
+        observed = status.get("members") == status.get("members_behind_bridge") == 3
+        group = upstream_group(drill.broker, drill.group)
+        return status.get("phase") == "released" and observed and group.state == "Stable"
+
+    wait_until(
+        ready, 60, 0.5, lambda: f"{admin(metrics)[1]}; upstream {upstream_group(drill.broker, drill.group)}"
+    )
+
+
+def readopt_with_a_kill(drill: JavaDrill, metrics: str, attempts: int = 3) -> str:
+    """Adopt the released group again and kill -9 the bridge inside the takeover; after the restart
+    exactly one coordinator owns the group. Retried (hand-back, adopt again) when the takeover was
+    over before a poll caught it. Returns what happened, for the printed figures."""
+    attempt, step = 0, None
+    while step is None:
+        attempt += 1
+        assert attempt <= attempts, f"no poll caught the takeover window in {attempts} attempts"
+        released_and_observed(drill, metrics)
+        step = kill_inside_takeover(drill, metrics)
+        if step is None:  # a miss: the takeover completed before a poll caught it; hand back, retry
+            status = admin(metrics)[1][drill.group]
+            assert status["phase"] == "adopted", status
+            release = release_command(drill, metrics)
+            assert release.returncode == 0, release
+    drill.bridge_restart()
+    status = wait_until(lambda: admin(metrics)[1].get(drill.group), 30, 0.2)
+    upstream = upstream_group(drill.broker, drill.group)
+    outcome = f"killed while {step} (attempt {attempt}); after the restart {status['phase']}, Kafka's group "
+    outcome += f"{upstream.state} with {len(upstream.members)} members"
+    if status["phase"] == "relaying":
+        # The records were not durable: Kafka's coordinator alone has the group, the bridge none.
+        assert status["bridge_members"] == 0, status
+        assert upstream.state == "Stable" and len(upstream.members) == 3, upstream
+        # The restart lost the observation; the next rebalance (a worker restarted through the
+        # bridge) completes it and the takeover follows.
+        drill.stop("w0")
+        drill.start_on("w0", drill.bridge.bootstrap)
+    else:
+        # Durable: the bridge has the group at the generation it took over. Kafka's copy lists at
+        # most the adopted members (the LeaveGroup may not have been sent), which expire there.
+        assert status["phase"] == "adopted" and status["conflict"] is None, status
+        adopted_ids = {m["member_id"] for m in bridge_group(drill)["members"]}
+        assert {m.member_id for m in upstream.members} <= adopted_ids, (upstream, adopted_ids)
+        wait_until(
+            lambda: upstream_group(drill.broker, drill.group).state in ("Empty", "Dead"),
+            45,
+            0.5,
+            lambda: f"upstream still has the group: {upstream_group(drill.broker, drill.group)}",
+        )
+    wait_until(
+        lambda: admin(metrics)[1][drill.group]["phase"] == "adopted", 90, 0.5, lambda: admin(metrics)[1]
+    )
+    wait_until(lambda: len(bridge_group(drill)["members"]) == 3, 60, 0.5, lambda: bridge_group(drill))
+    assert upstream_group(drill.broker, drill.group).state in ("Empty", "Dead")
+    drill.wait_converged(90)
+    return outcome
+
+
+def release_command(drill: JavaDrill, metrics: str) -> subprocess.CompletedProcess[str]:
+    """``connect-bridge release GROUP --admin METRICS``: returns once the group is released."""
+    argv = [sys.executable, "-m", "connect_bridge.cli", "release", drill.group, "--admin", metrics]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
 
 
 class AdoptionDrill(JavaDrill):
@@ -273,8 +396,7 @@ def test_adopt_a_running_java_cluster(adoption_drill: tuple[AdoptionDrill, str])
     code, answer = admin(metrics, "POST", release_path(drill.group))
     assert (code, answer["released"]) == (200, True), answer
     drill.bridge_restart()
-    argv = [sys.executable, "-m", "connect_bridge.cli", "release", drill.group, "--admin", metrics]
-    released = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    released = release_command(drill, metrics)
     assert released.returncode == 0 and "is released" in released.stdout, released
     released_at = int(time.time() * 1000) - drill.t0
 
@@ -283,6 +405,15 @@ def test_adopt_a_running_java_cluster(adoption_drill: tuple[AdoptionDrill, str])
         return group.state == "Stable" and len(group.members) == 3
 
     wait_until(upstream_has_all, 60, 0.5, lambda: f"upstream: {upstream_group(drill.broker, drill.group)}")
+
+    # Adopt the released group again, with a kill -9 of the bridge inside the takeover; then hand
+    # it back once more before the workers are repointed at the broker.
+    readopt_started = time.monotonic()
+    readopted = readopt_with_a_kill(drill, metrics)
+    again = release_command(drill, metrics)
+    assert again.returncode == 0 and "is released" in again.stdout, again
+    wait_until(upstream_has_all, 60, 0.5, lambda: f"upstream: {upstream_group(drill.broker, drill.group)}")
+    readopt_s = time.monotonic() - readopt_started
     for name in ("w0", "w1", "w2"):  # repointed at the broker one at a time
         drill.stop(name)
         drill.start_on(name, broker)
@@ -307,5 +438,6 @@ def test_adopt_a_running_java_cluster(adoption_drill: tuple[AdoptionDrill, str])
         f"{(released_at - release_at) / 1000:.1f}s, longest time an item ran nowhere across it "
         f"{max(handback, default=0)} ms; a new-protocol worker joining the adopted group moved "
         f"{upgrade_moved} items to it, longest time an item ran nowhere across the upgrade "
-        f"{upgrade_gap} ms, across the downgrade {downgrade_gap} ms"
+        f"{upgrade_gap} ms, across the downgrade {downgrade_gap} ms; adopted again after the hand-back: "
+        f"{readopted}; re-adoption and second hand-back took {readopt_s:.1f}s"
     )

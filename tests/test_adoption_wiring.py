@@ -152,6 +152,7 @@ async def _takeover() -> None:
     for _ in range(5):
         await asyncio.sleep(0)
     assert not takeover.done() and adoption.phase(G) is OwnershipState.RELAYING
+    assert adoption.status()[G]["takeover_step"] == "holding"  # what the admin endpoint shows now
     # A new request of the group is held (its connection's reader waits) ...
     relay.heartbeat("w2", ids["w2"], generation)
     held_request = recorder.exchanges[-1][0]
@@ -164,6 +165,7 @@ async def _takeover() -> None:
     in_flight.set_result(in_flight_answer)
     check = await takeover
     assert check.ready and adoption.phase(G) is OwnershipState.ADOPTED
+    assert adoption.status()[G]["takeover_step"] is None
     assert await held is False  # answered locally now
     types = [r.type for r in bridge.submitted]
     assert types[-2:] == [RecordType.CLASSIC_GROUP, RecordType.GROUP_OWNERSHIP]

@@ -326,6 +326,24 @@ _FORCE = _arg(
     action="store_true",
     help="use a non-empty --out: this command's files there are replaced, nothing else is deleted",
 )
+_ADMIN_ARGS = (
+    _arg(
+        "--admin",
+        default="127.0.0.1:9404",
+        metavar="[https://]HOST:PORT",
+        help="the bridge's metrics_listen, which serves the admin endpoint; https:// when the bridge "
+        "sets metrics_tls (security.md below)",
+    ),
+    _arg(
+        "--ca-file",
+        metavar="PEM",
+        help="with https://: CAs metrics_tls's certificate chains to (default: the system CAs)",
+    ),
+    _arg("--cert", metavar="PEM", help="with https://: client certificate, for metrics_tls with client_auth"),
+    _arg("--key", metavar="PEM", help="private key of --cert (unencrypted)"),
+)
+"""``--admin`` and its TLS options, shared by ``adopt`` and ``release`` (the names ``describe`` uses
+for the worker listener's TLS)."""
 _COMMANDS: tuple[_Command, ...] = (
     _Command("codec", "decode or encode Connect embedded-protocol payloads", _cmd_codec, (
         _arg("op", choices=("decode", "encode")),
@@ -359,25 +377,24 @@ _COMMANDS: tuple[_Command, ...] = (
              help="with --sasl-user: the mechanism"),
         _arg("--password-env", metavar="VAR",
              help="with --sasl-user: the password's environment variable (default: stdin's first line)"),
-        _arg("--admin", metavar="HOST:PORT",
-             help="also show adoption progress, from the bridge's metrics_listen (adoption.md below)"),
+        _arg("--admin", metavar="[https://]HOST:PORT",
+             help="also show adoption progress, from the bridge's metrics_listen (adoption.md below); "
+             "https:// with metrics_tls (--ca-file, --cert, --key apply to it too)"),
     ), ("serve.md", "security.md", "adoption.md")),
     _Command("adopt", "take a group over from the upstream coordinator now, or show adoption progress",
              cmd_adopt, (
         _arg("group", nargs="?", help="group id (none, or --status: show every adopted/relayed group)"),
-        _arg("--admin", default="127.0.0.1:9404", metavar="HOST:PORT",
-             help="the bridge's metrics_listen, which serves the admin endpoint"),
+        *_ADMIN_ARGS,
         _arg("--status", action="store_true", help="show the group's phase and progress, change nothing"),
         _arg("--timeout", type=float, default=60.0, help="seconds to wait for the answer"),
-    ), ("adoption.md", "operator-guide.md")),
+    ), ("adoption.md", "operator-guide.md", "security.md")),
     _Command("release", "hand an adopted group back to the upstream coordinator (adoption's reverse)",
              cmd_release, (
         _arg("group", help="group id"),
-        _arg("--admin", default="127.0.0.1:9404", metavar="HOST:PORT",
-             help="the bridge's metrics_listen, which serves the admin endpoint"),
+        *_ADMIN_ARGS,
         _arg("--no-wait", action="store_true", help="return once the hand-back started"),
         _arg("--timeout", type=float, default=60.0, help="seconds to wait for the group to be released"),
-    ), ("adoption.md", "operator-guide.md")),
+    ), ("adoption.md", "operator-guide.md", "security.md")),
     _Command("credentials add", "add or replace a user in a SASL credentials file (terminated SASL)",
              cmd_credentials_add, (
         _arg("--file", required=True, metavar="FILE", help="the credentials file (created, mode 0600)"),

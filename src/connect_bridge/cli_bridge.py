@@ -10,6 +10,7 @@ import json
 import sys
 from typing import Any
 
+from connect_bridge.cli_admin import AdminEndpoint, AdminError, admin_endpoint, admin_request
 from connect_bridge.cli_common import fail
 
 
@@ -126,9 +127,12 @@ def cmd_describe(args: argparse.Namespace) -> int:
         )
     if args.admin:
         try:
-            _, adoption = _admin_request(args.admin, "GET", "/admin/groups", 10.0)
-        except (OSError, ValueError) as exc:
-            return fail(f"--admin: cannot reach the bridge's admin endpoint at {args.admin}: {exc}")
+            endpoint = admin_endpoint(
+                args.admin, args.ca_file, args.cert, args.key, tls_options_are_for_admin=False
+            )
+            _, adoption = admin_request(endpoint, "GET", "/admin/groups", 10.0)
+        except AdminError as exc:
+            return fail(str(exc))
         for g in groups:
             if g.get("group_id") in adoption:
                 g["adoption"] = adoption[g["group_id"]]
@@ -144,44 +148,24 @@ def cmd_describe(args: argparse.Namespace) -> int:
     return 0 if all(g.get("error_code", 0) == 0 for g in groups) else 1
 
 
-def _admin_request(admin: str, method: str, path: str, timeout: float) -> tuple[int, Any]:
-    """One request to the admin endpoint on the bridge's metrics listener: (HTTP status, JSON).
-    Raises OSError (unreachable) or ValueError (a bad address or answer)."""
-    import urllib.error
-    import urllib.request
-
-    from connect_bridge.bridge.settings import parse_host_port
-
-    host, port = parse_host_port(admin)
-    request = urllib.request.Request(f"http://{host}:{port}{path}", method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as answer:
-            return answer.status, json.loads(answer.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}")
+def _endpoint(args: argparse.Namespace) -> AdminEndpoint:
+    """``--admin`` of ``adopt``/``release`` with their TLS options (``cli_admin``)."""
+    return admin_endpoint(args.admin, args.ca_file, args.cert, args.key)
 
 
 def cmd_adopt(args: argparse.Namespace) -> int:
     """POST /admin/groups/GROUP/adopt on the bridge's metrics listener (or GET /admin/groups with
     ``--status``): 0 when adopted, 1 with the reason when the takeover condition does not hold."""
     from connect_bridge.bridge.server_admin import adopt_path
-    from connect_bridge.bridge.settings import parse_host_port
 
-    try:
-        parse_host_port(args.admin)
-    except ValueError as exc:
-        return fail(f"--admin: {exc}")
     if args.status or not args.group:
         method, path = "GET", "/admin/groups"
     else:
         method, path = "POST", adopt_path(args.group)
     try:
-        code, body = _admin_request(args.admin, method, path, args.timeout)
-    except (OSError, ValueError) as exc:
-        return fail(
-            f"cannot reach the bridge's admin endpoint at {args.admin}: {exc}; it is served on "
-            "metrics_listen (--admin is that address)"
-        )
+        code, body = admin_request(_endpoint(args), method, path, args.timeout)
+    except AdminError as exc:
+        return fail(str(exc))
     if method == "GET":
         shown = {args.group: body.get(args.group)} if args.group else body
         print(json.dumps(shown, indent=2, sort_keys=True))
@@ -199,20 +183,12 @@ def cmd_release(args: argparse.Namespace) -> int:
     import time
 
     from connect_bridge.bridge.server_admin import release_path
-    from connect_bridge.bridge.settings import parse_host_port
 
     try:
-        parse_host_port(args.admin)
-    except ValueError as exc:
-        return fail(f"--admin: {exc}")
-    unreachable = (
-        f"cannot reach the bridge's admin endpoint at {args.admin}: {{}}; it is served on "
-        "metrics_listen (--admin is that address)"
-    )
-    try:
-        code, body = _admin_request(args.admin, "POST", release_path(args.group), args.timeout)
-    except (OSError, ValueError) as exc:
-        return fail(unreachable.format(exc))
+        endpoint = _endpoint(args)
+        code, body = admin_request(endpoint, "POST", release_path(args.group), args.timeout)
+    except AdminError as exc:
+        return fail(str(exc))
     if code != 200:
         return fail(body.get("message", f"HTTP {code}"))
     print(body["message"])
@@ -220,9 +196,9 @@ def cmd_release(args: argparse.Namespace) -> int:
     status: dict[str, Any] = {}
     while not args.no_wait:
         try:
-            status = _admin_request(args.admin, "GET", "/admin/groups", args.timeout)[1].get(args.group) or {}
-        except (OSError, ValueError) as exc:
-            return fail(unreachable.format(exc))
+            status = admin_request(endpoint, "GET", "/admin/groups", args.timeout)[1].get(args.group) or {}
+        except AdminError as exc:
+            return fail(str(exc))
         if status.get("phase") == "released":
             print(f"group {args.group} is released: the upstream coordinator has it")
             return 0

@@ -1,11 +1,14 @@
 """The admin endpoint on the metrics listener: adoption progress and ``connect-bridge adopt``.
 
+HTTPS when ``metrics_tls`` is set; the CLI's client side is ``cli_admin.py``.
+
 Served by ``metrics.start_http`` on ``metrics_listen`` (loopback unless configured otherwise, so an
 operator command needs a shell on the bridge's host or a deliberately exposed listener):
 
 - ``GET /admin/groups``: every group under adoption, its phase and progress (JSON);
 - ``POST /admin/groups/GROUP/adopt``: take GROUP over now (``adoption.mode: command``, or to skip
-  the wait in ``auto``); 200 when adopted, 409 with the reason when the condition does not hold;
+  the wait in ``auto``; a ``released`` GROUP is put under adoption again first); 200 when adopted,
+  409 with the reason when the condition does not hold;
 - ``POST /admin/groups/GROUP/release``: hand an adopted GROUP back to the upstream coordinator
   (docs/adoption.md "Hand-back"); 200 once ``releasing`` (or ``released``) is durable, 409 with the
   reason otherwise (not adopted, or new-protocol members to downgrade first).

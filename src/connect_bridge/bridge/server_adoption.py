@@ -19,7 +19,9 @@ JoinGroup that reports an empty allocation removes it (UNKNOWN_MEMBER_ID, so it 
 empty id); a JoinGroup with an empty or unknown id is held until the bridge's group is empty and
 every member sent away is back with its rejoin (or ``settle_timeout_ms`` passed): then the
 tombstone and ``released`` are made durable and the held rejoins are relayed together
-(docs/adoption.md "Hand-back").
+(docs/adoption.md "Hand-back"). A ``released`` group is relayed and still observed; ``connect-bridge
+adopt GROUP`` writes ``relaying`` for it and takes the normal path again (docs/adoption.md "Adopting a
+released group again").
 """
 
 from __future__ import annotations
@@ -50,6 +52,11 @@ log = logging.getLogger("connect_bridge.adoption")
 _SIZE = struct.Struct(">i")
 _UPSTREAM_GONE = frozenset({ClassicGroupState.EMPTY.value, ClassicGroupState.DEAD.value})
 _MEMBER_APIS = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT})
+_OBSERVED_PHASES = frozenset({OwnershipState.RELAYING, OwnershipState.RELEASED})
+"""Phases whose relayed requests are observed. ``released`` too: the workers a hand-back sent
+upstream rejoin Kafka's group through the bridge, and observing that generation is what lets
+``connect-bridge adopt`` take a released group over again at once (a fresh observation would wait
+for the next rebalance, which nothing triggers while every worker stays put)."""
 
 
 @dataclass
@@ -61,6 +68,13 @@ class GroupProgress:
     upstream_state: str | None = None
     """The upstream group's state at the last look after the takeover (Empty/Dead once drained)."""
     conflict: str | None = None
+    takeover_step: str | None = None
+    """While a takeover attempt runs: ``checking`` (the first fresh upstream DescribeGroups),
+    ``holding`` (the group's new requests are held while in-flight ones finish and the condition is
+    checked again), ``committing`` (the group's records are written and awaited durable; still
+    holding); None otherwise. Soft state, for the operator (a takeover that holds the group for
+    ``settle_timeout_ms`` shows here) and for the Java proof, which kills the bridge when it
+    reports ``holding`` or ``committing`` (docs/adoption.md "kill -9 during the takeover")."""
 
 
 def _locally_ready(obs: Observation, behind: set[str]) -> bool:
@@ -133,7 +147,7 @@ class Adoption:
             local = self.coordinator().groups.get(group_id)
             if local is None or not local.members:  # a config view makes an empty one
                 await self._classify(group_id)
-        if self.phase(group_id) is not OwnershipState.RELAYING:
+        if self.phase(group_id) not in _OBSERVED_PHASES:
             return False
         self._inflight[group_id] = self._inflight.get(group_id, 0) + 1
         return True
@@ -336,33 +350,45 @@ class Adoption:
             phase = self.phase(group_id)
             if phase is not OwnershipState.RELAYING:
                 return TakeoverCheck(False, f"group {group_id} is not relaying (phase {phase})")
-            check = await self.check(group_id)
-            if not check.ready:
-                return check
-            hold = self._holds[group_id] = asyncio.Event()
+            progress = self.progress.setdefault(group_id, GroupProgress())
+            progress.takeover_step = "checking"
             try:
-                if not await self._settle(group_id):
-                    return TakeoverCheck(False, "relayed requests still in flight; retrying later")
-                check = await self.check(group_id)  # nothing moves upstream now but expiries
-                if not check.ready or check.generation is None:
-                    return check
-                principals = {
-                    member_id: conn.principal
-                    for conn, groups in self._members.items()
-                    for member_id in groups.get(group_id, ())
-                }
-                try:
-                    self.coordinator().adopt(check.generation, self.clock(), principals)
-                except (AdoptionError, OwnershipError) as exc:
-                    log.error("adoption: cannot take %s over: %s", group_id, exc)
-                    return TakeoverCheck(False, str(exc), check.behind, check.total)
-                self.after_step()
-                await self.durable()  # before anything of the group is answered locally
+                return await self._take_over_locked(group_id, progress)
             finally:
-                del self._holds[group_id]
-                hold.set()
+                progress.takeover_step = None
+
+    async def _take_over_locked(self, group_id: str, progress: GroupProgress) -> TakeoverCheck:
+        """The takeover proper (:meth:`take_over` holds the group's lock)."""
+        check = await self.check(group_id)
+        if not check.ready:
+            return check
+        hold = self._holds[group_id] = asyncio.Event()
+        progress.takeover_step = "holding"
+        try:
+            if not await self._settle(group_id):
+                return TakeoverCheck(False, "relayed requests still in flight; retrying later")
+            check = await self.check(group_id)  # nothing moves upstream now but expiries
+            if not check.ready or check.generation is None:
+                return check
+            principals = {
+                member_id: conn.principal
+                for conn, groups in self._members.items()
+                for member_id in groups.get(group_id, ())
+            }
+            try:
+                self.coordinator().adopt(check.generation, self.clock(), principals)
+            except (AdoptionError, OwnershipError) as exc:
+                log.error("adoption: cannot take %s over: %s", group_id, exc)
+                return TakeoverCheck(False, str(exc), check.behind, check.total)
+            self.after_step()
+            progress.takeover_step = "committing"
+            await self.durable()  # before anything of the group is answered locally
+        finally:
+            del self._holds[group_id]
+            hold.set()
+        progress.takeover_step = "emptying upstream" if self.settings.leave_upstream else None
         generation = check.generation.generation_id
-        self.progress[group_id].taken_over_generation = generation
+        progress.taken_over_generation = generation
         log.info(
             "adoption: took group %s over at generation %d with %d members", group_id, generation, check.total
         )
@@ -457,15 +483,18 @@ class Adoption:
                 "upstream_state": progress.upstream_state,
                 "conflict": progress.conflict,
                 "bridge_members": self._local_members(group_id),
+                "takeover_step": progress.takeover_step,
             }
         return out
 
     async def command_adopt(self, group_id: str) -> tuple[bool, str]:
-        """``connect-bridge adopt GROUP``: take the group over now if the condition holds."""
+        """``connect-bridge adopt GROUP``: take the group over now if the condition holds. A
+        ``released`` group is put under adoption again first (:meth:`_relay_again`)."""
         if not self.settings.watches(group_id):
             return False, f"group {group_id} does not match adoption.groups"
         if self.phase(group_id) is OwnershipState.ADOPTED:
             return True, f"group {group_id} is already adopted"
+        again = self.phase(group_id) is OwnershipState.RELEASED and await self._relay_again(group_id)
         running = self._running.get(group_id)
         if running is not None:
             with contextlib.suppress(Exception):
@@ -474,7 +503,30 @@ class Adoption:
         if self.phase(group_id) is OwnershipState.ADOPTED:
             generation = self.progress[group_id].taken_over_generation
             return True, f"group {group_id} adopted at generation {generation}"
+        if again:
+            when = "once the condition holds" if self.settings.mode == "auto" else "on the next adopt"
+            return False, (
+                f"group {group_id} is relaying again (it was released) but not adopted yet: {check.reason}; "
+                f"the bridge takes it over {when}"
+            )
         return False, f"group {group_id} not adopted: {check.reason}"
+
+    async def _relay_again(self, group_id: str) -> bool:
+        """``released -> relaying``: the upstream still coordinates the group, and from now on the
+        normal adoption path applies (observation, the takeover condition, the takeover). The
+        record is made durable before the takeover is tried, so a restart at any point after the
+        command answered finds the group ``relaying``, and a restart before that ``released``:
+        either way the upstream is the only coordinator until ``adopted`` is durable."""
+        async with self._locks.setdefault(group_id, asyncio.Lock()):
+            if self.phase(group_id) is not OwnershipState.RELEASED:
+                return False
+            self.coordinator().change_ownership(group_id, OwnershipState.RELAYING, -1, self.clock())
+            self.progress[group_id] = GroupProgress()
+            self.after_step()
+            await self.durable()
+        log.info("adoption: released group %s is relaying again, to be adopted once more", group_id)
+        self.observe_phase(group_id)
+        return True
 
     async def close(self) -> None:
         for task in list(self._running.values()):

@@ -1,0 +1,304 @@
+"""Several bridges share the groups through the upstream cluster (issue 17, docs/high-availability.md).
+
+Real parts: one Apache Kafka 4.3.1 broker (the session fixture) and ``connect-bridge serve``
+processes with ``ha.enabled`` on one partitioned state topic. A classic Connect member (hand-made
+JoinGroup/SyncGroup/Heartbeat frames, as a sessioned worker sends them) shows what workers see:
+
+* any bridge's FindCoordinator names the listener of the bridge that owns the group's partition,
+  and a group request sent to another bridge gets NOT_COORDINATOR;
+* kill -9 of the owner: another bridge loads the partition and the member's next heartbeat there
+  succeeds with its old member id and generation (a failover removes no member, moves no work);
+* a zombie: the owner is paused (SIGSTOP) until another bridge has taken its partition, then
+  resumed; its first answers are never a success (its lease ran out while it slept), and
+  whichever bridge owns the partition once it has rejoined still has the member: nothing the
+  zombie did on resuming reached the state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka.protocol.metadata import FindCoordinatorRequest
+
+from connect_bridge.bridge import wire_map as wm
+from connect_bridge.bridge.client import KafkaConnection
+from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.state import classic_api as capi
+from connect_bridge.state.partitioning import partition_for
+from kafka_fixtures import BROKER_NODE_ID, BridgeProcess, KafkaBroker, start_bridge
+from kafka_processes import free_ports
+from polling import wait_until
+from test_server import HEARTBEAT_V, SYNC_V, join_message, protocols
+
+pytestmark = pytest.mark.heavy
+
+PARTITIONS = 4
+SESSION_MS = 6000
+"""The bridges' session in their group: the broker's minimum (group.min.session.timeout.ms)."""
+HOST = "127.0.0.1"
+
+
+@dataclass
+class Fleet:
+    bridges: list[BridgeProcess]
+    admins: list[str]
+    topic: str
+
+    def status(self, i: int) -> dict[str, Any]:
+        with urllib.request.urlopen(f"http://{self.admins[i]}/admin/ha", timeout=5) as answer:
+            return json.loads(answer.read())
+
+    def alive(self) -> list[int]:
+        return [i for i, b in enumerate(self.bridges) if b.process.poll() is None]
+
+    def owner_of(self, partition: int, among: list[int] | None = None) -> int | None:
+        for i in among if among is not None else self.alive():
+            try:
+                if partition in self.status(i)["owned"]:
+                    return i
+            except (OSError, urllib.error.URLError):
+                continue
+        return None
+
+    def covered(self, among: list[int]) -> bool:
+        """Every partition owned by one of ``among``, and every one of them knows who owns which."""
+        owned: dict[str, int] = {}
+        views = []
+        for i in among:
+            try:
+                status = self.status(i)
+            except (OSError, urllib.error.URLError):
+                return False
+            owned |= {str(p): status["node_id"] for p in status["owned"]}
+            views.append({p: o["node_id"] for p, o in status["owners"].items()})
+        return len(owned) == PARTITIONS and all(view == owned for view in views)
+
+
+@pytest.fixture
+def fleet(kafka_broker: KafkaBroker, tmp_path: Path) -> Iterator[Fleet]:
+    suffix = uuid.uuid4().hex[:8]
+    topic = f"bridge-state-{suffix}"
+    ports = free_ports(3)
+    bridges: list[BridgeProcess] = []
+    admins = [f"{HOST}:{p}" for p in ports]
+    try:
+        for i, admin in enumerate(admins):
+            settings = {
+                "state_topic": topic,
+                "ha": {
+                    "enabled": True,
+                    "partitions": PARTITIONS,
+                    "group": f"bridges-{suffix}",
+                    "transactional_id_prefix": f"state-{suffix}",
+                    "node_id": i + 1,
+                    "session_timeout_ms": SESSION_MS,
+                    "heartbeat_interval_ms": 1000,
+                    "refresh_owners_ms": 500,
+                },
+            }
+            bridges.append(
+                start_bridge(
+                    kafka_broker.bootstrap, tmp_path / f"bridge-{i}", settings=settings, metrics_listen=admin
+                )
+            )
+        fleet = Fleet(bridges, admins, topic)
+        wait_until(lambda: fleet.covered([0, 1, 2]), 60, 0.3, lambda: "partitions not all owned")
+        yield fleet
+    finally:
+        for bridge in bridges:
+            if bridge.process.poll() is None:
+                os.kill(bridge.process.pid, signal.SIGCONT)
+            bridge.stop()
+
+
+def group_in(partition: int) -> str:
+    """A fresh connect group id whose records live in ``partition``."""
+    while True:
+        group = f"connect-ha-{uuid.uuid4().hex[:8]}"
+        if partition_for(group, PARTITIONS) == partition:
+            return group
+
+
+def listener(bridge: BridgeProcess) -> int:
+    """The bridge's proxy listener for the broker (FindCoordinator names these)."""
+    return bridge.proxy_base_port + BROKER_NODE_ID
+
+
+@dataclass
+class Member:
+    """One classic Connect member on one connection: its id and generation once joined."""
+
+    conn: KafkaConnection
+    group: str
+    member_id: str = ""
+    generation: int = -1
+
+    async def join(self) -> int:
+        """JoinGroup (twice: v4+ asks for the member id first), then SyncGroup as the leader."""
+        for _ in range(2):
+            msg = await self.conn.request(
+                join_message(self.member_id, protocols("http://w1:8083"), self.group), 5
+            )
+            joined = wm.join_response_from_wire(msg)
+            if joined.error_code != ErrorCode.MEMBER_ID_REQUIRED:
+                break
+            self.member_id = joined.member_id
+        if joined.error_code:
+            return joined.error_code
+        self.member_id, self.generation = joined.member_id, joined.generation_id
+        req = capi.SyncGroupRequest(
+            self.group, self.member_id, self.generation, None, "connect", "sessioned", ()
+        )
+        synced = wm.sync_response_from_wire(await self.conn.request(wm.sync_to_wire(req, SYNC_V), SYNC_V))
+        return synced.error_code
+
+    async def heartbeat(self) -> int:
+        req = capi.HeartbeatRequest(self.group, self.member_id, self.generation)
+        msg = await self.conn.request(wm.classic_heartbeat_to_wire(req, HEARTBEAT_V), HEARTBEAT_V)
+        return wm.classic_heartbeat_response_from_wire(msg).error_code
+
+
+def find_coordinator(port: int, group: str) -> tuple[int, str, int]:
+    async def ask() -> tuple[int, str, int]:
+        conn = await KafkaConnection.connect(HOST, port, "finder")
+        try:
+            resp = await conn.request(FindCoordinatorRequest(key_type=0, coordinator_keys=[group]), 4)
+            (c,) = resp.coordinators
+            return c.error_code, c.host, c.port
+        finally:
+            await conn.close()
+
+    return asyncio.run(asyncio.wait_for(ask(), 20))
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, 60))
+
+
+def test_find_coordinator_names_the_owner_and_other_bridges_refuse(fleet: Fleet) -> None:
+    group = group_in(1)
+    owner = fleet.owner_of(1)
+    assert owner is not None
+    other = next(i for i in fleet.alive() if i != owner)
+    for i in fleet.alive():  # every bridge sends the worker to the owner's listener
+        assert find_coordinator(listener(fleet.bridges[i]), group) == (
+            0,
+            HOST,
+            listener(fleet.bridges[owner]),
+        )
+
+    async def scenario() -> None:
+        wrong = await KafkaConnection.connect(HOST, listener(fleet.bridges[other]), "w1")
+        right = await KafkaConnection.connect(HOST, listener(fleet.bridges[owner]), "w1")
+        try:
+            assert await Member(wrong, group).join() == ErrorCode.NOT_COORDINATOR
+            member = Member(right, group)
+            assert await member.join() == ErrorCode.NONE
+            assert await member.heartbeat() == ErrorCode.NONE
+        finally:
+            await wrong.close()
+            await right.close()
+
+    run(scenario())
+    assert group in fleet.status(owner)["groups"]
+
+
+def test_kill_9_of_the_owner_moves_the_group_and_keeps_its_member(fleet: Fleet) -> None:
+    group = group_in(2)
+    owner = fleet.owner_of(2)
+    assert owner is not None
+    rest = [i for i in fleet.alive() if i != owner]
+
+    async def scenario() -> None:
+        conn = await KafkaConnection.connect(HOST, listener(fleet.bridges[owner]), "w1")
+        member = Member(conn, group)
+        assert await member.join() == ErrorCode.NONE
+        await conn.close()
+        fleet.bridges[owner].kill()
+        killed = time.monotonic()
+        await asyncio.to_thread(wait_until, lambda: fleet.owner_of(2, rest) is not None, 40, 0.3)
+        took = time.monotonic() - killed
+        new_owner = fleet.owner_of(2, rest)
+        assert new_owner is not None
+        # Every remaining bridge now names the new owner; the member finds it and carries on.
+        for i in rest:
+            found = await asyncio.to_thread(find_coordinator, listener(fleet.bridges[i]), group)
+            assert found == (0, HOST, listener(fleet.bridges[new_owner]))
+        conn = await KafkaConnection.connect(HOST, listener(fleet.bridges[new_owner]), "w1")
+        member.conn = conn
+        try:
+            assert await member.heartbeat() == ErrorCode.NONE  # same member id, same generation
+        finally:
+            await conn.close()
+        print(f"partition 2 moved {took:.1f} s after the kill -9 (session {SESSION_MS / 1000:.0f} s)")
+
+    run(scenario())
+
+
+def test_a_paused_owner_answers_nothing_and_writes_nothing_after_it_resumes(fleet: Fleet) -> None:
+    group = group_in(3)
+    owner = fleet.owner_of(3)
+    assert owner is not None
+    rest = [i for i in fleet.alive() if i != owner]
+    zombie = fleet.bridges[owner]
+
+    async def scenario() -> None:
+        conn = await KafkaConnection.connect(HOST, listener(zombie), "w1")
+        member = Member(conn, group)
+        assert await member.join() == ErrorCode.NONE
+        os.kill(zombie.process.pid, signal.SIGSTOP)
+        try:
+            await asyncio.to_thread(wait_until, lambda: fleet.owner_of(3, rest) is not None, 40, 0.3)
+            new_owner = fleet.owner_of(3, rest)
+            assert new_owner is not None
+            # Keep the member alive on the new owner while the zombie sleeps.
+            other = await KafkaConnection.connect(HOST, listener(fleet.bridges[new_owner]), "w1")
+            alive = Member(other, group, member.member_id, member.generation)
+            assert await alive.heartbeat() == ErrorCode.NONE
+        finally:
+            os.kill(zombie.process.pid, signal.SIGCONT)
+        # Its first answers after resuming: the lease is gone, so NOT_COORDINATOR (or the
+        # connection is closed because a write it tried was fenced), never success.
+        answers = []
+        for _ in range(5):
+            try:
+                answers.append(await asyncio.wait_for(member.heartbeat(), 10))
+            except Exception as exc:  # closed: also nothing reached the worker
+                answers.append(type(exc).__name__)
+                break
+            await asyncio.sleep(0.2)
+        assert ErrorCode.NONE not in answers, answers
+        await conn.close()
+        await other.close()
+        # Whoever owns the partition once the resumed bridge has rejoined (the assignor may give
+        # it back) still has the member with its id and generation: nothing the zombie did on
+        # resuming (its member sessions had expired on its clock) reached the state.
+        deadline = time.monotonic() + 30
+        while True:
+            current = fleet.owner_of(3)
+            if current is not None:
+                conn = await KafkaConnection.connect(HOST, listener(fleet.bridges[current]), "w1")
+                member.conn = conn
+                try:
+                    code = await member.heartbeat()
+                finally:
+                    await conn.close()
+                if code == ErrorCode.NONE:
+                    return
+                assert code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS), code
+            assert time.monotonic() < deadline, "no bridge answers for the member's group"
+            await asyncio.sleep(0.3)
+
+    run(scenario())
