@@ -20,6 +20,8 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -213,6 +215,28 @@ def test_find_coordinator_names_the_owner_and_other_bridges_refuse(fleet: Fleet)
 
     run(scenario())
     assert group in fleet.status(owner)["groups"]
+    assert group not in fleet.status(other)["groups"]
+
+    # describe --admin names the group's partition and bridge; on another bridge it says where.
+    def describe(i: int) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "connect_bridge.cli", "describe", group, "--json"]
+        argv += ["--bootstrap", fleet.bridges[i].bootstrap, "--admin", fleet.admins[i]]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+
+    here = describe(owner)
+    assert here.returncode == 0, here.stderr
+    (described,) = json.loads(here.stdout)
+    assert described["ha"]["partition"] == 1
+    assert described["ha"]["owner"]["node_id"] == owner + 1
+    elsewhere = describe(other)
+    assert elsewhere.returncode == 1
+    assert f"coordinated by bridge node {owner + 1}" in elsewhere.stderr, elsewhere.stderr
+    assert "Traceback" not in elsewhere.stderr
+    # /metrics: one series per partition, this bridge's own marked self="true".
+    with urllib.request.urlopen(f"http://{fleet.admins[owner]}/metrics", timeout=5) as answer:
+        scraped = answer.read().decode()
+    assert f'connect_bridge_ha_partitions{{owner="{owner + 1}",partition="1",self="true"}} 1.0' in scraped
+    assert "connect_bridge_ha_lease_valid 1.0" in scraped
 
 
 def test_kill_9_of_the_owner_moves_the_group_and_keeps_its_member(fleet: Fleet) -> None:

@@ -131,11 +131,21 @@ def cmd_describe(args: argparse.Namespace) -> int:
                 args.admin, args.ca_file, args.cert, args.key, tls_options_are_for_admin=False
             )
             _, adoption = admin_request(endpoint, "GET", "/admin/groups", 10.0)
+            ha_status, ha = admin_request(endpoint, "GET", "/admin/ha", 10.0)
         except AdminError as exc:
             return fail(str(exc))
         for g in groups:
             if g.get("group_id") in adoption:
                 g["adoption"] = adoption[g["group_id"]]
+            if ha_status == 200:
+                g["ha"] = group_placement(ha, g["group_id"])
+        if ha_status == 200 and args.group and groups and groups[0].get("ha", {}).get("owner"):
+            owner = groups[0]["ha"]["owner"]
+            if owner["node_id"] != ha["node_id"] and groups[0].get("error_code"):
+                return fail(
+                    f"group {args.group!r} is coordinated by bridge node {owner['node_id']} on "
+                    f"{owner['host']}, not by this bridge (node {ha['node_id']}); describe it there"
+                )
     if args.group and all(g.get("error_code") == ErrorCode.GROUP_ID_NOT_FOUND for g in groups):
         return fail(
             f"group {args.group!r} not found on the bridge at {args.bootstrap}; "
@@ -146,6 +156,14 @@ def cmd_describe(args: argparse.Namespace) -> int:
     else:
         print(render_table(groups))
     return 0 if all(g.get("error_code", 0) == 0 for g in groups) else 1
+
+
+def group_placement(ha: dict[str, Any], group_id: str) -> dict[str, Any]:
+    """The group's state-topic partition and its owning bridge, from ``GET /admin/ha``."""
+    from connect_bridge.state.partitioning import partition_for
+
+    partition = partition_for(group_id, int(ha["partitions"]))
+    return {"partition": partition, "owner": ha["owners"].get(str(partition))}
 
 
 def _endpoint(args: argparse.Namespace) -> AdminEndpoint:

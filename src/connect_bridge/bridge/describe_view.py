@@ -290,6 +290,13 @@ def adoption_line(a: dict[str, Any]) -> str:
     return line
 
 
+def ha_line(h: dict[str, Any]) -> str:
+    """Which bridge coordinates the group (``describe --admin`` with several bridges)."""
+    owner = h.get("owner")
+    where = f"bridge node {owner['node_id']} ({owner['host']})" if owner else "no bridge (moving)"
+    return f"  bridges: state partition {h['partition']}, coordinated by {where}"
+
+
 def _group_lines(g: dict[str, Any]) -> list[str]:
     classic = g["group_type"] == GroupType.CLASSIC
     head = f"GROUP {g['group_id']}  type {g['group_type']}  state {_cell(g['state'])}"
@@ -304,6 +311,8 @@ def _group_lines(g: dict[str, Any]) -> list[str]:
     lines = [head]
     if g.get("adoption"):
         lines.append(adoption_line(g["adoption"]))
+    if g.get("ha"):
+        lines.append(ha_line(g["ha"]))
     if g.get("error_code"):
         lines.append(f"  error {g['error_code']}")
     detail = f"  leader {_cell(g.get('leader_id'))} ({_cell(g.get('leader_url'))})"

@@ -242,9 +242,14 @@ class HighAvailability:
         self._observe()
 
     async def watch(self) -> None:
-        """Keep the partition-map metrics current: other bridges' rebalances change it too."""
+        """Keep the partition-map metrics current (other bridges' rebalances change it too), and
+        stop the bridge when its membership gave up (a load that failed): it then holds nothing."""
         while True:
             self._observe()
+            failure = getattr(self.membership, "failure", None)
+            if failure is not None:  # it left the bridges' group for good: a restart rejoins it
+                self.fail(f"the bridges' group membership ended: {failure}")
+                return
             await asyncio.sleep(self.settings.refresh_owners_ms / 1000)
 
     # ------------------------------------------------------------------ reporting
