@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from connect_bridge.bridge.adoption_upstream import UpstreamGroups
 from connect_bridge.bridge.api_table import (
     API_NAMES,
     CLUSTER_FRAMES_EMBEDDED,
@@ -38,7 +37,6 @@ from connect_bridge.bridge.decoding import FrameDecoder
 from connect_bridge.bridge.fastpath import Framed, SteadyHeartbeats
 from connect_bridge.bridge.handlers import Client, LocalApis, Parked, now_ms
 from connect_bridge.bridge.metrics import Metrics
-from connect_bridge.bridge.proxy import UpstreamCluster, group_matcher
 from connect_bridge.bridge.server_adoption import Adoption
 from connect_bridge.bridge.server_connection import (
     ANONYMOUS,
@@ -51,9 +49,10 @@ from connect_bridge.bridge.server_connection import (
 )
 from connect_bridge.bridge.server_ha import HighAvailability, high_availability, membership_factory
 from connect_bridge.bridge.server_options import ServerOptions
+from connect_bridge.bridge.server_proxy import LISTEN_BUFFER, start_proxy
 from connect_bridge.bridge.server_relay import UNREACHABLE, Relay
 from connect_bridge.bridge.server_sasl import Admission, SaslGate
-from connect_bridge.bridge.startup import address, bind_error, retry_until
+from connect_bridge.bridge.startup import bind_error
 from connect_bridge.bridge.store import RecordStore, StoreError
 from connect_bridge.bridge.tls import certificate_principal
 from connect_bridge.codecs.error_codes import ErrorCode
@@ -73,8 +72,6 @@ RELAYED = "Relayed"
 """The metrics label of answers relayed from the upstream cluster."""
 LARGE_FRAME = 1024 * 1024
 """Frames above this count against ``max_buffered_bytes`` while they are read."""
-LISTEN_BUFFER = 64 * 1024
-"""The stream reader's buffer limit per connection."""
 
 
 class BridgeServer:
@@ -156,7 +153,7 @@ class BridgeServer:
         )
         node = 0
         if self.options.upstream:
-            node = await self._start_proxy(advertised[0])
+            node = await start_proxy(self, advertised[0])
             advertised = (advertised[0], self.relay.cluster.listener_port(node))
         self.apis = LocalApis(
             self.coordinator,
@@ -193,64 +190,6 @@ class BridgeServer:
         for server in [self._server, *self._listeners]:
             await server.start_serving()
         log.info("listening on %s:%d (advertised %s:%d)", self.options.host, self.port, *advertised)
-
-    async def _start_proxy(self, advertised_host: str) -> int:
-        """Discover the upstream brokers and open one listener per broker (base port + node id)."""
-        patterns = self.options.coordinated_groups
-        base = self.options.proxy_base_port or self.port + 1
-        matches = group_matcher(patterns if patterns is not None else ["connect.*"])
-        relay = Relay(
-            UpstreamCluster(
-                self.options.upstream,
-                base,
-                advertised_host,
-                ssl=self.options.upstream_security.ssl,
-                sasl=self.options.upstream_security.sasl,
-            ),
-            matches,
-            lambda: self.coordinator.groups,
-            lambda request, client: self.apis.handle(request, client),
-        )
-        cluster = relay.cluster
-        cluster.coordinated = relay.coordinates
-        relay.owner = lambda group_id: self.coordinator.ownership.state(group_id)
-        self.relay = relay
-        adoption = self.options.adoption
-        if adoption is not None and adoption.enabled:
-            self.adoption = Adoption(
-                adoption,
-                UpstreamGroups(self.options.upstream, self.options.upstream_security),
-                lambda: self.coordinator,
-                self.after_step,
-                lambda: self.committer.durable(self.committer.written),
-                self.clock,
-                self.metrics,
-            )
-        upstream = ",".join(address(host, port) for host, port in self.options.upstream)
-        await retry_until(
-            cluster.discover, f"upstream {upstream}", self.options.upstream_start_timeout_ms / 1000
-        )
-        for node_id in sorted(cluster.brokers):
-            port = cluster.listener_port(node_id)
-            try:
-                server = await asyncio.start_server(
-                    functools.partial(self._on_connection, node_id=node_id),
-                    self.options.host,
-                    port,
-                    limit=LISTEN_BUFFER,
-                    start_serving=False,
-                    ssl=self._listener_ssl,
-                )
-            except OSError as exc:
-                fix = "proxy_base_port (upstream broker N is proxied on proxy_base_port + N)"
-                raise bind_error(
-                    f"listen for upstream broker {node_id}", self.options.host, port, exc, fix
-                ) from None
-            self._listeners.append(server)
-        self._bootstrap_node = min(cluster.brokers)
-        ports = [cluster.listener_port(n) for n in sorted(cluster.brokers)]
-        log.info("proxying %d upstream brokers on ports %s", len(cluster.brokers), ports)
-        return self._bootstrap_node
 
     @property
     def _listener_ssl(self) -> ssl.SSLContext | None:

@@ -1,0 +1,87 @@
+"""Proxy mode's start: the relay in front of the upstream cluster and one listener per broker.
+
+Apart from ``server.py`` (which calls :func:`start_proxy` from ``BridgeServer.start``) so the
+server module keeps to connections and the coordinator loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from typing import Any
+
+from connect_bridge.bridge.adoption_upstream import UpstreamGroups
+from connect_bridge.bridge.proxy import UpstreamCluster, group_matcher
+from connect_bridge.bridge.server_adoption import Adoption
+from connect_bridge.bridge.server_relay import Relay
+from connect_bridge.bridge.startup import address, bind_error, retry_until
+
+log = logging.getLogger("connect_bridge.server")
+
+LISTEN_BUFFER = 64 * 1024
+"""The stream reader's buffer limit per connection."""
+
+
+async def start_proxy(server: Any, advertised_host: str) -> int:
+    """Discover the upstream brokers and open one listener per broker (base port + node id) for
+    ``server`` (a ``BridgeServer``); sets its relay (and adoption) and returns the node id a
+    connection to its own listen port stands for (the lowest broker's)."""
+    patterns = server.options.coordinated_groups
+    base = server.options.proxy_base_port or server.port + 1
+    matches = group_matcher(patterns if patterns is not None else ["connect.*"])
+    relay = Relay(
+        UpstreamCluster(
+            server.options.upstream,
+            base,
+            advertised_host,
+            ssl=server.options.upstream_security.ssl,
+            sasl=server.options.upstream_security.sasl,
+        ),
+        matches,
+        lambda: server.coordinator.groups,
+        lambda request, client: server.apis.handle(request, client),
+    )
+    cluster = relay.cluster
+    cluster.coordinated = relay.coordinates
+    relay.owner = lambda group_id: server.coordinator.ownership.state(group_id)
+    server.relay = relay
+    adoption = server.options.adoption
+    if adoption is not None and adoption.enabled:
+        server.adoption = Adoption(
+            adoption,
+            UpstreamGroups(server.options.upstream, server.options.upstream_security),
+            lambda: server.coordinator,
+            server.after_step,
+            lambda: server.committer.durable(server.committer.written),
+            server.clock,
+            server.metrics,
+        )
+    upstream = ",".join(address(host, port) for host, port in server.options.upstream)
+    await retry_until(
+        cluster.discover, f"upstream {upstream}", server.options.upstream_start_timeout_ms / 1000
+    )
+    for node_id in sorted(cluster.brokers):
+        port = cluster.listener_port(node_id)
+        try:
+            listener = await asyncio.start_server(
+                functools.partial(server._on_connection, node_id=node_id),
+                server.options.host,
+                port,
+                limit=LISTEN_BUFFER,
+                start_serving=False,
+                ssl=server._listener_ssl,
+            )
+        except OSError as exc:
+            fix = "proxy_base_port (upstream broker N is proxied on proxy_base_port + N)"
+            raise bind_error(
+                f"listen for upstream broker {node_id}", server.options.host, port, exc, fix
+            ) from None
+        server._listeners.append(listener)
+    server._bootstrap_node = min(cluster.brokers)
+    ports = [cluster.listener_port(n) for n in sorted(cluster.brokers)]
+    log.info("proxying %d upstream brokers on ports %s", len(cluster.brokers), ports)
+    return server._bootstrap_node
+
+
+__all__ = ["LISTEN_BUFFER", "start_proxy"]
