@@ -14,9 +14,7 @@ from typing import Any
 
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state import classic_api as capi
-from connect_bridge.state.adoption import UpstreamGeneration
-from connect_bridge.state.adoption_build import AdoptionError, adoption_records
-from connect_bridge.state.adoption_records import OwnershipState, OwnershipTable
+from connect_bridge.state.adoption_records import OwnershipTable
 from connect_bridge.state.api import (
     DescribedGroup,
     HeartbeatRequest,
@@ -33,10 +31,10 @@ from connect_bridge.state.classic_group import (
     ClassicGroupState,
     ClassicMember,
 )
-from connect_bridge.state.classic_rebalance import prepare_rebalance
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.connect_group import ConnectGroup, check_heartbeat
 from connect_bridge.state.conversion import ConversionError, allocation, downgrade, full_assignment, upgrade
+from connect_bridge.state.coordinator_ownership import OwnershipSteps
 from connect_bridge.state.errors import RequestError
 from connect_bridge.state.handback import revoke_all
 from connect_bridge.state.holds import zombie_grace_ms
@@ -50,7 +48,7 @@ _PREPARING = ClassicGroupState.PREPARING_REBALANCE
 Group = ConnectGroup | ClassicGroup
 
 
-class GroupCoordinator:
+class GroupCoordinator(OwnershipSteps):
     def __init__(self, config: CoordinatorConfig | None = None) -> None:
         self.config = config or CoordinatorConfig()
         self.timers = Timers()
@@ -498,135 +496,6 @@ class GroupCoordinator:
             if isinstance(group, ConnectGroup) == key.kind.is_connect:
                 group.on_timer(key, now_ms)
                 self._after(key.group_id, now_ms)
-
-    # ------------------------------------------------------------------ adoption (docs/adoption.md)
-    def adopt(
-        self, gen: UpstreamGeneration, now_ms: int, principals: dict[str, str] | None = None
-    ) -> list[Record]:
-        """Continue the upstream generation ``gen`` as the bridge's own classic group.
-
-        The records (group snapshot, then ownership ``adopted``) are queued for the store and
-        applied exactly as replay applies them, so the group is Stable with fresh sessions from
-        ``now_ms``. Raises :class:`AdoptionError` if the generation is incomplete or the bridge
-        already runs a group with that id that has members (an empty connect group, which a config
-        view creates, is retired with its tombstones first), and
-        ``OwnershipError`` if the group's phase does not allow adoption."""
-        existing = self.groups.get(gen.group_id)
-        if existing is not None and existing.members:
-            raise AdoptionError(f"the bridge already coordinates a live group {gen.group_id}")
-        if isinstance(existing, ConnectGroup):
-            seq = existing.metadata.member_seq
-        else:
-            seq = existing.member_seq if isinstance(existing, ClassicGroup) else 0
-        records = adoption_records(gen, now_ms, principals=principals, member_seq=seq)
-        self.ownership.change(gen.group_id, OwnershipState.ADOPTED, gen.generation_id, now_ms)
-        if isinstance(existing, ConnectGroup):
-            # The empty connect group a config view made (``set_config``) while the group lived
-            # upstream: retired with its tombstones, as a downgrade retires one.
-            existing.tombstone_all()
-            self._flush(existing)
-            del self.groups[gen.group_id]
-            existing = None
-        group = existing if isinstance(existing, ClassicGroup) else self._new_classic(gen.group_id)
-        group.drain_records()
-        group.apply(records[0])
-        group.rebuild_after_load(now_ms)
-        self._records.extend(records)
-        return records
-
-    def change_ownership(self, group_id: str, state: OwnershipState, generation: int, now_ms: int) -> Record:
-        """Record a phase change other than adoption (relaying, releasing, released); raises
-        ``OwnershipError`` for a change the phases do not allow."""
-        record = self.ownership.change(group_id, state, generation, now_ms)
-        self._records.append(record)
-        return record
-
-    # ------------------------------------------------------------------ hand-back (docs/adoption.md)
-    def start_release(self, group_id: str, now_ms: int) -> Record:
-        """Write ``releasing`` for an adopted group. Only a classic group (or none, or an empty one)
-        can be handed back: upstream's coordinator would not know the bridge's connect-protocol
-        members, so a group with new-protocol members is refused (downgrade it first,
-        docs/migration.md). Raises :class:`AdoptionError` or ``OwnershipError``."""
-        group = self.groups.get(group_id)
-        if isinstance(group, ConnectGroup) and group.members:
-            new_protocol = sum(1 for m in group.members.values() if not m.metadata.is_legacy)
-            detail = (
-                f"{new_protocol} member(s) use the new protocol: downgrade them first (docs/migration.md)"
-                if new_protocol
-                else "the bridge holds a departed worker's work in a connect group; retry once the hold ends"
-            )
-            raise AdoptionError(f"group {group_id} cannot be handed back yet: {detail}")
-        generation = group.generation_id if isinstance(group, ClassicGroup) else -1
-        owned = self.ownership.get(group_id)
-        if generation < 0 and owned is not None:
-            generation = owned.generation
-        record = self.change_ownership(group_id, OwnershipState.RELEASING, generation, now_ms)
-        if isinstance(group, ClassicGroup):
-            self._rebalance_to_release(group, now_ms)
-        return record
-
-    def _rebalance_to_release(self, group: ClassicGroup, now_ms: int) -> None:
-        """Every member of a ``releasing`` group rejoins (REBALANCE_IN_PROGRESS on its next
-        Heartbeat); the generation that completes revokes everything (``state.handback``). At the
-        start of a hand-back, and again after a restart during one: a loaded group is Stable in its
-        last generation, which revoked nothing if the bridge died before completing the revoking one."""
-        if group.members and group.state is not _PREPARING:
-            prepare_rebalance(group, now_ms)
-            self._after(group.group_id, now_ms)
-
-    def release_member(self, group_id: str, member_id: str, now_ms: int) -> bool:
-        """Hand-back: remove one member of a ``releasing`` group (its request is then answered
-        UNKNOWN_MEMBER_ID and it joins again with an empty id, which is relayed upstream). Removed
-        directly from the classic group: none of the leader-leaving or expiry holds apply, since
-        no generation of the bridge's group completes any more. False if it is not a member."""
-        group = self.groups.get(group_id)
-        if not self._releasing(group_id) or not isinstance(group, ClassicGroup):
-            return False
-        member = group.members.get(member_id)
-        if member is None:
-            return False
-        leaving = capi.LeavingMember(member_id, member.group_instance_id, "hand-back to the upstream")
-        group.leave(capi.LeaveGroupRequest(group_id, (leaving,), member.principal), now_ms)
-        self._after(group_id, now_ms)
-        return True
-
-    def finish_release(self, group_id: str, now_ms: int) -> bool:
-        """Hand-back: when the ``releasing`` group has no member left, write its tombstone, then
-        ``released`` (a cut between the two replays as ``releasing`` with no group, which the
-        wiring finishes). False while members remain."""
-        if self.ownership.state(group_id) is not OwnershipState.RELEASING:
-            return False
-        group = self.groups.get(group_id)
-        if group is not None and group.members:
-            return False
-        owned = self.ownership.get(group_id)
-        generation = owned.generation if owned is not None else -1
-        if isinstance(group, ClassicGroup):
-            group.delete(now_ms)
-            self._records.extend(group.drain_records())
-            group.drain_responses()
-        elif isinstance(group, ConnectGroup):
-            group.tombstone_all()
-            self._flush(group)
-        self.groups.pop(group_id, None)
-        self.change_ownership(group_id, OwnershipState.RELEASED, generation, now_ms)
-        return True
-
-    def _releasing(self, group_id: str) -> bool:
-        return self.ownership.state(group_id) is OwnershipState.RELEASING
-
-    def _drop_unowned(self, now_ms: int, group_ids: set[str]) -> None:
-        """After a replay: a classic group whose ownership says the upstream coordinates it is a
-        leftover of a cut between an adoption's two records, or of a hand-back that wrote
-        ``released`` before its tombstone; delete it so exactly one coordinator answers."""
-        for gid, group in [(gid, g) for gid, g in self.groups.items() if gid in group_ids]:
-            state = self.ownership.state(gid)
-            if state is None or state.bridge_coordinates or not isinstance(group, ClassicGroup):
-                continue
-            group.delete(now_ms)
-            self._records.extend(group.drain_records())
-            group.drain_responses()
-            del self.groups[gid]
 
     # ------------------------------------------------------------------ records
     def drain_records(self) -> list[Record]:
