@@ -79,6 +79,9 @@ class SteadyHeartbeats:
     ) -> None:
         self.coordinator = coordinator
         self.clock = clock
+        self.answers_for: Callable[[str], bool] = lambda group_id: True
+        """Several bridges: whether this bridge answers for a group now (its partition owned, its
+        lease fresh); any other group takes the full path, which says NOT_COORDINATOR."""
         self.max_frame = max_frame
         """Larger frames take the full path (a steady heartbeat is a few dozen bytes)."""
         self.requests: _Lru = _Lru(limit_bytes // 3)
@@ -102,7 +105,7 @@ class SteadyHeartbeats:
             req = wm.heartbeat_from_wire(decoded.body, decoded.client_id or "", "")
             if not _steady_request(req):
                 return None
-        if _upstream_owns(self.coordinator(), req.group_id):
+        if _upstream_owns(self.coordinator(), req.group_id) or not self.answers_for(req.group_id):
             return None
         resp = self.coordinator().connect_heartbeat(req, self.clock())
         if not known and resp.error_code == _NONE:
@@ -125,7 +128,11 @@ class SteadyHeartbeats:
             decoded = decode_request(payload, framed=False)
             req = wm.classic_heartbeat_from_wire(decoded.body, version)
         coordinator = self.coordinator()
-        if req.group_id not in coordinator.groups or _upstream_owns(coordinator, req.group_id):
+        if (
+            req.group_id not in coordinator.groups
+            or _upstream_owns(coordinator, req.group_id)
+            or not self.answers_for(req.group_id)
+        ):
             return None
         resp = coordinator.classic_heartbeat(req, self.clock())
         if not known and resp.error_code == _NONE:

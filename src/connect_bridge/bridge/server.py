@@ -183,6 +183,9 @@ class BridgeServer:
         self.steady = SteadyHeartbeats(
             lambda: self.coordinator, self.clock, limit_bytes=self.options.heartbeat_cache_bytes
         )
+        if self.ha is not None:
+            ha = self.ha
+            self.steady.answers_for = lambda group_id: ha.refusal(group_id) is None
         self.decoder = FrameDecoder(self.options.limits)
         self._tasks.append(self.supervise(self._load(), "loading the state"))
         # Not before: in proxy mode the upstream may take a while to answer (retried), and a
@@ -473,8 +476,6 @@ class BridgeServer:
         """The steady-heartbeat cache keys on request bytes alone: it serves anonymous clients of a
         bridge without authorization. Anything else takes the full path, where the group is
         authorized and the request carries the connection's principal (member ownership)."""
-        if self.ha is not None and not self.ha.lease_valid():
-            return False  # a bridge whose lease ran out answers nothing from its cache
         return self.options.authorizer is None and conn.principal == ANONYMOUS
 
     def _over_bound(self, conn: Connection, payload: bytes, size: int) -> bool:
