@@ -50,6 +50,8 @@ PARTITIONS = 4
 SESSION_MS = 6000
 """The bridges' session in their group: the broker's minimum (group.min.session.timeout.ms)."""
 HOST = "127.0.0.1"
+WORKER_SESSION_MS = 12_000
+"""The new-protocol worker's session: it fences itself after this long without an answer."""
 
 
 @dataclass
@@ -324,5 +326,51 @@ def test_a_paused_owner_answers_nothing_and_writes_nothing_after_it_resumes(flee
                 assert code in (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_LOAD_IN_PROGRESS), code
             assert time.monotonic() < deadline, "no bridge answers for the member's group"
             await asyncio.sleep(0.3)
+
+    run(scenario())
+
+
+def test_a_new_protocol_worker_follows_its_group_to_the_next_bridge(fleet: Fleet) -> None:
+    """The reference new-protocol worker with every bridge as bootstrap: FindCoordinator through
+    any of them, and after the owner's kill -9 it finds the next owner and keeps its member id
+    and epoch (no fencing, no rejoin) because the new owner loaded the member with a fresh session."""
+    from connect_bridge.workers.live_new import LiveNewWorker
+
+    group = group_in(0)
+    owner = fleet.owner_of(0)
+    assert owner is not None
+    rest = [i for i in fleet.alive() if i != owner]
+    events: list[tuple[str, dict[str, Any]]] = []
+
+    async def scenario() -> None:
+        bootstrap = [(HOST, listener(fleet.bridges[i])) for i in (*rest, owner)]  # a non-owner first
+        worker = LiveNewWorker(
+            HOST,
+            0,
+            group,
+            "http://n1:8083",
+            lambda kind, **fields: events.append((kind, fields)),
+            session_timeout_ms=WORKER_SESSION_MS,
+            heartbeat_interval_ms=500,
+            bootstrap=bootstrap,
+        )
+        worker.start()
+        try:
+            await asyncio.to_thread(wait_until, lambda: worker.member_epoch > 0, 20, 0.1)
+            member, epoch = worker.member_id, worker.member_epoch
+            assert group in fleet.status(owner)["groups"]
+            fleet.bridges[owner].kill()
+            killed = time.monotonic()
+            await asyncio.to_thread(wait_until, lambda: fleet.owner_of(0, rest) is not None, 40, 0.3)
+            new_owner = fleet.owner_of(0, rest)
+            await asyncio.to_thread(wait_until, lambda: group in fleet.status(new_owner)["groups"], 20, 0.2)
+            # Past the worker's own session since the kill: had no heartbeat succeeded on the new
+            # owner, the worker would have fenced itself (epoch 0) by now.
+            await asyncio.sleep(max(1.0, WORKER_SESSION_MS / 1000 + 1 - (time.monotonic() - killed)))
+            assert (worker.member_id, worker.member_epoch) == (member, epoch)
+            assert worker.logic.fatal_error is None
+            assert not [e for e in events if e[0] == "epoch" and e[1]["epoch"] == 0], events
+        finally:
+            await worker.stop()
 
     run(scenario())

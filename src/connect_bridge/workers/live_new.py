@@ -25,6 +25,8 @@ import time
 import uuid
 from collections.abc import Callable
 
+from kafka.protocol.metadata import FindCoordinatorRequest
+
 from connect_bridge.bridge import wire_map as wm
 from connect_bridge.bridge.client import KafkaConnection
 from connect_bridge.codecs.error_codes import ErrorCode
@@ -41,6 +43,38 @@ _UNAVAILABLE = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
 
 EventSink = Callable[..., None]
 """``on_event(type, **fields)``."""
+
+
+_MOVED = frozenset({int(ErrorCode.NOT_COORDINATOR), int(ErrorCode.COORDINATOR_NOT_AVAILABLE)})
+"""Answers after which a client looks for the group's coordinator again."""
+_GROUP_KEY = 0
+_FIND_COORDINATOR_VERSION = 4
+
+
+async def find_coordinator(
+    bootstrap: list[tuple[str, int]], group_id: str, client_id: str, timeout_s: float
+) -> tuple[str, int]:
+    """The group's coordinator as the first bootstrap address that answers names it. Raises
+    ``OSError`` when none does (the caller's next heartbeat tries again)."""
+    last: Exception = OSError("no bootstrap address")
+    for host, port in bootstrap:
+        try:
+            conn = await KafkaConnection.connect(host, port, client_id, timeout=timeout_s)
+        except (OSError, TimeoutError) as exc:
+            last = exc
+            continue
+        try:
+            request = FindCoordinatorRequest(key_type=_GROUP_KEY, coordinator_keys=[group_id])
+            answer = await conn.request(request, _FIND_COORDINATOR_VERSION, timeout=timeout_s)
+            (found,) = answer.coordinators
+            if found.error_code == ErrorCode.NONE:
+                return found.host, found.port
+            last = OSError(f"FindCoordinator via {host}:{port}: {ErrorCode(found.error_code).name}")
+        except (OSError, TimeoutError) as exc:
+            last = exc
+        finally:
+            await conn.close()
+    raise OSError(f"no coordinator found for {group_id}: {last}")
 
 
 def monotonic_ms() -> int:
@@ -73,9 +107,14 @@ class LiveNewWorker:
         client_id: str = "connect-bridge-worker",
         clock: Callable[[], int] = monotonic_ms,
         request_timeout_ms: int | None = None,
+        bootstrap: list[tuple[str, int]] | None = None,
     ) -> None:
         self.host = host
         self.port = port
+        self.bootstrap = bootstrap
+        """Several bridges: ask these for the group's coordinator (FindCoordinator) and follow it
+        after NOT_COORDINATOR or a lost connection, as a Java client does; None: ``host:port`` is
+        the coordinator."""
         self.on_event = on_event
         self.clock = clock
         self.client_id = client_id
@@ -125,9 +164,7 @@ class LiveNewWorker:
         if self.logic.member_id:
             leave = self.logic.leave_request()
             try:
-                conn = self._conn or await KafkaConnection.connect(
-                    self.host, self.port, self.client_id, timeout=timeout_ms / 1000
-                )
+                conn = self._conn or await self._connect(timeout_ms / 1000)
                 self._conn = conn
                 await conn.request(wm.heartbeat_to_wire(leave), HEARTBEAT_VERSION, timeout=timeout_ms / 1000)
             except (OSError, TimeoutError) as exc:
@@ -162,6 +199,8 @@ class LiveNewWorker:
                 resp = await self._heartbeat()
                 reaction = self.logic.on_response(resp)
                 self._apply(reaction)
+                if resp.error_code in _MOVED and self.bootstrap is not None:
+                    await self._close()  # the next heartbeat looks for the coordinator again
                 if resp.error_code == _UNAVAILABLE or reaction.interval_ms <= 0:
                     delay = 0 if reaction.heartbeat_now else self.retry_interval_ms
                 else:
@@ -184,9 +223,7 @@ class LiveNewWorker:
             timeout_ms = max(1, min(timeout_ms, expiry - now))
         try:
             if self._conn is None:
-                self._conn = await KafkaConnection.connect(
-                    self.host, self.port, self.client_id, timeout=timeout_ms / 1000
-                )
+                self._conn = await self._connect(timeout_ms / 1000)
             wire = await self._conn.request(
                 wm.heartbeat_to_wire(request), HEARTBEAT_VERSION, timeout=timeout_ms / 1000
             )
@@ -195,6 +232,15 @@ class LiveNewWorker:
             log.debug("%s: heartbeat failed: %s", self.logic.url, exc)
             await self._close()
             return api.HeartbeatResponse(error_code=_UNAVAILABLE)
+
+    async def _connect(self, timeout_s: float) -> KafkaConnection:
+        """A connection to the group's coordinator: ``host:port``, or whichever bridge the
+        bootstrap bridges name (``bootstrap``)."""
+        host, port = self.host, self.port
+        if self.bootstrap is not None:
+            group = self.logic.group_id
+            host, port = await find_coordinator(self.bootstrap, group, self.client_id, timeout_s)
+        return await KafkaConnection.connect(host, port, self.client_id, timeout=timeout_s)
 
     async def _sleep_until(self, at_ms: int) -> None:
         """Sleep until ``at_ms``, fencing ourselves on the way if the session runs out first."""
