@@ -77,6 +77,7 @@ MARKS_BY_MODULE: dict[str, tuple[str, ...]] = {
     "test_real_kafka": ("jvm",),
     "test_ha_membership": ("live",),
     "test_ha": ("live",),
+    "test_ha_java": ("live",),
     "test_partitioned_store": ("broker", "jvm"),
     "test_report_browser": ("browser",),
 }

@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka import KafkaAdminClient, KafkaConsumer
+from kafka.admin import NewTopic
 from kafka.protocol.metadata import FindCoordinatorRequest
 
 from connect_bridge.bridge import wire_map as wm
@@ -42,6 +44,7 @@ from connect_bridge.state.partitioning import partition_for
 from kafka_fixtures import BROKER_NODE_ID, BridgeProcess, KafkaBroker, start_bridge
 from kafka_processes import free_ports
 from polling import wait_until
+from test_proxy import Raw, produce_request
 from test_server import HEARTBEAT_V, SYNC_V, join_message, protocols
 
 pytestmark = pytest.mark.heavy
@@ -59,6 +62,7 @@ class Fleet:
     bridges: list[BridgeProcess]
     admins: list[str]
     topic: str
+    broker: str
 
     def status(self, i: int) -> dict[str, Any]:
         with urllib.request.urlopen(f"http://{self.admins[i]}/admin/ha", timeout=5) as answer:
@@ -117,7 +121,7 @@ def fleet(kafka_broker: KafkaBroker, tmp_path: Path) -> Iterator[Fleet]:
                     kafka_broker.bootstrap, tmp_path / f"bridge-{i}", settings=settings, metrics_listen=admin
                 )
             )
-        fleet = Fleet(bridges, admins, topic)
+        fleet = Fleet(bridges, admins, topic, kafka_broker.bootstrap)
         wait_until(lambda: fleet.covered([0, 1, 2]), 60, 0.3, lambda: "partitions not all owned")
         yield fleet
     finally:
@@ -280,11 +284,21 @@ def test_a_paused_owner_answers_nothing_and_writes_nothing_after_it_resumes(flee
     rest = [i for i in fleet.alive() if i != owner]
     zombie = fleet.bridges[owner]
 
+    topic = f"ha-late-{uuid.uuid4().hex[:8]}"
+    admin = KafkaAdminClient(bootstrap_servers=fleet.broker)
+    try:
+        admin.create_topics([NewTopic(topic, 1, 1)])
+    finally:
+        admin.close()
+    data = Raw(listener(zombie))  # a worker's data connection through the bridge about to pause
+
     async def scenario() -> None:
         conn = await KafkaConnection.connect(HOST, listener(zombie), "w1")
         member = Member(conn, group)
         assert await member.join() == ErrorCode.NONE
         os.kill(zombie.process.pid, signal.SIGSTOP)
+        # Sent while it sleeps: the request waits in its socket until it resumes.
+        data.send(produce_request(topic, [b"late"], acks=1), 9, 1)
         try:
             await asyncio.to_thread(wait_until, lambda: fleet.owner_of(3, rest) is not None, 40, 0.3)
             new_owner = fleet.owner_of(3, rest)
@@ -328,6 +342,14 @@ def test_a_paused_owner_answers_nothing_and_writes_nothing_after_it_resumes(flee
             await asyncio.sleep(0.3)
 
     run(scenario())
+    # The Produce that waited in the paused bridge was dropped with its connection, not relayed.
+    assert data.closed_within(15)
+    data.close()
+    consumer = KafkaConsumer(topic, bootstrap_servers=fleet.broker, auto_offset_reset="earliest")
+    try:
+        assert not consumer.poll(timeout_ms=3000), "a request held by the paused bridge reached the broker"
+    finally:
+        consumer.close()
 
 
 def test_a_new_protocol_worker_follows_its_group_to_the_next_bridge(fleet: Fleet) -> None:

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 from kafka import KafkaAdminClient
-from kafka.admin import NewTopic
+from kafka.admin import NewPartitions, NewTopic
 
-from connect_bridge.bridge.ha_membership import BridgeAddress, BridgeMembership
+from connect_bridge.bridge.ha_membership import POLL_TIMEOUT_MS, BridgeAddress, BridgeMembership
 from connect_bridge.bridge.ha_owners import merge_own, owners_from_description
 from polling import wait_until
 
@@ -168,6 +168,8 @@ def memberships(kafka_broker: Any, ha_topic: str) -> Iterator[Callable[..., Brid
         recorder: Recorder,
         on_assigned: Callable[[frozenset[int]], None] | None = None,
         on_revoked: Callable[[frozenset[int]], None] | None = None,
+        heartbeat_interval_ms: int = HEARTBEAT_MS,
+        client_options: dict[str, Any] | None = None,
     ) -> BridgeMembership:
         recorded_assigned, recorded_revoked = recorder.callbacks(node)
         membership = BridgeMembership(
@@ -178,8 +180,9 @@ def memberships(kafka_broker: Any, ha_topic: str) -> Iterator[Callable[..., Brid
             on_assigned=on_assigned or recorded_assigned,
             on_revoked=on_revoked or recorded_revoked,
             session_timeout_ms=SESSION_MS,
-            heartbeat_interval_ms=HEARTBEAT_MS,
+            heartbeat_interval_ms=heartbeat_interval_ms,
             refresh_owners_ms=300,
+            client_options=client_options,
         )
         membership.start()
         started.append(membership)
@@ -269,11 +272,69 @@ def test_a_failing_callback_leaves_the_group(memberships: Callable[..., BridgeMe
         lambda: broken.failure and time.monotonic(), JOIN_TIMEOUT_S, 0.01, "never assigned"
     )
     assert not broken.lease_valid(), "a bridge whose load failed must stop answering at once"
+    reason = broken.failed()
+    assert reason and "refuse(" in reason and "RuntimeError: cannot load" in reason and "\n" not in reason
+    assert m0.failed() is None
     wait_until(lambda: m0.assigned == ALL, JOIN_TIMEOUT_S, 0.05, "the partitions did not come back")
     # back well within a session timeout: the failed bridge sent LeaveGroup rather than being expired
     assert time.monotonic() - failed_at < SESSION_MS / 1000
     assert revoked and revoked[-1] == failed[0], "the partially loaded partitions were not unloaded"
     assert broken.assigned == frozenset() and not broken.lease_valid()
+
+
+def _slow_down_assignor(member: BridgeMembership, delay_s: float) -> None:
+    """Make the member's leader computation take ``delay_s``. Set right after ``start()``: the
+    assignor is looked up at each assignment, long after this returns."""
+    assign = member._assignor.assign
+
+    def slow_assign(*args: Any) -> Any:
+        time.sleep(delay_s)
+        return assign(*args)
+
+    member._assignor.assign = slow_assign  # type: ignore[method-assign]
+
+
+def test_a_leader_rejoining_on_new_metadata_completes_its_join(
+    kafka_broker: Any, ha_topic: str, memberships: Callable[..., BridgeMembership]
+) -> None:
+    """The leader re-joins when the state topic's metadata changes (here: partitions added; in
+    practice: the topic created while the bridges start). Its JoinGroup waits for the follower's
+    next heartbeat (2 s), longer than one poll: kafka-python 3.0.12 then orphaned the join and the
+    leader was expired, the follower taking everything (``bridge/ha_join.py``). Now the split is
+    balanced and sticky: each keeps the partitions it had and gets one of the new ones."""
+    recorder = Recorder()
+    fast_metadata = {"metadata_max_age_ms": 300}
+    slow_heartbeats = {"heartbeat_interval_ms": 2000, "client_options": fast_metadata}
+    members = [memberships(n, recorder, **slow_heartbeats) for n in (0, 1)]
+    for member in members:  # a leader slower than one poll (a loaded host): the race made certain
+        _slow_down_assignor(member, POLL_TIMEOUT_MS / 1000 * 1.5)
+    wait_until(
+        lambda: _split(members) and sorted(len(m.assigned) for m in members) == [3, 3],
+        JOIN_TIMEOUT_S,
+        0.05,
+        lambda: members_view(members),
+    )
+    before = [m.assigned for m in members]
+    admin = KafkaAdminClient(bootstrap_servers=kafka_broker.bootstrap, client_id="test-ha-membership")
+    try:
+        admin.create_partitions({ha_topic: NewPartitions(PARTITIONS + 2)})
+    finally:
+        admin.close()
+    grown = frozenset(range(PARTITIONS + 2))
+
+    def regrown() -> bool:
+        m0, m1 = (m.assigned for m in members)
+        return len(m0) == len(m1) == 4 and m0 | m1 == grown
+
+    wait_until(
+        regrown,
+        JOIN_TIMEOUT_S,
+        0.05,
+        lambda: f"not balanced after the leader's re-join: {members_view(members)}",
+    )
+    assert all(m.assigned >= held for m, held in zip(members, before, strict=True)), "a partition moved"
+    assert not recorder.of(0, "revoked") and not recorder.of(1, "revoked")
+    assert all(m.lease_valid() for m in members)
 
 
 def members_view(members: list[BridgeMembership]) -> str:
@@ -284,7 +345,7 @@ def members_view(members: list[BridgeMembership]) -> str:
 
 CHILD = """
 import json, sys, threading, time
-from connect_bridge.bridge.ha_membership import BridgeAddress, BridgeMembership
+from connect_bridge.bridge.ha_membership import POLL_TIMEOUT_MS, BridgeAddress, BridgeMembership
 
 bootstrap, topic, session_ms, heartbeat_ms = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 out = threading.Lock()
@@ -391,6 +452,9 @@ def test_a_paused_bridge_loses_its_lease_at_once_and_rejoins(
             lambda: (last := child.of("report")[-1])["lease"] and last["assigned"], 10, 0.05, "no lease back"
         )
         assert parent.lease_valid()
+        # balanced and sticky: the rejoined bridge gets half, taken only from what the parent held
+        assert len(parent.assigned) == len(child.assigned()) == PARTITIONS // 2, members_view([parent])
+        assert not [p for s, _, ps in recorder.of(1, "assigned") if s >= resumed_at for p in ps]
     finally:
         if process.poll() is None:
             os.kill(process.pid, signal.SIGCONT)

@@ -16,6 +16,7 @@ from connect_bridge.cli_bridge import (
     cmd_adopt,
     cmd_credentials_add,
     cmd_describe,
+    cmd_drain,
     cmd_release,
     cmd_serve,
 )
@@ -342,8 +343,8 @@ _ADMIN_ARGS = (
     _arg("--cert", metavar="PEM", help="with https://: client certificate, for metrics_tls with client_auth"),
     _arg("--key", metavar="PEM", help="private key of --cert (unencrypted)"),
 )
-"""``--admin`` and its TLS options, shared by ``adopt`` and ``release`` (the names ``describe`` uses
-for the worker listener's TLS)."""
+"""``--admin`` and its TLS options, shared by ``adopt``, ``release`` and ``drain`` (the names
+``describe`` uses for the worker listener's TLS)."""
 _COMMANDS: tuple[_Command, ...] = (
     _Command("codec", "decode or encode Connect embedded-protocol payloads", _cmd_codec, (
         _arg("op", choices=("decode", "encode")),
@@ -395,6 +396,11 @@ _COMMANDS: tuple[_Command, ...] = (
         _arg("--no-wait", action="store_true", help="return once the hand-back started"),
         _arg("--timeout", type=float, default=60.0, help="seconds to wait for the group to be released"),
     ), ("adoption.md", "operator-guide.md", "security.md")),
+    _Command("drain", "hand this bridge's state partitions to the other bridges now, then stop it (ha)",
+             cmd_drain, (
+        *_ADMIN_ARGS,
+        _arg("--timeout", type=float, default=60.0, help="seconds to wait for the bridge to drain"),
+    ), ("high-availability.md", "operator-guide.md", "security.md")),
     _Command("credentials add", "add or replace a user in a SASL credentials file (terminated SASL)",
              cmd_credentials_add, (
         _arg("--file", required=True, metavar="FILE", help="the credentials file (created, mode 0600)"),

@@ -1,4 +1,4 @@
-"""The bridge-side commands of ``connect-bridge``: serve, describe, credentials, adopt and release.
+"""The bridge-side commands of ``connect-bridge``: serve, describe, credentials, adopt, release, drain.
 
 ``cli.py`` holds the command table and the parser; the handlers of commands that run or talk to a
 bridge live here, the drill and analysis ones in ``cli.py``."""
@@ -188,6 +188,22 @@ def cmd_adopt(args: argparse.Namespace) -> int:
         shown = {args.group: body.get(args.group)} if args.group else body
         print(json.dumps(shown, indent=2, sort_keys=True))
         return 0
+    if code != 200:
+        return fail(body.get("message", f"HTTP {code}"))
+    print(body["message"])
+    return 0
+
+
+def cmd_drain(args: argparse.Namespace) -> int:
+    """POST /admin/drain: the bridge hands every state partition to the other bridges (they take its
+    groups over without waiting for a session timeout), then stops; 0 once it answered drained
+    (docs/high-availability.md "Drain and rolling upgrade of the bridges")."""
+    from connect_bridge.bridge.server_admin import DRAIN_PATH
+
+    try:
+        code, body = admin_request(_endpoint(args), "POST", DRAIN_PATH, args.timeout)
+    except AdminError as exc:
+        return fail(str(exc))
     if code != 200:
         return fail(body.get("message", f"HTTP {code}"))
     print(body["message"])

@@ -141,6 +141,10 @@ class Committer:
             if seq <= self._durable and not future.done():
                 future.set_exception(Fenced(f"the writes of partitions {sorted(partitions)} were fenced"))
         self._waiters = [w for w in self._waiters if w[0] > self._durable]
+        if self._written == self._durable:
+            # A response that writes nothing waits for ``written``: move it past the fenced range,
+            # or every such answer after a fence would fail until the next write.
+            self._written = self._durable = self._durable + 1
 
     async def close(self) -> None:
         """Flush what is pending, then stop."""

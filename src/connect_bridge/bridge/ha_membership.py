@@ -29,13 +29,18 @@ ownership").
   next JoinGroup (it keeps ``member_assignment`` across a lost generation), which could make the
   leader hand them back to this member while another one holds them; the generation reset hook
   clears it (``ha_lease.install_lease_hooks``).
+- **A join that outlasts a poll.** kafka-python 3.0.12 orphans a leader's re-join triggered by a
+  metadata change once it outlasts one ``poll``: the member is never told its assignment, is
+  expired, and the other bridges get every partition (the 4/0/0 seen in ``tests/test_ha.py``);
+  ``ha_join.install_join_completion_hook`` keeps ``need_rejoin()`` True until the join completes.
+  The assignor itself (placement, the cooperative two rounds) was not at fault.
 - **A callback that raises** ends the membership (fail closed): the lease is revoked for good
   (``lease_valid()`` False at once, so the server stops answering for every group), the remaining
   partitions go through ``on_revoked`` (including any whose ``on_assigned`` raised, so a partial
   load is unloaded), LeaveGroup is sent so the other bridges take them over now, and ``failure``
-  holds the exception. The bridge does not re-join by itself: a load that failed once is likely
-  to fail again, and a bridge flapping in and out of the group would move partitions every time;
-  the process should exit and be restarted.
+  holds the exception (``failed()``: the reason on one line). The bridge does not re-join by
+  itself: a load that failed once is likely to fail again, and a bridge flapping in and out of the
+  group would move partitions every time; the process should exit and be restarted.
 """
 
 from __future__ import annotations
@@ -52,6 +57,7 @@ from kafka.coordinator.assignors.cooperative_sticky import CooperativeStickyAssi
 from kafka.future import Future as KafkaFuture
 from kafka.structs import TopicPartition
 
+from connect_bridge.bridge.ha_join import install_join_completion_hook
 from connect_bridge.bridge.ha_lease import Lease, install_lease_hooks, lease_margin_ms
 from connect_bridge.bridge.ha_owners import BridgeAddress, OwnersRefresher, merge_own
 
@@ -103,6 +109,7 @@ class BridgeMembership:
         self._lock = threading.Lock()
         self._assigned: frozenset[int] = frozenset()
         self._failure: BaseException | None = None
+        self._failed_because: str | None = None
         self._stopping = threading.Event()
         self._close_timeout_ms = int(CLOSE_TIMEOUT_S * 1000)
         self._consumer: KafkaConsumer | None = None
@@ -130,6 +137,13 @@ class BridgeMembership:
         """The exception of the callback that ended the membership, or None."""
         with self._lock:
             return self._failure
+
+    def failed(self) -> str | None:
+        """Why the membership gave up for good, on one line (the server's health and logs), or None
+        while it is a member or may still become one. Set once a callback raised (module docstring);
+        the bridge then answers for no group until restarted."""
+        with self._lock:
+            return self._failed_because
 
     def owners(self) -> dict[int, BridgeAddress]:
         """partition -> owning bridge: the latest description of the bridges' group (refreshed every
@@ -206,6 +220,7 @@ class BridgeMembership:
         )
         coordinator = consumer._coordinator
         install_lease_hooks(coordinator, self._lease, self._forget_owned)
+        install_join_completion_hook(coordinator)
         # The listener below is async and awaits the blocking callbacks off the IO thread; the
         # "slow sync listener" warning kafka-python logs after 1 s does not apply to it.
         coordinator._REBALANCE_LISTENER_WARN_SECS = math.inf
@@ -282,7 +297,14 @@ class BridgeMembership:
                     sorted(partitions),
                 )
                 with self._lock:
-                    self._failure = self._failure or exc
+                    if self._failure is None:
+                        self._failure = exc
+                        name = getattr(callback, "__name__", "callback")
+                        message = " ".join(str(exc).split())
+                        self._failed_because = (
+                            f"{name}({sorted(partitions)}) raised {type(exc).__name__}: {message}; "
+                            f"left group {self._group_id} for good"
+                        )
                 self._lease.fail()
                 outcome.append(exc)
             net.call_soon_threadsafe(resolve)

@@ -170,6 +170,7 @@ class BridgeServer:
             self.ha = high_availability(self)
             self.apis.gate = self.ha.refusal
             self.relay.gave_up = self.ha.gave_up
+            self.relay.may_forward = self.ha.relay_allowed
             self.relay.cluster.owner_of = functools.partial(self.ha.listener_for, self.relay.matches)
         if self.options.sasl is not None and self.options.sasl.enabled:
             relay = self.relay

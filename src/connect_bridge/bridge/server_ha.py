@@ -75,6 +75,7 @@ class Membership(Protocol):
     def lease_valid(self) -> bool: ...
     def drain(self, timeout_s: float = 30.0) -> None: ...
     def close(self) -> None: ...
+    def failed(self) -> str | None: ...
 
 
 @dataclass(eq=False)
@@ -100,6 +101,7 @@ class HighAvailability:
     membership: Membership | None = None
     node_id: int = 0
     _loop: asyncio.AbstractEventLoop | None = None
+    _held_lease: bool = False
 
     # ------------------------------------------------------------------ lifecycle
     def start(self, membership_factory: Callable[..., Membership]) -> None:
@@ -123,6 +125,15 @@ class HighAvailability:
 
     def lease_valid(self) -> bool:
         return self.membership is not None and self.membership.lease_valid()
+
+    def relay_allowed(self) -> bool:
+        """Whether the proxy may forward a client's request now: not after the lease, once held
+        (a partition owned, or a request forwarded under it), ran out (``Relay.may_forward``). A
+        bridge that has not joined yet holds nothing stale."""
+        if self.lease_valid():
+            self._held_lease = True
+            return True
+        return not self._held_lease
 
     def refusal(self, group_id: str) -> int | None:
         """The error code a request of ``group_id`` gets here, or None when this bridge answers it."""
@@ -192,6 +203,7 @@ class HighAvailability:
             loaded = self.coordinator().replay(records, self.clock())
             self.lost -= {g for g in self.lost if self.partition(g) == partition}
             self.phases[partition] = PartitionPhase.OWNED
+            self._held_lease = True
             self.on_loaded(loaded)
             self.after_step()
             log.info(
@@ -246,9 +258,9 @@ class HighAvailability:
         stop the bridge when its membership gave up (a load that failed): it then holds nothing."""
         while True:
             self._observe()
-            failure = getattr(self.membership, "failure", None)
-            if failure is not None:  # it left the bridges' group for good: a restart rejoins it
-                self.fail(f"the bridges' group membership ended: {failure}")
+            failed = self.membership.failed() if self.membership is not None else None
+            if failed is not None:  # it left the bridges' group for good: a restart rejoins it
+                self.fail(f"the bridges' group membership ended: {failed}")
                 return
             await asyncio.sleep(self.settings.refresh_owners_ms / 1000)
 

@@ -49,6 +49,11 @@ class Relay:
         """Answers a request locally (``LocalApis.handle``)."""
         self.owner: Callable[[str], OwnershipState | None] = lambda group_id: None
         """A group's adoption phase (``GroupCoordinator.ownership``; docs/adoption.md)."""
+        self.may_forward: Callable[[], bool] = lambda: True
+        """Several bridges: False while this bridge may be a zombie (its lease in the bridges'
+        group ran out, e.g. it was paused): requests read now may have waited in its buffers
+        since before another bridge took its groups over, so they are dropped with their
+        connection instead of reaching the brokers late."""
         self.gave_up: Callable[[str], bool] = lambda group_id: False
         """Several bridges: a group this bridge coordinated and gave up to another bridge; its
         requests are answered here (NOT_COORDINATOR), never relayed to the upstream cluster."""
@@ -102,6 +107,9 @@ class Relay:
         """Relay to the upstream broker behind this listener. The outcome to answer with: a future of
         the framed response, None for a request that gets no response, or :data:`UNREACHABLE`.
         Raises OSError when the broker cannot be reached."""
+        if not self.may_forward():
+            log.warning("closing %s: not relaying while this bridge's lease is not fresh", conn.host)
+            return UNREACHABLE
         split = self.cluster.split(payload) if api_key in SPLIT else None
         if split is not None:
             return await self._forward_split(conn, split)
