@@ -9,7 +9,7 @@ kafka-python clients (state and config topics) speak with the same settings.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kafka.net.sasl import get_sasl_mechanism
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
@@ -18,8 +18,14 @@ from connect_bridge.bridge.startup import StartupError
 from connect_bridge.codecs.error_codes import ErrorCode, error_name
 
 if TYPE_CHECKING:
-    from connect_bridge.bridge.client import KafkaConnection
     from connect_bridge.bridge.sasl_settings import UpstreamSasl
+
+
+class KafkaConnection(Protocol):
+    """What a login needs of ``client.KafkaConnection`` (typed here so the two modules do not
+    import each other)."""
+
+    async def request(self, message: Any, version: int, timeout: float | None = 30.0) -> Any: ...
 
 __all__ = ["SaslLoginError", "sasl_login"]
 
