@@ -376,7 +376,8 @@ class PartitionedTopicStore(StoreBase):
     def _commit_all(self, batches: list[_Batch]) -> list[_Ownership]:
         """Write every batch in a transaction of its partition; the tenures found fenced.
 
-        The sends of all partitions go out before the first commit, so their round trips overlap."""
+        The sends of all partitions go out before the first flush, and every commit is begun before
+        the first is waited for, so their round trips overlap."""
         from kafka.errors import KafkaError
 
         fenced: list[_Ownership] = []
@@ -393,15 +394,24 @@ class PartitionedTopicStore(StoreBase):
                 self._fenced_or_fail(exc, ownership, fenced)
                 continue
             started.append((t0, ownership, futures))
+        deadline_s = self.sync_timeout_s + SYNC_FLUSH_MARGIN_S
+        committing: list[tuple[float, _Ownership, Any]] = []
         for t0, ownership, futures in started:
             try:
-                ownership.producer.flush(timeout=self.sync_timeout_s + SYNC_FLUSH_MARGIN_S)
+                ownership.producer.flush(timeout=deadline_s)
                 for future in futures:
                     if not future.is_done:
                         raise KafkaError(f"send to partition {ownership.partition} not completed after flush")
                     if future.failed():
                         raise future.exception
-                _commit_within(ownership.producer, self.sync_timeout_s + SYNC_FLUSH_MARGIN_S)
+                # Every partition's EndTxn is sent before the first is waited for: the commits'
+                # round trips (EndTxn, the markers) overlap instead of adding up.
+                committing.append((t0, ownership, _begin_commit(ownership.producer)))
+            except Exception as exc:
+                self._fenced_or_fail(exc, ownership, fenced)
+        for t0, ownership, commit in committing:
+            try:
+                _wait_commit(ownership.producer, commit, deadline_s)
             except Exception as exc:
                 self._fenced_or_fail(exc, ownership, fenced)
                 continue
@@ -492,20 +502,27 @@ def is_fenced(exc: BaseException) -> bool:
     return False
 
 
-def _commit_within(producer: Any, timeout_s: float) -> None:
-    """``commit_transaction`` that gives up after ``timeout_s``.
+def _begin_commit(producer: Any) -> Any:
+    """Start committing the open transaction; what :func:`_wait_commit` waits for.
 
     kafka-python 3.0.12's ``commit_transaction`` waits for the EndTxn answer without a timeout and
     its sender retries that request for ever while the coordinator is unreachable: a sync would
-    hang instead of failing. This is its body (producer/kafka.py) with a bounded wait.
+    hang instead of failing. This is its body (producer/kafka.py) split in two, so the wait is
+    bounded and several partitions' commits are in flight at once. None: another kafka-python
+    without ``begin_commit``, committed here with its own (possibly unbounded) wait.
     """
-    from kafka.errors import KafkaTimeoutError
-
     manager = getattr(producer, "_transaction_manager", None)
     if manager is None or not hasattr(manager, "begin_commit"):
-        producer.commit_transaction()  # another kafka-python: its own (possibly unbounded) wait
-        return
+        producer.commit_transaction()
+        return None
     result = manager.begin_commit()
     producer._sender.wakeup()
-    if not result.wait(timeout_ms=timeout_s * 1000):
+    return result
+
+
+def _wait_commit(producer: Any, result: Any, timeout_s: float) -> None:
+    """Wait for a commit :func:`_begin_commit` started; raises its error (fenced, ...) or a timeout."""
+    from kafka.errors import KafkaTimeoutError
+
+    if result is not None and not result.wait(timeout_ms=timeout_s * 1000):
         raise KafkaTimeoutError(f"transaction not committed within {timeout_s:.0f}s")
