@@ -260,10 +260,10 @@ def test_large_frames_share_one_budget() -> None:
     with running(max_buffered_bytes=3 * 1024 * 1024) as srv:
         with raw_socket(srv.port) as a, raw_socket(srv.port) as b:
             a.sendall(SIZE.pack(2 * 1024 * 1024) + b"\x00" * 1000)  # a big frame, partly sent
-            wait_until(lambda: srv.on_loop(lambda: srv.server._buffered) > 0)
+            wait_until(lambda: srv.on_loop(lambda: srv.server.frames.buffered) > 0)
             b.sendall(SIZE.pack(2 * 1024 * 1024) + b"\x00" * 1000)
             assert read_frame(b) is None  # closed: the budget is taken
-        wait_until(lambda: srv.on_loop(lambda: srv.server._buffered) == 0)
+        wait_until(lambda: srv.on_loop(lambda: srv.server.frames.buffered) == 0)
 
 
 # ------------------------------------------------------------------------------ 11.5 never reading

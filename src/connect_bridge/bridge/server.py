@@ -25,10 +25,7 @@ from typing import Any
 
 from connect_bridge.bridge.api_table import (
     API_NAMES,
-    CLUSTER_FRAMES_EMBEDDED,
-    CLUSTER_FRAMES_PROXY,
     DECODED_FOR_ROUTING,
-    GROUP_FRAMES,
 )
 from connect_bridge.bridge.committer import Committer, Fenced
 from connect_bridge.bridge.config_source import view_behind
@@ -47,10 +44,11 @@ from connect_bridge.bridge.server_connection import (
     connections_the_open_files_allow,
     idle_watchdog,
 )
+from connect_bridge.bridge.server_frames import FrameAdmission
 from connect_bridge.bridge.server_ha import HighAvailability, high_availability, membership_factory
 from connect_bridge.bridge.server_options import ServerOptions
-from connect_bridge.bridge.server_proxy import LISTEN_BUFFER, start_proxy
-from connect_bridge.bridge.server_relay import UNREACHABLE, Relay
+from connect_bridge.bridge.server_proxy import LISTEN_BUFFER, forward_observed, forward_upstream, start_proxy
+from connect_bridge.bridge.server_relay import Relay
 from connect_bridge.bridge.server_sasl import Admission, SaslGate
 from connect_bridge.bridge.startup import bind_error
 from connect_bridge.bridge.store import RecordStore, StoreError
@@ -70,8 +68,6 @@ _PEEK = struct.Struct(">hhi")
 _NONE = int(ErrorCode.NONE)
 RELAYED = "Relayed"
 """The metrics label of answers relayed from the upstream cluster."""
-LARGE_FRAME = 1024 * 1024
-"""Frames above this count against ``max_buffered_bytes`` while they are read."""
 
 
 class BridgeServer:
@@ -95,8 +91,6 @@ class BridgeServer:
         self.loaded = False
         self.failure: str | None = None
         """Why the bridge stopped itself (a background task or the store failed); None while healthy."""
-        self._buffered = 0
-        """Bytes of large frames being read right now, over all connections."""
         self._groups_observed = False
         """Whether the metrics have seen every group once (after loading)."""
         self._refused = RateLimited()
@@ -123,8 +117,6 @@ class BridgeServer:
         self.sasl: SaslGate | None = None
         """``sasl.mode`` passthrough or terminated: authenticates every connection (server_sasl.py)."""
         """Proxy mode: routes requests between the bridge and the upstream cluster."""
-        self._cluster_frames = CLUSTER_FRAMES_PROXY if options.upstream else CLUSTER_FRAMES_EMBEDDED
-        """Requests refused above ``limits.max_cluster_request_bytes`` (``api_table.Limit``)."""
         self._listeners: list[asyncio.AbstractServer] = []
         self._bootstrap_node = 0
 
@@ -188,6 +180,7 @@ class BridgeServer:
             ha = self.ha
             self.steady.answers_for = lambda group_id: ha.refusal(group_id) is None
         self.decoder = FrameDecoder(self.options.limits)
+        self.frames = FrameAdmission(self.options, self.decoder)
         self._tasks.append(self.supervise(self._load(), "loading the state"))
         # Not before: in proxy mode the upstream may take a while to answer (retried), and a
         # connection accepted meanwhile would meet a server without its request handlers.
@@ -450,8 +443,8 @@ class BridgeServer:
                     "closing %s: frame of %d bytes (limit %d)", conn.host, size, self.options.max_frame_bytes
                 )
                 return True
-            payload = await self._read_payload(conn, size)
-            if payload is None or self._over_bound(conn, payload, size):
+            payload = await self.frames.read_payload(conn, size)
+            if payload is None or self.frames.over_bound(conn, payload, size):
                 return True
             started = time.perf_counter()
             if self.sasl is not None:  # before anything answers: SASL first, then the session's expiry
@@ -479,26 +472,6 @@ class BridgeServer:
         authorized and the request carries the connection's principal (member ownership)."""
         return self.options.authorizer is None and conn.principal == ANONYMOUS
 
-    def _over_bound(self, conn: Connection, payload: bytes, size: int) -> bool:
-        """A frame larger than any request of its API may be: closed on, undecoded. Decoding costs a
-        few microseconds per array entry on the event loop: a 1 MB FindCoordinator of 100,000 keys
-        held it 0.4 s (issue 11.6)."""
-        limits = self.options.limits
-        if size > limits.max_cluster_request_bytes and self._api_key(payload) in self._cluster_frames:
-            limit, what = limits.max_cluster_request_bytes, "limit %d"
-        elif self.decoder.too_large(size) and self._api_key(payload) in GROUP_FRAMES:
-            # No request the limits admit is this large.
-            limit, what = self.decoder.max_frame_bytes, "limit %d, limits.max_request_bytes"
-        else:
-            return False
-        name = api_spec(self._api_key(payload)).name
-        log.warning(f"closing %s: %s request of %d bytes ({what})", conn.host, name, size, limit)
-        return True
-
-    @staticmethod
-    def _api_key(payload: bytes) -> int:
-        return _I16.unpack_from(payload, 0)[0] if len(payload) >= 2 else -1
-
     async def _serve(self, conn: Connection, payload: bytes, started: float) -> bool:
         """Answer one request here or relay it upstream; False when the connection must close."""
         decoded: DecodedRequest | RequestDecodeError | None = None
@@ -509,9 +482,9 @@ class BridgeServer:
                 decoded = await self.decoder.decode(payload)
             adopting = self.adoption is not None and self.loaded and isinstance(decoded, DecodedRequest)
             if adopting and await self.adoption.before_routing(conn, api_key, decoded):
-                return await self._relay_observed(conn, payload, decoded, started)
+                return await forward_observed(self, conn, payload, decoded, started)
             if not relay.answers_locally(api_key, decoded):
-                return await self._relay(conn, payload, api_key, started)
+                return await forward_upstream(self, conn, payload, api_key, started)
         if decoded is None:
             decoded = await self.decoder.decode(payload)
         if isinstance(decoded, RequestDecodeError):
@@ -540,59 +513,6 @@ class BridgeServer:
         response = self.apis.api_versions()
         response.error_code = int(ErrorCode.UNSUPPORTED_VERSION)
         return encode_response_frame(ApiKey.API_VERSIONS, 0, correlation_id, response)
-
-    async def _relay(self, conn: Connection, payload: bytes, api_key: int, started: float) -> bool:
-        """Forward to the upstream broker behind this listener; False when it is gone."""
-        assert self.relay is not None
-        try:
-            outcome = await self.relay.forward(conn, payload, api_key)
-        except OSError as exc:
-            log.warning("closing %s: upstream broker %s unreachable: %s", conn.host, conn.node_id, exc)
-            return False
-        if outcome is UNREACHABLE:
-            return False
-        if outcome is not None:
-            await self._respond(conn, None, outcome, 0, started)
-        return True
-
-    async def _relay_observed(
-        self, conn: Connection, payload: bytes, decoded: DecodedRequest, started: float
-    ) -> bool:
-        """Relay a request of a group under adoption and hand its exchange to the observer."""
-        assert self.relay is not None and self.adoption is not None
-        group_id = decoded.body.group_id
-        try:
-            outcome = await self.relay.forward(conn, payload, decoded.api_key)
-        except BaseException as exc:  # never leave the request counted in flight (a takeover waits)
-            self.adoption.not_relayed(group_id)
-            if not isinstance(exc, OSError):
-                raise
-            log.warning("closing %s: upstream broker %s unreachable: %s", conn.host, conn.node_id, exc)
-            return False
-        self.adoption.relayed(conn, payload, decoded, outcome)
-        if outcome is UNREACHABLE:
-            return False
-        if outcome is not None:
-            await self._respond(conn, None, outcome, 0, started)
-        return True
-
-    async def _read_payload(self, conn: Connection, size: int) -> bytes | None:
-        """The frame's bytes; large frames share one budget over all connections (issue 11.4)."""
-        if size <= LARGE_FRAME:
-            return await conn.reader.readexactly(size)
-        if self._buffered + size > self.options.max_buffered_bytes:
-            log.warning(
-                "closing %s: a %d-byte frame would exceed the %d bytes of large frames being read at once",
-                conn.host,
-                size,
-                self.options.max_buffered_bytes,
-            )
-            return None
-        self._buffered += size
-        try:
-            return await conn.reader.readexactly(size)
-        finally:
-            self._buffered -= size
 
     async def _respond(
         self, conn: Connection, request: DecodedRequest | None, outcome: Any, seq: int, started: float

@@ -14,7 +14,7 @@ from typing import Any
 from connect_bridge.bridge.adoption_upstream import UpstreamGroups
 from connect_bridge.bridge.proxy import UpstreamCluster, group_matcher
 from connect_bridge.bridge.server_adoption import Adoption
-from connect_bridge.bridge.server_relay import Relay
+from connect_bridge.bridge.server_relay import UNREACHABLE, Relay
 from connect_bridge.bridge.startup import address, bind_error, retry_until
 
 log = logging.getLogger("connect_bridge.server")
@@ -84,4 +84,39 @@ async def start_proxy(server: Any, advertised_host: str) -> int:
     return server._bootstrap_node
 
 
-__all__ = ["LISTEN_BUFFER", "start_proxy"]
+async def forward_upstream(server: Any, conn: Any, payload: bytes, api_key: int, started: float) -> bool:
+    """Forward to the upstream broker behind this listener; False when it is gone."""
+    assert server.relay is not None
+    try:
+        outcome = await server.relay.forward(conn, payload, api_key)
+    except OSError as exc:
+        log.warning("closing %s: upstream broker %s unreachable: %s", conn.host, conn.node_id, exc)
+        return False
+    if outcome is UNREACHABLE:
+        return False
+    if outcome is not None:
+        await server._respond(conn, None, outcome, 0, started)
+    return True
+
+
+async def forward_observed(server: Any, conn: Any, payload: bytes, decoded: Any, started: float) -> bool:
+    """Relay a request of a group under adoption and hand its exchange to the observer."""
+    assert server.relay is not None and server.adoption is not None
+    group_id = decoded.body.group_id
+    try:
+        outcome = await server.relay.forward(conn, payload, decoded.api_key)
+    except BaseException as exc:  # never leave the request counted in flight (a takeover waits)
+        server.adoption.not_relayed(group_id)
+        if not isinstance(exc, OSError):
+            raise
+        log.warning("closing %s: upstream broker %s unreachable: %s", conn.host, conn.node_id, exc)
+        return False
+    server.adoption.relayed(conn, payload, decoded, outcome)
+    if outcome is UNREACHABLE:
+        return False
+    if outcome is not None:
+        await server._respond(conn, None, outcome, 0, started)
+    return True
+
+
+__all__ = ["LISTEN_BUFFER", "forward_observed", "forward_upstream", "start_proxy"]
