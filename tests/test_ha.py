@@ -26,7 +26,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -81,17 +81,22 @@ class Fleet:
         return None
 
     def covered(self, among: list[int]) -> bool:
-        """Every partition owned by one of ``among``, and every one of them knows who owns which."""
-        owned: dict[str, int] = {}
-        views = []
-        for i in among:
-            try:
-                status = self.status(i)
-            except (OSError, urllib.error.URLError):
-                return False
-            owned |= {str(p): status["node_id"] for p in status["owned"]}
-            views.append({p: o["node_id"] for p, o in status["owners"].items()})
-        return len(owned) == PARTITIONS and all(view == owned for view in views)
+        return covered(self.status, among, PARTITIONS)
+
+
+def covered(status: Callable[[int], dict[str, Any]], among: list[int], partitions: int) -> bool:
+    """Every partition owned by one of the bridges ``among`` (``status(i)``: bridge i's
+    ``GET /admin/ha``), and every one of them knows who owns which."""
+    owned: dict[str, int] = {}
+    views = []
+    for i in among:
+        try:
+            answer = status(i)
+        except (OSError, urllib.error.URLError):
+            return False
+        owned |= {str(p): answer["node_id"] for p in answer["owned"]}
+        views.append({p: o["node_id"] for p, o in answer["owners"].items()})
+    return len(owned) == partitions and all(view == owned for view in views)
 
 
 @pytest.fixture
@@ -103,19 +108,7 @@ def fleet(kafka_broker: KafkaBroker, tmp_path: Path) -> Iterator[Fleet]:
     admins = [f"{HOST}:{p}" for p in ports]
     try:
         for i, admin in enumerate(admins):
-            settings = {
-                "state_topic": topic,
-                "ha": {
-                    "enabled": True,
-                    "partitions": PARTITIONS,
-                    "group": f"bridges-{suffix}",
-                    "transactional_id_prefix": f"state-{suffix}",
-                    "node_id": i + 1,
-                    "session_timeout_ms": SESSION_MS,
-                    "heartbeat_interval_ms": 1000,
-                    "refresh_owners_ms": 500,
-                },
-            }
+            settings = fleet_settings(suffix, i + 1, PARTITIONS)
             bridges.append(
                 start_bridge(
                     kafka_broker.bootstrap, tmp_path / f"bridge-{i}", settings=settings, metrics_listen=admin
@@ -129,6 +122,22 @@ def fleet(kafka_broker: KafkaBroker, tmp_path: Path) -> Iterator[Fleet]:
             if bridge.process.poll() is None:
                 os.kill(bridge.process.pid, signal.SIGCONT)
             bridge.stop()
+
+
+def fleet_settings(suffix: str, node_id: int, partitions: int) -> dict[str, Any]:
+    """The settings of bridge ``node_id`` of a test fleet: its own state topic, bridges' group
+    and transactional ids (``suffix``), the broker's minimum session, a quick owner refresh."""
+    ha = {
+        "enabled": True,
+        "partitions": partitions,
+        "group": f"bridges-{suffix}",
+        "transactional_id_prefix": f"state-{suffix}",
+        "node_id": node_id,
+        "session_timeout_ms": SESSION_MS,
+        "heartbeat_interval_ms": 1000,
+        "refresh_owners_ms": 500,
+    }
+    return {"state_topic": f"bridge-state-{suffix}", "ha": ha}
 
 
 def group_in(partition: int) -> str:

@@ -45,7 +45,7 @@ from kafka_fixtures import HOST, BridgeProcess, ConnectWorker, KafkaBroker
 from kafka_processes import free_ports
 from polling import wait_until
 from test_adoption_java import admin, unowned_gaps
-from test_ha import find_coordinator, listener
+from test_ha import covered, find_coordinator, fleet_settings, listener
 from test_java_drills import DELAY_MS, JavaDrill, now_ms
 
 pytestmark = pytest.mark.heavy
@@ -86,17 +86,7 @@ class HaDrill(JavaDrill):
         def fleet(upstream: str, **kwargs: Any) -> BridgeProcess:
             """``JavaDrill`` asks for one bridge (with the drill's config view); start three."""
             for i, metrics in enumerate(self.admins):
-                ha = {
-                    "enabled": True,
-                    "partitions": PARTITIONS,
-                    "group": f"bridges-{suffix}",
-                    "transactional_id_prefix": f"state-{suffix}",
-                    "node_id": i + 1,
-                    "session_timeout_ms": SESSION_MS,
-                    "heartbeat_interval_ms": 1000,
-                    "refresh_owners_ms": 500,
-                }
-                settings = {"state_topic": f"bridge-state-{suffix}", "ha": ha}
+                settings = fleet_settings(suffix, i + 1, PARTITIONS)
                 self.bridges.append(
                     bridge_proxy(upstream, settings=settings, metrics_listen=metrics, **kwargs)
                 )
@@ -154,17 +144,7 @@ class HaDrill(JavaDrill):
         return found[0]
 
     def covered(self, among: list[int]) -> bool:
-        """Every partition owned by one of ``among``, and each of them knows who owns which."""
-        owned: dict[str, int] = {}
-        views = []
-        for i in among:
-            try:
-                status = self.status(i)
-            except (OSError, urllib.error.URLError):
-                return False
-            owned |= {str(p): status["node_id"] for p in status["owned"]}
-            views.append({p: o["node_id"] for p, o in status["owners"].items()})
-        return len(owned) == PARTITIONS and all(view == owned for view in views)
+        return covered(self.status, among, PARTITIONS)
 
     def down(self) -> int:
         """The Connect group has no coordinator from now on (see the module docstring)."""
