@@ -36,8 +36,9 @@ creates ``__consumer_offsets`` or the group's coordinator moves."""
 
 @dataclass(frozen=True, slots=True)
 class BridgeAddress:
-    """Where clients reach one bridge, and the node id it gives itself in FindCoordinator answers
-    (distinct per bridge, so a client keeps one connection per bridge)."""
+    """One bridge: its name among the bridges (``ha.node_id``, distinct per bridge) and where
+    clients reach it (its advertised host and proxy base port: upstream broker N is relayed on
+    port + N, which is what FindCoordinator answers name)."""
 
     node_id: int
     host: str

@@ -25,12 +25,14 @@ only then lets the membership hand it on: the next owner reads every record this
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from connect_bridge.bridge.ha_owners import BridgeAddress
 from connect_bridge.bridge.ha_settings import HaSettings
 from connect_bridge.bridge.metrics import Metrics
 from connect_bridge.bridge.partitioned_store import PartitionedFenced
@@ -71,7 +73,7 @@ class Membership(Protocol):
     """What this module needs of ``ha_membership.BridgeMembership``."""
 
     def start(self) -> None: ...
-    def owners(self) -> dict[int, Any]: ...
+    def owners(self) -> dict[int, BridgeAddress]: ...
     def lease_valid(self) -> bool: ...
     def drain(self, timeout_s: float = 30.0) -> None: ...
     def close(self) -> None: ...
@@ -145,8 +147,8 @@ class HighAvailability:
     def gave_up(self, group_id: str) -> bool:
         return group_id in self.lost
 
-    def owner(self, group_id: str) -> Any | None:
-        """The owning bridge's address (``ha_membership.BridgeAddress``), None while unknown."""
+    def owner(self, group_id: str) -> BridgeAddress | None:
+        """The owning bridge (its node id, host and proxy base port), None while unknown."""
         if self.membership is None:
             return None
         return self.membership.owners().get(self.partition(group_id))
@@ -172,7 +174,7 @@ class HighAvailability:
     def _revoked(self, partitions: frozenset[int]) -> None:
         """Membership thread: blocks until the bridge stopped answering for the partitions and
         everything it wrote for them is durable."""
-        self._on_loop(self._give_up(partitions, flush=True))
+        self._on_loop(self._give_up(partitions))
 
     def _on_loop(self, coro: Awaitable[None]) -> None:
         loop = self._loop
@@ -214,19 +216,26 @@ class HighAvailability:
             )
         self._observe()
 
-    async def _give_up(self, partitions: frozenset[int], *, flush: bool) -> None:
+    def _drop(self, partitions: frozenset[int]) -> set[str]:
+        """Stop answering for ``partitions`` now: close the gate, unload their groups (parked
+        JoinGroup/SyncGroup answered NOT_COORDINATOR) and remember them as given up."""
         coordinator = self.coordinator()
         for partition in partitions:
-            self.phases.pop(partition, None)  # closed to requests from here on
+            self.phases.pop(partition, None)
         groups = {g for g in coordinator.groups if self.partition(g) in partitions}
         coordinator.unload(groups)
         self.lost |= groups
-        self.after_step()  # parked JoinGroup/SyncGroup of those groups answer NOT_COORDINATOR
-        if flush:
-            try:
-                await self.flush()
-            except Exception as exc:  # fenced or failed: the store says so on its own path
-                log.warning("giving up partitions %s: writes not confirmed: %s", sorted(partitions), exc)
+        self.after_step()
+        return groups
+
+    async def _give_up(self, partitions: frozenset[int]) -> None:
+        """Revoked: drop the partitions, wait until what was written for them is durable, then let
+        the store stop writing them (the membership hands them on when this returns)."""
+        groups = self._drop(partitions)
+        try:
+            await self.flush()
+        except Exception as exc:  # fenced or failed: the store says so on its own path
+            log.warning("giving up partitions %s: writes not confirmed: %s", sorted(partitions), exc)
         loop = asyncio.get_running_loop()
         for partition in sorted(partitions):
             await loop.run_in_executor(None, self.store.release, partition)
@@ -244,13 +253,7 @@ class HighAvailability:
         )
         if self.metrics is not None:
             self.metrics.ha_fenced.inc(len(partitions))
-        coordinator = self.coordinator()
-        for partition in partitions:
-            self.phases.pop(partition, None)
-        groups = {g for g in coordinator.groups if self.partition(g) in partitions}
-        coordinator.unload(groups)
-        self.lost |= groups
-        self.after_step()
+        self._drop(partitions)
         self._observe()
 
     async def watch(self) -> None:
@@ -277,22 +280,15 @@ class HighAvailability:
             "partitions": self.store.partitions,
             "owned": self.owned(),
             "loading": sorted(p for p, phase in self.phases.items() if phase is PartitionPhase.LOADING),
-            "owners": {str(p): _describe(a) for p, a in sorted(owners.items())},
+            "owners": {str(p): dataclasses.asdict(a) for p, a in sorted(owners.items())},
             "groups": {g: self.partition(g) for g in sorted(self.coordinator().groups)},
         }
 
     def _observe(self) -> None:
         if self.metrics is None or self.membership is None:
             return
-        owners = {p: str(getattr(a, "node_id", a)) for p, a in self.membership.owners().items()}
+        owners = {p: str(a.node_id) for p, a in self.membership.owners().items()}
         self.metrics.observe_ha(owners, self.owned(), self.lease_valid())
-
-
-def _describe(address: Any) -> dict[str, Any]:
-    return {"node_id": address.node_id, "host": address.host, "port": address.port}
-
-
-__all__ = ["HighAvailability", "PartitionPhase"]
 
 
 def high_availability(server: Any) -> HighAvailability:
@@ -318,7 +314,7 @@ def high_availability(server: Any) -> HighAvailability:
 def membership_factory(server: Any, advertised_host: str) -> Callable[..., Membership]:
     """Builds the ``BridgeMembership``: this bridge is named by its node id and reached at its
     proxy listeners (upstream broker N's listener is base port + N on every bridge)."""
-    from connect_bridge.bridge.ha_membership import BridgeAddress, BridgeMembership
+    from connect_bridge.bridge.ha_membership import BridgeMembership
 
     settings: HaSettings = server.options.ha
     assert server.relay is not None
