@@ -62,27 +62,34 @@ from connect_bridge.state.partitioning import partition_for
 from connect_bridge.state.record_codec import encode_record
 from connect_bridge.state.records import Record
 
-__all__ = ["PartitionNotHeld", "PartitionedFenced", "PartitionedTopicStore", "SyncTimes", "is_fenced"]
+__all__ = [
+    "PartitionNotHeld",
+    "PartitionedFenced",
+    "PartitionedTopicStore",
+    "PartitionsError",
+    "SyncTimes",
+    "is_fenced",
+]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_TRANSACTIONAL_ID_PREFIX = "connect-bridge-state"
 
 
-class PartitionedFenced(StoreError):
+class PartitionsError(StoreError):
+    """A store error about some partitions only (``partitions``); the store stays usable."""
+
+    def __init__(self, message: str, partitions: Iterable[int]) -> None:
+        super().__init__(message)
+        self.partitions = frozenset(partitions)
+
+
+class PartitionedFenced(PartitionsError):
     """Another writer owns these partitions now (it initialised their transactional ids)."""
 
-    def __init__(self, message: str, partitions: Iterable[int]) -> None:
-        super().__init__(message)
-        self.partitions = frozenset(partitions)
 
-
-class PartitionNotHeld(StoreError):
+class PartitionNotHeld(PartitionsError):
     """A write for partitions this store does not hold: the caller wrote groups it does not own."""
-
-    def __init__(self, message: str, partitions: Iterable[int]) -> None:
-        super().__init__(message)
-        self.partitions = frozenset(partitions)
 
 
 @dataclass
