@@ -13,7 +13,7 @@ import contextlib
 import logging
 
 from connect_bridge.bridge import wire_classic as wc
-from connect_bridge.bridge.client import KafkaConnection
+from connect_bridge.bridge.client import ClientError, KafkaConnection, find_coordinator
 from connect_bridge.bridge.upstream_security import UpstreamSecurity
 from connect_bridge.codecs import messages as m
 from connect_bridge.codecs.error_codes import ErrorCode
@@ -21,7 +21,6 @@ from connect_bridge.state.classic_state import ClassicDescribedGroup
 
 log = logging.getLogger("connect_bridge.adoption")
 
-FIND_COORDINATOR_VERSION = 4
 DESCRIBE_GROUPS_VERSION = 5
 LEAVE_GROUP_VERSION = 5
 REQUEST_TIMEOUT_S = 10.0
@@ -54,30 +53,13 @@ class UpstreamGroups:
         conn = self._coordinators.get(group_id)
         if conn is not None:
             return conn
-        last: Exception | None = None
-        for host, port in self.bootstrap:
-            try:
-                boot = await self._connect(host, port)
-            except OSError as exc:
-                last = exc
-                continue
-            try:
-                found = await boot.request(
-                    m.FindCoordinatorRequest(key_type=0, coordinator_keys=[group_id]),
-                    FIND_COORDINATOR_VERSION,
-                    REQUEST_TIMEOUT_S,
-                )
-            finally:
-                await boot.close()
-            entry = found.coordinators[0]
-            if entry.error_code != ErrorCode.NONE:
-                raise UpstreamGroupError(
-                    f"FindCoordinator for {group_id} answered {ErrorCode(entry.error_code).name}"
-                )
-            conn = await self._connect(entry.host, entry.port)
-            self._coordinators[group_id] = conn
-            return conn
-        raise UpstreamGroupError(f"no upstream bootstrap broker reachable: {last}")
+        try:
+            host, port = await find_coordinator(self.bootstrap, group_id, self._connect, REQUEST_TIMEOUT_S)
+        except ClientError as exc:
+            raise UpstreamGroupError(str(exc)) from None
+        conn = await self._connect(host, port)
+        self._coordinators[group_id] = conn
+        return conn
 
     async def _ask(self, group_id: str, message: object, version: int) -> object:
         try:

@@ -10,10 +10,13 @@ import asyncio
 import contextlib
 import ssl as ssl_module
 import struct
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from connect_bridge.bridge.sasl_client import sasl_login
 from connect_bridge.bridge.sasl_settings import UpstreamSasl
+from connect_bridge.codecs import messages as m
+from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.requests import decode_response, encode_request
 
 _SIZE = struct.Struct(">i")
@@ -24,6 +27,41 @@ _TLS_RECORDS = (b"\x15\x03", b"\x16\x03")
 
 class ClientError(ConnectionError):
     """The connection failed or closed before the response arrived."""
+
+
+FIND_COORDINATOR_VERSION = 4
+"""FindCoordinator v4: batched keys, which every Kafka 3.0+ (and the bridge) answers."""
+GROUP_KEY_TYPE = 0
+
+
+async def find_coordinator(
+    bootstrap: Sequence[tuple[str, int]],
+    group_id: str,
+    connect: Callable[[str, int], Awaitable[KafkaConnection]],
+    timeout_s: float,
+) -> tuple[str, int]:
+    """The group's coordinator as the first bootstrap address that names it (``connect`` opens a
+    connection with the caller's identity and security). Raises ``ClientError`` saying why when
+    none does: the caller retries later."""
+    last = "no bootstrap address"
+    for host, port in bootstrap:
+        try:
+            conn = await connect(host, port)
+        except (OSError, TimeoutError) as exc:
+            last = f"{host}:{port}: {exc}"
+            continue
+        try:
+            request = m.FindCoordinatorRequest(key_type=GROUP_KEY_TYPE, coordinator_keys=[group_id])
+            answer = await conn.request(request, FIND_COORDINATOR_VERSION, timeout=timeout_s)
+            (found,) = answer.coordinators
+            if found.error_code == ErrorCode.NONE:
+                return found.host, found.port
+            last = f"{host}:{port} answered {ErrorCode(found.error_code).name}"
+        except (OSError, TimeoutError) as exc:
+            last = f"{host}:{port}: {exc}"
+        finally:
+            await conn.close()
+    raise ClientError(f"no coordinator found for {group_id}: {last}")
 
 
 class KafkaConnection:

@@ -20,15 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 import uuid
 from collections.abc import Callable
 
-from kafka.protocol.metadata import FindCoordinatorRequest
-
 from connect_bridge.bridge import wire_map as wm
-from connect_bridge.bridge.client import KafkaConnection
+from connect_bridge.bridge.client import KafkaConnection, find_coordinator
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state import api
 from connect_bridge.state.model import Items
@@ -47,34 +46,6 @@ EventSink = Callable[..., None]
 
 _MOVED = frozenset({int(ErrorCode.NOT_COORDINATOR), int(ErrorCode.COORDINATOR_NOT_AVAILABLE)})
 """Answers after which a client looks for the group's coordinator again."""
-_GROUP_KEY = 0
-_FIND_COORDINATOR_VERSION = 4
-
-
-async def find_coordinator(
-    bootstrap: list[tuple[str, int]], group_id: str, client_id: str, timeout_s: float
-) -> tuple[str, int]:
-    """The group's coordinator as the first bootstrap address that answers names it. Raises
-    ``OSError`` when none does (the caller's next heartbeat tries again)."""
-    last: Exception = OSError("no bootstrap address")
-    for host, port in bootstrap:
-        try:
-            conn = await KafkaConnection.connect(host, port, client_id, timeout=timeout_s)
-        except (OSError, TimeoutError) as exc:
-            last = exc
-            continue
-        try:
-            request = FindCoordinatorRequest(key_type=_GROUP_KEY, coordinator_keys=[group_id])
-            answer = await conn.request(request, _FIND_COORDINATOR_VERSION, timeout=timeout_s)
-            (found,) = answer.coordinators
-            if found.error_code == ErrorCode.NONE:
-                return found.host, found.port
-            last = OSError(f"FindCoordinator via {host}:{port}: {ErrorCode(found.error_code).name}")
-        except (OSError, TimeoutError) as exc:
-            last = exc
-        finally:
-            await conn.close()
-    raise OSError(f"no coordinator found for {group_id}: {last}")
 
 
 def monotonic_ms() -> int:
@@ -238,8 +209,8 @@ class LiveNewWorker:
         bootstrap bridges name (``bootstrap``)."""
         host, port = self.host, self.port
         if self.bootstrap is not None:
-            group = self.logic.group_id
-            host, port = await find_coordinator(self.bootstrap, group, self.client_id, timeout_s)
+            connect = functools.partial(KafkaConnection.connect, client_id=self.client_id, timeout=timeout_s)
+            host, port = await find_coordinator(self.bootstrap, self.logic.group_id, connect, timeout_s)
         return await KafkaConnection.connect(host, port, self.client_id, timeout=timeout_s)
 
     async def _sleep_until(self, at_ms: int) -> None:
