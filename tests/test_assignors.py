@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from connect_bridge.codecs.ids import ConnectorTaskId, configured_items
-from connect_bridge.state.assignors import AssignmentSpec, cooperative, eager
+from connect_bridge.state.assignors import SERVER_ASSIGNORS, AssignmentSpec, cooperative, eager
 from connect_bridge.state.model import EMPTY, Items
 
 MEMBER_NAMES = ("m0", "m1", "m2", "m3", "m4", "m5")
@@ -102,6 +103,18 @@ def specs(draw: st.DrawFn, holding: bool | None = None) -> AssignmentSpec:
         returned={m: frozenset(items) for m, items in returned.items()},
         holding=draw(st.booleans()) if holding is None else holding,
     )
+
+
+# ------------------------------------------------------------------------------------------ every assignor
+
+
+@pytest.mark.parametrize("name", sorted(SERVER_ASSIGNORS))
+@settings(max_examples=100, deadline=None)
+@given(spec=specs())
+def test_every_server_assignor_covers_the_configured_work_once(name: str, spec: AssignmentSpec) -> None:
+    """The contract of any assignor an operator may choose: so a new entry in ``SERVER_ASSIGNORS``
+    is held to it without a test of its own (docs/engine.md, "Where a change goes")."""
+    assert_exact_cover(SERVER_ASSIGNORS[name](spec), spec)
 
 
 # ---------------------------------------------------------------------------------------------- cooperative
@@ -329,3 +342,15 @@ def test_a_join_into_ten_thousand_members_gives_the_newcomer_work_and_moves_only
     assert out == _reference_cooperative(spec)
     moved = {m for m in dealt if out[m] != dealt[m]}
     assert moved == set() and out["a-new"] == EMPTY  # one item each already: balanced, nothing moves
+
+
+def test_the_operators_choice_of_assignor_is_the_engines_list() -> None:
+    """``coordinator.default_assignor`` accepts exactly the assignors the engine has: a new one added
+    to ``SERVER_ASSIGNORS`` alone could not be chosen, one named only in the settings would fail at
+    the first target."""
+    from typing import get_args
+
+    from connect_bridge.bridge.settings import CoordinatorSettings
+
+    choices = get_args(CoordinatorSettings.model_fields["default_assignor"].annotation)
+    assert set(choices) == set(SERVER_ASSIGNORS)
