@@ -8,16 +8,16 @@ proxy mode; in embedded mode the bridge cannot answer it and closes the connecti
 
 Adding an API:
 
-1. its name in ``codecs.messages.ApiKey``; for an API the bridge decodes, also its message classes
-   and versions in ``codecs.messages._TABLE`` (the codec layer, below the bridge: the request
-   decoder needs them on its own). Each row here reads them back as :attr:`ApiRow.spec`, so the
-   versions are written down once, and :func:`_check` fails at import if the two disagree;
+1. its codec entry: its name in ``codecs.messages.ApiKey`` and its entry in ``codecs.messages.APIS``
+   (the codec layer, below the bridge: the request decoder needs them on its own) -- message
+   classes and versions for an API the bridge decodes, a ``RelayedApi`` (version cap, response
+   class) for one it only relays. Each row here reads it back as :attr:`ApiRow.api`, so key
+   facts and versions are written down once;
 2. one row here: its ``ApiKey``, its ``proxy`` route, its frame ``limit`` and its ``handler``
    (a :class:`LocalApis` method name for a cluster API, a :func:`group_call` for a group API,
-   built from the ``wire_map`` functions that convert it);
+   built from the ``wire_map`` functions that convert it); :func:`_check` fails at import when an
+   entry of ``APIS`` has no row or a row no entry;
 3. its handler: the ``LocalApis`` method, or the coordinator method the group call names.
-
-A relayed-only API (Produce, Fetch, DescribeCluster) carries what the proxy needs in its row.
 """
 
 from __future__ import annotations
@@ -28,10 +28,8 @@ from enum import Flag, StrEnum, auto
 from types import MappingProxyType
 from typing import Any
 
-from kafka.protocol.admin.cluster import DescribeClusterResponse
-
 from connect_bridge.bridge import wire_map as wm
-from connect_bridge.codecs.messages import API_SPECS, ApiKey, ApiSpec
+from connect_bridge.codecs.messages import API_SPECS, KNOWN_APIS, ApiKey, ApiSpec, RelayedApi
 from connect_bridge.state import api as napi
 from connect_bridge.state import classic_api as capi
 from connect_bridge.state.coordinator import GroupCoordinator
@@ -148,12 +146,8 @@ class ApiRow:
     (``method(body, version)``), or the group call; None for a relayed-only API."""
     creates_group: bool = False
     """A request that may create a group: in proxy mode its protocol type decides whose it is."""
-    relay_max_version: int | None = None
-    """Highest version relayed (Produce v10+ / Fetch v16+ may carry NodeEndpoints, not rewritten)."""
     rewrite: str | None = None
     """``REWRITTEN``: the ``UpstreamCluster`` method that points the response at the listeners."""
-    response: type | None = None
-    """``REWRITTEN`` and not decoded by the bridge: the kafka-python class its response decodes with."""
     acks_only: bool = False
     """Produce: a request with acks=0 gets no response, so none may be waited for."""
     before_auth: bool = False
@@ -161,23 +155,27 @@ class ApiRow:
     ``SaslServerAuthenticator`` accepts only ApiVersions, SaslHandshake and SaslAuthenticate)."""
 
     @property
+    def api(self) -> ApiSpec | RelayedApi:
+        """The codec's entry: key, message classes and versions (decoded or relayed)."""
+        return KNOWN_APIS[self.key]
+
+    @property
     def spec(self) -> ApiSpec | None:
-        """The codec's entry (message classes and versions) for an API the bridge decodes."""
+        """The codec's entry for an API the bridge decodes."""
         return API_SPECS.get(self.key)
 
     @property
     def response_class(self) -> type:
         """The class a relayed response decodes with (for rewriting)."""
-        spec = self.spec
-        if spec is not None:
-            return spec.response
-        assert self.response is not None, f"{self.key.name} has no response class"
-        return self.response
+        response = self.api.response
+        assert response is not None, f"{self.key.name} has no response class"
+        return response
 
     @property
     def relay_cap(self) -> int | None:
         """The highest version relayed upstream, where the bridge limits it."""
-        caps = [self.relay_max_version] if self.relay_max_version is not None else []
+        api = self.api
+        caps = [api.max_version] if isinstance(api, RelayedApi) and api.max_version is not None else []
         if self.proxy is Route.REWRITTEN:
             caps.append(self.response_class.max_version)
         return min(caps) if caps else None
@@ -288,15 +286,10 @@ API_TABLE: tuple[ApiRow, ...] = (
         ApiKey.FIND_COORDINATOR, Route.REWRITTEN, _C, "find_coordinator", rewrite="rewrite_find_coordinator"
     ),
     ApiRow(ApiKey.METADATA, Route.REWRITTEN, Limit.CLUSTER_EMBEDDED, "metadata", rewrite="rewrite_metadata"),
-    ApiRow(
-        ApiKey.DESCRIBE_CLUSTER,
-        Route.REWRITTEN,
-        rewrite="rewrite_describe_cluster",
-        response=DescribeClusterResponse,
-    ),
-    # --- relayed, with a version cap
-    ApiRow(ApiKey.PRODUCE, Route.FORWARDED, relay_max_version=9, acks_only=True),
-    ApiRow(ApiKey.FETCH, Route.FORWARDED, relay_max_version=15),
+    ApiRow(ApiKey.DESCRIBE_CLUSTER, Route.REWRITTEN, rewrite="rewrite_describe_cluster"),
+    # --- relayed, with a version cap (``codecs.messages.APIS``)
+    ApiRow(ApiKey.PRODUCE, Route.FORWARDED, acks_only=True),
+    ApiRow(ApiKey.FETCH, Route.FORWARDED),
 )
 
 ROWS: Mapping[int, ApiRow] = MappingProxyType({row.key: row for row in API_TABLE})
@@ -343,14 +336,15 @@ RELAY_CAPS: Mapping[int, int] = MappingProxyType(
 
 
 def _check() -> None:
-    """Fail at import, not on the first request, when a row contradicts the codec registry."""
+    """Fail at import, not on the first request, when a row and the codec's table disagree: every
+    entry of ``codecs.messages.APIS`` has exactly one row, and a handler exactly when it is decoded."""
+    if len(ROWS) != len(API_TABLE):
+        raise AssertionError("an API key with two rows")
+    if set(ROWS) != set(KNOWN_APIS):
+        raise AssertionError(f"rows and codec entries differ: {sorted(set(ROWS) ^ set(KNOWN_APIS))}")
     for row in API_TABLE:
-        decoded = row.spec is not None
-        if decoded != (row.handler is not None):
+        if (row.spec is not None) != (row.handler is not None):
             raise AssertionError(f"{row.key.name}: a handler exactly when the codec decodes it")
-    missing = set(API_SPECS) - set(ROWS)
-    if missing:
-        raise AssertionError(f"API keys the codec decodes but the table lacks: {sorted(missing)}")
 
 
 _check()

@@ -92,6 +92,17 @@ def _flatten(groups: Groups | AbsentType | None) -> tuple[ConnectorTaskId, ...]:
     return tuple(ConnectorTaskId(g.connector, t) for g in groups for t in g.tasks)
 
 
+def _connectors(items: tuple[ConnectorTaskId, ...]) -> tuple[str, ...]:
+    """The connector instances among ``items`` (the ``-1`` entries): one reading of the wire's
+    convention for the assigned and the revoked sets alike."""
+    return tuple(item.connector for item in items if item.task == CONNECTOR_TASK)
+
+
+def _tasks(items: tuple[ConnectorTaskId, ...]) -> tuple[ConnectorTaskId, ...]:
+    """The tasks among ``items`` (entries other than ``-1``)."""
+    return tuple(item for item in items if item.task != CONNECTOR_TASK)
+
+
 def _group(items: Iterable[ConnectorTaskId | tuple[str, int]]) -> Groups:
     """Group items the way Java's ``ExtendedAssignment`` writer does.
 
@@ -150,12 +161,12 @@ class Assignment:
     @property
     def connectors(self) -> tuple[str, ...]:
         """Assigned connector instances: one name per ``-1`` entry, in wire order."""
-        return tuple(item.connector for item in self.items if item.task == CONNECTOR_TASK)
+        return _connectors(self.items)
 
     @property
     def tasks(self) -> tuple[ConnectorTaskId, ...]:
         """Assigned tasks (entries other than ``-1``), in wire order."""
-        return tuple(item for item in self.items if item.task != CONNECTOR_TASK)
+        return _tasks(self.items)
 
     @property
     def revoked_items(self) -> tuple[ConnectorTaskId, ...]:
@@ -163,11 +174,11 @@ class Assignment:
 
     @property
     def revoked_connectors(self) -> tuple[str, ...]:
-        return tuple(item.connector for item in self.revoked_items if item.task == CONNECTOR_TASK)
+        return _connectors(self.revoked_items)
 
     @property
     def revoked_tasks(self) -> tuple[ConnectorTaskId, ...]:
-        return tuple(item for item in self.revoked_items if item.task != CONNECTOR_TASK)
+        return _tasks(self.revoked_items)
 
     @property
     def delay_ms(self) -> int:

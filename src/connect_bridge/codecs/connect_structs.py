@@ -289,12 +289,13 @@ def _read_exact(
     )
 
 
-def _check_count(stream: io.BytesIO, count: int, kind: str, path: str, start: int) -> None:
-    """Java's sanity check: an element count may not exceed the bytes left (element size ignored)."""
+def _check_count(stream: io.BytesIO, count: int, what: str, path: str, start: int) -> None:
+    """Java's sanity check: a length or element count may not exceed the bytes left (an array's
+    element size ignored). ``what`` is Java's wording: "string of length", "array of size"..."""
     left = _remaining(stream)
     if count > left:
         raise CodecError(
-            f"Error reading {kind} of size {count}, only {left} bytes available",
+            f"Error reading {what} {count}, only {left} bytes available",
             field=_dotted(path),
             offset=start,
         )
@@ -340,11 +341,60 @@ class Version(Int):
         return "read_version(io)"
 
 
-class KafkaString(Construct):
+class _FastPath:
+    """The compiled code of this module's constructs: one expression over the fast-path functions.
+
+    Every construct here compiles to calls of those functions, so the import they need is added in
+    one place and each construct says only its expression (``_fast_parse``, ``_fast_build``).
+    """
+
+    def _emitparse(self, code: Any) -> str:
+        code.append(_FAST_IMPORT)
+        return self._fast_parse(code)
+
+    def _emitbuild(self, code: Any) -> str:
+        code.append(_FAST_IMPORT)
+        return self._fast_build(code)
+
+    def _fast_parse(self, code: Any) -> str:
+        raise NotImplementedError
+
+    def _fast_build(self, code: Any) -> str:
+        raise NotImplementedError
+
+
+class _FastLeaf(_FastPath, Construct):
+    """A leaf with a checked parser for diagnosis and one fast reader/writer pair for compiled code.
+
+    The interpreted build and the compiled one must write the same bytes, so both call the one
+    ``writer`` named here; the compiled parse calls ``reader``, the interpreted one ``read_checked``.
+    """
+
+    reader: Callable[[io.BytesIO], Any]
+    writer: Callable[[Any, io.BytesIO], Any]
+
+    @staticmethod
+    def read_checked(stream: io.BytesIO, path: str, element: bool = False) -> Any:
+        raise NotImplementedError
+
+    def _parse(self, stream: io.BytesIO, context: Any, path: str) -> Any:
+        return self.read_checked(stream, path)
+
+    def _build(self, obj: Any, stream: io.BytesIO, context: Any, path: str) -> Any:
+        return self.writer(obj, stream)
+
+    def _fast_parse(self, code: Any) -> str:
+        return f"{self.reader.__name__}(io)"
+
+    def _fast_build(self, code: Any) -> str:
+        return f"{self.writer.__name__}(obj, io)"
+
+
+class KafkaString(_FastLeaf):
     """Kafka STRING: int16 byte length (not negative) + UTF-8 bytes; never null."""
 
-    def _parse(self, stream: io.BytesIO, context: Any, path: str) -> str:
-        return self.read_checked(stream, path)
+    reader = staticmethod(read_string)
+    writer = staticmethod(write_string)
 
     @staticmethod
     def read_checked(stream: io.BytesIO, path: str, element: bool = False) -> str:
@@ -353,13 +403,7 @@ class KafkaString(Construct):
         length: int = _unpack_i16(_read_exact(stream, 2, "string length", path, start, element))[0]
         if length < 0:
             raise CodecError(f"String length {length} cannot be negative", field=_dotted(path), offset=start)
-        left = _remaining(stream)
-        if length > left:
-            raise CodecError(
-                f"Error reading string of length {length}, only {left} bytes available",
-                field=_dotted(path),
-                offset=start,
-            )
+        _check_count(stream, length, "string of length", path, start)
         try:
             return stream.read(length).decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -367,23 +411,12 @@ class KafkaString(Construct):
                 f"invalid UTF-8 in string at byte {exc.start} of {length}", field=_dotted(path), offset=start
             ) from None
 
-    def _build(self, obj: str, stream: io.BytesIO, context: Any, path: str) -> str:
-        return write_string(obj, stream)
 
-    def _emitparse(self, code: Any) -> str:
-        code.append(_FAST_IMPORT)
-        return "read_string(io)"
-
-    def _emitbuild(self, code: Any) -> str:
-        code.append(_FAST_IMPORT)
-        return "write_string(obj, io)"
-
-
-class Int32Array(Construct):
+class Int32Array(_FastLeaf):
     """Non-nullable ARRAY of int32 (a group's ``tasks``), moved with one ``struct`` call."""
 
-    def _parse(self, stream: io.BytesIO, context: Any, path: str) -> tuple[int, ...]:
-        return self.read_checked(stream, path)
+    reader = staticmethod(read_int32_array)
+    writer = staticmethod(write_int32_array)
 
     @staticmethod
     def read_checked(stream: io.BytesIO, path: str, element: bool = False) -> tuple[int, ...]:
@@ -391,7 +424,7 @@ class Int32Array(Construct):
         count: int = _unpack_i32(_read_exact(stream, 4, "array size", path, start, element))[0]
         if count < 0:
             raise CodecError(f"Array size {count} cannot be negative", field=_dotted(path), offset=start)
-        _check_count(stream, count, "array", path, start)
+        _check_count(stream, count, "array of size", path, start)
         body = stream.read(4 * count)
         if len(body) != 4 * count:
             index = len(body) // 4
@@ -403,19 +436,8 @@ class Int32Array(Construct):
             )
         return unpack_int32s(count, body)
 
-    def _build(self, obj: tuple[int, ...], stream: io.BytesIO, context: Any, path: str) -> tuple[int, ...]:
-        return write_int32_array(obj, stream)
 
-    def _emitparse(self, code: Any) -> str:
-        code.append(_FAST_IMPORT)
-        return "read_int32_array(io)"
-
-    def _emitbuild(self, code: Any) -> str:
-        code.append(_FAST_IMPORT)
-        return "write_int32_array(obj, io)"
-
-
-class ConnectorGroupArray(Construct):
+class ConnectorGroupArray(_FastPath, Construct):
     """Nullable ARRAY of connector groups ``{connector: STRING, tasks: ARRAY int32}``.
 
     ``make(connector, tasks)`` builds each element, so the wire layer stays free of model classes; on
@@ -431,7 +453,7 @@ class ConnectorGroupArray(Construct):
         count: int = _unpack_i32(_read_exact(stream, 4, "array size", path, start))[0]
         if count < 0:
             return None
-        _check_count(stream, count, "array", path, start)
+        _check_count(stream, count, "array of size", path, start)
         groups = []
         for index in range(count):
             connector = KafkaString.read_checked(stream, f"{path}[{index}] -> connector", element=True)
@@ -442,17 +464,15 @@ class ConnectorGroupArray(Construct):
     def _build(self, obj: Any, stream: io.BytesIO, context: Any, path: str) -> Any:
         return write_groups(obj, stream)
 
-    def _emitparse(self, code: Any) -> str:
-        code.append(_FAST_IMPORT)
+    def _fast_parse(self, code: Any) -> str:
         code.linkedinstances[id(self)] = self
         return f"read_groups(io, linkedinstances[{id(self)}].make)"
 
-    def _emitbuild(self, code: Any) -> str:
-        code.append(_FAST_IMPORT)
+    def _fast_build(self, code: Any) -> str:
         return "write_groups(obj, io)"
 
 
-class NullableSized(Subconstruct):
+class NullableSized(_FastPath, Subconstruct):
     """NULLABLE_BYTES holding one embedded payload (the subscription's ``allocation``).
 
     Negative length = null. The embedded parser sees only these bytes, so whatever it does not read
@@ -464,13 +484,7 @@ class NullableSized(Subconstruct):
         length: int = _unpack_i32(_read_exact(stream, 4, "bytes length", path, start))[0]
         if length < 0:
             return None
-        left = _remaining(stream)
-        if length > left:
-            raise CodecError(
-                f"Error reading bytes of size {length}, only {left} bytes available",
-                field=_dotted(path),
-                offset=start,
-            )
+        _check_count(stream, length, "bytes of size", path, start)
         inner = Window(stream.read(length), base=start + 4)
         return self.subcon._parsereport(inner, context, path)
 
@@ -479,16 +493,14 @@ class NullableSized(Subconstruct):
             obj, stream, lambda value, inner: self.subcon._build(value, inner, context, path)
         )
 
-    def _emitparse(self, code: Any) -> str:
-        code.append(_FAST_IMPORT)
+    def _fast_parse(self, code: Any) -> str:
         return f"read_nullable_sized(io, lambda io: {self.subcon._compileparse(code)})"
 
-    def _emitbuild(self, code: Any) -> str:
-        code.append(_FAST_IMPORT)
+    def _fast_build(self, code: Any) -> str:
         return f"write_nullable_sized(obj, io, lambda obj, io: {self.subcon._compilebuild(code)})"
 
 
-class Tail(Subconstruct):
+class Tail(_FastPath, Subconstruct):
     """An optional trailing field: :data:`ABSENT` when the buffer ends exactly where it would start.
 
     Because every later field then also starts at the end, a payload cut at a field boundary reads as
@@ -506,12 +518,10 @@ class Tail(Subconstruct):
             return ABSENT
         return self.subcon._build(obj, stream, context, path)
 
-    def _emitparse(self, code: Any) -> str:
-        code.append(_FAST_IMPORT)
+    def _fast_parse(self, code: Any) -> str:
         return f"(ABSENT if at_end(io) else {self.subcon._compileparse(code)})"
 
-    def _emitbuild(self, code: Any) -> str:
-        code.append(_FAST_IMPORT)
+    def _fast_build(self, code: Any) -> str:
         return f"(ABSENT if obj is ABSENT else {self.subcon._compilebuild(code)})"
 
 

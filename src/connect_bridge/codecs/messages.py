@@ -5,9 +5,11 @@ Connect group APIs are our JSON specs in ``codecs/specs`` loaded by the same eng
 one encoder cover both. The registry is a table rather than code so ApiVersions, the request decoder
 and the docs cannot disagree about what is supported.
 
-This is the codec's half of the one-row-per-API table: the message classes and versions, which the
-request decoder needs below the bridge. The bridge's half (routing, frame bounds, handler, wire
-conversion) is ``bridge.api_table``, which checks at import that every API decoded here has its row.
+:data:`APIS` is the one table of every API the bridge treats by its key, with the facts the codec
+layer owns: the key, the message classes and the versions (decoded and advertised, or relayed). The
+request decoder needs them below the bridge. ``bridge.api_table`` adds one row per key with only what
+the bridge does with it (route, frame bounds, handler, wire conversion), reading key and versions
+from here; it fails at import when an API here has no row there or the other way round.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from enum import IntEnum
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from kafka.protocol.admin.cluster import DescribeClusterResponse
 from kafka.protocol.admin.groups import (
     DescribeGroupsRequest,
     DescribeGroupsResponse,
@@ -55,7 +58,9 @@ from connect_bridge.codecs.errors import CodecError
 from connect_bridge.codecs.ids import CONNECTOR_TASK, ConnectorTaskId
 
 __all__ = [
+    "APIS",
     "API_SPECS",
+    "KNOWN_APIS",
     "ApiKey",
     "ApiSpec",
     "ApiVersionsRequest",
@@ -82,6 +87,7 @@ __all__ = [
     "ListGroupsResponse",
     "MetadataRequest",
     "MetadataResponse",
+    "RelayedApi",
     "SyncGroupRequest",
     "SyncGroupResponse",
     "WireConnectorTasks",
@@ -132,9 +138,9 @@ class ConnectGroupDescribeResponse(ApiMessage, load_json=specs):
 
 
 class ApiKey(IntEnum):
-    """API keys the bridge knows by name: the ones it decodes (each has an :class:`ApiSpec` in
-    :data:`API_SPECS`) and the relayed ones it treats specially (``bridge.api_table``); every other
-    key is relayed upstream undecoded."""
+    """API keys the bridge knows by name, each with its entry in :data:`APIS`: the ones it decodes
+    (an :class:`ApiSpec`) and the relayed ones it treats specially (a :class:`RelayedApi`); every
+    other key is relayed upstream undecoded."""
 
     PRODUCE = 0
     FETCH = 1
@@ -166,6 +172,14 @@ class ApiSpec:
     min_version: int
     max_version: int
 
+    @classmethod
+    def of(
+        cls, request: type[ApiMessage], response: type[ApiMessage], min_version: int, max_version: int
+    ) -> ApiSpec:
+        """An entry whose key is the one its message classes carry (from their JSON spec), so the
+        table never states a key its classes could contradict."""
+        return cls(ApiKey(request.API_KEY), request, response, min_version, max_version)
+
     @property
     def name(self) -> str:
         return self.request.name.removesuffix("Request")
@@ -184,41 +198,48 @@ class ApiSpec:
         return 1 if self.response.flexible_version_q(version) else 0
 
 
-# (key, request, response, min, max): versions are what we decode and advertise; the tests check
-# that each range is within what the spec itself declares.
-_TABLE: tuple[tuple[ApiKey, type[ApiMessage], type[ApiMessage], int, int], ...] = (
-    (ApiKey.METADATA, MetadataRequest, MetadataResponse, 0, 13),
-    (ApiKey.FIND_COORDINATOR, FindCoordinatorRequest, FindCoordinatorResponse, 0, 6),
-    (ApiKey.JOIN_GROUP, JoinGroupRequest, JoinGroupResponse, 0, 9),
-    (ApiKey.HEARTBEAT, HeartbeatRequest, HeartbeatResponse, 0, 4),
-    (ApiKey.LEAVE_GROUP, LeaveGroupRequest, LeaveGroupResponse, 0, 5),
-    (ApiKey.SYNC_GROUP, SyncGroupRequest, SyncGroupResponse, 0, 5),
-    (ApiKey.DESCRIBE_GROUPS, DescribeGroupsRequest, DescribeGroupsResponse, 0, 6),
-    (ApiKey.LIST_GROUPS, ListGroupsRequest, ListGroupsResponse, 0, 5),
-    (ApiKey.API_VERSIONS, ApiVersionsRequest, ApiVersionsResponse, 0, 4),
+@dataclass(frozen=True)
+class RelayedApi:
+    """An API the bridge relays without decoding its request, and what the codec knows of it."""
+
+    api_key: ApiKey
+    max_version: int | None = None
+    """The highest version relayed (None: whatever the client and the broker agree on)."""
+    response: type[ApiMessage] | None = None
+    """The class its response decodes with, for an API whose response the bridge rewrites."""
+
+
+APIS: tuple[ApiSpec | RelayedApi, ...] = (
+    # Decoded: the versions are what we decode and advertise; the tests check that each range is
+    # within what the spec itself declares.
+    ApiSpec.of(MetadataRequest, MetadataResponse, 0, 13),
+    ApiSpec.of(FindCoordinatorRequest, FindCoordinatorResponse, 0, 6),
+    ApiSpec.of(JoinGroupRequest, JoinGroupResponse, 0, 9),
+    ApiSpec.of(HeartbeatRequest, HeartbeatResponse, 0, 4),
+    ApiSpec.of(LeaveGroupRequest, LeaveGroupResponse, 0, 5),
+    ApiSpec.of(SyncGroupRequest, SyncGroupResponse, 0, 5),
+    ApiSpec.of(DescribeGroupsRequest, DescribeGroupsResponse, 0, 6),
+    ApiSpec.of(ListGroupsRequest, ListGroupsResponse, 0, 5),
+    ApiSpec.of(ApiVersionsRequest, ApiVersionsResponse, 0, 4),
     # SASL: v0 of SaslHandshake (tokens unframed on the socket) is gone since Kafka 4.0 (KIP-896).
-    (ApiKey.SASL_HANDSHAKE, SaslHandshakeRequest, SaslHandshakeResponse, 1, 1),
-    (ApiKey.SASL_AUTHENTICATE, SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2),
-    (ApiKey.CONNECT_GROUP_HEARTBEAT, ConnectGroupHeartbeatRequest, ConnectGroupHeartbeatResponse, 0, 0),
-    (
-        ApiKey.CONNECT_GROUP_PREPARE_ASSIGNMENT,
-        ConnectGroupPrepareAssignmentRequest,
-        ConnectGroupPrepareAssignmentResponse,
-        0,
-        0,
-    ),
-    (
-        ApiKey.CONNECT_GROUP_INSTALL_ASSIGNMENT,
-        ConnectGroupInstallAssignmentRequest,
-        ConnectGroupInstallAssignmentResponse,
-        0,
-        0,
-    ),
-    (ApiKey.CONNECT_GROUP_DESCRIBE, ConnectGroupDescribeRequest, ConnectGroupDescribeResponse, 0, 1),
+    ApiSpec.of(SaslHandshakeRequest, SaslHandshakeResponse, 1, 1),
+    ApiSpec.of(SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2),
+    ApiSpec.of(ConnectGroupHeartbeatRequest, ConnectGroupHeartbeatResponse, 0, 0),
+    ApiSpec.of(ConnectGroupPrepareAssignmentRequest, ConnectGroupPrepareAssignmentResponse, 0, 0),
+    ApiSpec.of(ConnectGroupInstallAssignmentRequest, ConnectGroupInstallAssignmentResponse, 0, 0),
+    ApiSpec.of(ConnectGroupDescribeRequest, ConnectGroupDescribeResponse, 0, 1),
+    # Relayed: Produce v10+ and Fetch v16+ may carry NodeEndpoints, which the bridge does not rewrite.
+    RelayedApi(ApiKey.PRODUCE, max_version=9),
+    RelayedApi(ApiKey.FETCH, max_version=15),
+    RelayedApi(ApiKey.DESCRIBE_CLUSTER, response=DescribeClusterResponse),
 )
+"""Every API the bridge treats by its key: the one place its key, classes and versions are written."""
+
+KNOWN_APIS: Mapping[int, ApiSpec | RelayedApi] = MappingProxyType({api.api_key: api for api in APIS})
+"""API key -> its entry in :data:`APIS`."""
 
 API_SPECS: Mapping[int, ApiSpec] = MappingProxyType(
-    {key: ApiSpec(key, req, resp, lo, hi) for key, req, resp, lo, hi in _TABLE}
+    {key: api for key, api in KNOWN_APIS.items() if isinstance(api, ApiSpec)}
 )
 """API key -> :class:`ApiSpec` for every API the bridge decodes."""
 

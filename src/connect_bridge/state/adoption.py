@@ -247,40 +247,62 @@ def takeover_ready(
 
     if observation.ending is not None:
         return no(f"generation {gen.generation_id} is ending: {observation.ending}")
+    disagreement = _upstream_disagreement(gen, upstream_describe)
+    if disagreement is not None:
+        return no(disagreement)
+    if behind < total:
+        outside = sorted(members - set(behind_bridge))
+        return no(f"{behind} of {total} members behind the bridge; not yet: {outside}")
+    assert upstream_describe is not None  # no disagreement: the upstream answered
+    unseen = _unseen_step(gen, {m.member_id: m.assignment for m in upstream_describe.members})
+    if unseen is not None:
+        return no(unseen)
+    return TakeoverCheck(True, f"ready: generation {gen.generation_id}, {total} members", behind, total, gen)
+
+
+def _upstream_disagreement(
+    gen: UpstreamGeneration, upstream_describe: ClassicDescribedGroup | None
+) -> str | None:
+    """Why the upstream's DescribeGroups answer does not confirm ``gen`` as its stable generation
+    (None: it does). DescribeGroups carries no generation id, so state, protocol and members are
+    what tell a stale or newer generation apart."""
     if upstream_describe is None:
-        return no("no upstream DescribeGroups answer")
+        return "no upstream DescribeGroups answer"
     if upstream_describe.error_code != ErrorCode.NONE:
-        return no(f"upstream DescribeGroups answered error {upstream_describe.error_code}")
+        return f"upstream DescribeGroups answered error {upstream_describe.error_code}"
     if upstream_describe.state != ClassicGroupState.STABLE.value:
-        return no(f"upstream group is {upstream_describe.state}, not Stable")
+        return f"upstream group is {upstream_describe.state}, not Stable"
     if (upstream_describe.protocol_type, upstream_describe.protocol_data) != (
         gen.protocol_type,
         gen.protocol_name or "",
     ):
-        return no(
+        return (
             f"upstream runs protocol {upstream_describe.protocol_type}/{upstream_describe.protocol_data}, "
             f"generation {gen.generation_id} was {gen.protocol_type}/{gen.protocol_name}"
         )
-    described = {m.member_id: m for m in upstream_describe.members}
-    if set(described) != members:
-        missing = sorted(members - set(described))
-        unknown = sorted(set(described) - members)
-        return no(
+    described = {m.member_id for m in upstream_describe.members}
+    if described != gen.member_ids:
+        missing = sorted(gen.member_ids - described)
+        unknown = sorted(described - gen.member_ids)
+        return (
             f"upstream members differ from generation {gen.generation_id}: "
             f"not upstream {missing}, not observed {unknown}"
         )
-    if behind < total:
-        outside = sorted(members - set(behind_bridge))
-        return no(f"{behind} of {total} members behind the bridge; not yet: {outside}")
+    return None
+
+
+def _unseen_step(gen: UpstreamGeneration, shown: dict[str, bytes]) -> str | None:
+    """Which member's JoinGroup or SyncGroup answer of ``gen`` the bridge has not seen (None: all
+    were): without both it cannot serve the member its metadata and assignment. ``shown``: the
+    assignment the upstream shows per member, where it shows one, must be the one seen."""
     for m in gen.members:
         if not m.joined:
-            return no(f"JoinGroup of {m.member_id} in generation {gen.generation_id} was not seen")
+            return f"JoinGroup of {m.member_id} in generation {gen.generation_id} was not seen"
         if not m.synced or m.assignment is None:
-            return no(f"{m.member_id} has not received its assignment of generation {gen.generation_id}")
-        shown = described[m.member_id].assignment
-        if shown and shown != m.assignment:
-            return no(f"upstream assignment of {m.member_id} differs from generation {gen.generation_id}'s")
-    return TakeoverCheck(True, f"ready: generation {gen.generation_id}, {total} members", behind, total, gen)
+            return f"{m.member_id} has not received its assignment of generation {gen.generation_id}"
+        if shown[m.member_id] and shown[m.member_id] != m.assignment:
+            return f"upstream assignment of {m.member_id} differs from generation {gen.generation_id}'s"
+    return None
 
 
 def upstream_conflict(

@@ -71,17 +71,7 @@ def adopted_snapshot(
         raise AdoptionError(problem)
     owners = principals or {}
     members = tuple(
-        ClassicMemberSnapshot(
-            member_id=m.member_id,
-            group_instance_id=m.group_instance_id,
-            client_id=m.client_id,
-            client_host=m.client_host,
-            rebalance_timeout_ms=m.rebalance_timeout_ms,
-            session_timeout_ms=m.session_timeout_ms,
-            protocols=m.protocols,
-            assignment=m.assignment or b"",
-            principal=owners.get(m.member_id, ANONYMOUS),
-        )
+        ClassicMemberSnapshot.of(m, m.assignment or b"", owners.get(m.member_id, ANONYMOUS))
         for m in gen.members
     )
     return ClassicGroupSnapshot(

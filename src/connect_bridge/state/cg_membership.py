@@ -102,10 +102,10 @@ class ConnectGroupMembership(ConnectGroupState):
             self._write(target_member_tombstone(self.group_id, mid))
         self.timers.cancel(TimerKey.held(self.group_id))
         self.timers.cancel(TimerKey.compute(self.group_id))
-        # The group-level tombstones are queued, not applied: this object is retired with them, and
-        # the conversion and its callers still read the epochs it ended at (the replayed log has no
-        # group left to read them from).
-        self._records += (target_metadata_tombstone(self.group_id), group_metadata_tombstone(self.group_id))
+        # Applied like every other record: a conversion reads what it needs of the group (epochs,
+        # leader, member seq) before it retires it, so nothing reads the group after this.
+        self._write(target_metadata_tombstone(self.group_id))
+        self._write(group_metadata_tombstone(self.group_id))
         self.owners.clear()
 
     def rebuild_after_load(self, now_ms: int) -> None:

@@ -227,7 +227,11 @@ class ConnectGroupState:
             applier(self, record.member_id, record.value)
 
     def _apply_group_metadata(self, _mid: str, value: object) -> None:
-        self.metadata = value if value is not None else GroupMetadata()  # type: ignore[assignment]
+        # A tombstone deletes the group: like Kafka's ``removeGroup`` the coordinator drops this
+        # object (the step that retires it, or ``GroupCoordinator.replay``), which keeps the
+        # epochs it ended at for whoever still holds it.
+        if value is not None:
+            self.metadata = value  # type: ignore[assignment]
 
     def _apply_target_metadata(self, _mid: str, value: object) -> None:
         self.target_metadata = value if value is not None else TargetMetadata()  # type: ignore[assignment]

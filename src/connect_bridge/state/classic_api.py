@@ -78,11 +78,18 @@ class JoinGroupResponse:
 
 
 @dataclass(frozen=True, slots=True)
-class SyncGroupRequest:
+class GenerationRequest:
+    """A request a member makes within a generation (SyncGroup, Heartbeat): the group checks the
+    member, then the generation, from these fields alike (``classic_sync.generation_error``)."""
+
     group_id: str
     member_id: str
     generation_id: int
     group_instance_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SyncGroupRequest(GenerationRequest):
     protocol_type: str | None = None
     protocol_name: str | None = None
     assignments: tuple[tuple[str, bytes], ...] = ()
@@ -102,11 +109,7 @@ class SyncGroupResponse:
 
 
 @dataclass(frozen=True, slots=True)
-class HeartbeatRequest:
-    group_id: str
-    member_id: str
-    generation_id: int
-    group_instance_id: str | None = None
+class HeartbeatRequest(GenerationRequest):
     principal: str = ANONYMOUS
 
 

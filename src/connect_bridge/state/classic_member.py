@@ -83,17 +83,7 @@ class ClassicMember:
         return not self.is_new and (self.awaiting_join or self.awaiting_sync)
 
     def to_snapshot(self) -> ClassicMemberSnapshot:
-        return ClassicMemberSnapshot(
-            self.member_id,
-            self.group_instance_id,
-            self.client_id,
-            self.client_host,
-            self.rebalance_timeout_ms,
-            self.session_timeout_ms,
-            self.protocols,
-            self.assignment,
-            self.principal,
-        )
+        return ClassicMemberSnapshot.of(self, self.assignment, self.principal)
 
     @classmethod
     def from_snapshot(cls, s: ClassicMemberSnapshot, protocol_type: str) -> ClassicMember:

@@ -10,12 +10,26 @@ the same shape.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from connect_bridge.state.model import ANONYMOUS
 from connect_bridge.state.records import Record, RecordType
 
 Protocols = tuple[tuple[str, bytes], ...]
 """(protocol name, metadata) in the member's order of preference."""
+
+
+class ClassicJoin(Protocol):
+    """What a classic member told in its JoinGroup: a request carries it, and the bridge's own
+    classic members and the upstream members an adoption observes keep it."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    rebalance_timeout_ms: int
+    session_timeout_ms: int
+    protocols: Protocols
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +47,23 @@ class ClassicMemberSnapshot:
     assignment: bytes
     principal: str = ANONYMOUS
     """Who created the member (``state.ownership``); a tagged field of the record."""
+
+    @classmethod
+    def of(cls, member: ClassicJoin, assignment: bytes, principal: str) -> ClassicMemberSnapshot:
+        """A member as persisted, from what it joined with. One builder for the bridge's own
+        classic members and for the upstream members an adoption takes over, so both persist the
+        same fields."""
+        return cls(
+            member.member_id,
+            member.group_instance_id,
+            member.client_id,
+            member.client_host,
+            member.rebalance_timeout_ms,
+            member.session_timeout_ms,
+            member.protocols,
+            assignment,
+            principal,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state.classic_api import (
     EAGER_PROTOCOL,
     ClassicGroupState,
+    GenerationRequest,
     HeartbeatRequest,
     HeartbeatResponse,
     SyncGroupRequest,
@@ -36,16 +37,23 @@ def _inconsistent(requested: str | None, group: str | None) -> bool:
     return requested is not None and group is not None and requested != group
 
 
+def generation_error(group: ClassicGroupBase, req: GenerationRequest) -> ErrorCode | None:
+    """Kafka's check of a SyncGroup or Heartbeat: the member (and its instance id), then the
+    generation it names."""
+    error = group.validate_member(req.member_id, req.group_instance_id)
+    if error is None and req.generation_id != group.generation_id:
+        error = ErrorCode.ILLEGAL_GENERATION
+    return error
+
+
 def _sync_error(group: ClassicGroupBase, req: SyncGroupRequest) -> ErrorCode | None:
     if group.state is _S.EMPTY:
         return ErrorCode.UNKNOWN_MEMBER_ID
     if group.state is _S.DEAD:
         return ErrorCode.COORDINATOR_NOT_AVAILABLE
-    error = group.validate_member(req.member_id, req.group_instance_id)
+    error = generation_error(group, req)
     if error is not None:
         return error
-    if req.generation_id != group.generation_id:
-        return ErrorCode.ILLEGAL_GENERATION
     if _inconsistent(req.protocol_type, group.protocol_type) or _inconsistent(
         req.protocol_name, group.protocol_name
     ):
@@ -102,9 +110,7 @@ def heartbeat(group: ClassicGroupBase, req: HeartbeatRequest, now_ms: int) -> He
     """Heartbeat: keeps the session; REBALANCE_IN_PROGRESS tells a member to rejoin."""
     if group.state is _S.DEAD:
         return HeartbeatResponse(int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
-    error = group.validate_member(req.member_id, req.group_instance_id)
-    if error is None and req.generation_id != group.generation_id:
-        error = ErrorCode.ILLEGAL_GENERATION
+    error = generation_error(group, req)
     if error is not None:
         return HeartbeatResponse(int(error))
     if group.state is _S.EMPTY:
@@ -116,4 +122,4 @@ def heartbeat(group: ClassicGroupBase, req: HeartbeatRequest, now_ms: int) -> He
     return HeartbeatResponse()
 
 
-__all__ = ["heartbeat", "sync"]
+__all__ = ["generation_error", "heartbeat", "sync"]

@@ -26,7 +26,7 @@ from connect_bridge.state.classic_group import (
     load_converted,
 )
 from connect_bridge.state.connect_group import ConnectGroup
-from connect_bridge.state.legacy_members import MODE_OF_PROTOCOL
+from connect_bridge.state.legacy_members import MODE_OF_PROTOCOL, legacy_metadata
 from connect_bridge.state.model import (
     EMPTY,
     ConfigView,
@@ -109,18 +109,7 @@ def _legacy_metadata(member: ClassicMember) -> MemberMetadata:
         subscription = decode_subscription(metadata)
     except CodecError as exc:
         raise ConversionError(f"member {member.member_id}: {exc}") from exc
-    return MemberMetadata(
-        instance_id=member.group_instance_id,
-        rebalance_timeout_ms=member.rebalance_timeout_ms,
-        session_timeout_ms=member.session_timeout_ms,
-        url=subscription.url,
-        config_offset=subscription.config_offset,
-        client_id=member.client_id,
-        client_host=member.client_host,
-        protocol=MODE_OF_PROTOCOL[name],
-        classic_protocols=protocols,
-        principal=member.principal,
-    )
+    return legacy_metadata(member, name, subscription, protocols)
 
 
 def upgrade(classic: ClassicGroup, group: ConnectGroup, now_ms: int) -> None:
@@ -211,7 +200,11 @@ def _elect(group: ConnectGroup) -> str:
 
 
 def downgrade(group: ConnectGroup, classic: ClassicGroup, now_ms: int) -> None:
-    """Load ``classic`` from the all-legacy ``group`` and start a rebalance."""
+    """Load ``classic`` from the all-legacy ``group`` and start a rebalance.
+
+    The classic snapshot is built from ``group`` before ``group`` is retired: its tombstones are
+    applied as they are written (as replay applies them), so the group reads empty afterwards.
+    """
     name = _elect(group)
     version = CONNECT_PROTOCOL_NAMES.get(name, 0)
     leader_id = group.metadata.leader_id if group.metadata.leader_id in group.members else ""

@@ -554,6 +554,8 @@ class GroupCoordinator(OwnershipSteps):
                 return
             group = self._new_connect(gid)
         group.apply(record)
+        if record.type is RecordType.GROUP_METADATA and record.value is None:
+            del self.groups[gid]  # the group is deleted (``ConnectGroupState._apply_group_metadata``)
 
     def unload(self, group_ids: set[str]) -> None:
         """Forget ``group_ids`` without writing anything: another bridge coordinates them now (their

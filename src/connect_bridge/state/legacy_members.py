@@ -10,6 +10,8 @@ CompletingRebalance / Stable) are transient, like a broker's: after a restart me
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from connect_bridge.codecs.connect_protocol import (
     CONNECT_PROTOCOL_NAMES,
     Assignment,
@@ -23,6 +25,7 @@ from connect_bridge.codecs.errors import CodecError
 from connect_bridge.state import classic_api as api
 from connect_bridge.state.cg_view import LegacyHost
 from connect_bridge.state.classic_api import ClassicGroupState
+from connect_bridge.state.classic_records import ClassicJoin
 from connect_bridge.state.errors import RequestError
 from connect_bridge.state.model import EMPTY, Items, Member, MemberMetadata, MemberState
 from connect_bridge.state.timers import TimerKey, TimerKind, Timers
@@ -32,6 +35,42 @@ CONFIG_MISMATCH = 1
 """Connect's ``Assignment.CONFIG_MISMATCH``: the leader's config is behind a member's; rejoin."""
 MODE_OF_PROTOCOL = {"default": "eager", "compatible": "compatible", "sessioned": "sessioned"}
 """Connect's protocol names (JoinGroup) -> the worker's ``connect.protocol`` mode (event log names)."""
+
+
+class _JoinedBy(ClassicJoin, Protocol):
+    """A classic join and who made it (a request, or the classic group's member it created)."""
+
+    principal: str
+
+
+def legacy_metadata(
+    joined: _JoinedBy,
+    protocol: str,
+    subscription: Subscription,
+    classic_protocols: tuple[tuple[str, bytes], ...],
+    rebalance_timeout_ms: int | None = None,
+) -> MemberMetadata:
+    """A legacy member's metadata: its JoinGroup's fields, its Connect subscription and ``protocol``,
+    the Connect protocol it is answered in.
+
+    One builder for a worker joining the connect group and for a member of a classic group that
+    converts, so the two cannot carry different fields. ``rebalance_timeout_ms``: when not the
+    join's own (a join without one takes its session timeout).
+    """
+    if rebalance_timeout_ms is None:
+        rebalance_timeout_ms = joined.rebalance_timeout_ms
+    return MemberMetadata(
+        instance_id=joined.group_instance_id,
+        rebalance_timeout_ms=rebalance_timeout_ms,
+        session_timeout_ms=joined.session_timeout_ms,
+        url=subscription.url,
+        config_offset=subscription.config_offset,
+        client_id=joined.client_id,
+        client_host=joined.client_host,
+        protocol=MODE_OF_PROTOCOL[protocol],
+        classic_protocols=classic_protocols,
+        principal=joined.principal,
+    )
 
 
 def first_protocol(metadata: MemberMetadata) -> str:
@@ -168,20 +207,10 @@ class LegacyMembers:
             raise RequestError(
                 ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"bad {name} subscription: {exc}"
             ) from exc
-        return MemberMetadata(
-            instance_id=req.group_instance_id,
-            rebalance_timeout_ms=req.rebalance_timeout_ms
-            if req.rebalance_timeout_ms > 0
-            else req.session_timeout_ms,
-            session_timeout_ms=req.session_timeout_ms,
-            url=subscription.url,
-            config_offset=subscription.config_offset,
-            client_id=req.client_id,
-            client_host=req.client_host,
-            protocol=MODE_OF_PROTOCOL[name],
-            classic_protocols=tuple(req.protocols),
-            principal=req.principal,
+        rebalance_timeout_ms = (
+            req.rebalance_timeout_ms if req.rebalance_timeout_ms > 0 else req.session_timeout_ms
         )
+        return legacy_metadata(req, name, subscription, tuple(req.protocols), rebalance_timeout_ms)
 
     def _join(self, group: LegacyHost, req: api.JoinGroupRequest, now_ms: int) -> api.JoinGroupResponse:
         metadata = self._validate_join(group, req)

@@ -8,6 +8,7 @@ dict; the heap entry is re-queued lazily when it surfaces. That keeps a heartbea
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from enum import StrEnum
 from typing import NamedTuple
 
@@ -32,6 +33,31 @@ class TimerKind(StrEnum):
         return not self.value.startswith("classic-")
 
 
+class _Named:
+    """A named constructor of a timer key: ``TimerKey.session(group_id, member_id)``,
+    ``TimerKey.held(group_id)``.
+
+    The named constructors differ only in their kind and in whether they take a member, so one
+    descriptor serves them all and a new timer is one line in :class:`TimerKey`; a per-group key
+    built with a member (or a per-member key without one) is a TypeError at the call.
+    """
+
+    def __init__(self, kind: TimerKind, per_member: bool) -> None:
+        self.kind = kind
+        self.per_member = per_member
+        self._build: Callable[..., TimerKey] | None = None
+
+    def __get__(self, obj: object, owner: type[TimerKey]) -> Callable[..., TimerKey]:
+        # Built on first use and kept: a heartbeat re-arms a session key on every call.
+        if self._build is None:
+            kind = self.kind
+            if self.per_member:
+                self._build = lambda group_id, member_id: owner(kind, group_id, member_id)
+            else:
+                self._build = lambda group_id: owner(kind, group_id)
+        return self._build
+
+
 class TimerKey(NamedTuple):
     """Which timer: its kind, its group and, for a per-member timer, the member.
 
@@ -48,47 +74,16 @@ class TimerKey(NamedTuple):
         """A key from its parts; an unknown kind is a ValueError, never a timer that cannot fire."""
         return cls(TimerKind(kind), group_id, member_id)
 
-    # per member
-    @classmethod
-    def session(cls, group_id: str, member_id: str) -> TimerKey:
-        return cls(TimerKind.SESSION, group_id, member_id)
-
-    @classmethod
-    def revoke(cls, group_id: str, member_id: str) -> TimerKey:
-        return cls(TimerKind.REVOKE, group_id, member_id)
-
-    @classmethod
-    def legacy_join(cls, group_id: str, member_id: str) -> TimerKey:
-        return cls(TimerKind.LEGACY_JOIN, group_id, member_id)
-
-    @classmethod
-    def legacy_sync(cls, group_id: str, member_id: str) -> TimerKey:
-        return cls(TimerKind.LEGACY_SYNC, group_id, member_id)
-
-    @classmethod
-    def classic_session(cls, group_id: str, member_id: str) -> TimerKey:
-        return cls(TimerKind.CLASSIC_SESSION, group_id, member_id)
-
-    # per group
-    @classmethod
-    def held(cls, group_id: str) -> TimerKey:
-        return cls(TimerKind.HELD, group_id)
-
-    @classmethod
-    def compute(cls, group_id: str) -> TimerKey:
-        return cls(TimerKind.COMPUTE, group_id)
-
-    @classmethod
-    def classic_join(cls, group_id: str) -> TimerKey:
-        return cls(TimerKind.CLASSIC_JOIN, group_id)
-
-    @classmethod
-    def classic_sync(cls, group_id: str) -> TimerKey:
-        return cls(TimerKind.CLASSIC_SYNC, group_id)
-
-    @classmethod
-    def classic_switch(cls, group_id: str) -> TimerKey:
-        return cls(TimerKind.CLASSIC_SWITCH, group_id)
+    session = _Named(TimerKind.SESSION, per_member=True)
+    revoke = _Named(TimerKind.REVOKE, per_member=True)
+    legacy_join = _Named(TimerKind.LEGACY_JOIN, per_member=True)
+    legacy_sync = _Named(TimerKind.LEGACY_SYNC, per_member=True)
+    classic_session = _Named(TimerKind.CLASSIC_SESSION, per_member=True)
+    held = _Named(TimerKind.HELD, per_member=False)
+    compute = _Named(TimerKind.COMPUTE, per_member=False)
+    classic_join = _Named(TimerKind.CLASSIC_JOIN, per_member=False)
+    classic_sync = _Named(TimerKind.CLASSIC_SYNC, per_member=False)
+    classic_switch = _Named(TimerKind.CLASSIC_SWITCH, per_member=False)
 
 
 class Timers:
@@ -157,14 +152,9 @@ class Timers:
     def expired(self, now_ms: int) -> list[TimerKey]:
         """Remove and return the keys whose deadline is <= now, earliest first (ties: scheduling order)."""
         out = []
-        while True:
-            deadline = self.next_deadline()
-            if deadline is None or deadline > now_ms:
-                return out
-            _, _, key = heapq.heappop(self._heap)
-            del self._queued[key]
-            del self._deadline[key]
+        while (key := self.pop_due(now_ms)) is not None:
             out.append(key)
+        return out
 
     def keys(self) -> list[TimerKey]:
         return list(self._deadline)
