@@ -22,6 +22,7 @@ from connect_bridge.bridge.metrics import Metrics
 from connect_bridge.bridge.server_admin import admin_handler, adopt_path
 from connect_bridge.bridge.server_adoption import Adoption
 from connect_bridge.bridge.server_connection import Connection
+from connect_bridge.bridge.server_hooks import StepHooks
 from connect_bridge.bridge.server_relay import Relay as ServerRelay
 from connect_bridge.bridge.settings import SettingsError, load_settings
 from connect_bridge.codecs.requests import decode_request, encode_request
@@ -79,10 +80,7 @@ class Bridge:
         self.adoption = Adoption(
             AdoptionSettings(groups=G, mode=mode, check_interval_ms=10),
             self.upstream,  # type: ignore[arg-type]
-            lambda: self.coordinator,
-            self.after_step,
-            self.durable,
-            lambda: relay.now,
+            StepHooks(lambda: self.coordinator, self.after_step, self.durable, lambda: relay.now),
             self.metrics,
         )
         self.conns: dict[str, Connection] = {}

@@ -8,7 +8,10 @@ made by ``connect-bridge credentials add``) and ``authorization`` from an ACL fi
 - ``mallory`` has no ACL: every group API is GROUP_AUTHORIZATION_FAILED (30), ListGroups and an
   empty ConnectGroupDescribe show nothing;
 - ``bob`` may READ ``connect-*`` but is denied ``connect-secret``: he cannot act on alice's member
-  (UNKNOWN_MEMBER_ID, as for an id nobody has) and does not see ``connect-secret`` listed;
+  (UNKNOWN_MEMBER_ID, as for an id nobody has; SyncGroup and ConnectGroupInstallAssignment checked
+  against members for which alice's own call succeeds) and does not see ``connect-secret`` listed;
+- FindCoordinator needs DESCRIBE on the group (Kafka's ``KafkaApis.getCoordinator``): per key
+  from v4 on, the whole answer before;
 - every decision is counted in /metrics by operation and result, and a denial is logged as one
   structured line, rate-limited per (principal, operation, group).
 
@@ -47,12 +50,14 @@ from connect_bridge.codecs import messages as m
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state import api as napi
 from connect_bridge.state import classic_api as capi
+from connect_bridge.state.model import EMPTY, ClientAssignor, Items
 from kafka_secure import SecureKafka
 from polling import wait_until
 from test_sasl_terminated import credentials_file
 from test_server import HEARTBEAT_V, HOST, JOIN_V, SYNC_V, VIEW, Running, protocols, run, running
 
 OPEN, SECRET = "connect-cluster", "connect-secret"
+CLASSIC, ASSIGNED = "connect-classic", "connect-assigned"
 USERS = {"alice": "alice-secret", "bob": "bob-secret", "mallory": "mallory-secret"}
 DENIED = int(ErrorCode.GROUP_AUTHORIZATION_FAILED)
 UNKNOWN = int(ErrorCode.UNKNOWN_MEMBER_ID)
@@ -96,7 +101,9 @@ class GroupApis:
     def __init__(self, conn: KafkaConnection) -> None:
         self.conn = conn
 
-    async def beat(self, group: str, member_id: str, epoch: int) -> napi.HeartbeatResponse:
+    async def beat(
+        self, group: str, member_id: str, epoch: int, assignors: tuple[ClientAssignor, ...] | None = None
+    ) -> napi.HeartbeatResponse:
         joining = epoch == 0
         req = napi.HeartbeatRequest(
             group,
@@ -106,16 +113,26 @@ class GroupApis:
             url="http://w:8083" if joining else None,
             config_offset=VIEW.offset if joining else None,
             owned=frozenset() if joining else None,
+            client_assignors=assignors,
         )
         return wm.heartbeat_response_from_wire(await self.conn.request(wm.heartbeat_to_wire(req), 0))
 
     async def prepare(self, group: str, member_id: str, epoch: int) -> int:
-        msg = wm.prepare_to_wire(napi.PrepareAssignmentRequest(group, member_id, epoch))
-        return (await self.conn.request(msg, 0)).error_code
+        return (await self.prepared(group, member_id, epoch)).error_code
 
-    async def install(self, group: str, member_id: str, epoch: int) -> int:
-        msg = wm.install_to_wire(napi.InstallAssignmentRequest(group, member_id, epoch, epoch))
-        return (await self.conn.request(msg, 0)).error_code
+    async def prepared(self, group: str, member_id: str, epoch: int) -> Any:
+        """PrepareAssignment's whole answer (its group epoch is what InstallAssignment names)."""
+        msg = wm.prepare_to_wire(napi.PrepareAssignmentRequest(group, member_id, epoch))
+        return await self.conn.request(msg, 0)
+
+    async def install(
+        self, group: str, member_id: str, epoch: int, group_epoch: int | None = None, items: Items = EMPTY
+    ) -> int:
+        """InstallAssignment giving ``items`` to ``member_id`` alone (in a one-member group with the
+        configured work, ``VIEW.items()``, that is complete), at ``group_epoch`` (default ``epoch``)."""
+        group_epoch = epoch if group_epoch is None else group_epoch
+        req = napi.InstallAssignmentRequest(group, member_id, epoch, group_epoch, members={member_id: items})
+        return (await self.conn.request(wm.install_to_wire(req), 0)).error_code
 
     async def connect_describe(self, *groups: str) -> list[tuple[str, int]]:
         answer = await self.conn.request(wm.describe_to_wire(groups), 0)
@@ -126,8 +143,22 @@ class GroupApis:
         msg = await self.conn.request(wm.join_to_wire(req, JOIN_V), JOIN_V)
         return wm.join_response_from_wire(msg).error_code
 
-    async def sync(self, group: str, member_id: str) -> int:
-        req = capi.SyncGroupRequest(group, member_id, 1, None, "connect", "sessioned", ())
+    async def classic_member(self, group: str) -> tuple[str, int]:
+        """Join ``group`` as a classic (sessioned) worker, as Kafka 2.2+ clients do (a first JoinGroup
+        gets MEMBER_ID_REQUIRED and the id to join with): its member id and generation."""
+        member_id = ""
+        for _ in range(2):
+            req = capi.JoinGroupRequest(
+                group, member_id, "connect", protocols("http://w:8083"), 10_000, 30_000
+            )
+            answer = await self.conn.request(wm.join_to_wire(req, JOIN_V), JOIN_V)
+            joined = wm.join_response_from_wire(answer)
+            member_id = joined.member_id
+        assert joined.error_code == 0, joined
+        return joined.member_id, joined.generation_id
+
+    async def sync(self, group: str, member_id: str, generation: int = 1) -> int:
+        req = capi.SyncGroupRequest(group, member_id, generation, None, "connect", "sessioned", ())
         return wm.sync_response_from_wire(
             await self.conn.request(wm.sync_to_wire(req, SYNC_V), SYNC_V)
         ).error_code
@@ -151,6 +182,17 @@ class GroupApis:
         answer = await self.conn.request(wm.list_groups_to_wire(LIST_V), LIST_V)
         assert answer.error_code == 0
         return sorted(row[0] for row in wm.list_groups_response_from_wire(answer))
+
+    async def find_coordinators(self, *groups: str) -> list[tuple[str, int, int]]:
+        """FindCoordinator v4 (a batch): (key, error code, node id) per group."""
+        msg = m.FindCoordinatorRequest(key_type=0, coordinator_keys=list(groups))
+        answer = await self.conn.request(msg, 4)
+        return [(c.key, c.error_code, c.node_id) for c in answer.coordinators]
+
+    async def find_coordinator_v3(self, group: str) -> tuple[int, str | None, int]:
+        """FindCoordinator v3 (one key, a top-level error): (error code, message, node id)."""
+        answer = await self.conn.request(m.FindCoordinatorRequest(key=group, key_type=0), 3)
+        return answer.error_code, answer.error_message, answer.node_id
 
 
 def metric(metrics: Metrics, operation: str, result: str) -> float:
@@ -209,9 +251,21 @@ def test_group_apis_are_authorized_and_members_belong_to_their_principal(
         assert await bob.describe_groups(OPEN, SECRET) == [(OPEN, 0), (SECRET, DENIED)]
         assert await bob.connect_describe(OPEN, SECRET) == [(OPEN, 0), (SECRET, DENIED)]
 
+        # SyncGroup and ConnectGroupInstallAssignment naming alice's members: refused to bob, hers.
+        classic, generation = await alice.classic_member(CLASSIC)
+        assert await bob.sync(CLASSIC, classic, generation) == UNKNOWN
+        assert await alice.sync(CLASSIC, classic, generation) == 0
+        leader = await alice.beat(ASSIGNED, "", 0, (ClientAssignor("incremental-cooperative", 1, 2, 0, 2),))
+        assert leader.error_code == ErrorCode.COMPUTE_ASSIGNMENT, leader  # alice's worker assigns
+        prepared = await alice.prepared(ASSIGNED, leader.member_id, leader.member_epoch)
+        assert prepared.error_code == 0, prepared
+        target = (ASSIGNED, leader.member_id, leader.member_epoch, prepared.group_epoch, VIEW.items())
+        assert await bob.install(*target) == UNKNOWN
+        assert await alice.install(*target) == 0
+
         # alice's member is untouched and hers.
         assert (await alice.beat(OPEN, member, epoch)).error_code == 0
-        assert await alice.list_groups() == [OPEN, SECRET]
+        assert await alice.list_groups() == [ASSIGNED, CLASSIC, OPEN, SECRET]
         for conn in (alice_conn, bob_conn, mallory_conn):
             await conn.close()
 
@@ -224,6 +278,31 @@ def test_group_apis_are_authorized_and_members_belong_to_their_principal(
     reads = [line for line in mallory_open if line["operation"] == "READ" and line["group"] == OPEN]
     assert len(reads) == 1 and reads[0]["suppressed"] == 0
     assert "no ACL allows it" in reads[0]["reason"] and reads[0]["host"] == HOST
+
+
+def test_find_coordinator_needs_describe_on_the_group(
+    bridge: Running, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Kafka's ``KafkaApis.getCoordinator``: a group key without DESCRIBE is GROUP_AUTHORIZATION_FAILED
+    with no coordinator (node -1): per key from v4 on, the whole answer before it."""
+    caplog.set_level(logging.INFO, logger="connect_bridge.authorization")
+
+    async def scenario() -> None:
+        alice, bob, mallory = [GroupApis(await login(bridge.port, u)) for u in ("alice", "bob", "mallory")]
+        assert await alice.find_coordinators(OPEN, SECRET) == [(OPEN, 0, 0), (SECRET, 0, 0)]
+        assert await bob.find_coordinators(OPEN, SECRET) == [(OPEN, 0, 0), (SECRET, DENIED, -1)]
+        assert await mallory.find_coordinators(OPEN) == [(OPEN, DENIED, -1)]
+        assert await bob.find_coordinator_v3(OPEN) == (0, None, 0)
+        assert await bob.find_coordinator_v3(SECRET) == (DENIED, "Group authorization failed.", -1)
+        assert await mallory.find_coordinator_v3(OPEN) == (DENIED, "Group authorization failed.", -1)
+        for apis in (alice, bob, mallory):
+            await apis.conn.close()
+
+    run(scenario())
+    assert metric(bridge.metrics, "DESCRIBE", "denied") == 4
+    assert metric(bridge.metrics, "DESCRIBE", "allowed") == 4
+    denied = {(line["principal"], line["group"]) for line in denial_lines(caplog)}
+    assert denied == {("User:bob", SECRET), ("User:mallory", OPEN)}  # rate-limited: one line each
 
 
 # ------------------------------------------------------------------ rules from the upstream cluster

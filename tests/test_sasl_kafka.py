@@ -194,24 +194,34 @@ def test_no_password_reaches_the_bridge_log(secure_kafka: SecureKafka, sasl_brid
         assert secret not in log
 
 
+def java_client_config(kafka: SecureKafka, path: Path, listener: str, mechanism: str, bootstrap: str) -> Path:
+    """A Java client's ``--command-config`` file: ``listener``'s security as alice, to ``bootstrap``."""
+    props = kafka.java_client_properties(listener, user="alice", mechanism=mechanism, bootstrap=bootstrap)
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()), encoding="utf-8")
+    return path
+
+
 def test_java_clients_and_a_connect_worker_through_the_bridge(
     secure_kafka: SecureKafka, sasl_bridge: BridgeProcess, connect_worker: Any, tmp_path: Path
 ) -> None:
+    """The worker logs in with SCRAM-SHA-512, the Java AdminClient tool with PLAIN: both mechanisms
+    a Java client uses, relayed to the broker by the same bridge."""
     props = secure_kafka.java_client_properties(
         "SASL_PLAINTEXT", user="alice", mechanism="SCRAM-SHA-512", bootstrap=sasl_bridge.bootstrap
     )
-    command_config = tmp_path / "client.properties"
-    command_config.write_text("".join(f"{k}={v}\n" for k, v in props.items()), encoding="utf-8")
+    plain = java_client_config(
+        secure_kafka, tmp_path / "client.properties", "SASL_PLAINTEXT", "PLAIN", sasl_bridge.bootstrap
+    )
     group = GROUP
     security = {k: v for k, v in props.items() if k != "bootstrap.servers"}
     prefixed = {f"{p}.{k}": v for p in ("producer", "consumer", "admin") for k, v in security.items()}
     worker = connect_worker(bootstrap=sasl_bridge.bootstrap, group_id=group, overrides=security | prefixed)
     assert worker.joined()
-    # A Java AdminClient over SASL through the bridge (ListGroups is answered partly by the bridge;
-    # Kafka 4's tool lists consumer groups only, so the Connect group is not in its output).
+    # A Java AdminClient over SASL PLAIN through the bridge (ListGroups is answered partly by the
+    # bridge; Kafka 4's tool lists consumer groups only, so the Connect group is not in its output).
     jt.run_tool(
         jt.CONSUMER_GROUPS, "--bootstrap-server", sasl_bridge.bootstrap, "--command-config",
-        str(command_config), "--list",
+        str(plain), "--list",
     )  # fmt: skip
     host, port = sasl_bridge.bootstrap.rsplit(":", 1)
 
@@ -242,6 +252,9 @@ def test_java_clients_and_a_connect_worker_through_the_bridge(
 
 
 def test_sasl_ssl_on_both_sides_of_the_bridge(secure_kafka: SecureKafka, tmp_path: Path) -> None:
+    """kafka-python (SCRAM-SHA-256) and a Java AdminClient (Kafka's ``kafka-topics``, SCRAM-SHA-512,
+    hostname verification on) over SASL_SSL through the bridge: the Java client creates the topic
+    that kafka-python then writes and reads."""
     tls = secure_kafka.material
     bridge = start_bridge(
         secure_kafka.sasl_ssl,
@@ -253,8 +266,16 @@ def test_sasl_ssl_on_both_sides_of_the_bridge(secure_kafka: SecureKafka, tmp_pat
         ),
     )
     try:
+        topic = unique("sasl-ssl")
+        java = java_client_config(
+            secure_kafka, tmp_path / "java.properties", "SASL_SSL", "SCRAM-SHA-512", bridge.bootstrap
+        )
+        jt.run_tool(
+            jt.TOPICS, "--bootstrap-server", bridge.bootstrap, "--command-config", str(java),
+            "--create", "--topic", topic, "--partitions", "1", "--replication-factor", "1",
+        )  # fmt: skip
         cfg = client_config(secure_kafka, bridge.bootstrap, "SCRAM-SHA-256", protocol="SASL_SSL")
-        assert round_trip(cfg, unique("sasl-ssl"), 3) == [b"record-0", b"record-1", b"record-2"]
+        assert round_trip(cfg, topic, 3) == [b"record-0", b"record-1", b"record-2"]
         assert log_has(bridge, "authenticated as User:alice")
     finally:
         bridge.stop()
@@ -263,21 +284,25 @@ def test_sasl_ssl_on_both_sides_of_the_bridge(secure_kafka: SecureKafka, tmp_pat
 # ------------------------------------------------------------------------------- terminated, Java
 
 
-def test_java_admin_client_against_terminated_sasl(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("mechanism", "module"),
+    [("SCRAM-SHA-512", "scram.ScramLoginModule"), ("PLAIN", "plain.PlainLoginModule")],
+)
+def test_java_admin_client_against_terminated_sasl(tmp_path: Path, mechanism: str, module: str) -> None:
+    """Kafka's ``kafka-topics`` (a Java AdminClient) logs in to the bridge's own SASL: PLAIN is checked
+    against the same salted SCRAM credentials as SCRAM is (docs/security.md)."""
     credentials = tmp_path / "credentials.yaml"
     assert add_user(credentials, "alice", "alice-secret").returncode == 0
-    settings = SaslSettings(mode="terminated", mechanisms=["SCRAM-SHA-512"], credentials_file=credentials)
+    settings = SaslSettings(mode="terminated", mechanisms=[mechanism], credentials_file=credentials)
     with running(sasl=settings) as srv:
         bootstrap = f"{HOST}:{srv.port}"
 
         def tool(password: str) -> Any:
-            jaas = (
-                "org.apache.kafka.common.security.scram.ScramLoginModule required "
-                f'username="alice" password="{password}";'
-            )
+            jaas = f'org.apache.kafka.common.security.{module} required username="alice" '
+            jaas += f'password="{password}";'
             config = tmp_path / f"client-{password}.properties"
             config.write_text(
-                f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\nsasl.jaas.config={jaas}\n",
+                f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism={mechanism}\nsasl.jaas.config={jaas}\n",
                 encoding="utf-8",
             )
             return jt.run_tool(

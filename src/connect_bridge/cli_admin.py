@@ -159,9 +159,12 @@ def admin_request(endpoint: AdminEndpoint, method: str, path: str, timeout: floa
     except (OSError, http.client.HTTPException) as exc:  # URLError is an OSError
         raise AdminError(_reason(endpoint, exc)) from None
     try:
-        return status, json.loads(body)
+        parsed = json.loads(body)
     except ValueError:
         raise AdminError(
             f"the bridge's admin endpoint at {endpoint.shown} answered HTTP {status} without JSON: "
             "is --admin the bridge's metrics_listen?"
         ) from None
+    if status == 403 and isinstance(parsed, dict):  # admin_access.py: not loopback, no client cert
+        raise AdminError(f"{endpoint.shown} refused the admin request: {parsed.get('message')}")
+    return status, parsed

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Callable
 
 from connect_bridge.bridge.acls import AclFileError
+from connect_bridge.bridge.admin_access import AdminAccess
 from connect_bridge.bridge.authorization import (
     GroupAuthorizer,
     authorizer_from_settings,
@@ -20,7 +21,7 @@ from connect_bridge.bridge.authorization import (
 )
 from connect_bridge.bridge.config_source import ConfigViewWatcher, ViewDelivery
 from connect_bridge.bridge.config_topic import ConfigTopicWatcher
-from connect_bridge.bridge.exposure import listener_exposure_warning
+from connect_bridge.bridge.exposure import admin_exposure_warning, listener_exposure_warning
 from connect_bridge.bridge.metrics import Metrics, start_http
 from connect_bridge.bridge.partitioned_store import PartitionedTopicStore
 from connect_bridge.bridge.server import BridgeServer, ServerOptions
@@ -181,21 +182,7 @@ async def run(settings: BridgeSettings) -> str | None:
     try:
         # Both ports are bound before anything is announced: the metrics port first, because it
         # is cheap to check and the server's start may wait for an upstream cluster.
-        if settings.metrics_address is not None:
-            mhost, mport = settings.metrics_address
-            try:
-                http = await start_http(
-                    mhost,
-                    mport,
-                    metrics,
-                    lambda: server.ready,
-                    ssl=metrics_tls.context if metrics_tls else None,
-                    admin=admin_handler(lambda: server.adoption, lambda: server),
-                )
-            except OSError as exc:
-                fix = "--metrics-listen (off disables it)"
-                raise bind_error("serve metrics", mhost, mport, exc, fix) from None
-            log.info("metrics on http://%s:%d/metrics", mhost, http.sockets[0].getsockname()[1])
+        http = await _start_metrics_http(settings, server, metrics, metrics_tls)
         await server.start()
     except BaseException:
         if http is not None:
@@ -211,7 +198,11 @@ async def run(settings: BridgeSettings) -> str | None:
         watch_task = server.supervise(watcher.watch(server.set_config_view), "the config view watcher")
     start_acl_refresh(server, settings, authorizer, security)
     exposed = listener_exposure_warning(
-        server.options.host, server.port, listener_tls is not None, settings.sasl.enabled
+        server.options.host,
+        server.port,
+        listener_tls is not None,
+        settings.sasl.enabled,
+        settings.tls is not None and settings.tls.client_auth == "required",
     )
     if exposed is not None:
         log.warning(exposed)
@@ -228,6 +219,37 @@ async def run(settings: BridgeSettings) -> str | None:
         if http is not None:
             http.close()
     return server.failure
+
+
+async def _start_metrics_http(
+    settings: BridgeSettings,
+    server: BridgeServer,
+    metrics: Metrics,
+    metrics_tls: ReloadingServerContext | None,
+) -> asyncio.AbstractServer | None:
+    """The /metrics, probe and admin listener (None when ``--metrics-listen off``), bound before the
+    bridge's own port so that a port in use fails ``serve`` before it waits for an upstream."""
+    if settings.metrics_address is None:
+        return None
+    mhost, mport = settings.metrics_address
+    try:
+        http = await start_http(
+            mhost,
+            mport,
+            metrics,
+            lambda: server.ready,
+            ssl=metrics_tls.context if metrics_tls else None,
+            admin=admin_handler(lambda: server.adoption, lambda: server),
+            admin_access=AdminAccess(settings.admin_allow_remote, metrics.admin_refused.inc),
+        )
+    except OSError as exc:
+        fix = "--metrics-listen (off disables it)"
+        raise bind_error("serve metrics", mhost, mport, exc, fix) from None
+    log.info("metrics on http://%s:%d/metrics", mhost, http.sockets[0].getsockname()[1])
+    opened = admin_exposure_warning(mhost, http.sockets[0].getsockname()[1], settings.admin_allow_remote)
+    if opened is not None:
+        log.warning(opened)
+    return http
 
 
 def loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:

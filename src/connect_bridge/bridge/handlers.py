@@ -46,8 +46,12 @@ NOT_A_GROUP = "the bridge coordinates groups only"
 _LOADING = int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
 _INVALID = int(ErrorCode.INVALID_REQUEST)
 _DENIED = int(ErrorCode.GROUP_AUTHORIZATION_FAILED)
-_AUTHORIZED_LISTS = frozenset({"describe_groups", "list_groups", "connect_describe"})
+_AUTHORIZED_LISTS = frozenset({"describe_groups", "list_groups", "connect_describe", "find_coordinator"})
 """Cluster-API methods that answer per group, so they take the client to authorize DESCRIBE."""
+_NO_COORDINATOR = {"node_id": NO_NODE, "host": "", "port": NO_NODE}
+"""Kafka's ``Node.noNode``: the coordinator of a refused key."""
+DENIED_MESSAGE = "Group authorization failed."
+"""Kafka's ``Errors.GROUP_AUTHORIZATION_FAILED`` message, the one a refused FindCoordinator < v4 carries."""
 
 
 def _s(value: str | None) -> str:
@@ -183,18 +187,37 @@ class LocalApis:
             "port": port,
         }
 
-    def find_coordinator(self, body: Any, version: int) -> Any:
-        """This listener coordinates every group (v4+ answers a batch of keys)."""
+    def find_coordinator(self, body: Any, version: int, client: Client | None = None) -> Any:
+        """This listener coordinates every group (v4+ answers a batch of keys).
+
+        With authorization, a group key needs DESCRIBE on the group, as Kafka's
+        ``KafkaApis.getCoordinator`` checks: a refused key of a v4+ batch gets its own
+        GROUP_AUTHORIZATION_FAILED (no message, no node) and the others their answer; before v4
+        the whole response is that error with Kafka's message. The decision is counted and logged
+        like every other (``GroupAuthorizer``)."""
         if version >= 4:
             answer = self._coordinator(body.key_type)
             coordinators = [
-                FindCoordinatorResponse.Coordinator(key=key, **answer) for key in body.coordinator_keys
+                FindCoordinatorResponse.Coordinator(
+                    key=key, **self._describable_key(body.key_type, key, answer, client)
+                )
+                for key in body.coordinator_keys
             ]
             return FindCoordinatorResponse(throttle_time_ms=0, coordinators=coordinators)
-        return FindCoordinatorResponse(
-            throttle_time_ms=0,
-            **self._coordinator(getattr(body, "key_type", KEY_TYPE_GROUP) or KEY_TYPE_GROUP),
-        )
+        key_type = getattr(body, "key_type", KEY_TYPE_GROUP) or KEY_TYPE_GROUP
+        if key_type == KEY_TYPE_GROUP and not self._may(client, Operation.DESCRIBE, body.key):
+            return FindCoordinatorResponse(
+                throttle_time_ms=0, error_code=_DENIED, error_message=DENIED_MESSAGE, **_NO_COORDINATOR
+            )
+        return FindCoordinatorResponse(throttle_time_ms=0, **self._coordinator(key_type))
+
+    def _describable_key(
+        self, key_type: int, key: str, answer: dict[str, Any], client: Client | None = None
+    ) -> dict[str, Any]:
+        """One v4+ key's answer: ``answer``, or the refusal of a group key without DESCRIBE."""
+        if key_type != KEY_TYPE_GROUP or self._may(client, Operation.DESCRIBE, key):
+            return answer
+        return {"error_code": _DENIED, "error_message": None, **_NO_COORDINATOR}
 
     def metadata(self, body: Any, version: int) -> Any:
         """The bridge as the only broker, and no topics: every topic asked for is unknown.

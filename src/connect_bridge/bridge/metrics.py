@@ -12,6 +12,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from ssl import SSLContext
 from typing import Any
 
@@ -24,6 +25,7 @@ from prometheus_client import (
     generate_latest,
 )
 
+from connect_bridge.bridge.admin_access import AdminAccess
 from connect_bridge.codecs.error_codes import error_name
 
 NAMESPACE = "connect_bridge"
@@ -55,88 +57,150 @@ HTTP_MAX_HEADERS = 100
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class MetricSpec:
+    """One metric of the bridge: the attribute of ``Metrics`` that holds it, its prometheus_client
+    kind, its name under ``NAMESPACE``, its help text, its labels and extra options (buckets)."""
+
+    attribute: str
+    kind: type[Counter] | type[Gauge] | type[Histogram]
+    name: str
+    doc: str
+    labels: tuple[str, ...] = ()
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+METRIC_SPECS: tuple[MetricSpec, ...] = (
+    MetricSpec(
+        "request_latency",
+        Histogram,
+        "request_latency_seconds",
+        "Time from a request frame's arrival to its response being queued, by API.",
+        ("api",),
+        {"buckets": LATENCY_BUCKETS},
+    ),
+    MetricSpec(
+        "requests",
+        Counter,
+        "requests",
+        "Requests answered, by API and top-level error code name (NONE = success).",
+        ("api", "error"),
+    ),
+    MetricSpec(
+        "group_epoch", Gauge, "group_epoch", "Current group epoch (classic groups: generation).", ("group",)
+    ),
+    MetricSpec(
+        "members",
+        Gauge,
+        "group_members",
+        "Members by protocol (eager/compatible/sessioned/new) and reconciliation state.",
+        ("group", "protocol", "state"),
+    ),
+    MetricSpec(
+        "rebalances",
+        Counter,
+        "rebalances",
+        "Group epoch bumps observed (each one starts a rebalance).",
+        ("group",),
+    ),
+    MetricSpec(
+        "fsync_latency",
+        Histogram,
+        "record_store_fsync_seconds",
+        "Record store fsync latency (every state-revealing response waits for one).",
+        options={"buckets": LATENCY_BUCKETS},
+    ),
+    MetricSpec("connections", Gauge, "connections", "Open client connections."),
+    MetricSpec(
+        "authorizations",
+        Counter,
+        "authorization_decisions",
+        "Group authorization decisions (authorization.enabled), by ACL operation and result.",
+        ("operation", "result"),
+    ),
+    MetricSpec(
+        "sasl_authentications",
+        Counter,
+        "sasl_authentications",
+        "Completed SASL exchanges on the listeners, by sasl.mode, mechanism and result "
+        "(authenticated, reauthenticated: KIP-368 on the same connection, failed).",
+        ("mode", "mechanism", "result"),
+    ),
+    MetricSpec(
+        "group_ownership",
+        Gauge,
+        "group_ownership",
+        "Adoption (docs/adoption.md): 1 for the group's current phase (relaying, adopted, ...).",
+        ("group", "phase"),
+    ),
+    MetricSpec(
+        "adoption_conflicts",
+        Counter,
+        "adoption_conflicts",
+        "Members found in an adopted group's upstream group that the bridge did not adopt.",
+        ("group",),
+    ),
+    MetricSpec(
+        "ha_partitions",
+        Gauge,
+        "ha_partitions",
+        "Several bridges (ha.enabled): state-topic partitions by this bridge's view of their owner "
+        "(owner = the owning bridge's node id; this bridge's own have self=\"true\").",
+        ("partition", "owner", "self"),
+    ),
+    MetricSpec(
+        "ha_lease",
+        Gauge,
+        "ha_lease_valid",
+        "1 while this bridge's membership in the bridges' group is fresh (it answers for its "
+        "partitions only then).",
+    ),
+    MetricSpec(
+        "ha_fenced",
+        Counter,
+        "ha_fenced_partitions",
+        "Partitions this bridge lost because another bridge fenced its writes (a zombie bridge).",
+    ),
+    MetricSpec(
+        "admin_refused",
+        Counter,
+        "admin_requests_refused",
+        "Admin endpoint requests answered 403: not from loopback, without a verified client "
+        "certificate, and admin_allow_remote off (docs/security.md).",
+    ),
+)
+"""Every metric the bridge exports, as data: adding one is a row here (and its attribute on
+``Metrics``), and the names, help texts and labels a scraper sees are reviewable in one place."""
+
+
 class Metrics:
-    """The bridge's metrics, in a registry of their own."""
+    """The bridge's metrics, in a registry of their own (one attribute per ``METRIC_SPECS`` row)."""
+
+    request_latency: Histogram
+    requests: Counter
+    group_epoch: Gauge
+    members: Gauge
+    rebalances: Counter
+    fsync_latency: Histogram
+    connections: Gauge
+    authorizations: Counter
+    sasl_authentications: Counter
+    group_ownership: Gauge
+    adoption_conflicts: Counter
+    ha_partitions: Gauge
+    ha_lease: Gauge
+    ha_fenced: Counter
+    admin_refused: Counter
 
     def __init__(self) -> None:
         self._request_children: dict[tuple[str, int | str], tuple[Any, Any]] = {}
         self.registry = CollectorRegistry(auto_describe=True)
-        metric = self._metric
-        self.request_latency = metric(
-            Histogram,
-            "request_latency_seconds",
-            "Time from a request frame's arrival to its response being queued, by API.",
-            ["api"],
-            buckets=LATENCY_BUCKETS,
-        )
-        self.requests = metric(
-            Counter,
-            "requests",
-            "Requests answered, by API and top-level error code name (NONE = success).",
-            ["api", "error"],
-        )
-        self.group_epoch = metric(
-            Gauge, "group_epoch", "Current group epoch (classic groups: generation).", ["group"]
-        )
-        self.members = metric(
-            Gauge,
-            "group_members",
-            "Members by protocol (eager/compatible/sessioned/new) and reconciliation state.",
-            ["group", "protocol", "state"],
-        )
-        self.rebalances = metric(
-            Counter, "rebalances", "Group epoch bumps observed (each one starts a rebalance).", ["group"]
-        )
-        self.fsync_latency = metric(
-            Histogram,
-            "record_store_fsync_seconds",
-            "Record store fsync latency (every state-revealing response waits for one).",
-            buckets=LATENCY_BUCKETS,
-        )
-        self.connections = metric(Gauge, "connections", "Open client connections.")
-        self.authorizations = metric(
-            Counter,
-            "authorization_decisions",
-            "Group authorization decisions (authorization.enabled), by ACL operation and result.",
-            ["operation", "result"],
-        )
-        self.sasl_authentications = metric(
-            Counter,
-            "sasl_authentications",
-            "Completed SASL exchanges on the listeners, by sasl.mode, mechanism and result "
-            "(authenticated, reauthenticated: KIP-368 on the same connection, failed).",
-            ["mode", "mechanism", "result"],
-        )
-        self.group_ownership = metric(
-            Gauge,
-            "group_ownership",
-            "Adoption (docs/adoption.md): 1 for the group's current phase (relaying, adopted, ...).",
-            ["group", "phase"],
-        )
-        self.adoption_conflicts = metric(
-            Counter,
-            "adoption_conflicts",
-            "Members found in an adopted group's upstream group that the bridge did not adopt.",
-            ["group"],
-        )
-        self.ha_partitions = metric(
-            Gauge,
-            "ha_partitions",
-            "Several bridges (ha.enabled): state-topic partitions by this bridge's view of their owner "
-            "(owner = the owning bridge's node id; this bridge's own have self=\"true\").",
-            ["partition", "owner", "self"],
-        )
-        self.ha_lease = metric(
-            Gauge,
-            "ha_lease_valid",
-            "1 while this bridge's membership in the bridges' group is fresh (it answers for its "
-            "partitions only then).",
-        )
-        self.ha_fenced = metric(
-            Counter,
-            "ha_fenced_partitions",
-            "Partitions this bridge lost because another bridge fenced its writes (a zombie bridge).",
-        )
+        for spec in METRIC_SPECS:
+            setattr(
+                self,
+                spec.attribute,
+                self._metric(spec.kind, spec.name, spec.doc, spec.labels, **spec.options),
+            )
         self._epochs: dict[str, int] = {}
         self._member_series: dict[str, set[tuple[str, str]]] = {}
         self._rebalance_series: set[str] = set()
@@ -253,6 +317,7 @@ def log_event(logger: logging.Logger, event: str, /, **fields: Any) -> None:
 _REASONS = {
     200: "OK",
     400: "Bad Request",
+    403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
     409: "Conflict",
@@ -271,6 +336,7 @@ async def start_http(
     ready: Callable[[], bool],
     ssl: SSLContext | None = None,
     admin: Admin | None = None,
+    admin_access: AdminAccess | None = None,
 ) -> asyncio.AbstractServer:
     """Serve GET/HEAD /metrics, /livez and /readyz on ``host:port`` (port 0 = any free port).
 
@@ -278,13 +344,17 @@ async def start_http(
     only when ``ready()`` is true (state replayed, listener up), otherwise 503. One request per
     connection (``Connection: close``): scrapers and probes open a new connection each time anyway.
     With ``ssl`` (``metrics_tls:``, a ``ReloadingServerContext``'s context) it is HTTPS.
-    ``admin``: answers ``/admin/...`` (GET and POST; ``server_admin.py``), on this listener because
-    it is loopback unless configured otherwise, like the metrics.
+    ``admin``: answers ``/admin/...`` (GET and POST; ``server_admin.py``) to the peers
+    ``admin_access`` lets in (default: loopback and verified client certificates, refusals counted in
+    ``admin_refused``); anyone else gets 403 (``admin_access.py``: this listener is often open to the
+    network for the scraper).
     """
+    gate = admin_access if admin_access is not None else AdminAccess(refused=metrics.admin_refused.inc)
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            status, content_type, body, head_only = await _respond(reader, metrics, ready, admin)
+            peer = (writer.get_extra_info("peername"), writer.get_extra_info("peercert"))
+            status, content_type, body, head_only = await _respond(reader, metrics, ready, admin, gate, peer)
             reason = _REASONS.get(status, "")
             headers = [
                 f"HTTP/1.1 {status} {reason}",
@@ -311,7 +381,12 @@ async def start_http(
 
 
 async def _respond(
-    reader: asyncio.StreamReader, metrics: Metrics, ready: Callable[[], bool], admin: Admin | None = None
+    reader: asyncio.StreamReader,
+    metrics: Metrics,
+    ready: Callable[[], bool],
+    admin: Admin | None = None,
+    gate: AdminAccess | None = None,
+    peer: tuple[Any, Any] = (None, None),
 ) -> tuple[int, str, bytes, bool]:
     text = "text/plain; charset=utf-8"
     try:
@@ -328,6 +403,10 @@ async def _respond(
     if len(parts) != 3 or not parts[2].startswith("HTTP/"):
         return 400, text, b"bad request line\n", False
     method, target = parts[0], parts[1]
+    if admin is not None and target.startswith("/admin/"):
+        refused = (gate or AdminAccess()).refusal(*peer)  # fail closed: loopback only by default
+        if refused is not None:
+            return 403, "application/json", (json.dumps({"message": refused}) + "\n").encode(), False
     if admin is not None and target.startswith("/admin/") and method in ("GET", "POST"):
         status, body = await admin(method, target.split("?", 1)[0])
         return status, "application/json", body, False

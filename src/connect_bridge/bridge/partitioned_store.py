@@ -18,7 +18,8 @@ topic, and the bridge that holds a partition (the HA membership assigns it) is i
   partition's producer. A sync that finds a producer fenced (another bridge acquired the
   partition) releases that partition and returns it: its records are not durable and its groups
   are no longer ours. Any other failure puts the store in the failure state for good, like
-  ``store_base.LogStore``: later records may already be in the log after a missing one.
+  ``store_base.LogStore`` (both keep ``store_base.ExternalStore``'s): later records may already
+  be in the log after a missing one.
 * ``release(p)`` drops what is buffered for ``p``, its index and its producer.
 
 Locking: ``_lock`` guards the ownerships (buffers, indexes, the held map) and is held only briefly;
@@ -33,29 +34,25 @@ was using it).
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Unpack
 
 from connect_bridge.bridge.store_base import (
     EncodedRecord,
-    StoreBase,
+    ExternalStore,
     StoreError,
+    SyncTimes,
     decode_live,
     index_writes,
 )
 from connect_bridge.bridge.topic_store import (
-    DEFAULT_LOAD_TIMEOUT_S,
-    DEFAULT_SYNC_TIMEOUT_S,
     SYNC_FLUSH_MARGIN_S,
-    close_producer,
-    ensure_state_topic,
-    read_partition_to_end,
-    state_consumer,
-    state_producer_config,
+    StateTopic,
+    StateTopicOptions,
+    opening_state_topic,
     state_topic_partitions,
 )
 from connect_bridge.state.partitioning import partition_for
@@ -92,20 +89,6 @@ class PartitionNotHeld(PartitionsError):
     """A write for partitions this store does not hold: the caller wrote groups it does not own."""
 
 
-@dataclass
-class SyncTimes:
-    """One partition's sync counters, named like ``StoreBase``'s store-wide ones."""
-
-    fsyncs: int = 0
-    last_fsync_s: float = 0.0
-    total_fsync_s: float = 0.0
-
-    def count(self, elapsed_s: float) -> None:
-        self.fsyncs += 1
-        self.last_fsync_s = elapsed_s
-        self.total_fsync_s += elapsed_s
-
-
 @dataclass(eq=False)
 class _Ownership:
     """One tenure of a partition: its producer, its live index, what is buffered for the next sync.
@@ -124,38 +107,19 @@ class _Ownership:
 _Batch = tuple[_Ownership, list[EncodedRecord]]
 
 
-class PartitionedTopicStore(StoreBase):
+class PartitionedTopicStore(ExternalStore):
     """The records of the partitions this bridge holds. Use ``open``; the constructor is internal."""
 
-    def __init__(
-        self,
-        bootstrap: str | list[str],
-        topic: str,
-        *,
-        partitions: int,
-        transactional_id_prefix: str,
-        load_timeout_s: float,
-        sync_timeout_s: float,
-        client_options: dict[str, Any],
-    ) -> None:
-        super().__init__()
-        self.bootstrap = bootstrap
-        self.topic = topic
+    def __init__(self, state_topic: StateTopic, *, partitions: int, transactional_id_prefix: str) -> None:
+        super().__init__(state_topic.where)
+        self.state_topic = state_topic
         self.partitions = partitions
         self.transactional_id_prefix = transactional_id_prefix
-        self.load_timeout_s = load_timeout_s
-        self.sync_timeout_s = sync_timeout_s
-        self.where = f"state topic {topic!r}"
         self.partition_syncs: dict[int, SyncTimes] = defaultdict(SyncTimes)
         """Per-partition sync counters (a partition's transaction, from begin to commit)."""
         self.records_read = 0
-        self._client_options = client_options
-        self._lock = threading.RLock()
-        self._sync_lock = threading.RLock()
         self._held: dict[int, _Ownership] = {}
         self._generations: dict[int, int] = defaultdict(int)  # bumped by release: cancels an acquire
-        self._failed: BaseException | None = None
-        self._closed = False
 
     @classmethod
     def open(
@@ -165,33 +129,14 @@ class PartitionedTopicStore(StoreBase):
         *,
         partitions: int,
         transactional_id_prefix: str = DEFAULT_TRANSACTIONAL_ID_PREFIX,
-        create: bool = True,
-        replication_factor: int = -1,
-        topic_configs: dict[str, str] | None = None,
-        load_timeout_s: float = DEFAULT_LOAD_TIMEOUT_S,
-        sync_timeout_s: float = DEFAULT_SYNC_TIMEOUT_S,
-        client_options: dict[str, Any] | None = None,
+        **options: Unpack[StateTopicOptions],
     ) -> PartitionedTopicStore:
         """Create the topic if needed (``create``) and check its partition count; nothing is
-        acquired yet. ``client_options`` go to every kafka-python client (security and the like)."""
-        from kafka.errors import KafkaError
-
+        acquired yet."""
         if partitions < 1:
             raise StoreError(f"state topic {topic!r}: partitions must be at least 1, got {partitions}")
-        options = dict(client_options or {})
-        try:
-            if create:
-                ensure_state_topic(
-                    bootstrap,
-                    topic,
-                    partitions=partitions,
-                    replication_factor=replication_factor,
-                    configs=topic_configs,
-                    client_options=options,
-                )
-            found = state_topic_partitions(bootstrap, topic, options)
-        except KafkaError as exc:
-            raise StoreError(f"state topic {topic!r} on {bootstrap}: {exc}") from exc
+        with opening_state_topic(bootstrap, topic, partitions=partitions, **options) as state_topic:
+            found = state_topic_partitions(bootstrap, topic, state_topic.client_options)
         if found is None:
             raise StoreError(f"state topic {topic!r} does not exist on {bootstrap}")
         if found != partitions:
@@ -199,15 +144,7 @@ class PartitionedTopicStore(StoreBase):
                 f"state topic {topic!r} has {found} partitions but {partitions} are configured: "
                 "changing the count would move groups to other partitions; keep the count or use a new topic"
             )
-        return cls(
-            bootstrap,
-            topic,
-            partitions=partitions,
-            transactional_id_prefix=transactional_id_prefix,
-            load_timeout_s=load_timeout_s,
-            sync_timeout_s=sync_timeout_s,
-            client_options=options,
-        )
+        return cls(state_topic, partitions=partitions, transactional_id_prefix=transactional_id_prefix)
 
     def transactional_id(self, partition: int) -> str:
         """The transactional.id of ``partition``'s writer: the same on every bridge, so whoever
@@ -228,7 +165,6 @@ class PartitionedTopicStore(StoreBase):
         leaves the partition not held and the store usable; ``PartitionedFenced`` when the
         partition was released while it was being acquired.
         """
-        from kafka import KafkaProducer
         from kafka.errors import KafkaError
 
         self._check_partition(partition)
@@ -239,16 +175,14 @@ class PartitionedTopicStore(StoreBase):
         txn_id = self.transactional_id(partition)
         producer = None
         try:
-            config = state_producer_config(self.bootstrap, self.sync_timeout_s, self._client_options)
-            config["transactional_id"] = txn_id
             # init_transactions waits up to max_block_ms (the old owner's transaction is aborted first).
-            config["max_block_ms"] = int(self.load_timeout_s * 1000)
-            producer = KafkaProducer(**config)
+            max_block_ms = int(self.state_topic.load_timeout_s * 1000)
+            producer = self.state_topic.producer(transactional_id=txn_id, max_block_ms=max_block_ms)
             producer.init_transactions()
             live = self._read_partition(partition)
         except (KafkaError, StoreError) as exc:
             if producer is not None:
-                close_producer(producer, self.sync_timeout_s, self.where)
+                self.state_topic.close_producer(producer)
             if isinstance(exc, StoreError):
                 raise
             raise StoreError(f"{self.where}: cannot acquire partition {partition}: {exc}") from exc
@@ -259,7 +193,7 @@ class PartitionedTopicStore(StoreBase):
                 self._held[partition] = _Ownership(partition, producer, live)
                 items = list(live.items())
         if not current:
-            close_producer(producer, self.sync_timeout_s, self.where)
+            self.state_topic.close_producer(producer)
             if closed:
                 raise StoreError(f"{self.where}: store closed while acquiring partition {partition}")
             raise PartitionedFenced(
@@ -278,7 +212,7 @@ class PartitionedTopicStore(StoreBase):
             close_now = ownership is not None and self._end(ownership)
         if close_now:
             assert ownership is not None
-            close_producer(ownership.producer, self.sync_timeout_s, self.where)
+            self.state_topic.close_producer(ownership.producer)
 
     def _end(self, ownership: _Ownership) -> bool:
         """End a tenure (with ``_lock``, already out of ``_held``); True if the caller must close
@@ -293,20 +227,16 @@ class PartitionedTopicStore(StoreBase):
         from kafka import TopicPartition
         from kafka.errors import KafkaError
 
-        consumer = state_consumer(
-            self.bootstrap, self._client_options, self.where, isolation_level="read_committed"
-        )
+        consumer = self.state_topic.consumer(isolation_level="read_committed")
         live: dict[bytes, bytes] = {}
         try:
-            tp = TopicPartition(self.topic, partition)
+            tp = TopicPartition(self.state_topic.topic, partition)
             consumer.assign([tp])
             consumer.seek_to_beginning(tp)
             # read_committed: ListOffsets(latest) answers the last stable offset, which only moves
             # forward; nobody can commit here any more (we fenced), so asking once is enough.
             end = consumer.end_offsets([tp])[tp]
-            read = read_partition_to_end(
-                consumer, tp, live, lambda: end, timeout_s=self.load_timeout_s, where=self.where
-            )
+            read = self.state_topic.read_to_end(consumer, tp, live, lambda: end)
         except KafkaError as exc:
             raise StoreError(f"{self.where}: reading partition {partition} failed: {exc}") from exc
         finally:
@@ -370,7 +300,7 @@ class PartitionedTopicStore(StoreBase):
                 fenced = self._commit_all(batches)
             finally:
                 released = self._settle(batches, fenced)
-            self._count_sync(time.perf_counter() - start)
+            self.count_sync(time.perf_counter() - start)
             if released:
                 log.warning(
                     "%s: partitions %s were fenced (another bridge took them over); their unsynced "
@@ -394,14 +324,16 @@ class PartitionedTopicStore(StoreBase):
             try:
                 ownership.producer.begin_transaction()
                 futures = [
-                    ownership.producer.send(self.topic, key=k, value=v, partition=ownership.partition)
+                    ownership.producer.send(
+                        self.state_topic.topic, key=k, value=v, partition=ownership.partition
+                    )
                     for k, v in encoded
                 ]
             except Exception as exc:
                 self._fenced_or_fail(exc, ownership, fenced)
                 continue
             started.append((t0, ownership, futures))
-        deadline_s = self.sync_timeout_s + SYNC_FLUSH_MARGIN_S
+        deadline_s = self.state_topic.sync_timeout_s + SYNC_FLUSH_MARGIN_S
         committing: list[tuple[float, _Ownership, Any]] = []
         for t0, ownership, futures in started:
             try:
@@ -423,7 +355,7 @@ class PartitionedTopicStore(StoreBase):
                 self._fenced_or_fail(exc, ownership, fenced)
                 continue
             with self._lock:
-                self.partition_syncs[ownership.partition].count(time.perf_counter() - t0)
+                self.partition_syncs[ownership.partition].count_sync(time.perf_counter() - t0)
         return fenced
 
     def _fenced_or_fail(self, exc: BaseException, ownership: _Ownership, fenced: list[_Ownership]) -> None:
@@ -452,7 +384,7 @@ class PartitionedTopicStore(StoreBase):
                 if ownership.ended:
                     to_close.append(ownership)
         for ownership in to_close:
-            close_producer(ownership.producer, self.sync_timeout_s, self.where)
+            self.state_topic.close_producer(ownership.producer)
         return frozenset(released)
 
     # ------------------------------------------------------------------ lifecycle
@@ -474,13 +406,7 @@ class PartitionedTopicStore(StoreBase):
                     for ownership in ending:
                         self._end(ownership)
                 for ownership in ending:
-                    close_producer(ownership.producer, self.sync_timeout_s, self.where)
-
-    def _check_usable(self) -> None:
-        if self._closed:
-            raise StoreError(f"{self.where}: store is closed")
-        if self._failed is not None:
-            raise StoreError(f"{self.where}: store failed earlier: {self._failed!r}") from self._failed
+                    self.state_topic.close_producer(ownership.producer)
 
     def _check_partition(self, partition: int) -> None:
         if not 0 <= partition < self.partitions:

@@ -222,20 +222,13 @@ def _decoy(user: str) -> ScramCredential:
     return ScramCredential(salt, MIN_ITERATIONS, secrets.token_bytes(32), secrets.token_bytes(32))
 
 
-class ScramServer:
-    """One SCRAM exchange: client-first, server-first, client-final, server-final."""
+class _Exchange:
+    """What every mechanism's exchange shares: the credential lookup, and the user that is the
+    principal only once the exchange is ``complete`` (a user named in a failed or unfinished
+    exchange authenticates nobody)."""
 
-    def __init__(self, mechanism: str, lookup: CredentialLookup, server_nonce: str | None = None) -> None:
-        if mechanism not in SCRAM_MECHANISMS:
-            raise UnsupportedMechanism(f"unsupported SASL mechanism {mechanism}")
-        self.mechanism = mechanism
-        self._hash = SCRAM_MECHANISMS[mechanism]
+    def __init__(self, lookup: CredentialLookup) -> None:
         self._lookup = lookup
-        self._server_nonce = server_nonce if server_nonce is not None else secrets.token_urlsafe(24)
-        self._first: ClientFirst | None = None
-        self._server_first = ""
-        self._credential: ScramCredential | None = None
-        self._known_user = False
         self._user: str | None = None
         self.complete = False
 
@@ -243,6 +236,22 @@ class ScramServer:
     def principal(self) -> str | None:
         """``User:<name>`` once the exchange succeeded."""
         return f"User:{self._user}" if self.complete and self._user is not None else None
+
+
+class ScramServer(_Exchange):
+    """One SCRAM exchange: client-first, server-first, client-final, server-final."""
+
+    def __init__(self, mechanism: str, lookup: CredentialLookup, server_nonce: str | None = None) -> None:
+        if mechanism not in SCRAM_MECHANISMS:
+            raise UnsupportedMechanism(f"unsupported SASL mechanism {mechanism}")
+        super().__init__(lookup)
+        self.mechanism = mechanism
+        self._hash = SCRAM_MECHANISMS[mechanism]
+        self._server_nonce = server_nonce if server_nonce is not None else secrets.token_urlsafe(24)
+        self._first: ClientFirst | None = None
+        self._server_first = ""
+        self._credential: ScramCredential | None = None
+        self._known_user = False
 
     def _refuse(self, rfc_error: str) -> SaslAuthenticationFailed:
         self._credential = None
@@ -312,19 +321,10 @@ class ScramServer:
         return b"v=" + base64.b64encode(signature)
 
 
-class PlainServer:
+class PlainServer(_Exchange):
     """PLAIN (RFC 4616) as Kafka's ``PlainSaslServer``, checked against the stored SCRAM credential."""
 
     mechanism = "PLAIN"
-
-    def __init__(self, lookup: CredentialLookup) -> None:
-        self._lookup = lookup
-        self._user: str | None = None
-        self.complete = False
-
-    @property
-    def principal(self) -> str | None:
-        return f"User:{self._user}" if self.complete and self._user is not None else None
 
     def evaluate(self, client_bytes: bytes) -> bytes:
         """Empty bytes when the password is right, else ``SaslAuthenticationFailed``."""

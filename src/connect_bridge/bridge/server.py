@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import functools
 import logging
 import secrets
 import signal
@@ -112,11 +111,11 @@ class BridgeServer:
         """Asks the config view source to read again at once (``ViewDelivery.refresh``; set by
         ``app.run``): called when a member reports a config offset its group's view has not reached."""
         self.relay: Relay | None = None
+        """Proxy mode: routes requests between the bridge and the upstream cluster."""
         self.adoption: Adoption | None = None
         """Proxy mode with ``adoption.groups``: relays, observes and takes groups over (issue 16)."""
         self.sasl: SaslGate | None = None
         """``sasl.mode`` passthrough or terminated: authenticates every connection (server_sasl.py)."""
-        """Proxy mode: routes requests between the bridge and the upstream cluster."""
         self._listeners: list[asyncio.AbstractServer] = []
         self._bootstrap_node = 0
 
@@ -127,17 +126,7 @@ class BridgeServer:
         self.options.max_connections = connections_the_open_files_allow(self.options.max_connections)
         loop.set_exception_handler(AcceptFailures())
         self.committer.start()
-        try:  # bound now (a port in use fails here), accepting only once everything is set up below
-            self._server = await asyncio.start_server(
-                self._on_connection,
-                self.options.host,
-                self.options.port,
-                limit=LISTEN_BUFFER,
-                start_serving=False,
-                ssl=self._listener_ssl,
-            )
-        except OSError as exc:  # a port in use, an address not on this host
-            raise bind_error("listen", self.options.host, self.options.port, exc, "--listen") from None
+        self._server = await self._bind()
         self.port = self._server.sockets[0].getsockname()[1]
         advertised = (
             self.options.advertised_host or self.options.host,
@@ -147,6 +136,32 @@ class BridgeServer:
         if self.options.upstream:
             node = await start_proxy(self, advertised[0])
             advertised = (advertised[0], self.relay.cluster.listener_port(node))
+        self._set_up_handlers(advertised, node)
+        self._tasks.append(self.supervise(self._load(), "loading the state"))
+        # Not before: in proxy mode the upstream may take a while to answer (retried), and a
+        # connection accepted meanwhile would meet a server without its request handlers.
+        for server in [self._server, *self._listeners]:
+            await server.start_serving()
+        log.info("listening on %s:%d (advertised %s:%d)", self.options.host, self.port, *advertised)
+
+    async def _bind(self) -> asyncio.AbstractServer:
+        """The worker listener, bound but not accepting yet: a port in use fails ``start`` here,
+        before anything else is set up; accepting starts once the handlers exist."""
+        try:
+            return await asyncio.start_server(
+                self._on_connection,
+                self.options.host,
+                self.options.port,
+                limit=LISTEN_BUFFER,
+                start_serving=False,
+                ssl=self._listener_ssl,
+            )
+        except OSError as exc:  # a port in use, an address not on this host
+            raise bind_error("listen", self.options.host, self.options.port, exc, "--listen") from None
+
+    def _set_up_handlers(self, advertised: tuple[str, int], node: int) -> None:
+        """What every connection meets, built before the first is accepted: the local APIs, the
+        fast path, the HA gate in front of them, SASL and the frame checks."""
         self.apis = LocalApis(
             self.coordinator,
             advertised,
@@ -158,12 +173,11 @@ class BridgeServer:
             limits=self.options.limits,
             authorizer=self.options.authorizer,
         )
+        self.steady = SteadyHeartbeats(
+            lambda: self.coordinator, self.clock, limit_bytes=self.options.heartbeat_cache_bytes
+        )
         if self.options.ha is not None and self.relay is not None:
             self.ha = high_availability(self)
-            self.apis.gate = self.ha.refusal
-            self.relay.gave_up = self.ha.gave_up
-            self.relay.may_forward = self.ha.relay_allowed
-            self.relay.cluster.owner_of = functools.partial(self.ha.listener_for, self.relay.matches)
         if self.options.sasl is not None and self.options.sasl.enabled:
             relay = self.relay
             self.sasl = SaslGate(
@@ -173,20 +187,8 @@ class BridgeServer:
                 relay.forward if relay is not None else None,
                 metrics=self.metrics,
             )
-        self.steady = SteadyHeartbeats(
-            lambda: self.coordinator, self.clock, limit_bytes=self.options.heartbeat_cache_bytes
-        )
-        if self.ha is not None:
-            ha = self.ha
-            self.steady.answers_for = lambda group_id: ha.refusal(group_id) is None
         self.decoder = FrameDecoder(self.options.limits)
         self.frames = FrameAdmission(self.options, self.decoder)
-        self._tasks.append(self.supervise(self._load(), "loading the state"))
-        # Not before: in proxy mode the upstream may take a while to answer (retried), and a
-        # connection accepted meanwhile would meet a server without its request handlers.
-        for server in [self._server, *self._listeners]:
-            await server.start_serving()
-        log.info("listening on %s:%d (advertised %s:%d)", self.options.host, self.port, *advertised)
 
     @property
     def _listener_ssl(self) -> ssl.SSLContext | None:

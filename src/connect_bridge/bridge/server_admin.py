@@ -2,8 +2,10 @@
 
 HTTPS when ``metrics_tls`` is set; the CLI's client side is ``cli_admin.py``.
 
-Served by ``metrics.start_http`` on ``metrics_listen`` (loopback unless configured otherwise, so an
-operator command needs a shell on the bridge's host or a deliberately exposed listener):
+Served by ``metrics.start_http`` on ``metrics_listen``, behind ``admin_access.AdminAccess``: the
+listener may be open to the network for Prometheus, but these resources answer only loopback peers,
+clients whose certificate ``metrics_tls`` verified, or everyone with ``admin_allow_remote``; anyone
+else gets 403 before this handler is called (docs/security.md "Fail-closed defaults"):
 
 - ``GET /admin/groups``: every group under adoption, its phase and progress (JSON);
 - ``POST /admin/groups/GROUP/adopt``: take GROUP over now (``adoption.mode: command``, or to skip

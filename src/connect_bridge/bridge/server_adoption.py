@@ -30,14 +30,14 @@ import asyncio
 import contextlib
 import logging
 import struct
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from connect_bridge.bridge.adoption_settings import AdoptionSettings
 from connect_bridge.bridge.adoption_upstream import UpstreamGroups
 from connect_bridge.bridge.relay_observer import OBSERVED_APIS, RelayObserver
 from connect_bridge.bridge.server_connection import Connection
+from connect_bridge.bridge.server_hooks import StepHooks
 from connect_bridge.bridge.wire_classic import join_from_wire
 from connect_bridge.codecs.messages import ApiKey
 from connect_bridge.codecs.requests import DecodedRequest, decode_response
@@ -45,7 +45,6 @@ from connect_bridge.state.adoption import Observation, TakeoverCheck, takeover_r
 from connect_bridge.state.adoption_build import AdoptionError
 from connect_bridge.state.adoption_records import OwnershipError, OwnershipState
 from connect_bridge.state.classic_api import ClassicGroupState
-from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.handback import reports_nothing
 
 log = logging.getLogger("connect_bridge.adoption")
@@ -89,45 +88,39 @@ def _locally_ready(obs: Observation, behind: set[str]) -> bool:
     )
 
 
+@dataclass(eq=False, repr=False)
 class Adoption:
-    """The server's adoption side. ``coordinator``/``after_step``/``durable`` are the server's: the
-    coordinator getter, the step that submits records, and the wait until they are durable."""
+    """The server's adoption side; ``hooks`` are the server's steps (``server_hooks.StepHooks``: the
+    coordinator getter, the step that submits records, the wait until they are durable, the clock).
 
-    def __init__(
-        self,
-        settings: AdoptionSettings,
-        upstream: UpstreamGroups,
-        coordinator: Callable[[], GroupCoordinator],
-        after_step: Callable[[], None],
-        durable: Callable[[], Awaitable[None]],
-        clock: Callable[[], int],
-        metrics: Any = None,
-    ) -> None:
-        self.settings = settings
-        self.upstream = upstream
-        self.coordinator = coordinator
-        self.after_step = after_step
-        self.durable = durable
-        self.clock = clock
-        self.metrics = metrics
-        self.observer = RelayObserver(settings.watches)
-        self.progress: dict[str, GroupProgress] = {}
-        self._members: dict[Connection, dict[str, set[str]]] = {}
-        self._inflight: dict[str, int] = {}
-        self._settled = asyncio.Event()
-        self._holds: dict[str, asyncio.Event] = {}
-        self._running: dict[str, asyncio.Task[Any]] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._released: dict[str, asyncio.Event] = {}
-        """Hand-back: set once ``released`` is durable; the held rejoins then go upstream."""
-        self._sent_away: dict[str, set[Connection]] = {}
-        """Hand-back: connections whose member the bridge removed, until they closed or are held."""
-        self._held: dict[str, set[Connection]] = {}
-        self._empty_since: dict[str, float] = {}
+    A dataclass: it is the server's hooks plus per-group bookkeeping that starts empty; the relay
+    observer is derived from the settings in ``__post_init__``."""
+
+    settings: AdoptionSettings
+    upstream: UpstreamGroups
+    hooks: StepHooks
+    metrics: Any = None
+    observer: RelayObserver = field(init=False)
+    progress: dict[str, GroupProgress] = field(default_factory=dict, init=False)
+    _members: dict[Connection, dict[str, set[str]]] = field(default_factory=dict, init=False)
+    _inflight: dict[str, int] = field(default_factory=dict, init=False)
+    _settled: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    _holds: dict[str, asyncio.Event] = field(default_factory=dict, init=False)
+    _running: dict[str, asyncio.Task[Any]] = field(default_factory=dict, init=False)
+    _locks: dict[str, asyncio.Lock] = field(default_factory=dict, init=False)
+    _released: dict[str, asyncio.Event] = field(default_factory=dict, init=False)
+    """Hand-back: set once ``released`` is durable; the held rejoins then go upstream."""
+    _sent_away: dict[str, set[Connection]] = field(default_factory=dict, init=False)
+    """Hand-back: connections whose member the bridge removed, until they closed or are held."""
+    _held: dict[str, set[Connection]] = field(default_factory=dict, init=False)
+    _empty_since: dict[str, float] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        self.observer = RelayObserver(self.settings.watches)
 
     # ------------------------------------------------------------------ routing
     def phase(self, group_id: str) -> OwnershipState | None:
-        return self.coordinator().ownership.state(group_id)
+        return self.hooks.coordinator().ownership.state(group_id)
 
     async def before_routing(self, conn: Connection, api_key: int, decoded: DecodedRequest) -> bool:
         """Called for a decoded group request before it is routed. Waits while the group is being
@@ -144,7 +137,7 @@ class Adoption:
         if self.phase(group_id) is OwnershipState.RELEASING and api_key == ApiKey.JOIN_GROUP:
             await self._route_releasing(conn, group_id, decoded)
         if api_key == ApiKey.JOIN_GROUP and self.phase(group_id) is None:
-            local = self.coordinator().groups.get(group_id)
+            local = self.hooks.coordinator().groups.get(group_id)
             if local is None or not local.members:  # a config view makes an empty one
                 await self._classify(group_id)
         if self.phase(group_id) not in _OBSERVED_PHASES:
@@ -164,8 +157,8 @@ class Adoption:
             lives_upstream = True
         if not lives_upstream or self.phase(group_id) is not None:
             return
-        self.coordinator().change_ownership(group_id, OwnershipState.RELAYING, -1, self.clock())
-        self.after_step()
+        self.hooks.coordinator().change_ownership(group_id, OwnershipState.RELAYING, -1, self.hooks.clock())
+        self.hooks.after_step()
         log.info(
             "adoption: group %s lives upstream: relaying it until every member is behind the bridge", group_id
         )
@@ -198,7 +191,7 @@ class Adoption:
         api_key, body = decoded.api_key, decoded.body
         group_id = body.group_id
         if api_key in OBSERVED_APIS:
-            self.observer.observe(_SIZE.pack(len(payload)) + payload, frame, self.clock(), conn.host)
+            self.observer.observe(_SIZE.pack(len(payload)) + payload, frame, self.hooks.clock(), conn.host)
         ids = self._members.setdefault(conn, {}).setdefault(group_id, set())
         if api_key in _MEMBER_APIS and body.member_id:
             ids.add(body.member_id)
@@ -227,13 +220,13 @@ class Adoption:
         id waits here until ``released`` is durable, then goes upstream. Other requests of the
         group are the bridge's to answer (a removed member's Heartbeat: UNKNOWN_MEMBER_ID)."""
         member_id = decoded.body.member_id or ""
-        group = self.coordinator().groups.get(group_id)
+        group = self.hooks.coordinator().groups.get(group_id)
         if member_id and member_id in (getattr(group, "members", None) or {}):
             protocols = join_from_wire(decoded.body, decoded.api_version).protocols
             if not reports_nothing(protocols):
                 return  # joins the revoking generation
-            if self.coordinator().release_member(group_id, member_id, self.clock()):
-                self.after_step()
+            if self.hooks.coordinator().release_member(group_id, member_id, self.hooks.clock()):
+                self.hooks.after_step()
                 self._sent_away.setdefault(group_id, set()).add(conn)
                 log.info("adoption: hand-back of %s: member %s sent upstream", group_id, member_id)
                 await self.finish_release(group_id)
@@ -251,7 +244,7 @@ class Adoption:
         """Write the tombstone and ``released`` once the bridge's group is empty and every member
         sent away is back with its rejoin (held), or ``settle_timeout_ms`` after the group emptied
         (a worker that does not come back is gone or partitioned: as after its session timeout)."""
-        group = self.coordinator().groups.get(group_id)
+        group = self.hooks.coordinator().groups.get(group_id)
         if self.phase(group_id) is not OwnershipState.RELEASING or getattr(group, "members", None):
             return False
         loop = asyncio.get_running_loop()
@@ -260,10 +253,10 @@ class Adoption:
         if missing and loop.time() - emptied < self.settings.settle_timeout_ms / 1000:
             return False
         async with self._locks.setdefault(group_id, asyncio.Lock()):
-            if not self.coordinator().finish_release(group_id, self.clock()):
+            if not self.hooks.coordinator().finish_release(group_id, self.hooks.clock()):
                 return self.phase(group_id) is OwnershipState.RELEASED
-            self.after_step()
-            await self.durable()  # before any held rejoin goes upstream
+            self.hooks.after_step()
+            await self.hooks.durable()  # before any held rejoin goes upstream
         self._sent_away.pop(group_id, None)
         self._empty_since.pop(group_id, None)
         held = len(self._held.get(group_id, ()))
@@ -273,7 +266,7 @@ class Adoption:
         return True
 
     def _local_members(self, group_id: str) -> int:
-        return len(getattr(self.coordinator().groups.get(group_id), "members", None) or {})
+        return len(getattr(self.hooks.coordinator().groups.get(group_id), "members", None) or {})
 
     async def command_release(self, group_id: str) -> tuple[bool, str]:
         """``connect-bridge release GROUP``: start handing an adopted group back (or report that it
@@ -284,13 +277,13 @@ class Adoption:
         if phase is OwnershipState.ADOPTED:
             async with self._locks.setdefault(group_id, asyncio.Lock()):
                 try:
-                    self.coordinator().start_release(group_id, self.clock())
+                    self.hooks.coordinator().start_release(group_id, self.hooks.clock())
                 except (AdoptionError, OwnershipError) as exc:
                     return False, str(exc)
                 self._released[group_id] = asyncio.Event()
                 self._empty_since.pop(group_id, None)
-                self.after_step()
-                await self.durable()  # before any member is sent away
+                self.hooks.after_step()
+                await self.hooks.durable()  # before any member is sent away
             log.info("adoption: hand-back of group %s started", group_id)
             self.observe_phase(group_id)
             await self.finish_release(group_id)
@@ -376,13 +369,13 @@ class Adoption:
                 for member_id in groups.get(group_id, ())
             }
             try:
-                self.coordinator().adopt(check.generation, self.clock(), principals)
+                self.hooks.coordinator().adopt(check.generation, self.hooks.clock(), principals)
             except (AdoptionError, OwnershipError) as exc:
                 log.error("adoption: cannot take %s over: %s", group_id, exc)
                 return TakeoverCheck(False, str(exc), check.behind, check.total)
-            self.after_step()
+            self.hooks.after_step()
             progress.takeover_step = "committing"
-            await self.durable()  # before anything of the group is answered locally
+            await self.hooks.durable()  # before anything of the group is answered locally
         finally:
             del self._holds[group_id]
             hold.set()
@@ -430,7 +423,7 @@ class Adoption:
         upstream for a conflict."""
         while True:
             await asyncio.sleep(self.settings.check_interval_ms / 1000)
-            for group_id, owned in list(self.coordinator().ownership.snapshot().items()):
+            for group_id, owned in list(self.hooks.coordinator().ownership.snapshot().items()):
                 if not self.settings.watches(group_id):
                     continue
                 if owned.state is OwnershipState.RELAYING:
@@ -441,7 +434,7 @@ class Adoption:
                     await self.finish_release(group_id)
 
     async def _watch_upstream(self, group_id: str) -> None:
-        group = self.coordinator().groups.get(group_id)
+        group = self.hooks.coordinator().groups.get(group_id)
         adopted = set(getattr(group, "members", {}) or {})
         try:
             described = await self.upstream.describe(group_id)
@@ -465,7 +458,7 @@ class Adoption:
     def status(self) -> dict[str, Any]:
         """Every group with an ownership record: its phase and progress (the admin endpoint)."""
         out: dict[str, Any] = {}
-        for group_id, owned in sorted(self.coordinator().ownership.snapshot().items()):
+        for group_id, owned in sorted(self.hooks.coordinator().ownership.snapshot().items()):
             progress = self.progress.get(group_id, GroupProgress())
             check = progress.last_check
             obs = self.observer.observation(group_id)
@@ -520,10 +513,11 @@ class Adoption:
         async with self._locks.setdefault(group_id, asyncio.Lock()):
             if self.phase(group_id) is not OwnershipState.RELEASED:
                 return False
-            self.coordinator().change_ownership(group_id, OwnershipState.RELAYING, -1, self.clock())
+            now = self.hooks.clock()
+            self.hooks.coordinator().change_ownership(group_id, OwnershipState.RELAYING, -1, now)
             self.progress[group_id] = GroupProgress()
-            self.after_step()
-            await self.durable()
+            self.hooks.after_step()
+            await self.hooks.durable()
         log.info("adoption: released group %s is relaying again, to be adopted once more", group_id)
         self.observe_phase(group_id)
         return True

@@ -26,19 +26,21 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
+from connect_bridge.bridge import server_hooks
 from connect_bridge.bridge.ha_owners import BridgeAddress
 from connect_bridge.bridge.ha_settings import HaSettings
 from connect_bridge.bridge.metrics import Metrics
 from connect_bridge.bridge.partitioned_store import PartitionedFenced
 from connect_bridge.bridge.proxy import OWNER_UNKNOWN
+from connect_bridge.bridge.server_hooks import StepHooks
 from connect_bridge.codecs.error_codes import ErrorCode
-from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.partitioning import partition_for
 from connect_bridge.state.records import Record
 
@@ -86,11 +88,7 @@ class HighAvailability:
 
     settings: HaSettings
     store: PartitionStore
-    coordinator: Callable[[], GroupCoordinator]
-    after_step: Callable[[], None]
-    flush: Callable[[], Awaitable[None]]
-    """Waits until everything handed to the committer is durable."""
-    clock: Callable[[], int]
+    hooks: StepHooks
     on_loaded: Callable[[set[str]], None]
     """Called with the group ids a partition brought in (the server applies the config view)."""
     fail: Callable[[str], None]
@@ -202,12 +200,12 @@ class HighAvailability:
                 return
             if self.phases.get(partition) is not PartitionPhase.LOADING:
                 continue  # revoked while it loaded
-            loaded = self.coordinator().replay(records, self.clock())
+            loaded = self.hooks.coordinator().replay(records, self.hooks.clock())
             self.lost -= {g for g in self.lost if self.partition(g) == partition}
             self.phases[partition] = PartitionPhase.OWNED
             self._held_lease = True
             self.on_loaded(loaded)
-            self.after_step()
+            self.hooks.after_step()
             log.info(
                 "now coordinating partition %d of the state topic: %d records, %d groups",
                 partition,
@@ -219,13 +217,13 @@ class HighAvailability:
     def _drop(self, partitions: frozenset[int]) -> set[str]:
         """Stop answering for ``partitions`` now: close the gate, unload their groups (parked
         JoinGroup/SyncGroup answered NOT_COORDINATOR) and remember them as given up."""
-        coordinator = self.coordinator()
+        coordinator = self.hooks.coordinator()
         for partition in partitions:
             self.phases.pop(partition, None)
         groups = {g for g in coordinator.groups if self.partition(g) in partitions}
         coordinator.unload(groups)
         self.lost |= groups
-        self.after_step()
+        self.hooks.after_step()
         return groups
 
     async def _give_up(self, partitions: frozenset[int]) -> None:
@@ -233,7 +231,7 @@ class HighAvailability:
         the store stop writing them (the membership hands them on when this returns)."""
         groups = self._drop(partitions)
         try:
-            await self.flush()
+            await self.hooks.durable()
         except Exception as exc:  # fenced or failed: the store says so on its own path
             log.warning("giving up partitions %s: writes not confirmed: %s", sorted(partitions), exc)
         loop = asyncio.get_running_loop()
@@ -281,7 +279,7 @@ class HighAvailability:
             "owned": self.owned(),
             "loading": sorted(p for p, phase in self.phases.items() if phase is PartitionPhase.LOADING),
             "owners": {str(p): dataclasses.asdict(a) for p, a in sorted(owners.items())},
-            "groups": {g: self.partition(g) for g in sorted(self.coordinator().groups)},
+            "groups": {g: self.partition(g) for g in sorted(self.hooks.coordinator().groups)},
         }
 
     def _observe(self) -> None:
@@ -293,21 +291,28 @@ class HighAvailability:
 
 def high_availability(server: Any) -> HighAvailability:
     """The HA side of a ``BridgeServer`` in proxy mode with ``ha.enabled`` (its options, store,
-    coordinator, committer and metrics); the membership starts once the server has loaded."""
+    coordinator, committer and metrics); the membership starts once the server has loaded.
+
+    It puts itself in front of every way a request reaches a group (the local APIs' gate, the
+    steady-heartbeat fast path, the relay and its metadata rewriting), so the server's start has
+    one HA step and none of these can be left unguarded."""
     settings: HaSettings = server.options.ha
     ha = HighAvailability(
         settings,
         server.store,
-        lambda: server.coordinator,
-        server.after_step,
-        lambda: server.committer.durable(server.committer.written),
-        server.clock,
+        server_hooks.of_server(server),
         server.apply_view_to,
         server.fatal,
         server.metrics,
         node_id=settings.node_id if settings.node_id is not None else server.port,
     )
     server.committer.on_fenced = ha.fenced
+    server.apis.gate = ha.refusal
+    server.steady.answers_for = lambda group_id: ha.refusal(group_id) is None
+    relay = server.relay
+    relay.gave_up = ha.gave_up
+    relay.may_forward = ha.relay_allowed
+    relay.cluster.owner_of = functools.partial(ha.listener_for, relay.matches)
     return ha
 
 

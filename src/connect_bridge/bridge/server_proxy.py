@@ -11,6 +11,7 @@ import functools
 import logging
 from typing import Any
 
+from connect_bridge.bridge import server_hooks
 from connect_bridge.bridge.adoption_upstream import UpstreamGroups
 from connect_bridge.bridge.proxy import UpstreamCluster, group_matcher
 from connect_bridge.bridge.server_adoption import Adoption
@@ -51,10 +52,7 @@ async def start_proxy(server: Any, advertised_host: str) -> int:
         server.adoption = Adoption(
             adoption,
             UpstreamGroups(server.options.upstream, server.options.upstream_security),
-            lambda: server.coordinator,
-            server.after_step,
-            lambda: server.committer.durable(server.committer.written),
-            server.clock,
+            server_hooks.of_server(server),
             server.metrics,
         )
     upstream = ",".join(address(host, port) for host, port in server.options.upstream)

@@ -36,7 +36,7 @@ import enum
 import logging
 import struct
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
@@ -102,36 +102,34 @@ Forward = Callable[[Connection, bytes, int], Awaitable[Any]]
 """Relays a request on the client's upstream link (``Relay.forward``): a future of the framed answer."""
 
 
+@dataclass(eq=False, repr=False)
 class SaslGate:
-    """The listener side of SASL for every connection of one server (see the module docstring)."""
+    """The listener side of SASL for every connection of one server (see the module docstring).
 
-    def __init__(
-        self,
-        settings: SaslSettings,
-        clock: Callable[[], int],
-        respond: Respond,
-        forward: Forward | None = None,
-        credentials: CredentialStore | None = None,
-        metrics: Metrics | None = None,
-    ) -> None:
-        self.settings = settings
-        self.metrics = metrics
-        """Counts each completed exchange (``connect_bridge_sasl_authentications_total``)."""
-        self.clock = clock
-        self.respond = respond
-        self.forward = forward
-        """Pass-through: how requests reach the client's upstream link."""
-        self.credentials = credentials
-        if settings.mode == "terminated" and credentials is None:
+    A dataclass: the gate is its settings and the server's hooks, plus two rate limiters of its
+    own; ``__post_init__`` loads the credentials of a terminating gate and checks the hooks."""
+
+    settings: SaslSettings
+    clock: Callable[[], int]
+    respond: Respond
+    forward: Forward | None = None
+    """Pass-through: how requests reach the client's upstream link."""
+    credentials: CredentialStore | None = None
+    metrics: Metrics | None = None
+    """Counts each completed exchange (``connect_bridge_sasl_authentications_total``)."""
+    _refused: RateLimited = field(default_factory=RateLimited, init=False)
+    _failed: RateLimited = field(default_factory=RateLimited, init=False)
+
+    def __post_init__(self) -> None:
+        settings = self.settings
+        if settings.mode == "terminated" and self.credentials is None:
             assert settings.credentials_file is not None  # SaslSettings checks it
             try:
                 self.credentials = load_credentials(settings.credentials_file)
             except CredentialsError as exc:  # serve stops with this one line
                 raise StartupError(f"sasl.credentials_file: {exc}") from None
-        if settings.mode == "passthrough" and forward is None:
+        if settings.mode == "passthrough" and self.forward is None:
             raise ValueError("sasl.mode passthrough needs the upstream relay")
-        self._refused = RateLimited()
-        self._failed = RateLimited()
 
     @property
     def passthrough(self) -> bool:

@@ -217,6 +217,10 @@ class BridgeSettings(_Strict):
     """TLS on the worker listener and on every proxy listener (docs/security.md); None: plaintext."""
     metrics_tls: ListenerTls | None = None
     """TLS (HTTPS) on the metrics listener; None: plain HTTP."""
+    admin_allow_remote: bool = False
+    """Answer the admin endpoint (``/admin/...`` on the metrics listener) from any peer. Off: only
+    loopback peers and clients whose certificate ``metrics_tls`` verified; others get 403
+    (``admin_access.py``, docs/security.md)."""
     upstream_tls: UpstreamTls | None = None
     """TLS on every connection the bridge opens to the upstream brokers (relay links, discovery,
     state and config topics); None: plaintext."""

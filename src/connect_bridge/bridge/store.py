@@ -546,7 +546,7 @@ class MemoryRecordStore(StoreBase):
         self._check_open()
         self._synced.extend(self._pending)
         self._pending.clear()
-        self._count_sync(0.0)
+        self.count_sync(0.0)
 
     def maybe_compact(self) -> bool:
         """Always compacts the synced part (cheap in memory); True if it dropped anything."""

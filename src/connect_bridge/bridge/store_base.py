@@ -35,10 +35,12 @@ from connect_bridge.state.records import Record
 
 __all__ = [
     "EncodedRecord",
+    "ExternalStore",
     "LogStore",
     "RecordStore",
     "StoreBase",
     "StoreError",
+    "SyncTimes",
     "assign_partition_zero",
     "decode_live",
     "index_writes",
@@ -114,15 +116,30 @@ def assign_partition_zero(
     return tp
 
 
-class StoreBase:
-    """Shared by every store, the memory one included: ``commit``, the context manager, and the
-    sync counters (``fsyncs``, ``last_fsync_s``, ``total_fsync_s``, ``compactions``), kept so a
-    store can be inspected on its own (the server's fsync histogram is fed by the committer)."""
+class SyncTimes:
+    """Sync counters: how many syncs, the last one's and the summed duration in seconds. Every store
+    keeps them for the whole store, the partitioned store also per partition (its transactions);
+    one class so that both read alike in a probe or a test."""
 
     def __init__(self) -> None:
         self.fsyncs = 0
         self.last_fsync_s = 0.0
         self.total_fsync_s = 0.0
+
+    def count_sync(self, elapsed_s: float) -> None:
+        """One sync that took ``elapsed_s`` seconds."""
+        self.fsyncs += 1
+        self.last_fsync_s = elapsed_s
+        self.total_fsync_s += elapsed_s
+
+
+class StoreBase(SyncTimes):
+    """Shared by every store, the memory one included: ``commit``, the context manager, and the
+    sync counters (``SyncTimes``, and ``compactions``), kept so a store can be inspected on its own
+    (the server's fsync histogram is fed by the committer)."""
+
+    def __init__(self) -> None:
+        super().__init__()
         self.compactions = 0
 
     def append(self, records: Sequence[Record]) -> None:
@@ -144,11 +161,6 @@ class StoreBase:
         broker compacts a topic), so there is nothing to do."""
         return False
 
-    def _count_sync(self, elapsed_s: float) -> None:
-        self.fsyncs += 1
-        self.last_fsync_s = elapsed_s
-        self.total_fsync_s += elapsed_s
-
     def __enter__(self) -> Self:
         return self
 
@@ -161,7 +173,32 @@ class StoreBase:
         self.close()
 
 
-class LogStore(StoreBase, Generic[SyncHandoff]):
+class ExternalStore(StoreBase):
+    """A store whose records live outside the process (a file, a topic, a topic's partitions): the
+    name its errors carry, its two locks and its failure state, the same for the single log
+    (``LogStore``) and the partitioned topic (``partitioned_store``), which differ in everything
+    else. ``_lock`` guards the store's indexes and buffers and is held briefly; ``_sync_lock``
+    serialises syncs (and compaction) with close."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__()
+        self.where = where
+        """Names the log in every error message (the file's path, the topic)."""
+        self._lock = threading.RLock()
+        self._sync_lock = threading.RLock()
+        self._failed: BaseException | None = None
+        self._closed = False
+
+    def _check_usable(self) -> None:
+        """Refuse every call once closed or failed: after a lost write the log may hold later
+        records without the lost one, and only a restart that reads it again is safe."""
+        if self._closed:
+            raise StoreError(f"{self.where}: store is closed")
+        if self._failed is not None:
+            raise StoreError(f"{self.where}: store failed earlier: {self._failed}") from self._failed
+
+
+class LogStore(ExternalStore, Generic[SyncHandoff]):
     """The lifecycle of a store whose records live outside the process (module docstring).
 
     A subclass says where the bytes go through the hooks: ``_read_log`` (read the whole log once),
@@ -173,14 +210,8 @@ class LogStore(StoreBase, Generic[SyncHandoff]):
     _WRITE_ERRORS: ClassVar[tuple[type[Exception], ...]] = (OSError,)
 
     def __init__(self, where: str) -> None:
-        super().__init__()
-        self.where = where
-        """Names the log in every error message (the file's path, the topic)."""
-        self._lock = threading.RLock()
-        self._sync_lock = threading.RLock()
+        super().__init__(where)
         self._live: dict[bytes, bytes] | None = None  # None until the log was read
-        self._failed: BaseException | None = None
-        self._closed = False
 
     # ------------------------------------------------------------------ hooks
     def _read_log(self) -> dict[bytes, bytes]:
@@ -261,7 +292,7 @@ class LogStore(StoreBase, Generic[SyncHandoff]):
             with self._lock:
                 handoff = self._begin_sync()
             self._finish_sync(handoff)
-            self._count_sync(time.perf_counter() - start)
+            self.count_sync(time.perf_counter() - start)
             self._after_sync()
 
     # ------------------------------------------------------------------ lifecycle
@@ -279,12 +310,6 @@ class LogStore(StoreBase, Generic[SyncHandoff]):
             finally:
                 self._closed = True
                 self._release()
-
-    def _check_usable(self) -> None:
-        if self._closed:
-            raise StoreError(f"{self.where}: store is closed")
-        if self._failed is not None:
-            raise StoreError(f"{self.where}: store failed earlier: {self._failed}") from self._failed
 
     def _fail(self, exc: BaseException | None) -> NoReturn:
         """Enter the failure state (call with ``_lock`` held) and raise."""

@@ -35,8 +35,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, TypedDict, Unpack
 
 from connect_bridge.bridge.store_base import (
     EncodedRecord,
@@ -47,10 +49,12 @@ from connect_bridge.bridge.store_base import (
 )
 
 __all__ = [
+    "StateTopic",
     "TopicRecordStore",
     "close_producer",
     "ensure_state_topic",
     "keyed_records",
+    "opening_state_topic",
     "read_partition_to_end",
     "state_consumer",
     "state_producer_config",
@@ -109,6 +113,55 @@ def ensure_state_topic(
         return True
     finally:
         admin.close()
+
+
+class StateTopicOptions(TypedDict, total=False):
+    """How a topic store reaches and makes its topic: the options both stores' ``open`` take, listed
+    once (``opening_state_topic`` holds their defaults)."""
+
+    create: bool
+    """Create the compacted topic when it is missing (default True)."""
+    replication_factor: int
+    """Of a created topic; -1 (the default) takes the broker's ``default.replication.factor``."""
+    topic_configs: dict[str, str] | None
+    """More configs of a created topic (``cleanup.policy=compact`` is always set)."""
+    load_timeout_s: float
+    sync_timeout_s: float
+    client_options: dict[str, Any] | None
+    """More kafka-python settings for every client (security and the like)."""
+
+
+@contextmanager
+def opening_state_topic(
+    bootstrap: str | list[str], topic: str, *, partitions: int, **options: Unpack[StateTopicOptions]
+) -> Iterator[StateTopic]:
+    """The first step of both topic stores' ``open``: the ``StateTopic`` they are built from, after
+    creating the compacted topic unless it exists (when ``create``); the block is the store's own
+    first call (connect the producer, count the partitions). A ``KafkaError`` of any of them is a
+    ``StoreError`` naming the topic and the cluster, so a bridge that cannot reach its state stops
+    with one line, whichever store it uses."""
+    from kafka.errors import KafkaError
+
+    state_topic = StateTopic(
+        bootstrap,
+        topic,
+        options.get("load_timeout_s", DEFAULT_LOAD_TIMEOUT_S),
+        options.get("sync_timeout_s", DEFAULT_SYNC_TIMEOUT_S),
+        dict(options.get("client_options") or {}),
+    )
+    try:
+        if options.get("create", True):
+            ensure_state_topic(
+                bootstrap,
+                topic,
+                partitions=partitions,
+                replication_factor=options.get("replication_factor", -1),
+                configs=options.get("topic_configs"),
+                client_options=state_topic.client_options,
+            )
+        yield state_topic
+    except KafkaError as exc:
+        raise StoreError(f"state topic {topic!r} on {bootstrap}: {exc}") from exc
 
 
 def state_topic_partitions(
@@ -196,6 +249,49 @@ def keyed_records(records: list[Any], where: str) -> list[EncodedRecord]:
     return out
 
 
+@dataclass(frozen=True)
+class StateTopic:
+    """The state topic a store keeps its records on and how its clients reach it. Both topic stores
+    (``TopicRecordStore``, one partition; ``partitioned_store``'s, several) are built from these
+    settings and open every consumer and producer through them, so the two cannot drift in how
+    they connect, time out or close."""
+
+    bootstrap: str | list[str]
+    topic: str
+    load_timeout_s: float
+    """How long reading the topic (or a partition) to its end may take."""
+    sync_timeout_s: float
+    """How long a send may go unacknowledged before the store fails."""
+    client_options: dict[str, Any]
+    """More kafka-python settings for every client (security and the like)."""
+
+    @property
+    def where(self) -> str:
+        """How errors and logs name the topic."""
+        return f"state topic {self.topic!r}"
+
+    def consumer(self, **extra: Any) -> Any:
+        """A group-less consumer reading the topic from its start (``state_consumer``)."""
+        return state_consumer(self.bootstrap, self.client_options, self.where, **extra)
+
+    def producer(self, **extra: Any) -> Any:
+        """An idempotent ``acks=all`` producer of the topic whose sends fail after the sync timeout
+        (``state_producer_config``); ``extra``: more kafka-python settings (a transactional id)."""
+        from kafka import KafkaProducer
+
+        return KafkaProducer(
+            **{**state_producer_config(self.bootstrap, self.sync_timeout_s, self.client_options), **extra}
+        )
+
+    def read_to_end(self, consumer: Any, tp: Any, live: dict[bytes, bytes], end: Callable[[], int]) -> int:
+        """``read_partition_to_end`` within the load timeout; the number of records read."""
+        return read_partition_to_end(consumer, tp, live, end, timeout_s=self.load_timeout_s, where=self.where)
+
+    def close_producer(self, producer: Any) -> None:
+        """``close_producer`` within the sync timeout. Never raises."""
+        close_producer(producer, self.sync_timeout_s, self.where)
+
+
 class TopicRecordStore(LogStore[list[PendingSend]]):
     """The bridge's records on a compacted topic. Use ``open``; the constructor is internal.
 
@@ -206,98 +302,52 @@ class TopicRecordStore(LogStore[list[PendingSend]]):
 
     _WRITE_ERRORS = (Exception,)  # kafka-python raises its own errors and plain ones from send()
 
-    def __init__(
-        self,
-        bootstrap: str | list[str],
-        topic: str,
-        producer: Any,
-        *,
-        load_timeout_s: float,
-        sync_timeout_s: float,
-        client_options: dict[str, Any],
-    ) -> None:
-        super().__init__(f"state topic {topic!r}")
-        self.bootstrap = bootstrap
-        self.topic = topic
-        self.load_timeout_s = load_timeout_s
-        self.sync_timeout_s = sync_timeout_s
-        self._client_options = client_options
+    def __init__(self, state_topic: StateTopic, producer: Any) -> None:
+        super().__init__(state_topic.where)
+        self.state_topic = state_topic
         self._producer: Any = producer
         self._pending: list[PendingSend] = []
         self.records_read = 0
 
     @classmethod
     def open(
-        cls,
-        bootstrap: str | list[str],
-        topic: str,
-        *,
-        create: bool = True,
-        replication_factor: int = -1,
-        topic_configs: dict[str, str] | None = None,
-        load_timeout_s: float = DEFAULT_LOAD_TIMEOUT_S,
-        sync_timeout_s: float = DEFAULT_SYNC_TIMEOUT_S,
-        client_options: dict[str, Any] | None = None,
+        cls, bootstrap: str | list[str], topic: str, **options: Unpack[StateTopicOptions]
     ) -> TopicRecordStore:
-        """Create the topic if needed (``create``) and connect the producer.
-
-        ``client_options`` go to every kafka-python client (security settings and the like).
-        """
-        from kafka.errors import KafkaError
-
-        options = dict(client_options or {})
-        try:
-            if create:
-                ensure_state_topic(
-                    bootstrap,
-                    topic,
-                    replication_factor=replication_factor,
-                    configs=topic_configs,
-                    client_options=options,
-                )
-            producer = _state_producer(bootstrap, sync_timeout_s, options)
-        except KafkaError as exc:
-            raise StoreError(f"state topic {topic!r} on {bootstrap}: {exc}") from exc
-        return cls(
-            bootstrap,
-            topic,
-            producer,
-            load_timeout_s=load_timeout_s,
-            sync_timeout_s=sync_timeout_s,
-            client_options=options,
-        )
+        """Create the topic if needed (``create``) and connect the producer."""
+        with opening_state_topic(bootstrap, topic, partitions=1, **options) as state_topic:
+            producer = state_topic.producer()
+        return cls(state_topic, producer)
 
     # ------------------------------------------------------------------ reading
     def _read_log(self) -> dict[bytes, bytes]:
         """Read partition 0 from the beginning to the end; latest value per key, tombstones dropped."""
         from kafka.errors import KafkaError
 
-        consumer = state_consumer(self.bootstrap, self._client_options, self.where)
+        state_topic = self.state_topic
+        consumer = state_topic.consumer()
         live: dict[bytes, bytes] = {}
         try:
-            missing = StoreError(f"{self.where} does not exist on {self.bootstrap}")
+            missing = StoreError(f"{self.where} does not exist on {state_topic.bootstrap}")
             many = "state topic %r has %d partitions; only partition 0 is used"
-            tp = assign_partition_zero(consumer, self.topic, missing, log, many)
+            tp = assign_partition_zero(consumer, state_topic.topic, missing, log, many)
 
             def end() -> int:  # the module docstring's "the end"
                 highwater = consumer.highwater(tp)
                 return highwater if highwater is not None else consumer.end_offsets([tp])[tp]
 
-            self.records_read += read_partition_to_end(
-                consumer, tp, live, end, timeout_s=self.load_timeout_s, where=self.where
-            )
+            self.records_read += state_topic.read_to_end(consumer, tp, live, end)
         except KafkaError as exc:
             raise StoreError(f"{self.where}: read failed: {exc}") from exc
         finally:
             consumer.close()
-        log.info("state topic %r: %d live records from %d read", self.topic, len(live), self.records_read)
+        log.info("%s: %d live records from %d read", self.where, len(live), self.records_read)
         return live
 
     # ------------------------------------------------------------------ writing
     def _write(self, encoded: list[EncodedRecord]) -> None:
         """Hand the records to the producer."""
         for key, value in encoded:
-            future = self._producer.send(self.topic, key=key, value=value, partition=0)
+            future = self._producer.send(self.state_topic.topic, key=key, value=value, partition=0)
             self._pending.append((key, future))
 
     def _begin_sync(self) -> list[PendingSend]:
@@ -309,7 +359,7 @@ class TopicRecordStore(LogStore[list[PendingSend]]):
         """Flush the producer and check every send since the last sync: each must be acknowledged."""
         try:
             # Records expire after sync_timeout_s (delivery timeout); see SYNC_FLUSH_MARGIN_S.
-            self._producer.flush(timeout=self.sync_timeout_s + SYNC_FLUSH_MARGIN_S)
+            self._producer.flush(timeout=self.state_topic.sync_timeout_s + SYNC_FLUSH_MARGIN_S)
         except Exception as exc:
             self._fail_unlocked(exc)
         for key, future in handoff:
@@ -326,7 +376,7 @@ class TopicRecordStore(LogStore[list[PendingSend]]):
         self.sync()
 
     def _release(self) -> None:
-        close_producer(self._producer, self.sync_timeout_s, self.where)
+        self.state_topic.close_producer(self._producer)
 
 
 def close_producer(producer: Any, timeout_s: float, where: str) -> None:
@@ -342,13 +392,6 @@ def close_producer(producer: Any, timeout_s: float, where: str) -> None:
         sender = getattr(producer, "_sender", None)
         if sender is not None:
             sender.force_close()
-
-
-def _state_producer(bootstrap: str | list[str], sync_timeout_s: float, options: dict[str, Any]) -> Any:
-    """An idempotent ``acks=all`` producer whose sends fail after ``sync_timeout_s``."""
-    from kafka import KafkaProducer
-
-    return KafkaProducer(**state_producer_config(bootstrap, sync_timeout_s, options))
 
 
 def state_producer_config(
