@@ -27,7 +27,11 @@ from connect_bridge.workers.live_new import LiveNewWorker
 from polling import wait_until
 
 REPO = Path(__file__).resolve().parents[1]
-FENCE = re.compile(r"^(?P<indent> *)```(?P<lang>[a-z]*)\n(?P<body>.*?)^(?P=indent)```$", re.M | re.S)
+FENCE = re.compile(
+    r"^(?P<indent> *)```(?P<lang>[a-z]*)(?: (?P<tag>[a-z-]+))?\n(?P<body>.*?)^(?P=indent)```$", re.M | re.S
+)
+"""A fenced block; ``tag`` is an optional second word of the info string (```sh adoption): the
+blocks that need a setting of their own (a group to adopt, a fleet of bridges) are run apart."""
 LISTENING = "connect-bridge listening on "
 START_TIMEOUT_S = 30.0
 ENV = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
@@ -39,6 +43,7 @@ class Block:
     lang: str
     body: str
     line: int
+    tag: str = ""
 
 
 def fenced_blocks(text: str) -> list[Block]:
@@ -48,7 +53,7 @@ def fenced_blocks(text: str) -> list[Block]:
         indent = len(match["indent"])
         lines = match["body"].splitlines(True)
         body = "".join(line[indent:] if line[:indent].isspace() else line for line in lines)
-        blocks.append(Block(match["lang"], body, text.count("\n", 0, match.start()) + 1))
+        blocks.append(Block(match["lang"], body, text.count("\n", 0, match.start()) + 1, match["tag"] or ""))
     return blocks
 
 

@@ -144,7 +144,7 @@ def upgrade_and_downgrade(drill: JavaDrill, metrics: str) -> tuple[int, int, int
     code, answer = admin(metrics, "POST", release_path(drill.group))
     refusal = (
         f"group {drill.group} cannot be handed back yet: 1 member(s) use the new protocol: "
-        "downgrade them first (docs/migration.md)"
+        "downgrade them first (connect-bridge docs migration)"
     )
     assert (code, answer["released"], answer["message"]) == (409, False, refusal), answer
     assert admin(metrics)[1][drill.group]["phase"] == "adopted"

@@ -68,6 +68,9 @@ def test_every_help_works_and_states_its_defaults(
     ]
     for action in defaults:
         assert f"(default: {action.default})" in text, (action.dest, text)
+    for action in COMMANDS[path]._actions:  # positionals and required options too, not only defaults
+        if not isinstance(action, argparse._SubParsersAction):
+            assert action.help, f"{' '.join(path)} {action.dest}: no help text"
     if path:  # the logging options are accepted after every command as well
         assert "--log-level LEVEL" in text and "(default: info)" in text
 

@@ -44,6 +44,8 @@ from connect_bridge.state.partitioning import partition_for
 from kafka_fixtures import BROKER_NODE_ID, BridgeProcess, KafkaBroker, start_bridge
 from kafka_processes import free_ports
 from polling import wait_until
+from test_operator_guide_sections import run as run_block
+from test_operator_guide_sections import section
 from test_proxy import Raw, produce_request
 from test_server import HEARTBEAT_V, SYNC_V, join_message, protocols
 
@@ -252,6 +254,20 @@ def test_find_coordinator_names_the_owner_and_other_bridges_refuse(fleet: Fleet)
         scraped = answer.read().decode()
     assert f'connect_bridge_ha_partitions{{owner="{owner + 1}",partition="1",self="true"}} 1.0' in scraped
     assert "connect_bridge_ha_lease_valid 1.0" in scraped
+
+    # The operator guide's commands ("Running several bridges"), as written, on the other bridge:
+    # GET /admin/ha through curl | jq shows every partition owned; drain hands its partitions over
+    # and exits 0; the remaining two own them all at once, and the group stays with its owner.
+    show, drain = section("ha", [("127.0.0.1:9404", fleet.admins[other])])
+    shown = json.loads(run_block(show).stdout)
+    assert (shown["node_id"], shown["lease_valid"]) == (other + 1, True), shown
+    assert sorted(int(p) for p in shown["owners"]) == list(range(PARTITIONS)), shown
+    drained = run_block(drain)
+    assert drained.returncode == 0 and "Traceback" not in drained.stderr, drained
+    assert fleet.bridges[other].process.wait(30) == 0
+    rest = [i for i in range(len(fleet.bridges)) if i != other]
+    wait_until(lambda: fleet.covered(rest), 30, 0.2, lambda: "the drained bridge's partitions not taken over")
+    assert group in fleet.status(owner)["groups"]
 
 
 def test_kill_9_of_the_owner_moves_the_group_and_keeps_its_member(fleet: Fleet) -> None:

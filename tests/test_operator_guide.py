@@ -1,11 +1,14 @@
 """Every command of ``docs/operator-guide.md`` works as written.
 
-The guide's ```sh blocks are run in document order against real parts: a tansu broker as the
+The guide's plain ```sh blocks are run in document order against real parts: a tansu broker as the
 upstream cluster, ``connect-bridge serve`` as a process (the block that starts it is left running
 until the end), and two new-protocol workers (``workers/live_new.py``, the guide's reference worker)
 that join once the bridge is up, standing in for the operator's workers. The guide's host names,
 ports and paths are replaced by the explicit table in :func:`substitutions`; every entry must be
 used, so a guide edit cannot leave the table stale, and no placeholder may survive it.
+
+Blocks whose fence names a section (```sh adoption) need a setting of their own and are run by the
+test of :data:`SECTION_TESTS`; this module checks that no such tag goes unclaimed.
 
 Blocks that are not commands use another fence language and are checked for what they claim: the
 worker ``properties`` excerpt must agree with the ``bridge.yaml`` the guide writes, and the
@@ -65,6 +68,13 @@ PROMETHEUS_BUILTINS = {"up"}
 """Series Prometheus makes itself (the scrape health of the /metrics target), not the bridge."""
 PROMQL_WORDS = {"sum", "by", "rate", "increase", "histogram_quantile", "le", "api", "group", "job"}
 PROMQL_WORDS |= {"state", "error"}
+SECTION_TESTS = {
+    "credentials": "tests/test_operator_guide_sections.py::test_credentials_commands",
+    "acls": "tests/test_operator_guide_sections.py::test_acl_commands",
+    "adoption": "tests/test_operator_guide_sections.py::test_adoption_commands",
+    "ha": "tests/test_ha.py::test_find_coordinator_names_the_owner_and_other_bridges_refuse",
+}
+"""Tag of a guide block -> the test that runs that section's commands."""
 
 
 def substitutions(
@@ -182,7 +192,7 @@ def check_output(body: str, out: str, group: str, tmp: Path) -> None:
 
 @pytest.mark.live  # a serve process and live workers; tansu makes it broker + heavy (tests/conftest.py)
 def test_operator_guide_commands(tansu: TansuBroker, workers: Workers, tmp_path: Path) -> None:
-    blocks = fenced_blocks(GUIDE.read_text(encoding="utf-8"))
+    blocks = [b for b in fenced_blocks(GUIDE.read_text(encoding="utf-8")) if not b.tag]
     assert {b.lang for b in blocks} <= CHECKED_LANGUAGES, "a fence language this test does not check"
     listen, metrics, relay = free_port(), free_port(), free_port()
     table = substitutions(tmp_path, tansu, listen, metrics, relay - upstream_node_id(tansu))
@@ -193,7 +203,7 @@ def test_operator_guide_commands(tansu: TansuBroker, workers: Workers, tmp_path:
         assert not leftovers, f"guide line {block.line}: {leftovers} not in the substitution table"
     (props_block,) = [b for b in adapted if b.lang == "properties"]
     worker = properties(props_block.body)
-    (rules_block,) = [b for b in adapted if b.lang == "yaml" and "groups:" in b.body]
+    (rules_block,) = [b for b in adapted if b.lang == "yaml" and b.body.startswith("groups:")]
     group = worker["group.id"]
 
     bridge: Serve | None = None
@@ -221,4 +231,9 @@ def test_guide_blocks_are_parsed() -> None:
     text = GUIDE.read_text(encoding="utf-8")
     blocks = fenced_blocks(text)
     assert count_fences(text) == 2 * len(blocks)
-    assert sum(b.lang == "sh" for b in blocks) >= 8
+    assert sum(b.lang == "sh" and not b.tag for b in blocks) >= 8
+    tagged = {b.tag for b in blocks if b.tag}
+    assert tagged == SECTION_TESTS.keys(), f"tags no test runs: {tagged - SECTION_TESTS.keys()}"
+    for test in SECTION_TESTS.values():  # the named tests exist
+        module, name = test.split("::")
+        assert f"def {name}(" in (REPO / module).read_text(encoding="utf-8"), test

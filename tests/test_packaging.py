@@ -197,6 +197,31 @@ def test_example_config_names_exactly_the_settings_fields() -> None:
     assert not written - model, f"{EXAMPLE.name} names settings that do not exist: {sorted(written - model)}"
 
 
+def own_comment(lines: list[str], index: int, commented: bool) -> bool:
+    """Whether the setting at ``lines[index]`` says something of its own: a comment after its value,
+    or a comment line right above it (a section header's comment speaks for the section only)."""
+    value = lines[index].removeprefix("# ") if commented else lines[index]
+    if "#" in value.split(":", 1)[1]:
+        return True
+    above = lines[index - 1] if index else ""
+    return above.lstrip().startswith("#") and _KEY_LINE.match(above) is None
+
+
+def test_every_setting_of_the_example_has_a_comment_of_its_own() -> None:
+    """An operator reading the file learns what each setting does (unit, when to change it) where
+    it stands, not only from its section's header."""
+    text = EXAMPLE.read_text(encoding="utf-8")
+    lines = text.splitlines()
+    found = key_lines(text)
+    sections = {path.rsplit(".", 1)[0] for path, _, _ in found if "." in path}
+    silent = [
+        path
+        for path, commented, index in found
+        if path not in sections and not own_comment(lines, index, commented)
+    ]
+    assert not silent, f"settings of {EXAMPLE.name} without a comment of their own: {silent}"
+
+
 def test_example_values_are_the_defaults_except_lines_marked_deploy(example: BridgeSettings) -> None:
     text = EXAMPLE.read_text(encoding="utf-8")
     lines = text.splitlines()

@@ -204,3 +204,19 @@ def test_a_live_drill_shows_its_steps(tmp_path: Path) -> None:
     ):
         assert shown in err, (shown, err)
     assert ELAPSED.search(err)
+
+
+@pytest.mark.parametrize(
+    ("n", "noun", "plural", "shown"),
+    [
+        (1, "drill", "", "1 drill"),
+        (0, "drill", "", "0 drills"),
+        (2, "event log", "", "2 event logs"),
+        (1_200, "adversarial drill", "", "1,200 adversarial drills"),
+        (1, "Parquet input", "", "1 Parquet input"),
+        (3, "child", "children", "3 children"),
+    ],
+)
+def test_counts_read_as_english(n: int, noun: str, plural: str, shown: str) -> None:
+    """Progress and summary lines say "1 drill", never "1 drills" (issue 14's audit)."""
+    assert progress.counted(n, noun, plural) == shown

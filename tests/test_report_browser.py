@@ -1,18 +1,22 @@
 """The ``analyze`` report renders in a real browser: headless Chromium loads ``index.html``.
 
 Needs Debian's ``chromium`` at /usr/bin/chromium (``.ci/run`` installs it); without it the test
-fails rather than skips, so CI cannot pass without having looked at the page. Two looks at a
-fleet of four drills (three random ones and a hand-made one with an overlap and every kind of
-scenario action):
+fails rather than skips, so CI cannot pass without having looked at the page. Looks at a fleet
+of four drills (three random ones and a hand-made one with an overlap and every kind of scenario
+action):
 
-- a screenshot, which must show the page with its charts drawn: not one flat colour, and with the
-  charts' coloured marks, which the text and tables of the page do not have in that quantity;
-- the laid-out page, measured by a script in a wrapper page that frames the report
+- a screenshot of the fleet page (``index.html``) at 1280x2000, which must show the page with its
+  charts drawn (not one flat colour, with the charts' coloured marks, which the text and tables of
+  the page do not have in that quantity) and the worst-first fleet table inside the picture;
+- a screenshot of the worst drill's own page, as tall as that page, in which both its timeline and
+  its ownership chart lie (a 2000 px window cuts the ownership chart off);
+- the laid-out pages, measured by a script in a wrapper page that frames the report
   (``--dump-dom`` prints what it found): the summary table, the worst drill's timeline and
   ownership charts loaded and as wide as the page's content, the fleet table worst first with a
-  working link per drill.
+  working link per drill, and where each of those elements lies.
 
-Set ``REPORT_SCREENSHOT=path.png`` to keep the screenshot.
+Set ``REPORT_SCREENSHOT=path.png`` to keep the fleet page's screenshot (and ``path-drill.png`` the
+drill page's).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,6 +61,10 @@ PROBE = """<!DOCTYPE html><html><body style="margin:0">
 document.getElementById("report").addEventListener("load", function () {
   var d = this.contentDocument, q = function (s) { return d.querySelector(s); };
   var box = function (e) { return e ? Math.round(e.getBoundingClientRect().width) : 0; };
+  var where = function (s) {
+    var e = q(s), r = e ? e.getBoundingClientRect() : null;
+    return r ? {left: r.left, top: r.top, right: r.right, bottom: r.bottom} : null;
+  };
   var img = function (s) {
     var e = q(s);
     return e ? {src: e.getAttribute("src"), natural: e.naturalWidth, shown: box(e)} : null;
@@ -66,6 +75,9 @@ document.getElementById("report").addEventListener("load", function () {
   });
   document.getElementById("probe").textContent = JSON.stringify({
     content: box(d.body),
+    height: d.documentElement.scrollHeight,
+    boxes: {timeline: where("figure.timeline img"), ownership: where("figure.ownership img"),
+            fleet: where("table.fleet")},
     summary: Array.from(d.querySelectorAll("table.summary tr td:first-child")).map(function (e) {
       return e.textContent;
     }),
@@ -88,18 +100,19 @@ def _chromium(profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _layout(page: Path, tmp_path: Path) -> dict:  # type: ignore[type-arg]
-    """What the probe page measured in the report, as laid out at the window's width."""
+def _layout(page: Path, tmp_path: Path, window: tuple[int, int] = WINDOW) -> dict:  # type: ignore[type-arg]
+    """What the probe page measured in the report, as laid out in a window of ``window`` (CSS px;
+    element boxes relative to the top left of the page, unscrolled)."""
     probe = page.parent / "probe.html"
     probe.write_text(
-        PROBE.replace("REPORT", page.name).replace("WIDTH", str(WINDOW[0])).replace("HEIGHT", str(WINDOW[1])),
+        PROBE.replace("REPORT", page.name).replace("WIDTH", str(window[0])).replace("HEIGHT", str(window[1])),
         encoding="utf-8",
     )
     result = _chromium(
         tmp_path / "chromium-probe",
         "--allow-file-access-from-files",
         "--virtual-time-budget=10000",
-        f"--window-size={WINDOW[0]},{WINDOW[1]}",
+        f"--window-size={window[0]},{window[1]}",
         "--dump-dom",
         probe.as_uri(),
     )
@@ -108,6 +121,32 @@ def _layout(page: Path, tmp_path: Path) -> dict:  # type: ignore[type-arg]
     text = found.group(1).replace("&quot;", '"').replace("&amp;", "&")
     assert text.startswith("{"), f"the report did not load in the frame: {text}"
     return json.loads(text)
+
+
+def _screenshot(page: Path, png: Path, window: tuple[int, int], profile: Path) -> Any:
+    """Chromium's screenshot of ``page`` in a ``window`` (width, height) window, as RGB floats."""
+    import matplotlib.image as mpimg
+
+    size = f"--window-size={window[0]},{window[1]}"
+    result = _chromium(profile, f"--screenshot={png}", size, page.as_uri())
+    assert png.is_file(), f"chromium wrote no screenshot (exit {result.returncode}): {result.stderr[-2000:]}"
+    pixels = mpimg.imread(str(png))[..., :3]  # floats in 0..1
+    assert pixels.shape[:2] == (window[1], window[0])
+    return pixels
+
+
+def _inside(box: dict[str, float] | None, window: tuple[int, int]) -> bool:
+    """Whether an element's box lies wholly within a screenshot of ``window``."""
+    return box is not None and box["left"] >= 0 and box["top"] >= 0 and (
+        box["right"] <= window[0] and box["bottom"] <= window[1]
+    )
+
+
+def _coloured(pixels: Any, box: dict[str, float]) -> float:
+    """The share of strongly coloured pixels inside ``box`` of a screenshot (a chart's marks)."""
+    region = pixels[int(box["top"]) : int(box["bottom"]), int(box["left"]) : int(box["right"])]
+    flat = region.reshape(-1, 3)
+    return float(((flat.max(axis=1) - flat.min(axis=1)) > 0.3).mean())
 
 
 def test_report_renders_in_headless_chromium(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
@@ -145,20 +184,11 @@ def test_report_renders_in_headless_chromium(spark, tmp_path: Path) -> None:  # 
     assert (np.abs(ownership - red).max(axis=2) < 0.02).sum() > 50, "no red overlap in the ownership chart"
 
     png = tmp_path / "screenshot.png"
-    result = _chromium(
-        tmp_path / "chromium-profile",
-        f"--screenshot={png}",
-        f"--window-size={WINDOW[0]},{WINDOW[1]}",
-        page.as_uri(),
-    )
-    assert png.is_file(), f"chromium wrote no screenshot (exit {result.returncode}): {result.stderr[-2000:]}"
+    pixels = _screenshot(page, png, WINDOW, tmp_path / "chromium-profile")
     keep = os.environ.get("REPORT_SCREENSHOT")
     if keep:
         shutil.copyfile(png, keep)
     assert png.stat().st_size > 20_000
-
-    pixels = mpimg.imread(str(png))[..., :3]  # floats in 0..1
-    assert pixels.shape[:2] == (WINDOW[1], WINDOW[0])
     flat = pixels.reshape(-1, 3)
     assert flat.std(axis=0).max() > 0.05, "the screenshot is one flat colour"
     colours = np.unique((flat * 255).astype(np.uint8), axis=0)
@@ -175,6 +205,7 @@ def test_report_renders_in_headless_chromium(spark, tmp_path: Path) -> None:  # 
         assert shown and shown["src"].startswith("charts/00-" + NAME), layout
         assert shown["natural"] >= 1000, f"{chart} did not load: {shown}"
         assert shown["shown"] >= 0.95 * content, f"{chart} is not at the page's width: {shown}, {content}"
+    assert _inside(layout["boxes"]["fleet"], WINDOW), f"the fleet table is not in the screenshot: {layout}"
     rows = layout["fleet"]
     assert rows[0]["name"] == NAME and rows[0]["failed"] == "failed", rows
     assert sorted(r["name"] for r in rows) == sorted(d["name"] for d in doc["drills"])
@@ -183,3 +214,19 @@ def test_report_renders_in_headless_chromium(spark, tmp_path: Path) -> None:  # 
         target = out / row["href"]
         assert target.is_file(), row
         assert f"<h1>{row['name']}</h1>" in target.read_text(encoding="utf-8")
+
+    # The worst drill's own page, in a window as tall as the page: its timeline and its ownership
+    # chart are both in the screenshot, drawn (a chart's coloured marks inside each box).
+    drill_page = out / rows[0]["href"]
+    drill_layout = _layout(drill_page, tmp_path)
+    tall = (WINDOW[0], max(WINDOW[1], drill_layout["height"]))
+    if tall != WINDOW:  # measured again in the window of the screenshot
+        drill_layout = _layout(drill_page, tmp_path, tall)
+    drill_png = tmp_path / "drill-screenshot.png"
+    drill_pixels = _screenshot(drill_page, drill_png, tall, tmp_path / "chromium-profile")
+    if keep:
+        shutil.copyfile(drill_png, Path(keep).with_name(Path(keep).stem + "-drill.png"))
+    for chart in ("timeline", "ownership"):
+        box = drill_layout["boxes"][chart]
+        assert _inside(box, tall), f"the {chart} chart is not in the drill page's screenshot: {box}, {tall}"
+        assert _coloured(drill_pixels, box) > 0.003, f"the {chart} chart is not drawn in the screenshot"

@@ -168,8 +168,11 @@ _ADMIN_ARGS = (
 ``describe`` uses for the worker listener's TLS)."""
 _COMMANDS: tuple[_Command, ...] = (
     _Command("codec", "decode or encode Connect embedded-protocol payloads", _cmd_codec, (
-        _arg("op", choices=("decode", "encode")),
-        _arg("--kind", required=True, choices=sorted(_CODEC_KINDS)),
+        _arg("op", choices=("decode", "encode"),
+             help="decode: hex bytes to JSON; encode: a JSON document to hex (required)"),
+        _arg("--kind", required=True, choices=sorted(_CODEC_KINDS),
+             help="subscription (a member's JoinGroup metadata) or assignment (the leader's SyncGroup "
+             "assignment; required)"),
         _arg("--version", type=int, help="protocol version to encode at (encode only)"),
         _arg("data", help="hex bytes (decode) or a JSON document (encode)"),
     ), ("connect-protocol.md",)),

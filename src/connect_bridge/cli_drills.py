@@ -85,7 +85,7 @@ def cmd_drill_fleet(args: argparse.Namespace) -> int:
     from connect_bridge.drills.events import EventLogError
     from connect_bridge.pipeline.analyze import AnalyzeError
     from connect_bridge.pipeline.fleet import run_fleet
-    from connect_bridge.progress import StageReporter
+    from connect_bridge.progress import StageReporter, counted
 
     if args.count < 1:
         return fail("drill fleet: --count must be at least 1")
@@ -102,7 +102,8 @@ def cmd_drill_fleet(args: argparse.Namespace) -> int:
     failed = fleet["failed"]
     t = fleet["totals"]
     print(
-        f"fleet: {fleet['count']} drills (seed {fleet['seed']}), {fleet['events']} events: "
+        f"fleet: {counted(fleet['count'], 'drill')} (seed {fleet['seed']}), "
+        f"{counted(fleet['events'], 'event')}: "
         f"{t['ok']} ok, {len(failed)} failed, {t['overlaps']} overlaps, {t['moves']} moves; "
         f"report {fleet['report']}"
     )
@@ -142,7 +143,7 @@ def cmd_drill_search(args: argparse.Namespace) -> int:
 def _fleet_checks(args: argparse.Namespace) -> int:
     """``drill fleet --checks-only`` / ``--adversarial``: verdicts only, judged in the executors."""
     from connect_bridge.pipeline.fleet import run_fleet_checks
-    from connect_bridge.progress import StageReporter
+    from connect_bridge.progress import StageReporter, counted
 
     with _stages(args, "drill fleet", args.count) as bar:
         fleet = run_fleet_checks(
@@ -155,7 +156,7 @@ def _fleet_checks(args: argparse.Namespace) -> int:
         )
     v = fleet["violations"]
     print(
-        f"fleet: {fleet['drills']} {'adversarial ' if fleet['adversarial'] else ''}drills "
+        f"fleet: {counted(fleet['drills'], ('adversarial ' if fleet['adversarial'] else '') + 'drill')} "
         f"(seed {fleet['seed']}) "
         f"in {fleet['seconds']} s ({fleet['drills_per_s']}/s): {fleet['failed_drills']} failed; "
         f"violations exclusive={v['exclusive']} live={v['live']} converged={v['converged']} "

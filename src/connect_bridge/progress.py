@@ -24,13 +24,19 @@ from typing import IO
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-__all__ = ["Bar", "StageReporter", "on_terminal", "simulated_time"]
+__all__ = ["Bar", "StageReporter", "counted", "on_terminal", "simulated_time"]
 
 log = logging.getLogger("connect_bridge.progress")
 
 TICK_S = 1.0
 """How often an open bar redraws on its own: the elapsed time keeps moving while a step waits
 (a live drill sleeping until its next step, a Spark job that reports nothing until it ends)."""
+
+
+def counted(n: int, noun: str, plural: str = "") -> str:
+    """``n`` and ``noun`` in the number that fits (``1 drill``, ``2 drills``, ``1,200 drills``):
+    progress and summary lines are read by people, and "1 drills" reads like a bug."""
+    return f"{n:,} {noun if n == 1 else plural or noun + 's'}"
 
 
 def on_terminal(stream: IO[str] | None = None) -> bool:

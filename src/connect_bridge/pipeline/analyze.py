@@ -27,6 +27,7 @@ from urllib.parse import unquote, urlparse
 
 from connect_bridge.drills.events import EventLogError, order_note
 from connect_bridge.pipeline.schema import EVENT_COLUMNS, EVENT_FIELDS, LOG_FIELDS, spark_schema
+from connect_bridge.progress import counted
 
 DRILL_KEYS = (
     "name",
@@ -240,7 +241,8 @@ def run(spark: Any, paths: Iterable[str | Path], progress: Callable[[str], None]
 
     say = progress or (lambda _msg: None)
     inputs = find_inputs(paths)
-    say(f"reading {len(inputs.logs)} event logs and {len(inputs.parquet)} Parquet inputs")
+    logs, parquet = counted(len(inputs.logs), "event log"), counted(len(inputs.parquet), "Parquet input")
+    say(f"reading {logs} and {parquet}")
     events = metrics.in_time_order(load_events(spark, inputs)).persist(StorageLevel.MEMORY_AND_DISK)
 
     say("checking the logs")
@@ -315,7 +317,7 @@ def analyze(
     out.mkdir(parents=True, exist_ok=True)
     doc = summary_doc(result)
 
-    say(f"writing tables for {len(result.drills)} drills")
+    say(f"writing tables for {counted(len(result.drills), 'drill')}")
     _write_tables(spark, result, out)
 
     say("drawing charts")

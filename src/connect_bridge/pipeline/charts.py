@@ -241,7 +241,6 @@ def draw_ownership(
     colours: Mapping[str, str],
 ) -> None:
     """Who ran what, when: a row per item, bars per worker, overlaps red, unassigned time hatched."""
-    from matplotlib.collections import PolyCollection
     from matplotlib.patches import Patch
 
     items = sorted({(r["connector"], r["task"]) for r in rows})
@@ -256,31 +255,7 @@ def draw_ownership(
     span = max(end_ms / 1000.0, 1e-3)
     visible = span / 400  # a 0-width overlap still shows as a red tick
     y = {item: i for i, item in enumerate(reversed(items))}
-    # one PolyCollection per layer: thousands of bars draw in one call, not one artist each
-    layers = (
-        (
-            "unassigned",
-            0.7,
-            1,
-            {"facecolors": "none", "edgecolors": GAP_GREY, "hatch": "////", "linewidths": 0},
-        ),
-        ("run", 0.7, 2, {"edgecolors": "white", "linewidths": 0.4}),
-        ("overlap", 0.9, 3, {"facecolors": OVERLAP_RED, "edgecolors": OVERLAP_RED, "linewidths": 0.5}),
-    )
-    for kind, height, z, style in layers:
-        bars = [r for r in rows if r["kind"] == kind]
-        if not bars:
-            continue
-        boxes = []
-        for r in bars:
-            start, stop = r["start_ms"] / 1000.0, r["end_ms"] / 1000.0
-            if kind == "overlap":
-                stop = max(stop, start + visible)
-            low = y[(r["connector"], r["task"])] - height / 2
-            boxes.append([(start, low), (start, low + height), (stop, low + height), (stop, low)])
-        if kind == "run":
-            style = {**style, "facecolors": [colours.get(r["worker"], "#555555") for r in bars]}
-        ax.add_collection(PolyCollection(boxes, zorder=z, **style))
+    _draw_ownership_layers(ax, rows, colours, y, visible)
     ax.set_yticks(range(len(items)), [item_label(c, t) for c, t in reversed(items)], fontsize=7)
     ax.set_ylim(-0.7, max(len(items), 1) - 0.3)
     ax.set_xlim(0, span)
@@ -296,8 +271,53 @@ def draw_ownership(
     fig.savefig(path)
 
 
+_OWNERSHIP_LAYERS: tuple[tuple[str, float, int, dict[str, Any]], ...] = (
+    (
+        "unassigned",
+        0.7,
+        1,
+        {"facecolors": "none", "edgecolors": GAP_GREY, "hatch": "////", "linewidths": 0},
+    ),
+    ("run", 0.7, 2, {"edgecolors": "white", "linewidths": 0.4}),
+    ("overlap", 0.9, 3, {"facecolors": OVERLAP_RED, "edgecolors": OVERLAP_RED, "linewidths": 0.5}),
+)
+"""(row kind, bar height, z-order, PolyCollection style) of the ownership chart's layers, bottom up:
+overlaps drawn last and taller so that double processing is never hidden behind a run bar."""
+
+
+def _draw_ownership_layers(
+    ax: Any,
+    rows: Sequence[Mapping[str, Any]],
+    colours: Mapping[str, str],
+    y: Mapping[tuple[str, int], int],
+    visible: float,
+) -> None:
+    """The ownership chart's bars, one PolyCollection per layer: thousands of bars draw in one call,
+    not one artist each. ``y``: each item's row; ``visible``: the least width of an overlap bar."""
+    from matplotlib.collections import PolyCollection
+
+    for kind, height, z, style in _OWNERSHIP_LAYERS:
+        bars = [r for r in rows if r["kind"] == kind]
+        if not bars:
+            continue
+        boxes = []
+        for r in bars:
+            start, stop = r["start_ms"] / 1000.0, r["end_ms"] / 1000.0
+            if kind == "overlap":
+                stop = max(stop, start + visible)
+            low = y[(r["connector"], r["task"])] - height / 2
+            boxes.append([(start, low), (start, low + height), (stop, low + height), (stop, low)])
+        if kind == "run":
+            style = {**style, "facecolors": [colours.get(r["worker"], "#555555") for r in bars]}
+        ax.add_collection(PolyCollection(boxes, zorder=z, **style))
+
+
 def draw_fleet(path: Path, drills: Sequence[Mapping[str, Any]]) -> None:
     """Side by side: how many drills had how many moves, and how much unassigned item time."""
+    from matplotlib.ticker import MaxNLocator
+
+    from connect_bridge.progress import counted
+
     fig = _figure(3.4, left_px=70, right_px=20)
     panels = (
         ("moves per drill", "moves", [float(d["moves"]) for d in drills]),
@@ -308,9 +328,12 @@ def draw_fleet(path: Path, drills: Sequence[Mapping[str, Any]]) -> None:
         ),
     )
     for ax, (title, xlabel, values) in zip(fig.subplots(1, 2), panels, strict=True):
-        _style(ax, f"{title} ({len(values):,} drills)", "drills", xlabel)
+        _style(ax, f"{title} ({counted(len(values), 'drill')})", "drills", xlabel)
         n_bins = max(1, min(40, int(math.sqrt(len(values))) + 1))
         ax.hist(values, bins=n_bins, color="#4477aa", edgecolor="white")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # a count of drills: no 0.5 ticks
+        if xlabel == "moves":
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.savefig(path)
 
 

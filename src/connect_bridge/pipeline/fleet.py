@@ -31,6 +31,7 @@ from typing import Any
 
 from connect_bridge.pipeline.analyze import analyze
 from connect_bridge.pipeline.job_progress import drills_done
+from connect_bridge.progress import counted
 
 SEED_STRIDE = 1_000_003
 EVENTS_DIR = "events.parquet"
@@ -187,7 +188,7 @@ def run_fleet(
     :func:`.session.get_spark` with ``master``.
     """
     say, out, spark = _prepare(count, out_dir, master, spark, progress)
-    running = f"running {count} drills (seed {seed})"
+    running = f"running {counted(count, 'drill')} (seed {seed})"
     say(running, done=0)
     started = time.monotonic()
     with _watching(spark, count, EVENTS_PER_CORE, progress, running):
@@ -215,7 +216,7 @@ def run_fleet(
         "totals": doc["totals"],
     }
     _write_fleet_json(out, fleet)
-    say(f"{len(failed)} of {count} drills failed; {out / FLEET_JSON}")
+    say(f"{len(failed)} of {counted(count, 'drill')} failed; {out / FLEET_JSON}")
     return fleet
 
 
@@ -341,7 +342,7 @@ def run_fleet_checks(
     ``failed`` (name, seed, scenario, first violation)."""
     say, out, spark = _prepare(count, out_dir, master, spark, progress)
     kind = "adversarial " if adversarial else ""
-    running = f"running {count} {kind}drills (seed {seed}), checked in the executors"
+    running = f"running {counted(count, kind + 'drill')} (seed {seed}), checked in the executors"
     say(running, done=0)
     started = time.monotonic()
     schema = ", ".join(f"{name} {type_}" for name, type_ in CHECK_FIELDS)
@@ -369,7 +370,8 @@ def run_fleet_checks(
         "failed": failed,
     }
     _write_fleet_json(out, fleet)
-    say(f"{fleet['failed_drills']} of {count} drills failed in {fleet['seconds']} s; {out / FLEET_JSON}")
+    failed_of = f"{fleet['failed_drills']} of {counted(count, 'drill')}"
+    say(f"{failed_of} failed in {fleet['seconds']} s; {out / FLEET_JSON}")
     return fleet
 
 

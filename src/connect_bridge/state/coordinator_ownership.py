@@ -89,7 +89,8 @@ class OwnershipSteps:
         if isinstance(group, ConnectGroup) and group.members:
             new_protocol = sum(1 for m in group.members.values() if not m.metadata.is_legacy)
             detail = (
-                f"{new_protocol} member(s) use the new protocol: downgrade them first (docs/migration.md)"
+                f"{new_protocol} member(s) use the new protocol: downgrade them first "
+                "(connect-bridge docs migration)"
                 if new_protocol
                 else "the bridge holds a departed worker's work in a connect group; retry once the hold ends"
             )
