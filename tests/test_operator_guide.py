@@ -70,7 +70,7 @@ PROMQL_WORDS = {"sum", "by", "rate", "increase", "histogram_quantile", "le", "ap
 PROMQL_WORDS |= {"state", "error"}
 SECTION_TESTS = {
     "credentials": "tests/test_operator_guide_sections.py::test_credentials_commands",
-    "acls": "tests/test_operator_guide_sections.py::test_acl_commands",
+    "cluster": "tests/test_operator_guide_sections.py::test_cluster_commands",
     "adoption": "tests/test_operator_guide_sections.py::test_adoption_commands",
     "ha": "tests/test_ha.py::test_find_coordinator_names_the_owner_and_other_bridges_refuse",
 }

@@ -8,9 +8,10 @@ test's as an explicit table (every entry must be used, no placeholder may surviv
 - ```sh credentials: ``connect-bridge credentials add`` in a temporary directory; the file it
   writes is read back with the bridge's credentials loader and the password checks against it,
   and the guide's terminated-SASL ``bridge.yaml`` names that file and loads;
-- ```sh acls: Kafka's own ``kafka-acls.sh`` (``org.apache.kafka.tools.AclCommand``, the class the
-  script runs) against the secured broker of ``tests/kafka_secure.py`` as its super user; the rules
-  it wrote are read back in the ``kafka-acls.sh --list`` format the guide's ``acl_file`` takes;
+- ```sh cluster: Kafka's own ``kafka-configs.sh`` and ``kafka-acls.sh`` (the classes the scripts
+  run) against the secured broker of ``tests/kafka_secure.py`` as its super user: the bridge's
+  SCRAM user they create logs in, the rules they add are read back in the ``kafka-acls.sh --list``
+  format, and the guide's dump of a group's rules loads as the bridge's ``acl_file``;
 - ```sh adoption: a bridge with the guide's ``adoption`` section in front of the session's Kafka
   broker, and a running classic Connect group of two live workers (``workers/live_legacy.py`` on
   kafka-python's real group client) repointed at the bridge one at a time: ``adopt --status`` while
@@ -46,14 +47,14 @@ from kafka.admin import (
 )
 from kafka.errors import NoError
 
-from connect_bridge.bridge.acls import Operation, PatternType, Permission, parse_acl_listing
+from connect_bridge.bridge.acls import Operation, PatternType, Permission, load_acl_file, parse_acl_listing
 from connect_bridge.bridge.credentials import load_credentials
 from connect_bridge.bridge.scram import verify_password
 from connect_bridge.bridge.settings import BridgeSettings, load_settings
 from connect_bridge.state.model import ConfigView
 from connect_bridge.workers.live_legacy import LiveLegacyWorker
 from doc_commands import ENV, REPO, Block, fenced_blocks, last_json, substitute
-from java_tools import tool_command
+from java_tools import CONFIGS, tool_command
 from kafka_fixtures import KafkaBroker, start_bridge
 from kafka_processes import free_ports
 from kafka_secure import SecureKafka
@@ -164,22 +165,40 @@ def test_credentials_commands(tmp_path: Path) -> None:
     assert load_settings(config).sasl.credentials_file == file
 
 
-# ------------------------------------------------------------------ kafka-acls.sh
+# ------------------------------------------------------------------ kafka-configs.sh, kafka-acls.sh
 
 
-def test_acl_commands(secure_kafka: SecureKafka, tmp_path: Path) -> None:
+def test_cluster_commands(secure_kafka: SecureKafka, tmp_path: Path) -> None:
     group = f"connect-acl-guide-{uuid.uuid4().hex[:8]}"
+    dumped = tmp_path / "acls.txt"
     body = "\n".join(
-        section("acls", [("kafka-1.prod.internal:9093", secure_kafka.sasl_ssl), ("connect-cluster", group)])
+        section(
+            "cluster",
+            [
+                ("kafka-1.prod.internal:9093", secure_kafka.sasl_ssl),
+                ("connect-cluster", group),
+                ("/etc/connect-bridge/acls.txt", str(dumped)),
+            ],
+        )
     )
     admin_props = secure_kafka.java_client_properties("SASL_SSL", user=secure_kafka.admin_user)
     (tmp_path / "admin.properties").write_text("".join(f"{k}={v}\n" for k, v in admin_props.items()))
-    # bin/kafka-acls.sh is `exec kafka-run-class.sh org.apache.kafka.tools.AclCommand "$@"`
-    script = f'kafka-acls.sh() {{ {shlex.join(tool_command(ACL_COMMAND))} "$@"; }}\n'
+    # bin/kafka-acls.sh is `exec kafka-run-class.sh org.apache.kafka.tools.AclCommand "$@"`, and
+    # kafka-configs.sh the same with kafka.admin.ConfigCommand.
+    password = f"bridge-{uuid.uuid4().hex[:12]}"
+    script = (
+        f'kafka-acls.sh() {{ {shlex.join(tool_command(ACL_COMMAND))} "$@"; }}\n'
+        f'kafka-configs.sh() {{ {shlex.join(tool_command(CONFIGS))} "$@"; }}\n'
+        f"export BRIDGE_PASSWORD={shlex.quote(password)}\n"
+    )
     admin = secure_kafka.admin()
     try:
         added = run(script + body, cwd=tmp_path)
         assert added.returncode == 0, added
+        # The bridge's user the guide created logs in with the password from the environment.
+        login = secure_kafka.kafka_python_config("SASL_SSL", mechanism="SCRAM-SHA-512")
+        login |= {"sasl_plain_username": "connect-bridge", "sasl_plain_password": password}
+        wait_until(lambda: _logs_in(login), 30, 0.5, lambda: "the guide's SCRAM user never logged in")
         listed = run(
             script
             + f"kafka-acls.sh --bootstrap-server {secure_kafka.sasl_ssl} --command-config admin.properties "
@@ -194,6 +213,8 @@ def test_acl_commands(secure_kafka: SecureKafka, tmp_path: Path) -> None:
             Permission.ALLOW,
         )
         assert (rule.name, rule.pattern_type) == (group, PatternType.LITERAL)
+        # The guide's dump into the bridge's acl_file: the group's rule, loadable as the file.
+        assert load_acl_file(dumped) == (rule,), dumped.read_text()
         cluster, error = admin.describe_acls(cluster_filter())
         assert error is NoError, error
         assert [a.principal for a in cluster] == ["User:connect-bridge"], cluster
@@ -202,6 +223,19 @@ def test_acl_commands(secure_kafka: SecureKafka, tmp_path: Path) -> None:
         # left behind would close the cluster to every other principal of later tests.
         admin.delete_acls([cluster_filter(), group_filter(group)])
         admin.close()
+
+
+def _logs_in(config: dict[str, Any]) -> bool:
+    """A kafka-python admin client connects with ``config`` (SCRAM credentials reach every broker
+    through the metadata log, so the first attempts may be refused)."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    try:
+        KafkaAdminClient(**config, request_timeout_ms=5000).close()
+    except KafkaError:
+        return False
+    return True
 
 
 def cluster_filter() -> ACLFilter:

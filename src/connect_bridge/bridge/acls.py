@@ -36,8 +36,10 @@ ListGroups returns (Kafka lists only the groups the principal may describe, unle
 the CLUSTER; the bridge has no cluster rules, so it filters). Kafka's unauthenticated principal is
 ``User:ANONYMOUS``.
 
-The ACL file is what ``kafka-acls.sh --list`` prints (so ``kafka-acls.sh ... --list --group '*' >
-acls.txt`` is a valid file), plus ``#`` comments and blank lines; only GROUP resources are allowed::
+The ACL file is what ``kafka-acls.sh --list`` prints (so ``kafka-acls.sh ... --list --group G
+--resource-pattern-type match > acls.txt``, every rule that applies to group G, is a valid file; a
+``--group '*'`` lists only the rules of the literal name ``*``), plus ``#`` comments and blank
+lines; only GROUP resources are allowed::
 
     Current ACLs for resource `ResourcePattern(resourceType=GROUP, name=connect-, patternType=PREFIXED)`:
         (principal=User:connect, host=*, operation=READ, permissionType=ALLOW)
