@@ -63,6 +63,8 @@ from polling import wait_until
 GUIDE = REPO / "docs" / "operator-guide.md"
 ACL_COMMAND = "org.apache.kafka.tools.AclCommand"
 """The main class of Kafka 4.3.1's ``bin/kafka-acls.sh``."""
+GROUPS_COMMAND = "org.apache.kafka.tools.GroupsCommand"
+"""The main class of Kafka 4.3.1's ``bin/kafka-groups.sh`` (KIP-1043: every type of group)."""
 PLACEHOLDERS = ("example.internal", "prod.internal", "/etc/", "/var/", "127.0.0.1:9404", "connect-cluster")
 
 
@@ -327,9 +329,14 @@ def test_adoption_commands(kafka_broker: KafkaBroker, cluster: Cluster, tmp_path
         metrics_listen=settings["metrics_listen"],
     )  # fmt: skip
     try:
-        table = [("127.0.0.1:9404", metrics), ("bridge-1.example.internal:9092", bridge.bootstrap)]
+        table = [
+            ("127.0.0.1:9404", metrics),
+            ("bridge-1.example.internal:9092", bridge.bootstrap),
+            ("broker1:9092", kafka_broker.bootstrap),
+        ]
         table.append(("connect-cluster", group))
-        relaying_status, adopt, describe, release, released_status, adopt_again = section("adoption", table)
+        blocks = section("adoption", table)
+        relaying_status, adopt, describe, release, released_status, kafka_view, adopt_again = blocks
 
         cluster.repoint("w0", bridge.bootstrap)  # step 3: one worker behind the bridge
         wait_until(lambda: cluster.converged() and run(relaying_status).returncode == 0, 60, 0.3)
@@ -360,6 +367,11 @@ def test_adoption_commands(kafka_broker: KafkaBroker, cluster: Cluster, tmp_path
         assert handed.returncode == 0 and f"group {group} is released" in handed.stdout, handed
         shown = status(run(released_status).stdout, group)
         assert (shown["phase"], shown["bridge_members"]) == ("released", 0), shown
+        # Kafka's kafka-groups.sh (GroupsCommand) lists it as its own classic group of protocol connect.
+        tool = f'kafka-groups.sh() {{ {shlex.join(tool_command(GROUPS_COMMAND))} "$@"; }}\n'
+        listed = run(tool + kafka_view)
+        assert listed.returncode == 0, listed
+        assert listed.stdout.split() == [group, "Classic", "connect"], listed.stdout
         wait_until(cluster.converged, 60, 0.2, lambda: "not converged on Kafka's coordinator")
 
         readopted = run(adopt_again)  # either adopted at once, or relaying until the condition holds
