@@ -79,6 +79,7 @@ MARKS_BY_MODULE: dict[str, tuple[str, ...]] = {
     "test_ha": ("live",),
     "test_ha_java": ("live",),
     "test_partitioned_store": ("broker", "jvm"),
+    "test_sasl_oauth": ("live",),
     "test_report_browser": ("browser",),
 }
 """Modules that run a live bridge, live workers or chromium without one of those fixtures."""

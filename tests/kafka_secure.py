@@ -8,7 +8,7 @@ PLAINTEXT           setup only (topics, ACLs): principal ``User:ANONYMOUS``, a s
 SSL                 TLS, ``ssl.client.auth=requested``: with the client certificate the principal
                     is ``User:CN=client`` (Kafka's default: the subject DN in RFC 2253 form),
                     without one ``User:ANONYMOUS``
-SASL_PLAINTEXT      SASL PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512, no TLS
+SASL_PLAINTEXT      SASL PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 and OAUTHBEARER, no TLS
 SASL_SSL            the same mechanisms over TLS (no client certificate asked)
 CONTROLLER          the KRaft quorum (not for clients)
 ==================  ==============================================================================
@@ -18,6 +18,15 @@ certificate and the client certificate); Kafka reads them as PEM (``ssl.keystore
 users are created by Kafka's own ``StorageTool format --add-scram`` (as ``kafka-storage.sh`` does),
 PLAIN users are listed in the listener's JAAS config; every user has the same password for all three
 mechanisms (``SecureKafka.users``).
+
+OAUTHBEARER (tests only) uses Kafka's *unsecured* JWS support: the broker's default server callback
+handler (``OAuthBearerUnsecuredValidatorCallbackHandler``, no ``sasl.oauthbearer.jwks.endpoint.url``)
+accepts an ``alg: none`` token whose ``sub`` claim names the principal (``User:<sub>``) and whose
+``exp`` is in the future; it checks no signature, so anyone may claim any name (``admin`` too:
+loopback test brokers only). Kafka 4.3.1 needs nothing more than the listener's
+``OAuthBearerLoginModule`` JAAS line (verified by running ``tests/test_sasl_oauth.py``).
+``SecureKafka.mechanisms`` stays the password mechanisms; ``SecureKafka.unsecured_jws(sub)`` makes a
+token, ``oauth_jaas(sub)`` a Java client's JAAS.
 
 Authorization: ``StandardAuthorizer`` with ``super.users`` = ``User:admin`` (the bridge's own
 identity in the tests) and ``User:ANONYMOUS`` (the PLAINTEXT setup listener and the controller
@@ -34,7 +43,10 @@ the SASL and authorization tests use it too.
 
 from __future__ import annotations
 
+import base64
+import json
 import ssl
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +71,7 @@ from tansu import accepts, await_ready, broker_answers, session_process
 
 __all__ = [
     "ADMIN",
+    "OAUTHBEARER",
     "SASL_MECHANISMS",
     "USERS",
     "SecureKafka",
@@ -71,6 +84,9 @@ ADMIN = "admin"
 USERS: dict[str, str] = {ADMIN: "admin-secret", "alice": "alice-secret", "bob": "bob-secret"}
 """User -> password, for PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 alike."""
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+"""The password mechanisms (every user in ``USERS`` logs in with each)."""
+OAUTHBEARER = "OAUTHBEARER"
+"""Also enabled on both SASL listeners, with Kafka's unsecured JWS validator (tests only)."""
 CLIENT_PRINCIPAL = "User:CN=client"
 """The SSL principal of ``TlsMaterial.client_cert`` (subject ``/CN=client``)."""
 LISTENERS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL", "CONTROLLER")
@@ -193,6 +209,27 @@ class SecureKafka(KafkaProcess):
             f'username="{user}" password="{self.users[user]}";'
         )
 
+    @staticmethod
+    def unsecured_jws(sub: str, *, lifetime_s: float = 3600.0, **claims: Any) -> str:
+        """An unsecured JWS (``alg: none``, empty signature) as Kafka's unsecured login module makes
+        it: ``sub``, ``iat`` and ``exp`` (``lifetime_s`` from now; negative: already expired) plus
+        ``claims``. The shared broker accepts it on its SASL listeners (OAUTHBEARER)."""
+        now = time.time()
+        payload = {"sub": sub, "iat": int(now), "exp": int(now + lifetime_s)} | claims
+
+        def b64(doc: dict[str, Any]) -> str:
+            return base64.urlsafe_b64encode(json.dumps(doc).encode()).rstrip(b"=").decode()
+
+        return f"{b64({'alg': 'none'})}.{b64(payload)}."
+
+    @staticmethod
+    def oauth_jaas(sub: str) -> str:
+        """A Java client's ``sasl.jaas.config`` for OAUTHBEARER with Kafka's unsecured login module."""
+        return (
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+            f'unsecuredLoginStringClaim_sub="{sub}";'
+        )
+
     def bootstrap(self, listener: str) -> str:
         """The bootstrap address of ``listener`` (case-insensitive name)."""
         return str(getattr(self, listener.lower()))
@@ -233,7 +270,7 @@ def secure_properties(
         "ssl.truststore.type": "PEM",
         "ssl.truststore.location": tls.ca_cert,
         "listener.name.ssl.ssl.client.auth": "requested",
-        "sasl.enabled.mechanisms": ",".join(SASL_MECHANISMS),
+        "sasl.enabled.mechanisms": ",".join((*SASL_MECHANISMS, OAUTHBEARER)),
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users": f"User:{ADMIN};User:ANONYMOUS",
         "allow.everyone.if.no.acl.found": str(allow_everyone_if_no_acl).lower(),
@@ -248,6 +285,8 @@ def secure_properties(
             props[f"listener.name.{listener}.{scram.lower()}.sasl.jaas.config"] = (
                 "org.apache.kafka.common.security.scram.ScramLoginModule required;"
             )
+        # The broker's own login (its unsecured token is never used: no broker connects over SASL).
+        props[f"listener.name.{listener}.oauthbearer.sasl.jaas.config"] = SecureKafka.oauth_jaas(ADMIN)
     return props
 
 

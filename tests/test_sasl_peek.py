@@ -39,6 +39,13 @@ def jwt(claims: dict[str, Any], signature: str = "c2lnbmF0dXJl") -> str:
 TOKEN = jwt({"sub": "svc-connect", "exp": 4102444800, "scope": "kafka"})
 
 
+def unsecured_jws(payload: str) -> str:
+    """An ``alg: none`` token around a payload given as JSON text (which ``jwt`` could not write,
+    e.g. a claim named twice)."""
+    body = base64.urlsafe_b64encode(payload.encode()).decode().rstrip("=")
+    return f"{b64url({'alg': 'none'})}.{body}."
+
+
 class Tokens(AbstractTokenProvider):
     def __init__(self, token: str, extensions: dict[str, str] | None = None) -> None:
         self._token, self._extensions = token, extensions or {}
@@ -103,6 +110,11 @@ REFUSED = [
     ("SCRAM-SHA-256", b"c=biws,r=abc,p=" + PASSWORD.encode(), "client-first"),
     ("OAUTHBEARER", oauth(jwt({"name": "no subject"})), "no 'sub' claim"),
     ("OAUTHBEARER", oauth(jwt({"sub": ""})), "no 'sub' claim"),
+    ("OAUTHBEARER", oauth(jwt({"sub": " \t"})), "no 'sub' claim"),
+    ("OAUTHBEARER", oauth(jwt({"sub": " alice"})), "leading or trailing whitespace"),
+    ("OAUTHBEARER", oauth(jwt({"sub": "alice\n"})), "leading or trailing whitespace"),
+    ("OAUTHBEARER", oauth(jwt({"sub": 42})), "no 'sub' claim"),
+    ("OAUTHBEARER", oauth(unsecured_jws('{"sub": "bob", "sub": "alice"}')), "more than once"),
     ("OAUTHBEARER", oauth("opaque-token-" + PASSWORD), "not a JWT"),
     ("OAUTHBEARER", oauth("a.!!!notbase64.c"), "auth=Bearer"),
     ("OAUTHBEARER", b"n,,auth=Bearer " + TOKEN.encode(), "not a client initial response"),
@@ -182,6 +194,26 @@ def test_oauthbearer_error_document_is_not_a_success() -> None:
     assert session is not None and session.principal == "User:svc-connect"
     assert session.lifetime.expires_at_ms == 900_003
     assert TOKEN not in repr(tracker.__dict__) and TOKEN not in repr(session)
+
+
+def test_oauthbearer_reauthentication_with_a_new_token() -> None:
+    """KIP-368 with OAUTHBEARER: a Java client re-authenticates with a fresh token before the session
+    (the broker's ``min(connections.max.reauth.ms, token exp)``) ends; same ``sub``, renewed; another
+    ``sub``, dropped, as the broker refuses it."""
+    tracker = PassThroughSasl()
+    tracker.handshake("OAUTHBEARER")
+    tracker.client_bytes(oauth(jwt({"sub": "alice", "exp": 1})))
+    first = tracker.server_reply(0, b"", 60_000, 0)
+    assert first is not None and first.lifetime.expires_at_ms == 60_000
+    tracker.handshake("OAUTHBEARER")
+    tracker.client_bytes(oauth(jwt({"sub": "alice", "exp": 2})))
+    renewed = tracker.server_reply(0, b"", 60_000, 55_000)
+    assert renewed is not None and renewed.principal == "User:alice"
+    assert renewed.lifetime.expires_at_ms == 115_000
+    tracker.handshake("OAUTHBEARER")
+    tracker.client_bytes(oauth(jwt({"sub": "mallory"})))
+    assert tracker.server_reply(0, b"", 60_000, 100_000) is None
+    assert tracker.session is None and "another principal" in (tracker.failure or "")
 
 
 def test_reauthentication_renews_and_may_not_change_the_principal() -> None:

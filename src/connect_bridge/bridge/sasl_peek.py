@@ -35,8 +35,11 @@ password non-empty, an authorization id must equal the user); SCRAM as ``ScramSa
 authorization id must equal the user; ``tokenauth=true`` marks a delegation token, whose owner is not
 in the message); OAUTHBEARER as ``OAuthBearerClientInitialResponse`` with the principal from the
 token's ``sub`` claim (``sasl.oauthbearer.sub.claim.name``'s default); the JWT is *not* verified
-here, the broker does that. The principal is ``User:<name>``, as Kafka's default principal builder
-makes it for SASL; a cluster with a custom ``principal.builder.class`` needs the same mapping here.
+here, the broker does that. Where Kafka's two validators could make different principals from one
+token (a subject with leading or trailing whitespace: the OIDC one trims it, the unsecured one does
+not; the claim named twice: jose4j refuses, Jackson keeps the last) the principal is unreadable.
+The principal is ``User:<name>``, as Kafka's default principal builder makes it for SASL; a cluster
+with a custom ``principal.builder.class`` needs the same mapping here.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ import binascii
 import dataclasses
 import json
 import re
+from collections.abc import Callable
+from typing import Any
 
 from connect_bridge.bridge.scram import SCRAM_MECHANISMS, parse_client_first
 
@@ -69,6 +74,8 @@ _OAUTH_FIRST = re.compile(
     re.DOTALL,
 )
 _BEARER = re.compile(r"(?P<scheme>\w+) +(?P<token>[-_.a-zA-Z0-9]+)")
+_JAVA_TRIM = "".join(map(chr, range(0x21)))
+"""What Java's ``String.trim`` removes (every char up to U+0020), as Kafka's validators trim."""
 
 
 class SaslPeekError(ValueError):
@@ -171,15 +178,37 @@ def _peek_oauthbearer(data: bytes, claim: str) -> str:
     if len(parts) != 3:
         raise SaslPeekError("OAUTHBEARER: the token is not a JWT (expected header.payload.signature)")
     try:
-        payload = json.loads(_b64url(parts[1]))
+        payload = json.loads(_b64url(parts[1]), object_pairs_hook=_claims_once(claim))
     except (binascii.Error, ValueError):
         raise SaslPeekError("OAUTHBEARER: the JWT payload is not base64url JSON") from None
+    except _RepeatedClaim:
+        raise SaslPeekError(f"OAUTHBEARER: the JWT names the {claim!r} claim more than once") from None
     subject = payload.get(claim) if isinstance(payload, dict) else None
-    if not isinstance(subject, str) or not subject.strip():
+    if not isinstance(subject, str) or not subject.strip(_JAVA_TRIM):
         raise SaslPeekError(f"OAUTHBEARER: the JWT has no {claim!r} claim")
+    if subject != subject.strip(_JAVA_TRIM):
+        # Kafka's OIDC validator (BrokerJwtValidator) trims the subject, its unsecured one does not:
+        # which principal the broker made is unknowable here, so neither is believed.
+        raise SaslPeekError(f"OAUTHBEARER: the JWT's {claim!r} claim has leading or trailing whitespace")
     if match["authzid"] and match["authzid"] != subject:
         raise SaslPeekError("OAUTHBEARER: authorization id differs from the token's principal")
     return subject
+
+
+class _RepeatedClaim(Exception):
+    pass
+
+
+def _claims_once(claim: str) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    """A ``json.loads`` hook refusing a repeated principal claim: Python and Jackson (Kafka's unsecured
+    validator) keep the last, jose4j (its OIDC validator) refuses the token, so fail closed."""
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        if sum(key == claim for key, _ in items) > 1:
+            raise _RepeatedClaim
+        return dict(items)
+
+    return pairs
 
 
 def peek_principal(mechanism: str, auth_bytes: bytes, oauth_claim: str = "sub") -> ClaimedPrincipal:

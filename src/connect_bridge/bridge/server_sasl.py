@@ -6,8 +6,9 @@
   upstream link, so the client authenticates against the real cluster and the broker's verdict
   (error codes and messages included) is what the client sees. The bridge reads the principal from
   the mechanism's messages (``sasl_peek.PassThroughSasl``) and believes it only once the broker
-  completed the exchange with error 0; a mechanism whose principal it cannot read closes the
-  connection (fail closed: the bridge would otherwise answer group APIs for an unknown principal).
+  completed the exchange with error 0; a first message whose principal it cannot read is answered
+  SASL_AUTHENTICATION_FAILED by the bridge (never relayed) and the connection closed (fail closed:
+  the bridge would otherwise answer group APIs for an unknown principal).
 - **terminated** (no upstream): the bridge is the SASL server (``scram.sasl_server``) over the
   credentials file (``credentials.load_credentials``), answering as Kafka's ``SaslServerAuthenticator``.
 
@@ -283,8 +284,14 @@ class SaslGate:
         assert peek is not None
         peek.client_bytes(bytes(body.auth_bytes or b""))
         if peek.failure is not None:
-            # The broker may well accept it, but the bridge could not say who the client is.
+            # The broker may well accept it, but the bridge could not say who the client is: refused
+            # here, never relayed. Answered (then closed) rather than dropped, so the client fails
+            # with an authentication error naming why (not a disconnect it retries forever).
             log.warning("closing %s: cannot read the SASL principal: %s", conn.host, peek.failure)
+            self._count(state.mechanism, "failed")
+            state.refused = True
+            why = f"Authentication failed: connect-bridge cannot read the principal: {peek.failure}"
+            await self.respond(conn, answering, _auth_error(ErrorCode.SASL_AUTHENTICATION_FAILED, why))
             return Admission.CLOSE
         # The broker's session starts when it completes the exchange, after the request left; the
         # bridge counts from the send, so its session never outlives the broker's: a group request
