@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 
 from connect_bridge.codecs.ids import ConnectorTaskId
@@ -30,11 +30,15 @@ class AssignmentSpec:
     configured: Items
     """Work the config view asks for, minus work held back for a departed worker."""
     previous: dict[str, Items]
-    """The previous target of each current member."""
+    """The previous target of current members; a member without an entry had none (the group passes
+    only members with work, so a big group's idle members cost the assignor nothing)."""
     returned: dict[str, Items]
     """Held work whose worker came back: it goes straight back to that member."""
     holding: bool
     """True while some lost work is still held: no balancing revocations then (Connect's rule)."""
+    member_set: Container[str] | None = None
+    """``members`` again, for ``in`` tests: the group passes its member dict's keys so that a big
+    group is not copied into a set on every join; None: the assignor builds the set."""
 
 
 Assignor = Callable[[AssignmentSpec], dict[str, Items]]
@@ -100,7 +104,9 @@ def _balance_kind(
     return keep
 
 
-def cooperative(spec: AssignmentSpec) -> dict[str, Items]:
+def cooperative_work(spec: AssignmentSpec) -> dict[str, Items]:
+    """``connect-cooperative`` as the members that get work, each with its work (everyone else gets
+    none): the group installs it without a pass over thousands of idle members."""
     if not spec.members:
         return {}
     configured = spec.configured
@@ -109,7 +115,7 @@ def cooperative(spec: AssignmentSpec) -> dict[str, Items]:
     # Returned work may sit in another member's previous target (work a departed worker still ran
     # after a newer target had moved it): it goes back to the worker that runs it, never to both.
     returned_all: Items = frozenset().union(*spec.returned.values()) if spec.returned else EMPTY
-    members = set(spec.members)
+    members = spec.member_set if spec.member_set is not None else set(spec.members)
     with_work = {m for m, items in spec.previous.items() if items and m in members}
     with_work.update(m for m in spec.returned if m in members)
     for m in with_work:  # members with neither keep nothing: skip thousands of idle ones
@@ -121,10 +127,26 @@ def cooperative(spec: AssignmentSpec) -> dict[str, Items]:
     out_c = _balance_kind(connectors, spec.members, sticky_c, revoke, load_c)
     load_t = {m: len(c) for m, c in out_c.items()}
     out_t = _balance_kind(tasks, spec.members, sticky_t, revoke, load_t)
-    out = dict.fromkeys(spec.members, EMPTY)
+    out: dict[str, Items] = {}
+    previous = spec.previous
     for m in out_c.keys() | out_t.keys():
-        out[m] = frozenset(out_c.get(m, ())) | frozenset(out_t.get(m, ()))
+        items = frozenset(out_c.get(m, ())) | frozenset(out_t.get(m, ()))
+        # The previous set itself when nothing moved: installing the target then finds the member
+        # unchanged by identity (``target_assignment.target_records``), without comparing items.
+        before = previous.get(m)
+        out[m] = before if before is not None and before == items else items
     return out
+
+
+def full_target(spec: AssignmentSpec, work: Mapping[str, Items]) -> dict[str, Items]:
+    """Every member's target, in member id order, from the members that get work."""
+    out = dict.fromkeys(spec.members, EMPTY)
+    out.update(work)
+    return out
+
+
+def cooperative(spec: AssignmentSpec) -> dict[str, Items]:
+    return full_target(spec, cooperative_work(spec))
 
 
 def eager(spec: AssignmentSpec) -> dict[str, Items]:
@@ -139,4 +161,12 @@ def eager(spec: AssignmentSpec) -> dict[str, Items]:
     return {m: frozenset(items) for m, items in out.items()}
 
 
+def eager_work(spec: AssignmentSpec) -> dict[str, Items]:
+    """``connect-eager`` as the members that get work (it deals to every member anyway)."""
+    return {m: items for m, items in eager(spec).items() if items}
+
+
 SERVER_ASSIGNORS: dict[str, Assignor] = {COOPERATIVE: cooperative, EAGER: eager}
+WORK_ASSIGNORS: dict[str, Assignor] = {COOPERATIVE: cooperative_work, EAGER: eager_work}
+"""The same assignors giving only the members with work: ``full_target(spec, WORK_ASSIGNORS[n](spec))
+== SERVER_ASSIGNORS[n](spec)`` (``tests/test_member_index.py``). The group installs these."""

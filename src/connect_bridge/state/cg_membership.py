@@ -304,20 +304,23 @@ class ConnectGroupMembership(ConnectGroupState):
         if not self.members:
             self._install_target(self.group_epoch, {})
             return
-        server = assignors.SERVER_ASSIGNORS.get(self.assignor_name())
+        server = assignors.WORK_ASSIGNORS.get(self.assignor_name())
         if server is not None:
             self.client_side.clear()
-            self._install_target(self.group_epoch, server(self._assignment_spec(now_ms)))
+            spec = self._assignment_spec(now_ms)
+            self._install_work(self.group_epoch, spec, server(spec))
         else:
             self.client_side.reevaluate(self)
 
     def _assignment_spec(self, now_ms: int) -> assignors.AssignmentSpec:
         """Resolve held work (returned to its worker, expired, or still waiting) and build the input."""
-        waiting, returned = resolve_held(self.metadata.held, self.members, now_ms)
+        waiting, returned = resolve_held(self.metadata.held, self.held_owner, now_ms)
         if waiting != self.metadata.held:
             self._set_metadata(held=waiting)
             self._arm_held_timer()
-        return assignment_spec(self.members, self.view.items(), waiting, self.target, returned)
+        return assignment_spec(
+            self.index.ids, self.view.items(), waiting, self.working, returned, self.members.keys()
+        )
 
     def reconcile(self, member: Member, owned: Items | None, now_ms: int) -> None:
         """One step of the member toward its target (``reconciliation``), written as its record."""

@@ -17,13 +17,14 @@ from dataclasses import replace
 
 from connect_bridge.codecs.ids import ConnectorTaskId
 from connect_bridge.state.api import MemberAssignment
-from connect_bridge.state.client_side import common_client_assignor
+from connect_bridge.state.assignors import AssignmentSpec, full_target
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.connect_records import (
     current_assignment_record,
     group_metadata_record,
     member_metadata_record,
 )
+from connect_bridge.state.member_index import MemberIndex
 from connect_bridge.state.model import (
     EMPTY,
     NO_METADATA,
@@ -40,7 +41,7 @@ from connect_bridge.state.model import (
     split_target_member,
 )
 from connect_bridge.state.records import Record, RecordType
-from connect_bridge.state.target_assignment import target_records
+from connect_bridge.state.target_assignment import target_records, work_records
 from connect_bridge.state.timers import TimerKey, Timers
 
 HELD_OWNER = "\0held"
@@ -63,9 +64,20 @@ class ConnectGroupState:
         self.members: dict[str, Member] = {}
         self.target_metadata = TargetMetadata()
         self.target: dict[str, Items] = {}
+        self.working: dict[str, Items] = {}
+        """The entries of ``target`` with work: what a server-side assignor keeps (most members of a
+        big group have none, and the assignor need not look at them)."""
+        self.untargeted: set[str] = set()
+        """Members without a ``target`` entry (joined since the last target)."""
+        self.departed: set[str] = set()
+        """``target`` entries of members no longer in the group (tombstoned by the next target)."""
         self.assignor_metadata: dict[str, AssignedMetadata] = {}
         """The client-side assignor's metadata per member of the target (only members that have some)."""
         self.owners: dict[ConnectorTaskId, str] = {}
+        self.index = MemberIndex()
+        """Aggregates over the members (assignor votes and counts, url and instance id lookups,
+        config offsets, (protocol, state) counts, sorted ids), changed only by the appliers below
+        (like ``working``, ``untargeted`` and ``departed``), so replay rebuilds them."""
         self._records: list[Record] = []
 
     # ------------------------------------------------------------------ derived views
@@ -90,32 +102,47 @@ class ConnectGroupState:
         return GroupState.STABLE
 
     def assignor_name(self) -> str:
-        client = common_client_assignor({mid: m.metadata.client_assignors for mid, m in self.members.items()})
+        """The common client assignor if there is one, else the server assignor most members ask for.
+
+        Read from :attr:`index` (no pass over the members): it is asked on every join and leave.
+        """
+        client = self.common_client_assignor()
         if client is not None:
             return client
-        votes: dict[str, int] = {}
-        for m in self.members.values():
-            name = m.metadata.server_assignor or self.config.default_assignor
-            votes[name] = votes.get(name, 0) + 1
-        if not votes:
-            return self.config.default_assignor
-        return min(votes, key=lambda n: (-votes[n], n))
+        return self.index.server_assignor(self.config.default_assignor)
+
+    def common_client_assignor(self) -> str | None:
+        """Seed 000 "Assignor Selection" (``client_side.common_client_assignor``) from the index: the
+        first assignor, in the lowest member id's preference order, that every member advertises."""
+        shared = self.index.shared_client_names(len(self.members))
+        if not shared:
+            return None
+        for a in self.members[self.index.ids[0]].metadata.client_assignors:  # the lowest id
+            if a.name in shared:
+                return a.name
+        return None
 
     def leader_url(self) -> str:
         leader = self.members.get(self.metadata.leader_id)
         return leader.metadata.url if leader else ""
 
     def assignment_config_offset(self) -> int:
+        """``max(view offset, every member's reported offset)``, the members' max kept by the index."""
+        members_max = self.index.max_config_offset()
         offset = self.view.offset
-        for m in self.members.values():
-            offset = max(offset, m.metadata.config_offset)
-        return offset
+        return offset if members_max is None or members_max < offset else members_max
 
-    def member_by_instance(self, instance_id: str) -> Member | None:
-        for m in self.members.values():
-            if m.metadata.instance_id == instance_id:
-                return m
-        return None
+    def member_by_instance(self, instance_id: str | None) -> Member | None:
+        """The first member (in member order) with this instance id."""
+        mid = self.index.first_with_instance(instance_id)
+        return self.members[mid] if mid is not None else None
+
+    def held_owner(self, instance_id: str | None, url: str) -> str | None:
+        """Who held work goes back to: the last member with its instance id, else with its url."""
+        index = self.index
+        return (index.last_with_instance(instance_id) if instance_id else None) or (
+            index.last_with_url(url) if url else None
+        )
 
     def principal_of(self, member_id: str) -> str | None:
         """The principal owning ``member_id``, or None if it is not a member."""
@@ -219,6 +246,18 @@ class ConnectGroupState:
         for record in target_records(self.group_id, old_target, old_metadata, epoch, target, error, metadata):
             self._write(record)
 
+    def _install_work(self, epoch: int, spec: AssignmentSpec, work: Mapping[str, Items]) -> None:
+        """Install a server-side target given as the members with work (``assignors.WORK_ASSIGNORS``):
+        the records of ``_install_target(epoch, full_target(spec, work))``, found by looking only at
+        the members that can differ (those with work before or now, and those without an entry)."""
+        if self.assignor_metadata:  # a client-side target's metadata goes: compare member by member
+            self._install_target(epoch, full_target(spec, work))
+            return
+        maybe_changed = {mid for mid in self.working if mid in self.members}
+        maybe_changed |= self.untargeted
+        for record in work_records(self.group_id, self.target, epoch, work, maybe_changed, self.departed):
+            self._write(record)
+
     # ------------------------------------------------------------------ replay
     def apply(self, record: Record) -> None:
         """Change state by one record: live writes (``_write``) and replay after a restart alike."""
@@ -238,23 +277,60 @@ class ConnectGroupState:
 
     def _apply_target_member(self, mid: str, value: object) -> None:
         if value is None:
-            self.target.pop(mid, None)
+            if self.target.pop(mid, None) is not None:
+                self.departed.discard(mid)
+                if mid in self.members:
+                    self.untargeted.add(mid)
+            self.working.pop(mid, None)
             self.assignor_metadata.pop(mid, None)
             return
-        self.target[mid], data = split_target_member(value)  # type: ignore[arg-type]
+        items, data = split_target_member(value)  # type: ignore[arg-type]
+        if mid not in self.target:
+            if mid in self.members:
+                self.untargeted.discard(mid)
+            else:
+                self.departed.add(mid)
+        # One empty set for every idle member (a replayed record decodes a new one each): a new
+        # target then finds an idle member unchanged by identity (``target_records``).
+        self.target[mid] = items or EMPTY
+        if items:
+            self.working[mid] = items
+        else:
+            self.working.pop(mid, None)
         if data == NO_METADATA:
             self.assignor_metadata.pop(mid, None)
         else:
             self.assignor_metadata[mid] = data
 
-    def _apply_member_metadata(self, mid: str, value: object) -> None:
-        if value is None:
-            self.members.pop(mid, None)
-            return
-        member = self.members.get(mid)
-        if member is None:
-            self.members[mid] = Member(mid, value, CurrentAssignment())  # type: ignore[arg-type]
+    def _member_in(self, member: Member) -> None:
+        """A member entered ``members`` (applier only): the aggregates count it."""
+        mid = member.member_id
+        self.members[mid] = member
+        self.index.added(mid, member.metadata, member.current.state)
+        if mid in self.target:
+            self.departed.discard(mid)
         else:
+            self.untargeted.add(mid)
+
+    def _member_out(self, member: Member) -> None:
+        """A member left ``members`` (applier only): the aggregates forget it."""
+        mid = member.member_id
+        del self.members[mid]
+        self.index.removed(mid, member.metadata, member.current.state)
+        self.untargeted.discard(mid)
+        if mid in self.target:
+            self.departed.add(mid)
+
+    def _apply_member_metadata(self, mid: str, value: object) -> None:
+        member = self.members.get(mid)
+        if value is None:
+            if member is not None:
+                self._member_out(member)
+            return
+        if member is None:
+            self._member_in(Member(mid, value, CurrentAssignment()))  # type: ignore[arg-type]
+        else:
+            self.index.changed(mid, member.metadata, value, member.current.state)  # type: ignore[arg-type]
             member.metadata = value  # type: ignore[assignment]
 
     def _apply_current_assignment(self, mid: str, value: object) -> None:
@@ -263,11 +339,13 @@ class ConnectGroupState:
         member = self.members.get(mid)
         if value is None:
             if member is not None and member.metadata is _PLACEHOLDER:
-                del self.members[mid]
+                self._member_out(member)
         elif member is None:
-            self.members[mid] = Member(mid, _PLACEHOLDER, value)  # type: ignore[arg-type]
+            self._member_in(Member(mid, _PLACEHOLDER, value))  # type: ignore[arg-type]
         else:
-            member.current = value  # type: ignore[assignment]
+            current: CurrentAssignment = value  # type: ignore[assignment]
+            self.index.state_changed(member.metadata.protocol, member.current.state, current.state)
+            member.current = current
 
 
 _APPLIERS: dict[RecordType, Callable[[ConnectGroupState, str, object], None]] = {

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from connect_bridge.codecs.ids import ConnectorTaskId
 from connect_bridge.state.config import CoordinatorConfig
+from connect_bridge.state.member_index import MemberIndex
 from connect_bridge.state.model import (
     AssignedMetadata,
     ConfigView,
@@ -34,6 +35,7 @@ class ConnectGroupView(Protocol):
     members: dict[str, Member]
     target: dict[str, Items]
     assignor_metadata: dict[str, AssignedMetadata]
+    index: MemberIndex
 
     @property
     def group_epoch(self) -> int: ...

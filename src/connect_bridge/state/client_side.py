@@ -261,6 +261,8 @@ class ClientSideAssignment:
         member = group.members.get(req.member_id) if req.member_id else None
         if member is None and req.member_epoch != 0:
             return  # UNKNOWN_MEMBER_ID, answered later
+        if _server_side_after(group, req, member):
+            return  # someone advertises no client assignor: the server-side assignor computes
         if member is not None and req.client_assignors is None:
             key = _key(group)
             if self._problem is None or self._problem[0] != key:
@@ -388,6 +390,27 @@ class InstalledTarget(NamedTuple):
     target: dict[str, Items]
     error: int
     metadata: Mapping[str, AssignedMetadata]
+
+
+def _server_side_after(group: ConnectGroupView, req: HeartbeatRequest, member: Member | None) -> bool:
+    """Whether some member would still advertise no client assignor after this heartbeat.
+
+    Then no client assignor is common and :func:`no_cover_problem` is None whatever the ranges: the
+    group's member index answers it without building every member's assignors (a join into a big
+    server-side group). The heartbeat's member, and on a join with an instance id the static member
+    it replaces, are not counted: their assignors are the request's.
+    """
+    if member is not None and req.client_assignors is None:
+        return group.index.no_client > 0
+    offered = req.client_assignors
+    if offered is None:
+        offered = member.metadata.client_assignors if member is not None else ()
+    if not offered:
+        return True
+    excluded = {req.member_id or _JOINING}
+    if req.instance_id:
+        excluded |= group.index.with_instance(req.instance_id)
+    return group.index.others_without_client(excluded, group.members) > 0
 
 
 def _key(group: ConnectGroupView) -> tuple[int, int]:

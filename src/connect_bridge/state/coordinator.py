@@ -229,8 +229,8 @@ class GroupCoordinator(OwnershipSteps):
         state)), or None when the group does not exist (any more).
 
         The same figures as :meth:`describe_any` gives (classic groups: generation, members counted
-        as ("classic", "")), in one pass over the group's members without building a description:
-        the server refreshes a group's metrics after every change to it (issue 11.6).
+        as ("classic", "")), without building a description or passing over the members: the server
+        refreshes a group's metrics after every change to it (issue 11.6).
         """
         group = self.groups.get(group_id)
         if group is None:
@@ -238,11 +238,7 @@ class GroupCoordinator(OwnershipSteps):
         if isinstance(group, ClassicGroup):
             members = {(GroupType.CLASSIC.value, ""): len(group.members)} if group.members else {}
             return group.generation_id, members
-        counts: dict[tuple[str, str], int] = {}
-        for m in group.members.values():
-            key = (m.metadata.protocol, m.current.state.value)
-            counts[key] = counts.get(key, 0) + 1
-        return group.group_epoch, counts
+        return group.group_epoch, dict(group.index.states)  # kept by the group's member index
 
     def list_groups(self) -> list[tuple[str, str, str, str]]:
         """(group id, protocol type, state, group type) of every group, for ListGroups."""
