@@ -38,6 +38,7 @@ from connect_bridge.state.classic_state import ClassicGroupState
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.handback import reports_nothing
+from connect_bridge.state.holds import first_session_after_load_ms
 from connect_bridge.state.records import RecordType
 from test_adoption_wiring import Bridge, Recorder, formed
 
@@ -229,7 +230,7 @@ async def _restart() -> None:
     # Restart 1: the group loads as its last generation (w1 too: a member's removal is not a record
     # of its own, as in Kafka), with fresh sessions. w2 and w3 rejoin reporting nothing and are sent
     # away; w1 and w2 come back with empty ids, w3 never does (its worker is gone): w1's old member
-    # expires after its session timeout, and the release waits settle_timeout_ms for w3, not forever.
+    # expires after its first session after the load, and the release waits settle_timeout_ms for w3.
     again = Bridge(relay)
     again.coordinator = replayed(records)
     again.adoption.settings = again.adoption.settings.model_copy(update={"settle_timeout_ms": 50})
@@ -243,7 +244,8 @@ async def _restart() -> None:
     watch = asyncio.create_task(again.adoption.watch())
     await asyncio.sleep(0.2)
     assert not any(t.done() for t in rejoins.values()) and again.adoption.phase(G) is OwnershipState.RELEASING
-    again.coordinator.advance(SESSION_MS + 1)  # replayed at 0: w1's fresh session ends
+    # Replayed at 0: w1's first session after the load (as long as a parked JoinGroup) ends.
+    again.coordinator.advance(first_session_after_load_ms(SESSION_MS, 60_000) + 1)
     again.after_step()
     assert not again.coordinator.groups[G].members
     for worker, task in rejoins.items():

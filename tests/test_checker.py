@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from connect_bridge.codecs.ids import ConnectorTaskId
-from connect_bridge.drills.checker import MAX_VIOLATIONS, Summary, check, check_file
+from connect_bridge.drills.checker import MAX_VIOLATIONS, Summary, check, check_file, reload_detection_ms
 from connect_bridge.drills.events import EventLog, EventLogError, read_events
 
 A = ConnectorTaskId("A", -1)
@@ -448,12 +448,15 @@ def test_live_starts_the_clock_of_a_crashed_workers_work_after_failure_detection
 
 
 def test_live_restarts_failure_detection_when_the_bridge_comes_back() -> None:
-    """A restarted bridge re-arms every session from its load: the clock of work still unowned
-    then starts a detection later, however long it had already waited."""
+    """A restarted bridge re-arms every session from its load, a loaded legacy member's first one as
+    long as a JoinGroup parked at the previous coordinator can last: the clock of work still unowned
+    then starts that detection later, however long it had already waited."""
+    detection = reload_detection_ms(TIMING)
+    assert detection == max(3_000, 5_000 + 5_000) + 3_000 // 3 + 5_000  # first session + grace
     restart = [_ev(10_000, "bridge_restart"), _ev(11_000, "bridge_up")]
-    s = check(_unowned_for(10_000 + 9_000 + 15_000, *restart))  # 9 s before, 1 s down, detection
+    s = check(_unowned_for(9_000 + 1_000 + detection + 15_000, *restart))  # 9 s before, 1 s down
     assert (s.live, s.max_unowned_ms) == (True, 15_000)
-    assert not check(_unowned_for(10_000 + 9_000 + 15_001, *restart)).live
+    assert not check(_unowned_for(9_000 + 1_000 + detection + 15_001, *restart)).live
 
 
 def test_live_restarts_failure_detection_when_a_process_falls_silent() -> None:

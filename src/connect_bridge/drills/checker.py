@@ -35,7 +35,7 @@ from typing import Any
 
 from connect_bridge.codecs.ids import CONNECTOR_TASK, ConnectorTaskId
 from connect_bridge.drills.events import EventLogError, iter_events, iter_numbered, order_note, time_order
-from connect_bridge.state.holds import zombie_grace_ms
+from connect_bridge.state.holds import first_session_after_load_ms, zombie_grace_ms
 
 MAX_VIOLATIONS = 20
 """How many violation messages a summary keeps; the rest are counted in one final line."""
@@ -127,6 +127,16 @@ def failure_detection_ms(timing: Mapping[str, Any]) -> int:
     return session + zombie_grace_ms(session)
 
 
+def reload_detection_ms(timing: Mapping[str, Any]) -> int:
+    """``failure_detection_ms`` after a coordinator restart: the restarted bridge gives a loaded
+    legacy member a first session as long as a JoinGroup parked at the previous coordinator can last
+    (``holds.first_session_after_load_ms``), so a worker that died before the restart is noticed
+    that late."""
+    session = int(timing.get("session_timeout_ms", 10_000))
+    rebalance = int(timing.get("rebalance_timeout_ms", 60_000))
+    return first_session_after_load_ms(session, rebalance) + zombie_grace_ms(session)
+
+
 def check(
     events: Iterable[Mapping[str, Any]],
     name: str = "",
@@ -214,6 +224,7 @@ class _Judge:
         self.fixed_detection = detection_ms is not None
         self.bound = live_bound_ms
         self.detection = detection_ms or 0  # the live clock restarts this late after a silent failure
+        self.reload_detection = self.detection  # ... and this late after a bridge restart
         self.stalls: dict[str, int] = {}
         self.able = 0  # live workers that are not stalled, paused or partitioned
         self.bridge_up = True
@@ -255,13 +266,15 @@ class _Judge:
         self.unassigned_since[item] = t
         self.unowned_at[item] = self.could_ms
 
-    def unseen(self) -> None:
+    def unseen(self, detection: int | None = None) -> None:
         """A failure the coordinator learns of only by a timer: the live clock of every unowned item
         (the failed worker's, and any it may have been assigned without starting) restarts a
-        detection later. A detection of 0 (failures seen at once) restarts nothing."""
-        if self.detection <= 0:
+        detection (``self.detection`` unless given) later. A detection of 0 (failures seen at once)
+        restarts nothing."""
+        detection = self.detection if detection is None else detection
+        if detection <= 0:
             return
-        later = self.could_ms + self.detection
+        later = self.could_ms + detection
         unowned_at = self.unowned_at
         for item, at in unowned_at.items():
             unowned_at[item] = max(at, later)
@@ -368,11 +381,12 @@ class _Judge:
 
     def bridge_back(self, event: Mapping[str, Any], t: int, index: int) -> None:
         self.bridge_up = True
-        self.unseen()  # the restarted bridge re-arms every session from its load
+        self.unseen(self.reload_detection)  # the restarted bridge re-arms every session from its load
 
     def timing(self, event: Mapping[str, Any], t: int, index: int) -> None:
         if not self.fixed_detection:
             self.detection = failure_detection_ms(event)
+            self.reload_detection = reload_detection_ms(event)
         if not self.fixed_bound:
             self.bound = live_bound(event)
 

@@ -29,7 +29,7 @@ from connect_bridge.state.connect_records import (
     target_metadata_tombstone,
 )
 from connect_bridge.state.errors import RequestError
-from connect_bridge.state.holds import hold_departed, zombie_grace_ms
+from connect_bridge.state.holds import first_session_after_load_ms, hold_departed, zombie_grace_ms
 from connect_bridge.state.legacy_members import LegacyMembers
 from connect_bridge.state.model import (
     EMPTY,
@@ -109,23 +109,33 @@ class ConnectGroupMembership(ConnectGroupState):
         self.owners.clear()
 
     def rebuild_after_load(self, now_ms: int) -> None:
-        """Derive the owner index and re-arm timers once all records are replayed."""
+        """Derive the owner index and re-arm timers once all records are replayed (a restart or a
+        takeover): a legacy member's first session lasts as long as a JoinGroup it may have parked
+        at the previous coordinator (``holds.first_session_after_load_ms``)."""
         self.owners = {}
         for mid, member in self.members.items():
             for item in member.current.owned:
                 self.owners[item] = mid
-            self.arm_session(member, now_ms)
+            meta = member.metadata
+            first = (
+                first_session_after_load_ms(meta.session_timeout_ms, meta.rebalance_timeout_ms)
+                if meta.is_legacy
+                else None
+            )
+            self.arm_session(member, now_ms, first)
             if member.current.state is MemberState.UNREVOKED:
                 self._arm_revocation(member, now_ms)
         self._arm_held_timer()
         self.legacy_members.elected = self.metadata.leader_id  # a loaded leader kept its leader state
 
     # ------------------------------------------------------------------ timers
-    def arm_session(self, member: Member, now_ms: int) -> None:
+    def arm_session(self, member: Member, now_ms: int, timeout_ms: int | None = None) -> None:
         key = self._session_keys.get(member.member_id)
         if key is None:
             key = self._session_keys[member.member_id] = TimerKey.session(self.group_id, member.member_id)
-        self.timers.schedule(key, now_ms + member.metadata.session_timeout_ms)
+        self.timers.schedule(
+            key, now_ms + (member.metadata.session_timeout_ms if timeout_ms is None else timeout_ms)
+        )
 
     def _arm_revocation(self, member: Member, now_ms: int) -> None:
         key = TimerKey.revoke(self.group_id, member.member_id)

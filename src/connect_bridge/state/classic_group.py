@@ -56,6 +56,7 @@ from connect_bridge.state.classic_state import (
     ClassicDescribedMember,
     ClassicGroupBase,
 )
+from connect_bridge.state.holds import first_session_after_load_ms
 
 
 class ClassicGroup(ClassicGroupBase):
@@ -73,10 +74,19 @@ class ClassicGroup(ClassicGroupBase):
     on_timer = classic_timers.on_timer
     removed_by = classic_timers.removed_by
 
-    def rebuild_after_load(self, now_ms: int) -> None:
-        """Kafka's ``onLoaded``: re-arm every member's session; rebalance a group over capacity."""
+    def rebuild_after_load(self, now_ms: int, *, reloaded: bool = False) -> None:
+        """Kafka's ``onLoaded``: re-arm every member's session; rebalance a group over capacity.
+
+        ``reloaded``: the group comes from the log after a restart or a takeover, so a member may
+        still wait on a JoinGroup sent to the previous coordinator (``first_session_after_load_ms``);
+        a conversion or an adoption loads members that are talking to this bridge."""
         for member in self.members.values():
-            self.arm_session(member, now_ms)
+            first = (
+                first_session_after_load_ms(member.session_timeout_ms, member.rebalance_timeout_ms)
+                if reloaded
+                else None
+            )
+            self.arm_session(member, now_ms, first)
         if len(self.members) > self.config.max_group_size:
             prepare_rebalance(self, now_ms)
 

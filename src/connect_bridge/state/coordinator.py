@@ -521,7 +521,10 @@ class GroupCoordinator(OwnershipSteps):
             if isinstance(group, ConnectGroup):
                 group.view = self.view(gid)
             group.drain_records()
-            group.rebuild_after_load(now_ms)
+            if isinstance(group, ClassicGroup):
+                group.rebuild_after_load(now_ms, reloaded=True)
+            else:
+                group.rebuild_after_load(now_ms)
         self._drop_unowned(now_ms, touched)
         for gid, group in [(gid, g) for gid, g in self.groups.items() if gid in touched]:
             if self._releasing(gid) and isinstance(group, ClassicGroup):

@@ -15,6 +15,28 @@ TASK_SHUTDOWN_MS = 5_000
 """Connect's ``task.shutdown.graceful.timeout.ms`` default: how long a worker may take to stop."""
 
 
+JOIN_GROUP_TIMEOUT_LAPSE_MS = 5_000
+"""Java's ``AbstractCoordinator.JOIN_GROUP_TIMEOUT_LAPSE``: a client waits for its JoinGroup answer
+up to its rebalance timeout plus this."""
+
+
+def first_session_after_load_ms(session_timeout_ms: int, rebalance_timeout_ms: int) -> int:
+    """A classic-protocol member's first session at a coordinator that has just loaded its group
+    from the log (a bridge restarted, or another bridge's partition taken over).
+
+    Why longer than a session: the member may be parked in a JoinGroup at the previous coordinator.
+    It then sends no heartbeat and keeps running its tasks (a cooperative rebalance revokes
+    nothing before the answer) until that JoinGroup times out, its rebalance timeout plus
+    Java's lapse after it sent it. A killed coordinator's connections break and the member rejoins
+    at once, but a paused one keeps them open: expiring the member a session after the load
+    handed its tasks to a worker that came back first while it still ran them (seen with Java
+    workers and a SIGSTOPped bridge, tests/test_ha_java.py). Kafka arms a plain session in
+    ``onLoaded``; a Kafka coordinator that loses the partition answers its parked joins
+    NOT_COORDINATOR, which a paused process cannot do.
+    """
+    return max(session_timeout_ms, rebalance_timeout_ms + JOIN_GROUP_TIMEOUT_LAPSE_MS)
+
+
 def zombie_grace_ms(session_timeout_ms: int) -> int:
     """How long the work of a member removed by a timer (session, revocation, join or sync) stays
     held even without a scheduled delay.
