@@ -38,6 +38,7 @@ from connect_bridge.state.classic_api import (
     PROTOCOL_TYPE_CONNECT,
     ClassicGroupState,
 )
+from connect_bridge.state.classic_eager_hold import resume_after_reload
 from connect_bridge.state.classic_member import (
     ClassicMember,
     IllegalStateError,
@@ -89,6 +90,8 @@ class ClassicGroup(ClassicGroupBase):
             self.arm_session(member, now_ms, first)
         if len(self.members) > self.config.max_group_size:
             prepare_rebalance(self, now_ms)
+        elif reloaded:
+            resume_after_reload(self, now_ms)
 
 
 def load_converted(group: ClassicGroup, snapshot: ClassicGroupSnapshot, now_ms: int) -> None:

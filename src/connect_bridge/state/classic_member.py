@@ -49,6 +49,10 @@ class ClassicMember:
     parked_sync: ParkedRequest | None = None
     session_key: TimerKey | None = field(default=None, compare=False, repr=False)
     """The member's session timer key, built once by its group (every heartbeat re-arms it)."""
+    synced_protocol: str | None = field(default=None, compare=False)
+    """The elected protocol of the last generation whose assignment this member was given (soft:
+    a reload forgets it). A Connect worker whose last one was cooperative has not stopped its work
+    before joining an eager generation (``classic_eager_hold``)."""
 
     @property
     def awaiting_join(self) -> bool:
@@ -103,7 +107,13 @@ class ClassicMember:
     def renamed(self, member_id: str) -> ClassicMember:
         """The same member under a new id, neither new nor parked (a replaced static member)."""
         return replace(
-            self, member_id=member_id, is_new=False, parked_join=None, parked_sync=None, session_key=None
+            self,
+            member_id=member_id,
+            is_new=False,
+            parked_join=None,
+            parked_sync=None,
+            session_key=None,
+            synced_protocol=None,
         )
 
 

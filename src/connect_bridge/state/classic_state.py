@@ -140,6 +140,9 @@ class ClassicGroupBase:
         self.sync_generation = -1
         self.eager_before = False
         """The previous generation ran Connect's eager protocol."""
+        self.eager_holders: set[str] = set()
+        """Members of this eager generation whose work the bridge kept from the others, not yet
+        given their own assignment (``classic_eager_hold``)."""
         self.armed: dict[TimerKey, int] = {}
         """Deadlines of this group's live timers (tells a stale timer delivery from a due one)."""
         self.persisted = False

@@ -16,6 +16,7 @@ from connect_bridge.state.classic_api import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
+from connect_bridge.state.classic_eager_hold import given_assignment, hold_unstopped
 from connect_bridge.state.classic_member import ParkedRequest
 from connect_bridge.state.classic_rebalance import propagate_assignment
 from connect_bridge.state.classic_state import IN_GENERATION, ClassicGroupBase
@@ -80,6 +81,7 @@ def _sync(
         return None
     _remove_pending_sync(group, req.member_id)  # Stable: answer with the stored assignment
     group.arm_session(member, now_ms)  # Kafka reschedules the member's heartbeat here too
+    given_assignment(group, member, now_ms)
     return SyncGroupResponse(
         protocol_type=group.protocol_type, protocol_name=group.protocol_name, assignment=member.assignment
     )
@@ -88,10 +90,14 @@ def _sync(
 def _install_assignment(group: ClassicGroupBase, assignments: dict[str, bytes], now_ms: int) -> None:
     """The leader's assignment: store it per member (absent = b""), answer every parked
     SyncGroup, become Stable and persist the group."""
+    assignments = hold_unstopped(group, assignments)
     for member in group.members.values():
         member.assignment = assignments.get(member.member_id, b"")
+    answered = [m for m in group.members.values() if m.awaiting_sync]
     propagate_assignment(group, ErrorCode.NONE, now_ms)
     group.transition(_S.STABLE, now_ms)
+    for member in answered:
+        given_assignment(group, member, now_ms)
     group.persist()
     delay = group.config.classic_cooperative_switch_rebalance_ms
     if group.eager_before and group.protocol_name != EAGER_PROTOCOL and delay is not None:
