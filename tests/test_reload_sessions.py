@@ -13,11 +13,20 @@ talks to the new coordinator is back on its plain session at once.
 from __future__ import annotations
 
 from connect_bridge.state.classic_api import ClassicGroupState
-from connect_bridge.state.holds import JOIN_GROUP_TIMEOUT_LAPSE_MS, first_session_after_load_ms
+from connect_bridge.state.coordinator import GroupCoordinator
+from connect_bridge.state.holds import (
+    JOIN_GROUP_TIMEOUT_LAPSE_MS,
+    first_session_after_load_ms,
+    join_group_wait_ms,
+)
 from test_adversity import JavaLike, NewLike, assert_exclusive, run_for
 from test_migration import (
+    ALL,
+    W1_FULL,
+    W2_FULL,
     G,
     cbeat,
+    cjoin,
     classic,
     connect,
     coordinator,
@@ -69,6 +78,80 @@ def test_a_loaded_connect_group_hands_out_no_parked_legacy_work_before_the_join_
     loaded.replay(log.records + source.drain_records(), LOAD)
 
     for t in range(LOAD, LOAD + PARKED - 1_000, 1_000):  # the legacy workers are silent, still running
+        run_for(loaded, [new], t, t + 1_000)
+        assert_exclusive(*legacy, new)
+    assert {w1, w2} <= set(connect(loaded).members)
+
+
+# A worker's JoinGroup waits max(request.timeout.ms, rebalance timeout + 5 s) (Java's
+# ``AbstractCoordinator.sendJoinGroupRequest``); with a request timeout above the rebalance timeout
+# + 5 s a JoinGroup parked at a paused previous owner lasts that long, and the bridge's setting
+# ``coordinator.worker_request_timeout_ms`` says how long.
+REQUEST_MS = 90_000
+DELAY_MS = 10_000
+
+
+def _loaded_classic_pair() -> tuple[GroupCoordinator, JavaLike, JavaLike]:
+    """The stable classic group of ``stable_classic`` loaded by a bridge told the workers'
+    ``request.timeout.ms`` is 90 s; w1 has B revoked and runs ``W1_FULL``, w2 runs ``W2_FULL``."""
+    source = coordinator(scheduled_rebalance_max_delay_ms=DELAY_MS, worker_request_timeout_ms=REQUEST_MS)
+    w1, w2 = stable_classic(source)
+    loaded = coordinator(scheduled_rebalance_max_delay_ms=DELAY_MS, worker_request_timeout_ms=REQUEST_MS)
+    loaded.replay(source.drain_records(), LOAD)
+    return loaded, JavaLike("w1", w1, 1, set(W1_FULL)), JavaLike("w2", w2, 1, set(W2_FULL))
+
+
+def test_the_first_session_after_a_load_outlasts_the_workers_request_timeout() -> None:
+    assert first_session_after_load_ms(SESSION_MS, REBALANCE_MS, REQUEST_MS) == REQUEST_MS
+    assert first_session_after_load_ms(SESSION_MS, REBALANCE_MS, 40_000) == PARKED  # Connect's default
+    assert join_group_wait_ms(REBALANCE_MS, REQUEST_MS) == REQUEST_MS
+
+
+def test_a_member_parked_for_the_request_timeout_is_not_expired_before_its_join_could_end() -> None:
+    """w1 came back to the new owner and heartbeats; w2 waits on a JoinGroup at the paused previous
+    owner, running its tasks, until its request timeout (not the rebalance timeout + 5 s) ends."""
+    loaded, w1, w2 = _loaded_classic_pair()
+    run_for(loaded, [w1], LOAD, LOAD + REQUEST_MS - 1_000)
+    assert_exclusive(w1, w2)
+    assert w2.member_id in loaded.groups[G].members
+    run_for(loaded, [w1], LOAD + REQUEST_MS - 1_000, LOAD + REQUEST_MS + 1)
+    assert w2.member_id not in loaded.groups[G].members
+
+
+def test_work_parked_for_the_request_timeout_is_never_dealt_while_its_worker_runs_it() -> None:
+    """The issue's case: the first worker back rejoins at once and starts a rebalance, whose join
+    phase ends (the rebalance timeout) before w2's JoinGroup at the paused owner gives up; w2 runs
+    its tasks until then and comes back 2 s later. Nothing of w2 is dealt to w1 meanwhile, and w2
+    gets its work back."""
+    loaded, w1, w2 = _loaded_classic_pair()
+    t = LOAD + 1_000
+    assert cjoin(loaded, w1.member_id, w1.url, frozenset(w1.runs), now=t, token="w1") is None  # parked
+    while not loaded.drain_responses():  # no heartbeats while its JoinGroup waits (Java's client)
+        t += 1_000
+        loaded.advance(t)
+    w1.rejoin(loaded, t)  # the join phase ended without w2 (told to rejoin, or answered)
+    gives_up = LOAD + REQUEST_MS
+    for step in range(t, gives_up + 2_000, 1_000):
+        run_for(loaded, [w1], step, step + 1_000, step=1_000)
+        assert_exclusive(w1, w2)
+    w2.rejoin(loaded, gives_up + 2_000)  # found the new owner; still runs everything (cooperative)
+    assert_exclusive(w1, w2)
+    assert w2.runs == W2_FULL and w1.runs | w2.runs == ALL  # its held work went back to it
+
+
+def test_a_loaded_connect_group_keeps_parked_legacy_work_for_the_request_timeout() -> None:
+    source, log, w1, w2, w3 = upgraded_and_settled(
+        scheduled_rebalance_max_delay_ms=5_000, worker_request_timeout_ms=REQUEST_MS
+    )
+    members = connect(source).members
+    legacy = [
+        JavaLike(name, mid, 2, set(members[mid].current.owned)) for name, mid in (("w1", w1), ("w2", w2))
+    ]
+    new = NewLike(w3, members[w3].current.member_epoch, set(members[w3].current.owned))
+    loaded = coordinator(scheduled_rebalance_max_delay_ms=5_000, worker_request_timeout_ms=REQUEST_MS)
+    loaded.replay(log.records + source.drain_records(), LOAD)
+
+    for t in range(LOAD, LOAD + REQUEST_MS - 1_000, 1_000):
         run_for(loaded, [new], t, t + 1_000)
         assert_exclusive(*legacy, new)
     assert {w1, w2} <= set(connect(loaded).members)

@@ -118,7 +118,9 @@ class ConnectGroupMembership(ConnectGroupState):
                 self.owners[item] = mid
             meta = member.metadata
             first = (
-                first_session_after_load_ms(meta.session_timeout_ms, meta.rebalance_timeout_ms)
+                first_session_after_load_ms(
+                    meta.session_timeout_ms, meta.rebalance_timeout_ms, self.config.worker_request_timeout_ms
+                )
                 if meta.is_legacy
                 else None
             )

@@ -79,14 +79,17 @@ class ClassicGroup(ClassicGroupBase):
         """Kafka's ``onLoaded``: re-arm every member's session; rebalance a group over capacity.
 
         ``reloaded``: the group comes from the log after a restart or a takeover, so a member may
-        still wait on a JoinGroup sent to the previous coordinator (``first_session_after_load_ms``);
-        a conversion or an adoption loads members that are talking to this bridge."""
+        still wait on a JoinGroup sent to the previous coordinator (``first_session_after_load_ms``):
+        its first session lasts that long, and so does any hold on its work if something else (the
+        end of a join phase another member started) removes it first; a conversion or an adoption
+        loads members that are talking to this bridge."""
         for member in self.members.values():
-            first = (
-                first_session_after_load_ms(member.session_timeout_ms, member.rebalance_timeout_ms)
-                if reloaded
-                else None
-            )
+            first = None
+            if reloaded:
+                first = first_session_after_load_ms(
+                    member.session_timeout_ms, member.rebalance_timeout_ms, self.config.worker_request_timeout_ms
+                )
+                member.waits_elsewhere_until_ms = now_ms + first
             self.arm_session(member, now_ms, first)
         if len(self.members) > self.config.max_group_size:
             prepare_rebalance(self, now_ms)

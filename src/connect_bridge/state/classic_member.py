@@ -49,6 +49,10 @@ class ClassicMember:
     parked_sync: ParkedRequest | None = None
     session_key: TimerKey | None = field(default=None, compare=False, repr=False)
     """The member's session timer key, built once by its group (every heartbeat re-arms it)."""
+    waits_elsewhere_until_ms: int | None = field(default=None, compare=False)
+    """Soft, set when the group is loaded from the log: until then the member may still wait on a
+    request it sent to the previous coordinator, running its tasks (``holds.first_session_after_load_ms``),
+    so work it may run stays held at least that long whatever removes it."""
     synced_protocol: str | None = field(default=None, compare=False)
     """The elected protocol of the last generation whose assignment this member was given (soft:
     a reload forgets it). A Connect worker whose last one was cooperative has not stopped its work

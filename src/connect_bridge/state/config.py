@@ -29,6 +29,12 @@ class CoordinatorConfig:
     heartbeat_interval_ms: int = 3000
     scheduled_rebalance_max_delay_ms: int = 300000
     """Connect's ``scheduled.rebalance.max.delay.ms``: how long lost work waits for its worker."""
+    worker_request_timeout_ms: int = 40000
+    """The workers' ``request.timeout.ms`` (Connect's default 40 s), which no request carries: a
+    JoinGroup that a worker sent to a previous coordinator (a paused bridge) keeps it running its
+    tasks for the larger of this and its rebalance timeout + 5 s, so a member loaded after a restart
+    or a takeover gets a first session that long (``holds.first_session_after_load_ms``). Set it to
+    the largest ``request.timeout.ms`` of the workers."""
     default_assignor: str = COOPERATIVE
     max_group_size: int = 2147483647
     max_groups: int = 100_000

@@ -37,7 +37,7 @@ from connect_bridge.state.conversion import ConversionError, allocation, downgra
 from connect_bridge.state.coordinator_ownership import OwnershipSteps
 from connect_bridge.state.errors import RequestError
 from connect_bridge.state.handback import revoke_all
-from connect_bridge.state.holds import zombie_grace_ms
+from connect_bridge.state.holds import timer_removal_hold_ms
 from connect_bridge.state.model import ConfigView, GroupType
 from connect_bridge.state.ownership import refusal, split_leaving
 from connect_bridge.state.records import Record, RecordType
@@ -420,7 +420,8 @@ class GroupCoordinator(OwnershipSteps):
         for m in leaving:
             expired = converted.members.get(m.member_id)
             if expired is not None:
-                converted.remove_member(expired, now_ms, min_hold_ms=zombie_grace_ms(m.session_timeout_ms))
+                hold_ms = timer_removal_hold_ms(m.session_timeout_ms, now_ms, m.waits_elsewhere_until_ms)
+                converted.remove_member(expired, now_ms, min_hold_ms=hold_ms)
         self._after(classic.group_id, now_ms)
         return True
 

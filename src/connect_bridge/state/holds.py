@@ -16,25 +16,40 @@ TASK_SHUTDOWN_MS = 5_000
 
 
 JOIN_GROUP_TIMEOUT_LAPSE_MS = 5_000
-"""Java's ``AbstractCoordinator.JOIN_GROUP_TIMEOUT_LAPSE``: a client waits for its JoinGroup answer
-up to its rebalance timeout plus this."""
+"""Java's ``AbstractCoordinator.JOIN_GROUP_TIMEOUT_LAPSE``: what a client adds to its rebalance
+timeout when it waits for a JoinGroup answer."""
+
+CONNECT_REQUEST_TIMEOUT_MS = 40_000
+"""A Connect worker's ``request.timeout.ms`` default (``DistributedConfig``)."""
 
 
-def first_session_after_load_ms(session_timeout_ms: int, rebalance_timeout_ms: int) -> int:
+def join_group_wait_ms(rebalance_timeout_ms: int, request_timeout_ms: int) -> int:
+    """How long a Java client waits for a JoinGroup answer before it gives up on the coordinator:
+    its rebalance timeout plus Java's lapse, but never less than its ``request.timeout.ms`` (the
+    client's network layer sends a JoinGroup with the larger of the two)."""
+    return max(request_timeout_ms, rebalance_timeout_ms + JOIN_GROUP_TIMEOUT_LAPSE_MS)
+
+
+def first_session_after_load_ms(
+    session_timeout_ms: int, rebalance_timeout_ms: int, request_timeout_ms: int = CONNECT_REQUEST_TIMEOUT_MS
+) -> int:
     """A classic-protocol member's first session at a coordinator that has just loaded its group
     from the log (a bridge restarted, or another bridge's partition taken over).
 
     Why longer than a session: the member may be parked in a JoinGroup at the previous coordinator.
     It then sends no heartbeat and keeps running its tasks (a cooperative rebalance revokes
-    nothing before the answer) until that JoinGroup times out, its rebalance timeout plus
-    Java's lapse after it sent it. A killed coordinator's connections break and the member rejoins
-    at once, but a paused one keeps them open: expiring the member a session after the load
-    handed its tasks to a worker that came back first while it still ran them (seen with Java
-    workers and a SIGSTOPped bridge, tests/test_ha_java.py). Kafka arms a plain session in
-    ``onLoaded``; a Kafka coordinator that loses the partition answers its parked joins
-    NOT_COORDINATOR, which a paused process cannot do.
+    nothing before the answer) until that JoinGroup times out, ``join_group_wait_ms`` after it sent
+    it; any other request it may wait on (SyncGroup, Heartbeat) times out after
+    ``request_timeout_ms``, which that bound covers too. ``request_timeout_ms`` is the workers'
+    ``request.timeout.ms``: the coordinator cannot see it (no request carries it), so it comes from
+    the bridge's settings (``coordinator.worker_request_timeout_ms``). A killed coordinator's
+    connections break and the member rejoins at once, but a paused one keeps them open: expiring
+    the member a session after the load handed its tasks to a worker that came back first while it
+    still ran them (seen with Java workers and a SIGSTOPped bridge, tests/test_ha_java.py). Kafka
+    arms a plain session in ``onLoaded``; a Kafka coordinator that loses the partition answers its
+    parked joins NOT_COORDINATOR, which a paused process cannot do.
     """
-    return max(session_timeout_ms, rebalance_timeout_ms + JOIN_GROUP_TIMEOUT_LAPSE_MS)
+    return max(session_timeout_ms, join_group_wait_ms(rebalance_timeout_ms, request_timeout_ms))
 
 
 def zombie_grace_ms(session_timeout_ms: int) -> int:
@@ -48,6 +63,18 @@ def zombie_grace_ms(session_timeout_ms: int) -> int:
     ran items twice in adversarial drills (a partitioned worker in an eager group).
     """
     return max(0, session_timeout_ms) // 3 + TASK_SHUTDOWN_MS
+
+
+def timer_removal_hold_ms(session_timeout_ms: int, now_ms: int, waits_elsewhere_until_ms: int | None) -> int:
+    """The least hold on the work of a member a timer removes at ``now_ms``: the zombie grace,
+    counted from when the member can stop running its tasks. That is now, unless the group was just
+    loaded and the member may still wait on a JoinGroup at the previous coordinator
+    (``ClassicMember.waits_elsewhere_until_ms``): then it runs its tasks until that JoinGroup times
+    out, and only then notices, finds this coordinator and comes back for its work. A join phase
+    another member started right after the load ends a rebalance timeout later, before such a
+    JoinGroup gives up when the workers' request timeout exceeds the rebalance timeout + 5 s."""
+    waits_ms = 0 if waits_elsewhere_until_ms is None else max(0, waits_elsewhere_until_ms - now_ms)
+    return waits_ms + zombie_grace_ms(session_timeout_ms)
 
 
 def hold_departed(
