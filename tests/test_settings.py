@@ -94,6 +94,16 @@ upstream: ["kafka-1:9092", "[::1]:9093"]
     assert settings.upstream_addresses == [("kafka-1", 9092), ("::1", 9093)]
 
 
+def test_the_workers_request_timeout_reaches_the_engine() -> None:
+    """No request carries a worker's ``request.timeout.ms``; the engine's first session after a
+    load must cover it (``holds.first_session_after_load_ms``), so the operator sets it here."""
+    settings = load_settings(None, {"coordinator.worker_request_timeout_ms": "90000"})
+    assert settings.coordinator.to_config().worker_request_timeout_ms == 90000
+    assert CoordinatorConfig().worker_request_timeout_ms == 40000  # Connect's default
+    with pytest.raises(SettingsError, match="worker_request_timeout_ms: Input should be greater than 0"):
+        load_settings(None, {"coordinator.worker_request_timeout_ms": "0"})
+
+
 def test_overrides_create_sections_and_split_upstream() -> None:
     settings = load_settings(None, {"config_view.file": "v.json", "upstream": "a:1, b:2"})
     assert settings.config_view is not None and settings.config_view.group is None

@@ -98,6 +98,9 @@ class CoordinatorSettings(_Strict):
     session_timeout_ms: int = Field(_DEFAULTS.session_timeout_ms, gt=0)
     heartbeat_interval_ms: int = Field(_DEFAULTS.heartbeat_interval_ms, gt=0)
     scheduled_rebalance_max_delay_ms: int = Field(_DEFAULTS.scheduled_rebalance_max_delay_ms, ge=0)
+    worker_request_timeout_ms: int = Field(_DEFAULTS.worker_request_timeout_ms, gt=0)
+    """The largest ``request.timeout.ms`` among the workers (no request carries it): how long a
+    JoinGroup a worker parked at a paused previous owner can keep it running its tasks."""
     default_assignor: Literal["connect-cooperative", "connect-eager"] = "connect-cooperative"
     max_group_size: int = Field(_DEFAULTS.max_group_size, gt=0, le=MAX_INT32)
     max_groups: int = Field(_DEFAULTS.max_groups, gt=0)
@@ -495,6 +498,7 @@ coordinator:
   session_timeout_ms: 10000
   heartbeat_interval_ms: 3000
   scheduled_rebalance_max_delay_ms: 300000   # = the workers' scheduled.rebalance.max.delay.ms
+  worker_request_timeout_ms: 40000           # >= the workers' request.timeout.ms
   default_assignor: connect-cooperative      # or connect-eager
   max_group_size: 2147483647
   max_groups: 100000
