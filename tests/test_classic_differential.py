@@ -918,3 +918,57 @@ def test_rebalance_timeouts(rig: Rig, batch: list[Sequence]) -> None:
 def test_session_timeouts(rig: Rig, batch: list[Sequence]) -> None:
     """Session expiry at the broker's minimum session timeout, 6 s (14 sequences)."""
     rig.run_batch(batch)
+
+
+def _empty_group_requests(versions: dict[int, int]) -> dict[str, tuple[Any, int]]:
+    """JoinGroup, SyncGroup, Heartbeat and LeaveGroup naming the empty group id, at the versions the
+    differential uses (a SyncGroup with protocol type and name, which v5 makes mandatory)."""
+    v = {
+        name: versions[int(key)]
+        for name, key in (
+            ("join", m.ApiKey.JOIN_GROUP),
+            ("sync", m.ApiKey.SYNC_GROUP),
+            ("heartbeat", m.ApiKey.HEARTBEAT),
+            ("leave", m.ApiKey.LEAVE_GROUP),
+        )
+    }
+    protos = ((name, b"") for name in PROTOCOL_MENU[0])
+    join = capi.JoinGroupRequest("", "", "connect", tuple(protos), 30_000, 60_000)
+    sync = capi.SyncGroupRequest("", BOGUS_ID, 1, None, "connect", "sessioned", ())
+    leave = capi.LeaveGroupRequest("", (capi.LeavingMember(BOGUS_ID),))
+    return {
+        "join": (wm.join_to_wire(join, v["join"]), v["join"]),
+        "sync": (wm.sync_to_wire(sync, v["sync"]), v["sync"]),
+        "heartbeat": (
+            wm.classic_heartbeat_to_wire(capi.HeartbeatRequest("", BOGUS_ID, 1), v["heartbeat"]),
+            v["heartbeat"],
+        ),
+        "leave": (wm.leave_to_wire(leave, v["leave"]), v["leave"]),
+    }
+
+
+def test_empty_group_id(rig: Rig) -> None:
+    """Kafka's GroupCoordinatorService answers INVALID_GROUP_ID to every classic call naming the
+    empty group id, before it looks for a group (LeaveGroup: top-level, no member list). The bridge
+    answered UNKNOWN_MEMBER_ID to SyncGroup and Heartbeat, and NONE with an unknown member to
+    LeaveGroup."""
+
+    async def go() -> dict[str, tuple[Any, Any]]:
+        kafka_ep = Endpoint("kafka", *rig.kafka_coordinator)
+        bridge_ep = Endpoint("bridge", *rig.bridge.bootstrap)
+        try:
+            out = {}
+            for name, (msg, version) in _empty_group_requests(rig.versions).items():
+                theirs = await kafka_ep.request(msg, version, "cdiff-empty")
+                ours = await bridge_ep.request(msg, version, "cdiff-empty")
+                out[name] = (theirs, ours)
+            return out
+        finally:
+            await kafka_ep.close()
+            await bridge_ep.close()
+
+    for name, (theirs, ours) in asyncio.run(go()).items():
+        assert theirs.error_code == int(ErrorCode.INVALID_GROUP_ID), (name, theirs)
+        assert ours.error_code == theirs.error_code, (name, theirs, ours)
+        if name == "leave":
+            assert list(ours.members or ()) == list(theirs.members or ()) == [], (theirs, ours)

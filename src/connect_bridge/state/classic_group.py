@@ -86,8 +86,9 @@ class ClassicGroup(ClassicGroupBase):
         for member in self.members.values():
             first = None
             if reloaded:
+                request_timeout_ms = self.config.worker_request_timeout_ms
                 first = first_session_after_load_ms(
-                    member.session_timeout_ms, member.rebalance_timeout_ms, self.config.worker_request_timeout_ms
+                    member.session_timeout_ms, member.rebalance_timeout_ms, request_timeout_ms
                 )
                 member.waits_elsewhere_until_ms = now_ms + first
             self.arm_session(member, now_ms, first)

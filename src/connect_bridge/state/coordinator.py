@@ -265,12 +265,17 @@ class GroupCoordinator(OwnershipSteps):
         if (
             isinstance(group, ConnectGroup)
             and not group.members
-            and not (group.metadata.held and (policy.allows_upgrade or policy.allows_downgrade))
+            and not (
+                any(h.deadline_ms > now_ms for h in group.metadata.held)
+                and (policy.allows_upgrade or policy.allows_downgrade)
+            )
         ):
             # An empty connect group converts freely (Kafka's offline conversion), unless it holds
             # work for a departed member that may still run it: a classic leader would deal that
             # work out at once. The joiner is then served as a legacy member of the connect group,
-            # which downgrades once the hold is over (ready_to_downgrade).
+            # which downgrades once the hold is over (ready_to_downgrade). An empty group keeps
+            # its holds past their deadline (only a target computation drops them), so the
+            # deadline decides: afterwards the group id is free, any protocol type included.
             group.tombstone_all()
             self._flush(group)
             group = None
@@ -306,6 +311,8 @@ class GroupCoordinator(OwnershipSteps):
             # are mandatory, checked before the group is looked up (found by the differential test
             # against Kafka, tests/test_classic_differential.py).
             return capi.SyncGroupResponse(error_code=int(ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
+        if not req.group_id:  # Kafka's GroupCoordinatorService, before any group lookup
+            return capi.SyncGroupResponse(error_code=int(ErrorCode.INVALID_GROUP_ID))
         group = self.groups.get(req.group_id)
         if group is None:
             return capi.SyncGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
@@ -320,6 +327,8 @@ class GroupCoordinator(OwnershipSteps):
         return response
 
     def classic_heartbeat(self, req: capi.HeartbeatRequest, now_ms: int) -> capi.HeartbeatResponse:
+        if not req.group_id:  # Kafka's GroupCoordinatorService, before any group lookup
+            return capi.HeartbeatResponse(error_code=int(ErrorCode.INVALID_GROUP_ID))
         group = self.groups.get(req.group_id)
         if group is None:
             return capi.HeartbeatResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
@@ -333,6 +342,8 @@ class GroupCoordinator(OwnershipSteps):
         return response
 
     def classic_leave(self, req: capi.LeaveGroupRequest, now_ms: int) -> capi.LeaveGroupResponse:
+        if not req.group_id:  # Kafka's GroupCoordinatorService: the whole request, no member list
+            return capi.LeaveGroupResponse(error_code=int(ErrorCode.INVALID_GROUP_ID))
         group = self.groups.get(req.group_id)
         if group is None:
             return capi.LeaveGroupResponse(
