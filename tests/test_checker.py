@@ -450,9 +450,11 @@ def test_live_starts_the_clock_of_a_crashed_workers_work_after_failure_detection
 def test_live_restarts_failure_detection_when_the_bridge_comes_back() -> None:
     """A restarted bridge re-arms every session from its load, a loaded legacy member's first one as
     long as a JoinGroup parked at the previous coordinator can last: the clock of work still unowned
-    then starts that detection later, however long it had already waited."""
+    then starts that detection later, however long it had already waited. The parked JoinGroup
+    waits the workers' request timeout when that is longer (Connect's 40 s unless the timing says)."""
     detection = reload_detection_ms(TIMING)
-    assert detection == max(3_000, 5_000 + 5_000) + 3_000 // 3 + 5_000  # first session + grace
+    assert detection == max(3_000, 5_000 + 5_000, 40_000) + 3_000 // 3 + 5_000  # first session + grace
+    assert reload_detection_ms({**TIMING, "request_timeout_ms": 2_000}) == 10_000 + 3_000 // 3 + 5_000
     restart = [_ev(10_000, "bridge_restart"), _ev(11_000, "bridge_up")]
     s = check(_unowned_for(9_000 + 1_000 + detection + 15_000, *restart))  # 9 s before, 1 s down
     assert (s.live, s.max_unowned_ms) == (True, 15_000)

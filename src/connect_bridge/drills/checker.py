@@ -35,7 +35,11 @@ from typing import Any
 
 from connect_bridge.codecs.ids import CONNECTOR_TASK, ConnectorTaskId
 from connect_bridge.drills.events import EventLogError, iter_events, iter_numbered, order_note, time_order
-from connect_bridge.state.holds import first_session_after_load_ms, zombie_grace_ms
+from connect_bridge.state.holds import (
+    CONNECT_REQUEST_TIMEOUT_MS,
+    first_session_after_load_ms,
+    zombie_grace_ms,
+)
 
 MAX_VIOLATIONS = 20
 """How many violation messages a summary keeps; the rest are counted in one final line."""
@@ -130,11 +134,12 @@ def failure_detection_ms(timing: Mapping[str, Any]) -> int:
 def reload_detection_ms(timing: Mapping[str, Any]) -> int:
     """``failure_detection_ms`` after a coordinator restart: the restarted bridge gives a loaded
     legacy member a first session as long as a JoinGroup parked at the previous coordinator can last
-    (``holds.first_session_after_load_ms``), so a worker that died before the restart is noticed
-    that late."""
+    (``holds.first_session_after_load_ms``: the workers' request timeout counts, Connect's 40 s
+    unless the timing names one), so a worker that died before the restart is noticed that late."""
     session = int(timing.get("session_timeout_ms", 10_000))
     rebalance = int(timing.get("rebalance_timeout_ms", 60_000))
-    return first_session_after_load_ms(session, rebalance) + zombie_grace_ms(session)
+    request = int(timing.get("request_timeout_ms", CONNECT_REQUEST_TIMEOUT_MS))
+    return first_session_after_load_ms(session, rebalance, request) + zombie_grace_ms(session)
 
 
 def check(

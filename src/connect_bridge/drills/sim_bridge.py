@@ -69,6 +69,7 @@ class SimulatedBridge:
             session_timeout_ms=t.session_timeout_ms,
             heartbeat_interval_ms=t.heartbeat_interval_ms,
             scheduled_rebalance_max_delay_ms=t.scheduled_rebalance_max_delay_ms,
+            worker_request_timeout_ms=t.request_timeout_ms,
             migration_policy=MigrationPolicy(sc.migration_policy),
             classic_min_session_timeout_ms=min(6000, t.session_timeout_ms),
         )
