@@ -38,7 +38,6 @@ from connect_bridge.state.classic_state import ClassicGroupState
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.handback import reports_nothing
-from connect_bridge.state.holds import first_session_after_load_ms
 from connect_bridge.state.records import RecordType
 from test_adoption_wiring import Bridge, Recorder, formed
 
@@ -229,8 +228,9 @@ async def _restart() -> None:
 
     # Restart 1: the group loads as its last generation (w1 too: a member's removal is not a record
     # of its own, as in Kafka), with fresh sessions. w2 and w3 rejoin reporting nothing and are sent
-    # away; w1 and w2 come back with empty ids, w3 never does (its worker is gone): w1's old member
-    # expires after its first session after the load, and the release waits settle_timeout_ms for w3.
+    # away; w1 and w2 come back with empty ids, w3 never does (its worker is gone): w1's rejoin,
+    # reporting nothing from w1's url, shows its loaded member to be an earlier incarnation that has
+    # stopped, removed at once with no hold, and the release waits settle_timeout_ms for w3.
     again = Bridge(relay)
     again.coordinator = replayed(records)
     again.adoption.settings = again.adoption.settings.model_copy(update={"settle_timeout_ms": 50})
@@ -240,14 +240,11 @@ async def _restart() -> None:
     assert again.coordinator.groups[G].state is ClassicGroupState.PREPARING_REBALANCE
     for worker in ("w2", "w3"):
         await route(again, worker, join_frame(worker, ids[worker], []))
+    assert set(again.coordinator.groups[G].members) == {ids["w1"]}
     rejoins = {w: await route(again, w, join_frame(w, "", [])) for w in ("w1", "w2")}
+    assert not again.coordinator.groups[G].members  # w1's loaded member went with its rejoin
+    assert again.coordinator.hand_back_hold_until(G) == -1  # it had stopped: nothing to hold
     watch = asyncio.create_task(again.adoption.watch())
-    await asyncio.sleep(0.2)
-    assert not any(t.done() for t in rejoins.values()) and again.adoption.phase(G) is OwnershipState.RELEASING
-    # Replayed at 0: w1's first session after the load (as long as a parked JoinGroup) ends.
-    again.coordinator.advance(first_session_after_load_ms(SESSION_MS, 60_000) + 1)
-    again.after_step()
-    assert not again.coordinator.groups[G].members
     for worker, task in rejoins.items():
         assert await asyncio.wait_for(task, 2) is True, worker  # relayed (and observed)
     watch.cancel()
@@ -261,6 +258,51 @@ async def _restart() -> None:
     third.coordinator = cut
     rejoin = await route(third, "w2", join_frame("w2", "", []))
     assert await asyncio.wait_for(rejoin, 1) is True and third.adoption.phase(G) is OwnershipState.RELEASED
+
+
+def test_the_wiring_waits_out_the_hold_of_a_silent_member_before_releasing() -> None:
+    asyncio.run(_silent_member())
+
+
+async def _silent_member() -> None:
+    """w3 falls silent during the hand-back, after joining the revoking generation still running its
+    work: its session ends, and its worker may still run its tasks. w1 and w2 are sent away and
+    their rejoins held. Before the engine kept a hold, the group was released once w3 was removed,
+    and the upstream's leader, seeing w1 and w2 report nothing, dealt w3's tasks while w3 still ran
+    them. Now ``released`` waits for the hold to end (the watch finishes it then), and the held
+    rejoins go upstream only after it."""
+    bridge, relay, _, _, ids = await adopted()
+    adoption, coordinator = bridge.adoption, bridge.coordinator
+    local = Local(bridge, relay)
+    assert (await adoption.command_release(G))[0]
+    await revoking_generation(bridge, ids, local)
+    held: dict[str, asyncio.Task[bool]] = {}
+    for worker in ("w1", "w2"):
+        join = join_frame(worker, ids[worker], [])
+        assert (await route(bridge, worker, join)).result() is False
+        assert local(join, f"away-{worker}").error_code == ErrorCode.UNKNOWN_MEMBER_ID
+        held[worker] = await route(bridge, worker, join_frame(worker, "", []))
+    assert set(coordinator.groups[G].members) == {ids["w3"]}
+    watch = asyncio.create_task(adoption.watch())
+    try:
+        removed_at = relay.now + SESSION_MS
+        relay.now = removed_at
+        coordinator.advance(removed_at)  # w3's session ends
+        bridge.after_step()
+        assert not coordinator.groups[G].members
+        for now in (removed_at, removed_at + coordinator.config.scheduled_rebalance_max_delay_ms - 1):
+            relay.now = now
+            await asyncio.sleep(0.1)  # ten watch ticks (check_interval_ms 10)
+            assert adoption.phase(G) is OwnershipState.RELEASING and G in coordinator.groups, now
+            assert not any(task.done() for task in held.values()), now
+        hold_until = coordinator.hand_back_hold_until(G)
+        assert hold_until == removed_at + coordinator.config.scheduled_rebalance_max_delay_ms
+        relay.now = hold_until
+        for worker, task in held.items():
+            assert await asyncio.wait_for(task, 2) is True, worker  # relayed upstream now
+    finally:
+        watch.cancel()
+    assert adoption.phase(G) is OwnershipState.RELEASED
 
 
 def test_reports_nothing_reads_the_cooperative_subscriptions() -> None:

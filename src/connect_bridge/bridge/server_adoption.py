@@ -217,8 +217,10 @@ class Adoption:
         still runs something joins the bridge's group (whose generation revokes everything,
         ``state.handback``); one that reports nothing is removed and answered locally
         (UNKNOWN_MEMBER_ID: it joins again with an empty id). A JoinGroup with an empty or unknown
-        id waits here until ``released`` is durable, then goes upstream. Other requests of the
-        group are the bridge's to answer (a removed member's Heartbeat: UNKNOWN_MEMBER_ID)."""
+        id waits here until ``released`` is durable, then goes upstream; if it reports nothing, a
+        member of the bridge's group with its url or instance id is an earlier incarnation of the
+        worker, which has stopped, and is removed at once (``release_returned``). Other requests
+        of the group are the bridge's to answer (a removed member's Heartbeat: UNKNOWN_MEMBER_ID)."""
         member_id = decoded.body.member_id or ""
         group = self.hooks.coordinator().groups.get(group_id)
         if member_id and member_id in (getattr(group, "members", None) or {}):
@@ -231,6 +233,13 @@ class Adoption:
                 log.info("adoption: hand-back of %s: member %s sent upstream", group_id, member_id)
                 await self.finish_release(group_id)
             return
+        join = join_from_wire(decoded.body, decoded.api_version)
+        stale = self.hooks.coordinator().release_returned(
+            group_id, join.protocols, join.group_instance_id, self.hooks.clock()
+        )
+        if stale:  # an earlier incarnation of this worker, which has stopped: no hold for it
+            self.hooks.after_step()
+            log.info("adoption: hand-back of %s: %s came back stopped, sent upstream", group_id, stale)
         released = self._released.setdefault(group_id, asyncio.Event())
         held = self._held.setdefault(group_id, set())
         held.add(conn)

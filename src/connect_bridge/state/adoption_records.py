@@ -20,7 +20,7 @@ groups it is configured to coordinate). Pure: values and a table replayed from r
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from types import MappingProxyType
 
@@ -73,6 +73,10 @@ class GroupOwnership:
     generation when the hand-back started; ``relaying``: -1."""
     timestamp_ms: int = -1
     """``now_ms`` when the group entered ``state``."""
+    hold_until_ms: int = -1
+    """``releasing``: the hand-back is not finished before this time, because a member removed
+    by a timer may still run its work until then (``GroupCoordinator.hold_hand_back``); -1: no
+    hold. A tagged field of the record, so records written without it replay as -1."""
 
 
 def ownership_record(group_id: str, value: GroupOwnership | None) -> Record:
@@ -121,6 +125,19 @@ class OwnershipTable:
         Raises :class:`OwnershipError` for a change ``_NEXT`` does not allow."""
         check_transition(self.state(group_id), target)
         record = ownership_record(group_id, GroupOwnership(target, generation, now_ms))
+        self.apply(record)
+        return record
+
+    def hold(self, group_id: str, until_ms: int) -> Record | None:
+        """The record extending the hand-back hold of a ``releasing`` group to ``until_ms`` (same
+        phase, generation and timestamp), applied here; None when the hold already reaches that
+        far. Not a phase change: ``check_transition`` is not involved."""
+        value = self._by_group.get(group_id)
+        if value is None or value.state is not OwnershipState.RELEASING:
+            raise OwnershipError(f"only a releasing group holds its hand-back, not {group_id}")
+        if until_ms <= value.hold_until_ms:
+            return None
+        record = ownership_record(group_id, replace(value, hold_until_ms=until_ms))
         self.apply(record)
         return record
 

@@ -92,6 +92,8 @@ class ClassicGroup(ClassicGroupBase):
                 )
                 member.waits_elsewhere_until_ms = now_ms + first
             self.arm_session(member, now_ms, first)
+        if self.extra_rebalance_at_ms >= 0 and self.state is ClassicGroupState.STABLE:
+            self.schedule(self.switch_key, max(now_ms, self.extra_rebalance_at_ms))
         if len(self.members) > self.config.max_group_size:
             prepare_rebalance(self, now_ms)
         elif reloaded:

@@ -171,14 +171,23 @@ def _replace_static_member(
     group.cancel(group.session_key(old_id))
     group.update_member(new, tuple(req.protocols), req.rebalance_timeout_ms, req.session_timeout_ms, parked)
     state = group.state
+    # Connect workers do not support static membership: a Java WorkerCoordinator elected leader
+    # with skipAssignment throws IllegalStateException and the worker dies, and a fresh process
+    # handed a cooperative (delta) assignment would run only the delta. So a restarted static
+    # Connect worker gets a rebalance instead (docs/legacy-workers.md).
+    keep = (
+        state is _S.STABLE
+        and group.protocol_name == group.select_protocol()
+        and group.protocol_type != PROTOCOL_TYPE_CONNECT
+    )
+    if not keep and req.group_instance_id is not None:
+        # Kafka persists the replacement only when it keeps the generation; the bridge persists
+        # it in every state, so a restart before the next generation keeps the new id.
+        group.persist_static_replacement(req.group_instance_id, new_id)
+    if keep:
+        _keep_generation(group, req, new, current_leader)
+        return None
     if state is _S.STABLE:
-        # Connect workers do not support static membership: a Java WorkerCoordinator elected
-        # leader with skipAssignment throws IllegalStateException and the worker dies, and a
-        # fresh process handed a cooperative (delta) assignment would run only the delta. So a
-        # restarted static Connect worker gets a rebalance instead (docs/legacy-workers.md).
-        if group.protocol_name == group.select_protocol() and group.protocol_type != PROTOCOL_TYPE_CONNECT:
-            _keep_generation(group, req, new, current_leader)
-            return None
         maybe_prepare_rebalance_or_complete_join(group, now_ms)
     elif state is _S.COMPLETING_REBALANCE:
         # The leader may be assigning to the old id: start over.

@@ -92,6 +92,7 @@ def init_next_generation(group: ClassicGroupBase, now_ms: int) -> None:
         group.protocol_type == PROTOCOL_TYPE_CONNECT and group.protocol_name == EAGER_PROTOCOL
     )
     group.cancel(group.switch_key)
+    group.extra_rebalance_at_ms = -1
     group.generation_id += 1
     if group.members:
         group.protocol_name = group.select_protocol()

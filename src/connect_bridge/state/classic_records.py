@@ -80,6 +80,9 @@ class ClassicGroupSnapshot:
     members: tuple[ClassicMemberSnapshot, ...]
     current_state_timestamp: int = -1
     """``now_ms`` when the group entered the state it was persisted in (Kafka's field of that name)."""
+    extra_rebalance_at_ms: int = -1
+    """When one more rebalance of this generation starts (the round after leaving eager,
+    docs/classic-group.md deviation 11), or -1; a tagged field of the record."""
 
 
 def classic_group_record(group_id: str, value: ClassicGroupSnapshot | None) -> Record:

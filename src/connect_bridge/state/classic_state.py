@@ -15,7 +15,7 @@ points the group holds soft state a record cannot carry (below), which ``apply``
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state.classic_api import (
@@ -92,7 +92,10 @@ class ClassicGroupBase:
     """One classic group's state and the primitives the steps change it with.
 
     Persisted (in the ``CLASSIC_GROUP`` snapshot): generation, protocol type and name, leader,
-    members with their protocols and assignments, the member id counter, the state timestamp.
+    members with their protocols and assignments, the member id counter, the state timestamp,
+    when the extra rebalance after leaving eager is due. The last snapshot written or loaded is
+    kept (``persisted_snapshot``) so a static replacement during a rebalance can be written on top
+    of it (:meth:`persist_static_replacement`).
 
     Soft (memory only, as in Kafka, whose reload starts from Stable or Empty): the parked
     JoinGroup/SyncGroup requests (they belong to client connections that a restart closes), the
@@ -125,6 +128,10 @@ class ClassicGroupBase:
         self.members: dict[str, ClassicMember] = {}
         self.member_seq = 0
         self.state_timestamp = -1
+        self.extra_rebalance_at_ms = -1
+        """When the extra rebalance after leaving eager is due (-1: none); re-armed on load."""
+        self.persisted_snapshot: ClassicGroupSnapshot | None = None
+        """The group as the log has it now (the last snapshot written or loaded)."""
         # soft state
         self.previous_state = ClassicGroupState.DEAD
         self.pending_members: dict[str, str] = {}
@@ -275,6 +282,7 @@ class ClassicGroupBase:
             member_seq=self.member_seq,
             members=tuple(m.to_snapshot() for m in self.members.values()),
             current_state_timestamp=self.state_timestamp,
+            extra_rebalance_at_ms=self.extra_rebalance_at_ms,
         )
 
     def write(self, value: ClassicGroupSnapshot | None) -> Record:
@@ -282,11 +290,34 @@ class ClassicGroupBase:
         record = classic_group_record(self.group_id, value)
         self._records.append(record)
         self.persisted = True
+        self.persisted_snapshot = value
         return record
 
     def persist(self) -> None:
         """Write the group as it is now."""
         self.write(self.to_snapshot())
+
+    def persist_static_replacement(self, group_instance_id: str, new_id: str) -> None:
+        """A static member replaced outside Kafka's persisted path (during a rebalance, or in a
+        Stable Connect group, which rebalances): write the group as the log has it, with the
+        instance's member under ``new_id`` (and the current member id counter).
+
+        Kafka writes a static replacement only in Stable; elsewhere it lives in memory until the
+        next generation is persisted, so a restart in between loads the old member id and fences
+        the new process (FENCED_INSTANCE_ID, fatal for a Java client) once it has its new id. The
+        rest of the rebalance stays soft state, as for every other rebalance: the loaded group is
+        the last generation with only the id replaced. Nothing to write if the log does not know
+        the instance (the new process is then UNKNOWN_MEMBER_ID after a restart, and rejoins)."""
+        last = self.persisted_snapshot
+        if last is None or not any(m.group_instance_id == group_instance_id for m in last.members):
+            return
+        old_id = next(m.member_id for m in last.members if m.group_instance_id == group_instance_id)
+        members = tuple(
+            replace(m, member_id=new_id) if m.group_instance_id == group_instance_id else m
+            for m in last.members
+        )
+        leader = new_id if last.leader == old_id else last.leader
+        self.write(replace(last, members=members, leader=leader, member_seq=self.member_seq))
 
     def apply(self, record: Record) -> None:
         """Load the group from its record, as Kafka's ``replay(GroupMetadataKey, GroupMetadataValue)``."""
@@ -295,10 +326,12 @@ class ClassicGroupBase:
         self.clear()
         self.persisted = True
         value = record.value
+        self.persisted_snapshot = value if isinstance(value, ClassicGroupSnapshot) else None
         if value is None:
             self.state = ClassicGroupState.DEAD
             return
         assert isinstance(value, ClassicGroupSnapshot)
+        self.extra_rebalance_at_ms = value.extra_rebalance_at_ms
         self.generation_id = value.generation
         self.protocol_type = value.protocol_type or None
         self.protocol_name = value.protocol_name
@@ -322,6 +355,7 @@ class ClassicGroupBase:
         self.new_member_added = False
         self.initial_delay = None
         self.state_timestamp = -1
+        self.extra_rebalance_at_ms = -1
 
     def snapshot(self) -> dict:
         """The persisted part of the current state, comparable (replay tests compare these)."""
@@ -334,6 +368,7 @@ class ClassicGroupBase:
             "leader": s.leader,
             "member_seq": s.member_seq,
             "current_state_timestamp": s.current_state_timestamp,
+            "extra_rebalance_at_ms": s.extra_rebalance_at_ms,
             "members": {m.member_id: m for m in s.members},
         }
 

@@ -98,12 +98,14 @@ def _install_assignment(group: ClassicGroupBase, assignments: dict[str, bytes], 
     group.transition(_S.STABLE, now_ms)
     for member in answered:
         given_assignment(group, member, now_ms)
-    group.persist()
     delay = group.config.classic_cooperative_switch_rebalance_ms
     if group.eager_before and group.protocol_name != EAGER_PROTOCOL and delay is not None:
         # Connect's own stall after leaving eager (docs/live-drills.md): one more round
-        # restarts the tasks its workers stopped on stale task-config updates.
-        group.schedule(group.switch_key, now_ms + delay)
+        # restarts the tasks its workers stopped on stale task-config updates. Persisted with
+        # the generation, so a restart before it is due still starts it.
+        group.extra_rebalance_at_ms = now_ms + delay
+        group.schedule(group.switch_key, group.extra_rebalance_at_ms)
+    group.persist()
 
 
 def _remove_pending_sync(group: ClassicGroupBase, member_id: str) -> None:

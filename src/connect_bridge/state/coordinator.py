@@ -36,7 +36,7 @@ from connect_bridge.state.connect_group import ConnectGroup, check_heartbeat
 from connect_bridge.state.conversion import ConversionError, allocation, downgrade, full_assignment, upgrade
 from connect_bridge.state.coordinator_ownership import OwnershipSteps
 from connect_bridge.state.errors import RequestError
-from connect_bridge.state.handback import revoke_all
+from connect_bridge.state.handback import removed_by_admin, revoke_all
 from connect_bridge.state.holds import timer_removal_hold_ms
 from connect_bridge.state.model import ConfigView, GroupType
 from connect_bridge.state.ownership import refusal, split_leaving
@@ -359,6 +359,7 @@ class GroupCoordinator(OwnershipSteps):
             held = self._leader_leaving(group, req, now_ms)
             if held is not None:
                 return held
+            self._hold_hand_back(group, removed_by_admin(group, req), now_ms)
         response = (
             group.legacy.leave(req, now_ms) if isinstance(group, ConnectGroup) else group.leave(req, now_ms)
         )
@@ -419,8 +420,12 @@ class GroupCoordinator(OwnershipSteps):
         adversarial drills however those conditions were read (10003149, 20022560, 23072045). So
         the bridge converts the group and removes those members in the connect group with their
         work held for the delay, at least the zombie grace, then converts back. ``False`` = not
-        this case (or the policy forbids it); the classic group handles the timer."""
-        if self._releasing(classic.group_id):  # hand-back: no generation of this group completes
+        this case (or the policy forbids it); the classic group handles the timer.
+
+        While ``releasing`` no generation of this group deals work (``state.handback``): the classic
+        group removes the members, and the hand-back waits out their hold instead."""
+        if self._releasing(classic.group_id):
+            self._hold_hand_back(classic, classic.removed_by(key), now_ms)
             return False
         leaving = [m for m in classic.removed_by(key) if self._may_run_any(classic, m)]
         if not leaving:

@@ -13,9 +13,13 @@ from connect_bridge.state import classic_api as capi
 from connect_bridge.state.adoption import UpstreamGeneration
 from connect_bridge.state.adoption_build import AdoptionError, adoption_records
 from connect_bridge.state.adoption_records import OwnershipState, OwnershipTable
-from connect_bridge.state.classic_group import ClassicGroup, ClassicGroupState
+from connect_bridge.state.classic_group import ClassicGroup, ClassicGroupState, ClassicMember
 from connect_bridge.state.classic_rebalance import prepare_rebalance
+from connect_bridge.state.classic_records import Protocols
+from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.connect_group import ConnectGroup
+from connect_bridge.state.handback import earlier_incarnations, hand_back_hold_ms
+from connect_bridge.state.holds import timer_removal_hold_ms
 from connect_bridge.state.records import Record
 
 _PREPARING = ClassicGroupState.PREPARING_REBALANCE
@@ -24,9 +28,14 @@ _PREPARING = ClassicGroupState.PREPARING_REBALANCE
 class OwnershipSteps:
     """Adoption, ownership changes and the hand-back, on the coordinator's state."""
 
+    config: CoordinatorConfig
     groups: dict[str, ConnectGroup | ClassicGroup]
     ownership: OwnershipTable
     _records: list[Record]
+
+    @staticmethod
+    def _may_run_any(classic: ClassicGroup, member: ClassicMember) -> bool:
+        raise NotImplementedError
 
     def _new_classic(self, group_id: str) -> ClassicGroup:
         raise NotImplementedError
@@ -129,14 +138,60 @@ class OwnershipSteps:
         self._after(group_id, now_ms)
         return True
 
+    def _hold_hand_back(self, classic: ClassicGroup, removed: list[ClassicMember], now_ms: int) -> None:
+        """Members of a ``releasing`` group are about to be removed without having stopped their
+        work (a timer, or an administrative LeaveGroup): the hand-back is not finished before the
+        longest of their holds has passed (``handback.hand_back_hold_ms``; for a member loaded while
+        it may still wait on a JoinGroup at the previous owner, ``holds.timer_removal_hold_ms``).
+        Written at once as the group's ownership record, so a restart keeps it. Members that run
+        nothing need no hold."""
+        if not self._releasing(classic.group_id):
+            return
+        delay = self.config.scheduled_rebalance_max_delay_ms
+        holds = [
+            max(
+                hand_back_hold_ms(classic.protocol_name, m.session_timeout_ms, delay),
+                timer_removal_hold_ms(m.session_timeout_ms, now_ms, m.waits_elsewhere_until_ms),
+            )
+            for m in removed
+            if self._may_run_any(classic, m)
+        ]
+        record = self.ownership.hold(classic.group_id, now_ms + max(holds)) if holds else None
+        if record is not None:
+            self._records.append(record)
+
+    def hand_back_hold_until(self, group_id: str) -> int:
+        """The time before which a ``releasing`` group's hand-back is not finished (-1: none)."""
+        owned = self.ownership.get(group_id)
+        return owned.hold_until_ms if owned is not None else -1
+
+    def release_returned(
+        self, group_id: str, protocols: Protocols, instance_id: str | None, now_ms: int
+    ) -> list[str]:
+        """Hand-back: a JoinGroup with an empty member id (held until ``released``) that reports
+        nothing comes from a worker that has stopped; members of the ``releasing`` group that are
+        earlier incarnations of it (``handback.earlier_incarnations``) are removed like
+        :meth:`release_member`, with no hold. The member ids removed."""
+        group = self.groups.get(group_id)
+        if not self._releasing(group_id) or not isinstance(group, ClassicGroup):
+            return []
+        stale = [m.member_id for m in earlier_incarnations(group, protocols, instance_id)]
+        for member_id in stale:
+            self.release_member(group_id, member_id, now_ms)
+        return stale
+
     def finish_release(self, group_id: str, now_ms: int) -> bool:
-        """Hand-back: when the ``releasing`` group has no member left, write its tombstone, then
-        ``released`` (a cut between the two replays as ``releasing`` with no group, which the
-        wiring finishes). False while members remain."""
+        """Hand-back: when the ``releasing`` group has no member left and no removed member's hold
+        is pending, write its tombstone, then ``released`` (a cut between the two replays as
+        ``releasing`` with no group, which the wiring finishes). False while members remain or
+        before the hold ends: until ``released`` no worker reaches the upstream coordinator, whose
+        leader would deal a removed zombie's work at once."""
         if self.ownership.state(group_id) is not OwnershipState.RELEASING:
             return False
         group = self.groups.get(group_id)
         if group is not None and group.members:
+            return False
+        if now_ms < self.hand_back_hold_until(group_id):
             return False
         owned = self.ownership.get(group_id)
         generation = owned.generation if owned is not None else -1

@@ -9,6 +9,13 @@ protocol stops what is revoked and rejoins at once; its JoinGroup then reports a
 (UNKNOWN_MEMBER_ID, after which it rejoins upstream). So the upstream's leader never sees a task
 that a worker still behind the bridge runs, whichever generation each worker lands in upstream.
 An eager worker stops everything before it joins, so any JoinGroup of it reports nothing.
+
+A member that leaves without saying so (removed by a session, join or sync timer, or by an
+administrative LeaveGroup naming only its instance id) may still run what it ran: upstream's
+leader, which remembers nothing of the bridge's generations, would deal that work out as soon as
+its first generation forms. So the hand-back is not finished before :func:`hand_back_hold_ms` has
+passed since the removal (the same hold the bridge keeps outside a hand-back, where Connect's
+leader would remember the work and wait ``scheduled.rebalance.max.delay.ms``).
 """
 
 from __future__ import annotations
@@ -24,8 +31,10 @@ from connect_bridge.codecs.connect_protocol import (
     payload_version,
 )
 from connect_bridge.codecs.errors import CodecError
-from connect_bridge.state.classic_group import ClassicGroup
+from connect_bridge.state.classic_api import EAGER_PROTOCOL, LeaveGroupRequest
+from connect_bridge.state.classic_group import ClassicGroup, ClassicMember
 from connect_bridge.state.conversion import ConversionError, allocation
+from connect_bridge.state.holds import zombie_grace_ms
 
 
 def reports_nothing(protocols: Iterable[tuple[str, bytes]]) -> bool:
@@ -42,6 +51,64 @@ def reports_nothing(protocols: Iterable[tuple[str, bytes]]) -> bool:
         if isinstance(owned, Assignment) and owned.items:
             return False
     return True
+
+
+def hand_back_hold_ms(protocol_name: str | None, session_timeout_ms: int, scheduled_delay_ms: int) -> int:
+    """How long after a member of a ``releasing`` group is removed without stopping its work the
+    hand-back must wait: the scheduled delay a cooperative Connect leader would honour, and at
+    least the zombie grace (the removed worker notices and stops; ``holds.zombie_grace_ms``). An
+    eager worker's leader holds nothing, so only the grace applies to it, as outside a hand-back."""
+    delay = 0 if protocol_name == EAGER_PROTOCOL else max(0, scheduled_delay_ms)
+    return max(delay, zombie_grace_ms(session_timeout_ms))
+
+
+def worker_url(protocols: Iterable[tuple[str, bytes]]) -> str:
+    """The REST url a Connect JoinGroup's subscriptions carry ("" when none can be read)."""
+    for name, metadata in protocols:
+        if name not in CONNECT_PROTOCOL_NAMES or not metadata:
+            continue
+        try:
+            return decode_subscription(metadata).url
+        except CodecError:
+            continue
+    return ""
+
+
+def earlier_incarnations(
+    group: ClassicGroup, protocols: Iterable[tuple[str, bytes]], instance_id: str | None
+) -> list[ClassicMember]:
+    """Members of the bridge's group that a JoinGroup with an empty member id shows to be an
+    earlier incarnation of the same worker: same REST url (a url belongs to one live process) or
+    same instance id. Only for a JoinGroup that :func:`reports_nothing`: the worker has left its
+    old identity and runs nothing, so such a member runs nothing either (a member loaded again
+    after a restart although the worker had been sent away before it, or a worker that came back
+    after being cut off)."""
+    protocols = tuple(protocols)
+    if not reports_nothing(protocols):
+        return []
+    url = worker_url(protocols)
+    out = []
+    for member in group.members.values():
+        if instance_id is not None and member.group_instance_id == instance_id:
+            out.append(member)
+        elif url and worker_url(member.protocols) == url:
+            out.append(member)
+    return out
+
+
+def removed_by_admin(group: ClassicGroup, req: LeaveGroupRequest) -> list[ClassicMember]:
+    """The members a LeaveGroup removes without their own word: entries naming only an instance id
+    (KIP-345's administrative removal, ``Admin.removeMembersFromConsumerGroup``). A worker leaving
+    on its own names its member id, and Connect sends that only after stopping its work."""
+    out = []
+    for leaving in req.members:
+        if leaving.member_id or leaving.group_instance_id is None:
+            continue
+        member_id = group.static_member_id(leaving.group_instance_id)
+        member = group.members.get(member_id) if member_id is not None else None
+        if member is not None:
+            out.append(member)
+    return out
 
 
 Assignments = tuple[tuple[str, bytes], ...]
@@ -78,4 +145,11 @@ def revoke_all(group: ClassicGroup, assignments: Assignments) -> Assignments:
     return tuple(out)
 
 
-__all__ = ["reports_nothing", "revoke_all"]
+__all__ = [
+    "earlier_incarnations",
+    "hand_back_hold_ms",
+    "removed_by_admin",
+    "reports_nothing",
+    "revoke_all",
+    "worker_url",
+]
