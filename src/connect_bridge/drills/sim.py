@@ -72,6 +72,8 @@ class SimulatedDrill(SimulatedBridge):
         )
         worker = SimWorker(name, protocol, logic, self.incarnations)
         self.workers[name] = worker
+        self.given.pop(name, None)  # a new process: what was given to the old one is not its
+        self.assignment_seen = None
         self.log.worker_start(now, name, protocol)
         if isinstance(logic, NewProtocolWorker):
             self._new_heartbeat(now, worker)

@@ -22,13 +22,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from connect_bridge.codecs.connect_protocol import decode_assignment
+from connect_bridge.codecs.errors import CodecError
 from connect_bridge.drills.events import EventLog
 from connect_bridge.drills.scenario import Scenario
 from connect_bridge.drills.sim_worker import LEGACY_CALLS, SimWorker
+from connect_bridge.state.classic_api import ClassicGroupState
 from connect_bridge.state.classic_group import ClassicGroup
 from connect_bridge.state.config import CoordinatorConfig, MigrationPolicy
+from connect_bridge.state.connect_group import ConnectGroup
 from connect_bridge.state.coordinator import GroupCoordinator
-from connect_bridge.state.model import ConfigView
+from connect_bridge.state.model import EMPTY, ConfigView, Items
 from connect_bridge.state.records import Record
 
 _TRACE = bool(os.environ.get("CONNECT_BRIDGE_SIM_TRACE"))
@@ -85,6 +89,11 @@ class SimulatedBridge:
         self.bridge_incarnation = 0
         self.tick_at: int | None = None
         self.last_group: tuple[str, int] | None = None
+        self.member_workers: dict[str, str] = {}
+        """Member id -> the worker whose request created or used it (also when its answer was lost)."""
+        self.assignment_seen: tuple[Any, ...] | None = None
+        self.given: dict[str, Items] = {}
+        """Worker -> the items last logged as given to it (``assign`` events)."""
         self.coordinator = self._new_coordinator()
 
     # ------------------------------------------------------------------ clock
@@ -121,6 +130,7 @@ class SimulatedBridge:
             if current != self.last_group:
                 self.last_group = current
                 self.log.group(now, current[0], current[1])
+            self._log_assignments(now, group)
         deadline = self.coordinator.next_deadline()
         if self.tick_at is not None and self.tick_at < self.now:
             self.tick_at = None  # that tick has run (or was dropped with an old bridge incarnation)
@@ -129,9 +139,51 @@ class SimulatedBridge:
             incarnation = self.bridge_incarnation
             self.at(deadline, lambda t: self._tick(t, incarnation))
 
+    def _log_assignments(self, now: int, group: Any) -> None:
+        """Log an ``assign`` event for each worker whose given items changed: a connect group's
+        target assignment of its member (pending items included), a classic group's SyncGroup
+        assignment of the generation (what the leader dealt it). Whether or not the worker ever
+        receives it: the checker forgives the work a silently failing worker was being given, and
+        only that (docs/drills.md). Looked at only when the generation, epoch or state moves."""
+        if isinstance(group, ConnectGroup):
+            key: tuple[Any, ...] = (id(group), group.group_epoch, group.assignment_epoch, len(group.target))
+        else:
+            key = (id(group), group.generation_id, group.state, len(group.members))
+        if key == self.assignment_seen:
+            return
+        self.assignment_seen = key
+        given: dict[str, Items] = {}
+        if isinstance(group, ConnectGroup):
+            for member_id, items in group.target.items():
+                name = self.member_workers.get(member_id)
+                if name is not None:
+                    given[name] = given.get(name, EMPTY) | items
+        elif group.state is ClassicGroupState.STABLE:
+            for member_id, member in group.members.items():
+                name = self.member_workers.get(member_id)
+                if name is not None and member.assignment:
+                    try:
+                        items = frozenset(decode_assignment(member.assignment).items)
+                    except CodecError:
+                        continue
+                    given[name] = given.get(name, EMPTY) | items
+        else:
+            return  # a classic rebalance in progress deals nothing until the leader's SyncGroup
+        for name, items in sorted(given.items()):
+            if self.given.get(name) != items:
+                self.given[name] = items
+                self.log.assign(now, name, items)
+
+    def _learn_member(self, worker_name: str, request: Any, resp: Any) -> None:
+        """Remember which worker a member id belongs to (its request's, or the one its answer gave)."""
+        for member_id in (getattr(resp, "member_id", None), getattr(request, "member_id", None)):
+            if member_id:
+                self.member_workers[member_id] = worker_name
+
     def _deliver_parked(self, now: int, token: Any, resp: Any) -> None:
         """A JoinGroup/SyncGroup answer the coordinator parked until now goes to its worker."""
         name, incarnation, kind, seq, tag, timeout_at = token
+        self._learn_member(name, None, resp)
         worker = self.workers.get(name)
         if worker is None or tag == "dup":
             return  # a resend's answer: the client already matched the original's
@@ -232,6 +284,7 @@ class SimulatedBridge:
             req = replace(req, token=(*sent.token, tag, sent.at + sent.timeout_ms))
         if self.bridge_up:
             resp = getattr(self.coordinator, sent.method)(req, t)
+            self._learn_member(sent.worker.name, req, resp)
             self._after_coordinator(t)
         else:
             resp = sent.unavailable()
