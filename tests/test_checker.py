@@ -560,3 +560,19 @@ def test_a_zombie_still_running_is_an_overlap() -> None:
     ]
     s = check(events)
     assert (s.exclusive, s.overlaps) == (False, 1)
+
+
+def test_work_given_to_a_worker_that_then_leaves_counts_from_its_leave() -> None:
+    """Connect's assignor treats what a departed worker was given as lost work and delays it again:
+    A, given to w3 (never started) when w3 leaves, counts from the leave (drill 93000437: a stalled
+    worker was dealt held work and then stopped; the work came back a delay later)."""
+    events = [
+        TIMING,
+        _ev(0, "config", connectors={"A": 0}, offset=0),
+        _ev(0, "worker_start", "w2", protocol="compatible"),
+        _ev(0, "worker_start", "w3", protocol="compatible"),
+        _ev(1_000, "assign", "w3", items=[["A", -1]]),
+        _ev(10_000, "worker_stop", "w3", protocol="compatible"),
+        _ev(25_000, "run", "w2", connector="A", task=-1),
+    ]
+    assert check(events).max_unowned_ms == 15_000

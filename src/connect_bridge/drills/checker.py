@@ -383,6 +383,10 @@ class _Judge:
             mine.clear()
         if event["type"] == "worker_crash" or event.get("left") is False:
             self.unseen(worker, ran)  # no LeaveGroup: only the session timer will tell the coordinator
+        else:
+            # A departure the coordinator hears about: what the worker was being given is lost work
+            # to Connect's assignor, dealt again within delay + rebalance timeout from now.
+            self.shield(self.given.get(worker, frozenset()), self.could_ms)
         self.given.pop(worker, None)
 
     def assign(self, event: Mapping[str, Any], t: int, index: int) -> None:
