@@ -488,7 +488,16 @@ class SimulatedBridge:
         self.sent_away.clear()
         self.emptied_at = None
         self._after_coordinator(now)
-        self.at(now, self._finish_release)
+        self._watch_release(now, self.bridge_incarnation)
+
+    def _watch_release(self, now: int, incarnation: int) -> None:
+        """The adoption watch loop: every ``RETRY_MS`` while the hand-back is under way, try to
+        finish it (the group may empty by a timer, which no request announces). One loop per
+        bridge incarnation."""
+        if incarnation != self.bridge_incarnation or self.phase() is not OwnershipState.RELEASING:
+            return
+        self._finish_release(now)
+        self.at(now + RETRY_MS, lambda t: self._watch_release(t, incarnation))
 
     def _finish_release(self, now: int) -> None:
         """Complete the hand-back once the bridge's group is empty and every worker sent upstream
@@ -582,4 +591,4 @@ class SimulatedBridge:
         self.log.bridge_up(t)
         self._after_coordinator(t)
         if self.phase() is OwnershipState.RELEASING:
-            self.at(t, self._finish_release)
+            self._watch_release(t, self.bridge_incarnation)
