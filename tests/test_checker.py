@@ -377,7 +377,7 @@ def test_large_log_is_one_fast_pass() -> None:
 
 
 TIMING = {"t_ms": 0, "type": "timing", "worker": None, "scheduled_rebalance_max_delay_ms": 10_000,
-          "rebalance_timeout_ms": 5_000, "session_timeout_ms": 3_000}
+          "rebalance_timeout_ms": 5_000, "session_timeout_ms": 3_000, "request_timeout_ms": 4_000}
 
 
 def _ev(t: int, type_: str, worker: str | None = None, **fields: object) -> dict:
@@ -450,25 +450,96 @@ def test_live_starts_the_clock_of_a_crashed_workers_work_after_failure_detection
 def test_live_restarts_failure_detection_when_the_bridge_comes_back() -> None:
     """A restarted bridge re-arms every session from its load, a loaded legacy member's first one as
     long as a JoinGroup parked at the previous coordinator can last: the clock of work still unowned
-    then starts that detection later, however long it had already waited. The parked JoinGroup
-    waits the workers' request timeout when that is longer (Connect's 40 s unless the timing says)."""
+    then starts that detection later, however long it had already waited."""
     detection = reload_detection_ms(TIMING)
-    assert detection == max(3_000, 5_000 + 5_000, 40_000) + 3_000 // 3 + 5_000  # first session + grace
-    assert reload_detection_ms({**TIMING, "request_timeout_ms": 2_000}) == 10_000 + 3_000 // 3 + 5_000
+    assert detection == max(3_000, 5_000 + 5_000) + 3_000 // 3 + 5_000  # first session + grace
     restart = [_ev(10_000, "bridge_restart"), _ev(11_000, "bridge_up")]
     s = check(_unowned_for(9_000 + 1_000 + detection + 15_000, *restart))  # 9 s before, 1 s down
     assert (s.live, s.max_unowned_ms) == (True, 15_000)
     assert not check(_unowned_for(9_000 + 1_000 + detection + 15_001, *restart)).live
 
 
+def test_live_restarts_failure_detection_when_the_bridge_comes_back_after_a_long_request_timeout() -> None:
+    """A JoinGroup parked at a paused coordinator waits max(request timeout, rebalance + 5 s): with
+    a request timeout past that, the restart's detection is the request timeout plus the grace."""
+    timing = {**TIMING, "request_timeout_ms": 90_000}
+    assert reload_detection_ms(timing) == 90_000 + 3_000 // 3 + 5_000
+    assert reload_detection_ms({}) == max(40_000, 60_000 + 5_000) + 10_000 // 3 + 5_000  # Connect's
+
+
 def test_live_restarts_failure_detection_when_a_process_falls_silent() -> None:
     """A pause, partition, stall or lost answer is noticed only by a timer too, and the silent
-    process may hold an assignment it never started: every unowned item's clock restarts."""
-    pause = [_ev(5_000, "stall_start", "w3", kind="pause"), _ev(6_000, "stall_end", "w3", kind="pause")]
+    process may hold an assignment it never started: the clock of what it was given restarts."""
+    pause = [
+        _ev(4_000, "assign", "w3", items=[["A", -1]]),  # A is being given to w3
+        _ev(5_000, "stall_start", "w3", kind="pause"),
+        _ev(6_000, "stall_end", "w3", kind="pause"),
+    ]
     events = _unowned_for(4_000 + 9_000 + 15_000, *pause)
     events[3:3] = [_ev(0, "worker_start", "w3", protocol="new")]
     assert check(events).max_unowned_ms == 15_000
     assert check(events, detection_ms=0).max_unowned_ms == 28_000
+
+
+def test_an_unrelated_workers_silent_failure_does_not_hide_an_outage() -> None:
+    """The live clock is per item: w3 pausing (it ran B and was given nothing else) forgives B, not
+    A, which the coordinator left unowned 28 s against a 15 s bound. Before the per-item clock, any
+    silent failure restarted every unowned item's clock and this outage passed as live."""
+    pause = [
+        _ev(500, "assign", "w3", items=[["B", -1]]),
+        _ev(5_000, "stall_start", "w3", kind="pause"),
+        _ev(6_000, "stall_end", "w3", kind="pause"),
+    ]
+    events = _unowned_for(4_000 + 9_000 + 15_000, *pause)
+    events[1] = _ev(0, "config", connectors={"A": 0, "B": 0}, offset=0)
+    events[3:3] = [_ev(0, "worker_start", "w3", protocol="new"), _ev(0, "run", "w3", connector="B", task=-1)]
+    s = check(events)
+    assert (s.live, s.max_unowned_ms) == (False, 28_000)
+    assert "A ran nowhere for 28000 ms" in s.violations[0]
+
+
+def test_a_crash_forgives_what_the_worker_ran_and_was_given_only() -> None:
+    """w3 crashes: B (which it ran) and C (which it was given and had not started) wait a detection
+    (3 s + 1 s + 5 s) before their clocks start; A, left unowned by a graceful stop, does not."""
+    events = [
+        TIMING,
+        _ev(0, "config", connectors={"A": 0, "B": 0, "C": 0}, offset=0),
+        *(_ev(0, "worker_start", w, protocol="new") for w in ("w1", "w2", "w3")),
+        _ev(0, "run", "w1", connector="A", task=-1),
+        _ev(0, "run", "w3", connector="B", task=-1),
+        _ev(0, "run", "w2", connector="C", task=-1),
+        _ev(1_000, "release", "w2", connector="C", task=-1),
+        _ev(1_000, "assign", "w3", items=[["B", -1], ["C", -1]]),
+        _ev(2_000, "worker_stop", "w1", protocol="new"),
+        _ev(2_000, "worker_crash", "w3", protocol="new"),
+        _ev(2_000 + 9_000 + 15_000, "run", "w2", connector="B", task=-1),
+        _ev(2_000 + 9_000 + 15_000, "run", "w2", connector="C", task=-1),
+        _ev(2_000 + 16_000, "run", "w2", connector="A", task=-1),
+    ]
+    events.sort(key=lambda e: e["t_ms"])
+    s = check(events)
+    assert s.max_unowned_ms == 16_000  # A: no failure of its own excuses it
+    assert [v.split(": ", 1)[1].split(" ran")[0] for v in s.violations] == ["A"]
+    events[-1] = _ev(2_000 + 15_000, "run", "w2", connector="A", task=-1)
+    events.sort(key=lambda e: e["t_ms"])
+    assert check(events).live  # B and C waited 15 s after w3's detection, A 15 s
+
+
+def test_a_zombie_releasing_before_its_failure_is_detected_is_excused() -> None:
+    """A paused worker runs A on; when it releases A before the coordinator could have noticed its
+    silence, A's clock starts at the detection, not at the release."""
+    events = [
+        TIMING,
+        _ev(0, "config", connectors={"A": 0}, offset=0),
+        _ev(0, "worker_start", "w1", protocol="new"),
+        _ev(0, "worker_start", "w2", protocol="new"),
+        _ev(0, "run", "w1", connector="A", task=-1),
+        _ev(1_000, "stall_start", "w1", kind="pause"),
+        _ev(3_000, "stall_end", "w1", kind="pause"),
+        _ev(4_000, "release", "w1", connector="A", task=-1),
+        _ev(1_000 + 9_000 + 15_000, "run", "w2", connector="A", task=-1),
+    ]
+    assert check(events).max_unowned_ms == 15_000
 
 
 def test_live_judges_work_still_unowned_at_the_end() -> None:
@@ -489,3 +560,19 @@ def test_a_zombie_still_running_is_an_overlap() -> None:
     ]
     s = check(events)
     assert (s.exclusive, s.overlaps) == (False, 1)
+
+
+def test_work_given_to_a_worker_that_then_leaves_counts_from_its_leave() -> None:
+    """Connect's assignor treats what a departed worker was given as lost work and delays it again:
+    A, given to w3 (never started) when w3 leaves, counts from the leave (drill 93000437: a stalled
+    worker was dealt held work and then stopped; the work came back a delay later)."""
+    events = [
+        TIMING,
+        _ev(0, "config", connectors={"A": 0}, offset=0),
+        _ev(0, "worker_start", "w2", protocol="compatible"),
+        _ev(0, "worker_start", "w3", protocol="compatible"),
+        _ev(1_000, "assign", "w3", items=[["A", -1]]),
+        _ev(10_000, "worker_stop", "w3", protocol="compatible"),
+        _ev(25_000, "run", "w2", connector="A", task=-1),
+    ]
+    assert check(events).max_unowned_ms == 15_000

@@ -16,10 +16,14 @@ order (which is causal order):
 - ``live``: no configured item runs nowhere for longer than ``scheduled_rebalance_max_delay_ms +
   rebalance_timeout_ms`` (from the log's ``timing`` event) of time during which some worker could
   run it: the bridge is up (between ``bridge_restart`` and ``bridge_up`` it is not) and at least one
-  live worker is not stalled, paused or partitioned (``stall_start`` / ``stall_end``); after a
-  failure the coordinator learns of only by a timer (a crash, a stop without LeaveGroup, a process
-  falling silent, a bridge restart) the clock of every unowned item restarts once that failure
-  could be told from slowness (a session timeout plus the zombie grace, :func:`failure_detection_ms`).
+  live worker is not stalled, paused or partitioned (``stall_start`` / ``stall_end``). A failure the
+  coordinator learns of only by a timer (a crash, a stop without LeaveGroup, a process falling
+  silent) restarts, once it could be told from slowness (a session timeout plus the zombie grace,
+  :func:`failure_detection_ms`), the clock of the items *that worker* ran or was being given (its
+  latest ``assign`` event): per item, so an unrelated worker's failure forgives nothing else. A
+  bridge restart is the coordinator's own failure: it restarts the clock of every item unowned when
+  the bridge is back, and of every item a worker whose failure was not yet detected ran or was being
+  given, :func:`reload_detection_ms` later.
 
 It keeps only dicts keyed by item and worker and does O(1) work per event (a ``config`` event costs
 O(items it changes)), because it runs over logs of millions of events.
@@ -35,11 +39,7 @@ from typing import Any
 
 from connect_bridge.codecs.ids import CONNECTOR_TASK, ConnectorTaskId
 from connect_bridge.drills.events import EventLogError, iter_events, iter_numbered, order_note, time_order
-from connect_bridge.state.holds import (
-    CONNECT_REQUEST_TIMEOUT_MS,
-    first_session_after_load_ms,
-    zombie_grace_ms,
-)
+from connect_bridge.state.holds import zombie_grace_ms
 
 MAX_VIOLATIONS = 20
 """How many violation messages a summary keeps; the rest are counted in one final line."""
@@ -131,15 +131,26 @@ def failure_detection_ms(timing: Mapping[str, Any]) -> int:
     return session + zombie_grace_ms(session)
 
 
-def reload_detection_ms(timing: Mapping[str, Any]) -> int:
-    """``failure_detection_ms`` after a coordinator restart: the restarted bridge gives a loaded
-    legacy member a first session as long as a JoinGroup parked at the previous coordinator can last
-    (``holds.first_session_after_load_ms``: the workers' request timeout counts, Connect's 40 s
-    unless the timing names one), so a worker that died before the restart is noticed that late."""
-    session = int(timing.get("session_timeout_ms", 10_000))
+JOIN_GROUP_LAPSE_MS = 5_000
+"""Java's client waits for a JoinGroup answer ``max(request.timeout.ms, rebalance.timeout.ms + 5 s)``."""
+
+
+def join_wait_ms(timing: Mapping[str, Any]) -> int:
+    """How long a Java worker waits for the answer to a JoinGroup (``AbstractCoordinator``): the
+    longest a request can stay parked at a coordinator that stops answering (a paused bridge)."""
     rebalance = int(timing.get("rebalance_timeout_ms", 60_000))
-    request = int(timing.get("request_timeout_ms", CONNECT_REQUEST_TIMEOUT_MS))
-    return first_session_after_load_ms(session, rebalance, request) + zombie_grace_ms(session)
+    return max(int(timing.get("request_timeout_ms", 40_000)), rebalance + JOIN_GROUP_LAPSE_MS)
+
+
+def reload_detection_ms(timing: Mapping[str, Any]) -> int:
+    """``failure_detection_ms`` after a coordinator restart or takeover: a member parked in a
+    JoinGroup at the previous coordinator sends nothing until that JoinGroup times out, so no new
+    coordinator can tell it from a dead one before ``max(session, join wait)`` (the first session a
+    correct coordinator gives a loaded legacy member, docs/classic-group.md deviation 12), then the
+    zombie grace. Judged from the client's real wait (:func:`join_wait_ms`), not from what the
+    engine chose: an engine that expires members earlier is what the exclusive check catches."""
+    session = int(timing.get("session_timeout_ms", 10_000))
+    return max(session, join_wait_ms(timing)) + zombie_grace_ms(session)
 
 
 def check(
@@ -211,7 +222,7 @@ class _Judge:
 
     Liveness: "could run" time is a clock (``could_ms``) that only runs while the bridge is up and
     some live worker is not stalled; an unowned item's cost is that clock's advance since the item
-    became unowned.
+    became unowned, or since a failure that concerned it was detected (``shielded``).
     """
 
     def __init__(self, live_bound_ms: int | None, detection_ms: int | None) -> None:
@@ -235,6 +246,8 @@ class _Judge:
         self.bridge_up = True
         self.could_ms = 0  # the "could run" clock
         self.unowned_at: dict[Item, int] = {}  # the clock's value when the item became unowned
+        self.given: dict[str, frozenset[Item]] = {}  # worker -> items it was last given (``assign``)
+        self.shielded: dict[Item, int] = {}  # item -> clock value before which a failure excuses it
         self.max_unowned = 0
         self.live_problems: list[str] = []
 
@@ -251,6 +264,7 @@ class _Judge:
             "stall_end": self.stall_end,
             "bridge_restart": self.bridge_restart,
             "bridge_up": self.bridge_back,
+            "assign": self.assign,
             "timing": self.timing,
             "config": self.config,
         }
@@ -269,20 +283,28 @@ class _Judge:
 
     def unowned(self, item: Item, t: int) -> None:
         self.unassigned_since[item] = t
-        self.unowned_at[item] = self.could_ms
+        self.unowned_at[item] = max(self.could_ms, self.shielded.get(item, 0))
 
-    def unseen(self, detection: int | None = None) -> None:
-        """A failure the coordinator learns of only by a timer: the live clock of every unowned item
-        (the failed worker's, and any it may have been assigned without starting) restarts a
-        detection (``self.detection`` unless given) later. A detection of 0 (failures seen at once)
-        restarts nothing."""
-        detection = self.detection if detection is None else detection
-        if detection <= 0:
+    def shield(self, items: Iterable[Item], until: int) -> None:
+        """A failure excuses ``items`` until the clock reads ``until``: one unowned now starts its
+        clock then, one that becomes unowned before then starts it then too (a zombie releasing
+        its work, a revocation freeing an item that was being given to the failed worker)."""
+        shielded, unowned_at = self.shielded, self.unowned_at
+        for item in items:
+            if shielded.get(item, 0) < until:
+                shielded[item] = until
+            at = unowned_at.get(item)
+            if at is not None and at < until:
+                unowned_at[item] = until
+
+    def unseen(self, worker: Any, ran: Iterable[Item] = ()) -> None:
+        """``worker`` failed in a way the coordinator learns of only by a timer: the live clock of
+        what it ran (``ran``, or what it runs now) or was being given (its last ``assign``) restarts
+        a detection later. A detection of 0 (failures seen at once) restarts nothing."""
+        if self.detection <= 0:
             return
-        later = self.could_ms + detection
-        unowned_at = self.unowned_at
-        for item, at in unowned_at.items():
-            unowned_at[item] = max(at, later)
+        items = set(ran) | self.by_worker.get(worker, set()) | self.given.get(worker, frozenset())
+        self.shield(items, self.could_ms + self.detection)
 
     def stop(self, item: Item, worker: str, t: int) -> None:
         """``worker`` stops running ``item`` at ``t`` (release, stop or crash)."""
@@ -354,12 +376,30 @@ class _Judge:
         self.live.discard(worker)
         self.stalls.pop(worker, None)
         mine = self.by_worker.get(worker)
+        ran = sorted(mine) if mine else []  # sorted: the verdict's messages must not depend on hashing
+        for item in ran:
+            self.stop(item, worker, t)
         if mine:
-            for item in sorted(mine):  # sorted: the verdict's messages must not depend on hashing
-                self.stop(item, worker, t)
             mine.clear()
         if event["type"] == "worker_crash" or event.get("left") is False:
-            self.unseen()  # no LeaveGroup: only the session timer will tell the coordinator
+            self.unseen(worker, ran)  # no LeaveGroup: only the session timer will tell the coordinator
+        else:
+            # A departure the coordinator hears about: what the worker was being given is lost work
+            # to Connect's assignor, dealt again within delay + rebalance timeout from now.
+            self.shield(self.given.get(worker, frozenset()), self.could_ms)
+        self.given.pop(worker, None)
+
+    def assign(self, event: Mapping[str, Any], t: int, index: int) -> None:
+        """``assign``: the items the coordinator (or the group's leader) now gives ``worker``, whether
+        or not it has started them; replaces the worker's previous ``assign``."""
+        items = event.get("items")
+        problem = f"event {index} (assign): items must be a list of [connector, task]"
+        if not isinstance(items, list):
+            raise EventLogError(problem)
+        try:
+            self.given[event.get("worker")] = frozenset((c, k) for c, k in items)
+        except (TypeError, ValueError):
+            raise EventLogError(problem) from None
 
     def worker_start(self, event: Mapping[str, Any], t: int, index: int) -> None:
         worker = event.get("worker")
@@ -371,7 +411,7 @@ class _Judge:
         worker = event.get("worker")
         self.not_able(worker)
         self.stalls[worker] = self.stalls.get(worker, 0) + 1
-        self.unseen()  # a silent process (paused, cut off, stuck, or waiting on a lost answer)
+        self.unseen(worker)  # a silent process (paused, cut off, stuck, or waiting on a lost answer)
 
     def stall_end(self, event: Mapping[str, Any], t: int, index: int) -> None:
         worker = event.get("worker")
@@ -385,8 +425,16 @@ class _Judge:
         self.bridge_up = False
 
     def bridge_back(self, event: Mapping[str, Any], t: int, index: int) -> None:
+        """The restarted (or taken-over) coordinator answers again. It is the failed party and was
+        giving out every unowned item, and it re-arms every session from its load: the clocks of
+        all unowned items, and of the items of workers whose failure it had not yet detected,
+        restart :func:`reload_detection_ms` later."""
         self.bridge_up = True
-        self.unseen(self.reload_detection)  # the restarted bridge re-arms every session from its load
+        if self.reload_detection <= 0:
+            return
+        now = self.could_ms
+        pending = [item for item, until in self.shielded.items() if until > now]
+        self.shield([*self.unowned_at, *pending], now + self.reload_detection)
 
     def timing(self, event: Mapping[str, Any], t: int, index: int) -> None:
         if not self.fixed_detection:

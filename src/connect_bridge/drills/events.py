@@ -4,13 +4,13 @@ Runners append to an :class:`EventLog`; the checker and the PySpark pipeline rea
 A simulated drill emits millions of events, so :meth:`EventLog.emit` does nothing but build one
 dict and append it; all judgement happens later, in :mod:`connect_bridge.drills.checker`.
 Readers must ignore any event type they do not know: the log grows new ones (``drill_end``,
-``bridge_up``, ``stall_start`` / ``stall_end`` and ``timing`` are not in §4.3).
+``bridge_up``, ``stall_start`` / ``stall_end``, ``assign`` and ``timing`` are not in §4.3).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +68,13 @@ class EventLog:
 
     def epoch(self, t_ms: int, worker: str, epoch: int) -> None:
         self.emit(t_ms, "epoch", worker, epoch=epoch)
+
+    def assign(self, t_ms: int, worker: str, items: Iterable[ConnectorTaskId]) -> None:
+        """What the coordinator (or the group's leader) now gives ``worker``, started or not: a
+        connect group's target assignment of its member, a classic generation's SyncGroup
+        assignment. ``items`` is a sorted list of ``[connector, task]``; it replaces the worker's
+        previous ``assign``. The live invariant reads it (what a silent failure may excuse)."""
+        self.emit(t_ms, "assign", worker, items=[[c, t] for c, t in sorted(items)])
 
     def group(self, t_ms: int, group_type: str, group_epoch: int) -> None:
         self.emit(t_ms, "group", None, group_type=group_type, group_epoch=group_epoch)

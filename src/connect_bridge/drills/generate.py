@@ -25,15 +25,28 @@ def random_scenario(
     max_steps: int = 12,
     *,
     adversarial: bool = False,
+    operations: bool = True,
 ) -> Scenario:
-    """A valid random scenario of ``seed``; ``adversarial`` adds misbehaving processes (see below).
+    """A valid random scenario of ``seed``; ``adversarial`` adds misbehaving processes (see below)
+    and, unless ``operations`` is false, what operators and deployments do around them: a group
+    adopted from an upstream coordinator and handed back, a bridge paused while another takes over,
+    a long worker request timeout, bridge restarts around each conversion, adoption and hand-back.
 
     Without ``adversarial`` the output for a seed never changes (tests and fleets pin it); the
-    adversarial draws come from their own generator, on top of the same base scenario.
+    adversarial draws come from their own generator, on top of the same base scenario, and the
+    operations from a third one. ``operations=False`` is the adversarial generator as it was
+    before operations were drawn (a seed found then means the same scenario there).
     """
     doc = _base_scenario(seed, protocols, max_workers, max_steps)
     if adversarial:
+        ops = random.Random(f"operations-{seed}") if operations else None
+        if ops is not None and ops.random() < 0.25:
+            # Java's JoinGroup waits max(request.timeout.ms, rebalance + 5 s): past the rebalance
+            # timeout here (the generator's is 30 s), which every bound below must take in.
+            doc = {**doc, "timing": {**doc["timing"], "request_timeout_ms": 90_000}}
         doc = _with_adversity(doc, random.Random(f"adversarial-{seed}"))
+        if ops is not None:
+            doc = _with_operations(doc, ops)
     return load_scenario(doc)
 
 
@@ -428,3 +441,82 @@ _PARAMETERS: dict[str, Callable[[random.Random, _Bounds, str], dict[str, int]]] 
     "slow_revocation": _slow_revocation,
 }
 """Misbehaviour -> its step's parameters, drawn from the scenario's generator (fixed draw order)."""
+
+
+_RESTART_OFFSETS: tuple[tuple[int, int], ...] = (
+    (-50, 50),  # at the moment: before or after the request that starts it
+    (50, 500),  # its first rebalance under way
+    (500, 3_000),  # members rejoining, answers parked
+    (3_000, 15_000),  # the next generation, a hold running
+)
+"""Where, after a conversion, an adoption or a hand-back begins, a bridge restart may fall."""
+
+
+def _with_operations(doc: dict, rng: random.Random) -> dict:
+    """Operations around the adversarial scenario, from their own generator, in a fixed order:
+    adoption (the group starts upstream) and hand-back, a takeover of a paused bridge, then bridge
+    restarts or takeovers at each step of every conversion, adoption and hand-back.
+
+    Adoption is drawn only when no new-protocol worker runs before it (the upstream coordinator
+    speaks only the classic protocol), a hand-back only when none runs from it on (a group with
+    new-protocol members cannot be handed back, and one that came back upstream could not
+    coordinate them)."""
+    steps: list[dict] = [dict(step) for step in doc["steps"]]
+    timing = doc["timing"]
+    first = min(s["at_ms"] for s in steps)
+    last = max(s["at_ms"] for s in steps)
+    moments = [(at, "conversion") for at in _conversions(steps)]
+    extra: list[dict] = []
+    upstream = False
+    if rng.random() < 0.35:
+        adopt_at = first + rng.randint(5_000, 40_000)
+        if not _new_protocol_within(steps, 0, adopt_at):
+            upstream = True
+            extra.append({"at_ms": adopt_at, "action": "adopt"})
+            moments.append((adopt_at, "adopt"))
+            if rng.random() < 0.6:
+                release_at = rng.randint(adopt_at + 5_000, max(adopt_at + 5_000, last + 30_000))
+                if not _new_protocol_within(steps, release_at, None):
+                    extra.append({"at_ms": release_at, "action": "release"})
+                    moments.append((release_at, "release"))
+    down = [(s["at_ms"], s["at_ms"] + s["down_ms"]) for s in steps if "down_ms" in s and "worker" not in s]
+
+    def bridge_down(at: int, takeover: bool, down_ms: int) -> None:
+        if any(lo - down_ms - 1_000 <= at <= hi + 1_000 for lo, hi in down):
+            return  # never two outages of the bridge at once
+        down.append((at, at + down_ms))
+        extra.append(
+            {"at_ms": at, "action": "takeover_bridge" if takeover else "restart_bridge", "down_ms": down_ms}
+        )
+
+    if rng.random() < 0.3:
+        bridge_down(rng.randint(first + 1_000, last + 1_000), True, rng.choice([1_000, 5_000, 15_000]))
+    for moment, _ in sorted(moments):
+        if rng.random() < 0.5:
+            lo, hi = rng.choice(_RESTART_OFFSETS)
+            takeover = rng.random() < 0.3
+            bridge_down(max(0, moment + rng.randint(lo, hi)), takeover, rng.choice([300, 2_000, 5_000]))
+    if not extra:
+        return doc
+    merged = sorted(steps + extra, key=lambda s: s["at_ms"])
+    join_wait = max(timing.get("request_timeout_ms", 40_000), timing["rebalance_timeout_ms"] + 5_000)
+    settle = (
+        timing["scheduled_rebalance_max_delay_ms"] + 2 * timing["session_timeout_ms"]
+        + timing["rebalance_timeout_ms"] + join_wait + 60_000
+    )  # fmt: skip
+    end = max(doc["end_ms"], max(s["at_ms"] for s in merged) + settle)
+    out = {**doc, "steps": merged, "end_ms": end}
+    if upstream:
+        out["upstream"] = True
+    return out
+
+
+def _new_protocol_within(steps: list[dict], start: int, end: int | None) -> bool:
+    """Whether a new-protocol worker process is up at some time in ``[start, end]`` (open end: to
+    the end of the scenario)."""
+    if any(p == "new" for p in _alive_at(steps, start).values()):
+        return True
+    return any(
+        protocol == "new" and at >= start and (end is None or at <= end)
+        for at, _, protocol in _timeline(steps)
+    )

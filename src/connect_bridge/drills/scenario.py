@@ -116,6 +116,29 @@ class RestartBridgeStep(_Step):
     down_ms: NonNegInt
 
 
+class TakeoverBridgeStep(_Step):
+    """High availability: the bridge stops answering (paused, not killed: connections stay open)
+    and another bridge loads the group's records and takes over ``down_ms`` later. What the paused
+    bridge had not answered is never answered: a worker waits its own timeout for it."""
+
+    action: Literal["takeover_bridge"]
+    down_ms: NonNegInt
+
+
+class AdoptStep(_Step):
+    """The bridge takes over the group it relays to the upstream coordinator (docs/adoption.md),
+    at the first generation boundary that allows it (retried every second until then)."""
+
+    action: Literal["adopt"]
+
+
+class ReleaseStep(_Step):
+    """The bridge hands an adopted group back to the upstream coordinator (retried every second
+    while the group cannot be handed back yet, e.g. while a new-protocol worker is in it)."""
+
+    action: Literal["release"]
+
+
 class _Misbehaviour(_Step):
     """Adversarial behaviour of one running worker process (docs/drills.md, "Misbehaving workers")."""
 
@@ -207,6 +230,9 @@ Step = Annotated[
     | RemoveConnectorStep
     | SetTasksStep
     | RestartBridgeStep
+    | TakeoverBridgeStep
+    | AdoptStep
+    | ReleaseStep
     | StallStep
     | PauseStep
     | PartitionStep
@@ -227,6 +253,9 @@ STEP_MODELS: dict[str, type[_Step]] = {
     "remove_connector": RemoveConnectorStep,
     "set_tasks": SetTasksStep,
     "restart_bridge": RestartBridgeStep,
+    "takeover_bridge": TakeoverBridgeStep,
+    "adopt": AdoptStep,
+    "release": ReleaseStep,
     "stall": StallStep,
     "pause": PauseStep,
     "partition": PartitionStep,
@@ -256,6 +285,8 @@ class _Replay:
         self.down: dict[str, tuple[int, int]] = {}  # worker -> (restart step index, back at ms)
         self.gone: dict[str, int] = {}  # worker -> index of the step that stopped/crashed it
         self.connectors = connectors
+        self.upstream = False  # the group starts at the upstream coordinator
+        self.adopted = False
 
     def start(self, i: int, step: StartStep) -> None:
         if step.worker in self.running:
@@ -306,6 +337,21 @@ class _Replay:
             del self.running[step.worker]
             self.gone[step.worker] = i
 
+    def ownership(self, i: int, step: AdoptStep | ReleaseStep) -> None:
+        """``adopt`` needs a group that starts upstream and is not adopted; ``release`` an adopted one."""
+        if isinstance(step, AdoptStep):
+            if not self.upstream:
+                raise _CrossFieldError(
+                    f"steps[{i}].action", "adopt needs upstream: true (the group starts upstream)"
+                )
+            if self.adopted:
+                raise _CrossFieldError(f"steps[{i}].action", "the group is already adopted")
+            self.adopted = True
+        else:
+            if not self.adopted:
+                raise _CrossFieldError(f"steps[{i}].action", "release needs an adopt step before it")
+            self.adopted = False
+
     def add_connector(self, i: int, step: AddConnectorStep) -> None:
         if step.connector in self.connectors:
             raise _CrossFieldError(f"steps[{i}].connector", f"connector '{step.connector}' already exists")
@@ -326,6 +372,8 @@ _REPLAY: dict[type[_Step], Callable[[_Replay, int, Any], None]] = {
     AddConnectorStep: _Replay.add_connector,
     RemoveConnectorStep: _Replay.change_connector,
     SetTasksStep: _Replay.change_connector,
+    AdoptStep: _Replay.ownership,
+    ReleaseStep: _Replay.ownership,
     **dict.fromkeys(MISBEHAVIOURS, _Replay.misbehave),
 }
 """Step model -> the consistency check of :class:`_Replay` it goes through (a restart of the bridge
@@ -340,6 +388,9 @@ class Scenario(_Model):
     group: Name = "connect-cluster"
     timing: Timing = Timing()
     migration_policy: MigrationPolicy = "bidirectional"
+    upstream: bool = False
+    """The group starts coordinated by an upstream (Kafka) coordinator, relayed through the bridge
+    until an ``adopt`` step (docs/adoption.md); ``release`` hands it back."""
     connectors: dict[Name, NonNegInt]
     steps: list[Step]
     end_ms: NonNegInt
@@ -348,6 +399,7 @@ class Scenario(_Model):
     def _consistent(self) -> Scenario:
         """Replay the steps symbolically so impossible sequences fail before the drill runs."""
         replay = _Replay(set(self.connectors))
+        replay.upstream = self.upstream
         prev_at = 0
         for i, step in enumerate(self.steps):
             if step.at_ms < prev_at:

@@ -72,6 +72,8 @@ class SimulatedDrill(SimulatedBridge):
         )
         worker = SimWorker(name, protocol, logic, self.incarnations)
         self.workers[name] = worker
+        self.given.pop(name, None)  # a new process: what was given to the old one is not its
+        self.assignment_seen = None
         self.log.worker_start(now, name, protocol)
         if isinstance(logic, NewProtocolWorker):
             self._new_heartbeat(now, worker)
@@ -290,12 +292,12 @@ class SimulatedDrill(SimulatedBridge):
         worker.in_flight.add(kind)
         seq = worker.sent_seq[kind] = worker.sent_seq.get(kind, 0) + 1
         timing = self.scenario.timing
-        # When the worker gives up on an answer: JoinGroup waits the rebalance timeout + 5 s (Java's
-        # client); a heartbeat is given up once the session has expired, measured from the last
-        # answer the worker got (the heartbeat thread marks the coordinator unknown then); SyncGroup
-        # waits ``request.timeout.ms``.
+        # When the worker gives up on an answer: JoinGroup waits max(request.timeout.ms, rebalance
+        # timeout + 5 s) (Java's AbstractCoordinator); a heartbeat is given up once the session has
+        # expired, measured from the last answer the worker got (the heartbeat thread marks the
+        # coordinator unknown then); SyncGroup waits ``request.timeout.ms``.
         timeout = {
-            "join": timing.rebalance_timeout_ms + 5_000,
+            "join": max(timing.request_timeout_ms, timing.rebalance_timeout_ms + 5_000),
             "heartbeat": max(1, worker.last_answer_ms + timing.session_timeout_ms - now),
         }.get(kind, timing.request_timeout_ms)
 
@@ -424,6 +426,9 @@ _STEPS: dict[str, Callable[[SimulatedDrill, int, Any], None]] = {
     "set_tasks": SimulatedDrill._set_tasks,
     "remove_connector": SimulatedDrill._remove_connector,
     "restart_bridge": lambda drill, t, step: drill._restart_bridge(t, step.down_ms),
+    "takeover_bridge": lambda drill, t, step: drill._takeover_bridge(t, step.down_ms),
+    "adopt": lambda drill, t, step: drill._adopt(t),
+    "release": lambda drill, t, step: drill._release(t),
     **dict.fromkeys(MISBEHAVIOURS, SimulatedDrill._misbehave),
 }
 """Scenario step action -> what the drill does at the step's time."""

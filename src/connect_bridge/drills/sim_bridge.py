@@ -22,17 +22,46 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from connect_bridge.codecs.connect_protocol import decode_assignment
+from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.codecs.errors import CodecError
 from connect_bridge.drills.events import EventLog
 from connect_bridge.drills.scenario import Scenario
 from connect_bridge.drills.sim_worker import LEGACY_CALLS, SimWorker
+from connect_bridge.state import api
+from connect_bridge.state import classic_api as capi
+from connect_bridge.state.adoption import Observation, takeover_ready
+from connect_bridge.state.adoption_build import AdoptionError
+from connect_bridge.state.adoption_records import OwnershipError, OwnershipState
+from connect_bridge.state.classic_api import ClassicGroupState
 from connect_bridge.state.classic_group import ClassicGroup
 from connect_bridge.state.config import CoordinatorConfig, MigrationPolicy
+from connect_bridge.state.connect_group import ConnectGroup
 from connect_bridge.state.coordinator import GroupCoordinator
-from connect_bridge.state.model import ConfigView
+from connect_bridge.state.handback import reports_nothing
+from connect_bridge.state.model import EMPTY, ConfigView, Items
 from connect_bridge.state.records import Record
 
 _TRACE = bool(os.environ.get("CONNECT_BRIDGE_SIM_TRACE"))
 """Print every request the bridge answers, with its answer, to stderr (for reading a failing drill)."""
+
+RETRY_MS = 1_000
+"""How often an ``adopt`` or ``release`` that cannot happen yet is tried again (the adoption
+settings' ``check_interval_ms`` default)."""
+SETTLE_MS = 5_000
+"""How long a hand-back waits for workers sent upstream to come back with their rejoin before it
+completes anyway (the adoption settings' ``settle_timeout_ms`` default)."""
+
+_OBSERVE: dict[str, Callable[[Observation, Any, Any, int], None]] = {
+    "classic_join": Observation.on_join,
+    "classic_sync": Observation.on_sync,
+    "classic_heartbeat": Observation.on_heartbeat,
+    "classic_leave": Observation.on_leave,
+}
+"""Coordinator method -> what the relay's observer does with an exchange the upstream answered."""
+
+_HELD = object()
+""":meth:`SimulatedBridge._answer` for a JoinGroup held until a hand-back completes."""
 
 Deliver = Callable[[Any, int, bool], None]
 """Hands an answer to the worker: ``deliver(response, at_ms, duplicate)``."""
@@ -86,7 +115,40 @@ class SimulatedBridge:
         self.bridge_incarnation = 0
         self.tick_at: int | None = None
         self.last_group: tuple[str, int] | None = None
+        self.member_workers: dict[str, str] = {}
+        """Member id -> the worker whose request created or used it (also when its answer was lost)."""
+        self.assignment_seen: tuple[Any, ...] | None = None
+        self.given: dict[str, Items] = {}
+        """Worker -> the items last logged as given to it (``assign`` events)."""
         self.coordinator = self._new_coordinator()
+        self.upstream: GroupCoordinator | None = None
+        """The upstream (Kafka) coordinator of a scenario whose group starts there: the bridge's own
+        classic engine with what Kafka does not have turned off (no conversions, no extra
+        rebalance after leaving eager), as tests/adoption_relay.py uses it."""
+        self.observation = Observation(sc.group)
+        self.upstream_parked: dict[Any, tuple[str, Any]] = {}  # token -> request parked upstream
+        self.upstream_tick_at: int | None = None
+        self.paused_until = -1
+        """A bridge paused for a takeover answers nothing that reaches it before this time."""
+        self.parked_timeouts: dict[tuple, int] = {}
+        """(worker, incarnation, kind, seq) of a parked JoinGroup/SyncGroup -> when its client gives up."""
+        self.held_joins: list[tuple[_Sent, str]] = []
+        """Hand-back: JoinGroups without a member of the bridge's group, held until ``released``."""
+        self.sent_away: set[str] = set()
+        self.emptied_at: int | None = None
+        if sc.upstream:
+            self.upstream = GroupCoordinator(
+                CoordinatorConfig(
+                    session_timeout_ms=t.session_timeout_ms,
+                    heartbeat_interval_ms=t.heartbeat_interval_ms,
+                    migration_policy=MigrationPolicy.DISABLED,
+                    classic_min_session_timeout_ms=min(6000, t.session_timeout_ms),
+                    classic_cooperative_switch_rebalance_ms=None,
+                )
+            )
+            self.coordinator.change_ownership(sc.group, OwnershipState.RELAYING, -1, 0)
+            for record in self.coordinator.drain_records():
+                self.store[record.key] = record
 
     # ------------------------------------------------------------------ clock
     def _new_coordinator(self) -> GroupCoordinator:
@@ -122,6 +184,7 @@ class SimulatedBridge:
             if current != self.last_group:
                 self.last_group = current
                 self.log.group(now, current[0], current[1])
+            self._log_assignments(now, group)
         deadline = self.coordinator.next_deadline()
         if self.tick_at is not None and self.tick_at < self.now:
             self.tick_at = None  # that tick has run (or was dropped with an old bridge incarnation)
@@ -130,9 +193,51 @@ class SimulatedBridge:
             incarnation = self.bridge_incarnation
             self.at(deadline, lambda t: self._tick(t, incarnation))
 
+    def _log_assignments(self, now: int, group: Any) -> None:
+        """Log an ``assign`` event for each worker whose given items changed: a connect group's
+        target assignment of its member (pending items included), a classic group's SyncGroup
+        assignment of the generation (what the leader dealt it). Whether or not the worker ever
+        receives it: the checker forgives the work a silently failing worker was being given, and
+        only that (docs/drills.md). Looked at only when the generation, epoch or state moves."""
+        if isinstance(group, ConnectGroup):
+            key: tuple[Any, ...] = (id(group), group.group_epoch, group.assignment_epoch, len(group.target))
+        else:
+            key = (id(group), group.generation_id, group.state, len(group.members))
+        if key == self.assignment_seen:
+            return
+        self.assignment_seen = key
+        given: dict[str, Items] = {}
+        if isinstance(group, ConnectGroup):
+            for member_id, items in group.target.items():
+                name = self.member_workers.get(member_id)
+                if name is not None:
+                    given[name] = given.get(name, EMPTY) | items
+        elif group.state is ClassicGroupState.STABLE:
+            for member_id, member in group.members.items():
+                name = self.member_workers.get(member_id)
+                if name is not None and member.assignment:
+                    try:
+                        items = frozenset(decode_assignment(member.assignment).items)
+                    except CodecError:
+                        continue
+                    given[name] = given.get(name, EMPTY) | items
+        else:
+            return  # a classic rebalance in progress deals nothing until the leader's SyncGroup
+        for name, items in sorted(given.items()):
+            if self.given.get(name) != items:
+                self.given[name] = items
+                self.log.assign(now, name, items)
+
+    def _learn_member(self, worker_name: str, request: Any, resp: Any) -> None:
+        """Remember which worker a member id belongs to (its request's, or the one its answer gave)."""
+        for member_id in (getattr(resp, "member_id", None), getattr(request, "member_id", None)):
+            if member_id:
+                self.member_workers[member_id] = worker_name
+
     def _deliver_parked(self, now: int, token: Any, resp: Any) -> None:
         """A JoinGroup/SyncGroup answer the coordinator parked until now goes to its worker."""
         name, incarnation, kind, seq, tag, timeout_at = token
+        self._learn_member(name, None, resp)
         worker = self.workers.get(name)
         if worker is None or tag == "dup":
             return  # a resend's answer: the client already matched the original's
@@ -231,9 +336,13 @@ class SimulatedBridge:
         req = sent.request
         if sent.token is not None:
             req = replace(req, token=(*sent.token, tag, sent.at + sent.timeout_ms))
+        if t < self.paused_until:
+            self._time_out(sent, t, max(t, sent.at + sent.timeout_ms))  # sent to the paused bridge
+            return
         if self.bridge_up:
-            resp = getattr(self.coordinator, sent.method)(req, t)
-            self._after_coordinator(t)
+            resp = self._answer(sent, req, t, tag)
+            if resp is _HELD:
+                return
         else:
             resp = sent.unavailable()
         if _TRACE:
@@ -249,12 +358,219 @@ class SimulatedBridge:
         if tag == "dupresp":
             sent.deliver(resp, at + self.latency(), True)
 
+    # ------------------------------------------------------------------ who answers (adoption)
+    def phase(self) -> OwnershipState | None:
+        return self.coordinator.ownership.state(self.scenario.group)
+
+    def _answer(self, sent: _Sent, req: Any, t: int, tag: str) -> Any:
+        """The answer to ``req``: the bridge's coordinator's, or the upstream's through the relay
+        (relaying, released), or per member while a hand-back is under way (docs/adoption.md,
+        ``server_adoption``); ``_HELD`` for a JoinGroup held until the hand-back completes,
+        ``None`` for an answer the coordinator parked."""
+        phase = self.phase()
+        if self.upstream is not None and phase in (OwnershipState.RELAYING, OwnershipState.RELEASED):
+            return self._relay(sent.method, req, t, sent.worker.name)
+        if phase is OwnershipState.RELEASING and sent.method == "classic_join":
+            group = self.coordinator.groups.get(self.scenario.group)
+            members = getattr(group, "members", None) or {}
+            if req.member_id and req.member_id in members:
+                if reports_nothing(req.protocols):  # sent away: answered UNKNOWN_MEMBER_ID below
+                    self.coordinator.release_member(self.scenario.group, req.member_id, t)
+                    self.sent_away.add(sent.worker.name)
+                    self.at(t, self._finish_release)
+            elif tag == "dup":
+                return None  # a resend of a held JoinGroup: the client matches the original's answer
+            else:
+                self.held_joins.append((sent, tag))
+                self.at(t, self._finish_release)
+                return _HELD
+        resp = getattr(self.coordinator, sent.method)(req, t)
+        self._learn_member(sent.worker.name, req, resp)
+        if resp is None and getattr(req, "token", None) is not None:
+            name, incarnation, kind, seq, _, timeout_at = req.token
+            self.parked_timeouts[(name, incarnation, kind, seq)] = timeout_at
+        self._after_coordinator(t)
+        return resp
+
+    def _relay(self, method: str, req: Any, t: int, worker_name: str | None) -> Any:
+        """The upstream coordinator answers; the relay's observer sees the exchange."""
+        upstream = self.upstream
+        assert upstream is not None
+        if method == "connect_heartbeat":  # the upstream speaks only the classic protocol
+            return api.HeartbeatResponse(error_code=int(ErrorCode.UNSUPPORTED_VERSION))
+        resp = getattr(upstream, method)(req, t)
+        if worker_name is not None:
+            self._learn_member(worker_name, req, resp)
+        if resp is None and getattr(req, "token", None) is not None:
+            self.upstream_parked[req.token] = (method, req)
+        elif resp is not None:
+            _OBSERVE[method](self.observation, req, resp, t)
+        self._after_upstream(t)
+        return resp
+
+    def _after_upstream(self, now: int) -> None:
+        """Deliver the upstream's parked answers (observed), report its group, tick its timers."""
+        upstream = self.upstream
+        assert upstream is not None
+        for token, resp in upstream.drain_responses():
+            method, req = self.upstream_parked.pop(token, ("", None))
+            if method:
+                _OBSERVE[method](self.observation, req, resp, now)
+            self._deliver_parked(now, token, resp)
+        upstream.drain_records()
+        group = upstream.groups.get(self.scenario.group)
+        if group is not None and self.phase() in (OwnershipState.RELAYING, OwnershipState.RELEASED):
+            current = ("classic", group.generation_id)
+            if current != self.last_group:
+                self.last_group = current
+                self.log.group(now, current[0], current[1])
+            self._log_assignments(now, group)
+        deadline = upstream.next_deadline()
+        if self.upstream_tick_at is not None and self.upstream_tick_at < self.now:
+            self.upstream_tick_at = None
+        if deadline is not None and (self.upstream_tick_at is None or deadline < self.upstream_tick_at):
+            self.upstream_tick_at = deadline
+            self.at(deadline, self._upstream_tick)
+
+    def _upstream_tick(self, now: int) -> None:
+        if self.upstream_tick_at == now:
+            self.upstream_tick_at = None
+        assert self.upstream is not None
+        self.upstream.advance(now)
+        self._after_upstream(now)
+
+    def _alive(self, name: str) -> bool:
+        worker = self.workers.get(name)
+        return worker is not None and worker.alive
+
+    def _adopt(self, now: int) -> None:
+        """Take the relayed group over at a generation boundary the upstream confirms (the takeover
+        condition of ``state.adoption``); until then retry every ``RETRY_MS``. The adopted members
+        then leave the upstream group (the ``leave_upstream`` setting's default)."""
+        if self.phase() is not OwnershipState.RELAYING:
+            return
+        upstream = self.upstream
+        assert upstream is not None
+        if not self.bridge_up or now < self.paused_until:
+            self.at(now + RETRY_MS, self._adopt)
+            return
+        behind = {mid for mid, name in self.member_workers.items() if self._alive(name)}
+        group = upstream.groups.get(self.scenario.group)
+        described = group.describe() if isinstance(group, ClassicGroup) else None
+        check = takeover_ready(self.observation, behind, described)
+        generation = check.generation
+        if not check.ready or generation is None:
+            self.at(now + RETRY_MS, self._adopt)
+            return
+        try:
+            self.coordinator.adopt(generation, now)
+        except (AdoptionError, OwnershipError):
+            self.at(now + RETRY_MS, self._adopt)
+            return
+        self._after_coordinator(now)
+        leaving = tuple(
+            capi.LeavingMember(m.member_id, m.group_instance_id, "adopted") for m in generation.members
+        )
+        upstream.classic_leave(capi.LeaveGroupRequest(self.scenario.group, leaving), now)
+        self._after_upstream(now)
+
+    def _release(self, now: int) -> None:
+        """Start the hand-back (``connect-bridge release``); retried while it cannot start yet."""
+        if self.phase() is not OwnershipState.ADOPTED:
+            return
+        if not self.bridge_up or now < self.paused_until:
+            self.at(now + RETRY_MS, self._release)
+            return
+        try:
+            self.coordinator.start_release(self.scenario.group, now)
+        except (AdoptionError, OwnershipError):
+            self.at(now + RETRY_MS, self._release)
+            return
+        self.sent_away.clear()
+        self.emptied_at = None
+        self._after_coordinator(now)
+        self._watch_release(now, self.bridge_incarnation)
+
+    def _watch_release(self, now: int, incarnation: int) -> None:
+        """The adoption watch loop: every ``RETRY_MS`` while the hand-back is under way, try to
+        finish it (the group may empty by a timer, which no request announces). One loop per
+        bridge incarnation."""
+        if incarnation != self.bridge_incarnation or self.phase() is not OwnershipState.RELEASING:
+            return
+        self._finish_release(now)
+        self.at(now + RETRY_MS, lambda t: self._watch_release(t, incarnation))
+
+    def _finish_release(self, now: int) -> None:
+        """Complete the hand-back once the bridge's group is empty and every worker sent upstream
+        is back with its rejoin (held), or ``SETTLE_MS`` after the group emptied; then the held
+        JoinGroups go upstream (``server_adoption.finish_release``)."""
+        if self.phase() is not OwnershipState.RELEASING or not self.bridge_up or now < self.paused_until:
+            return
+        group = self.coordinator.groups.get(self.scenario.group)
+        if getattr(group, "members", None):
+            self.emptied_at = None
+            return
+        if self.emptied_at is None:
+            self.emptied_at = now
+        held = {sent.worker.name for sent, _ in self.held_joins}
+        if self.sent_away - held and now - self.emptied_at < SETTLE_MS:
+            self.at(self.emptied_at + SETTLE_MS, self._finish_release)
+            return
+        if not self.coordinator.finish_release(self.scenario.group, now):
+            return
+        self._after_coordinator(now)
+        self.sent_away.clear()
+        held_joins, self.held_joins = self.held_joins, []
+        for sent, tag in held_joins:
+            self.at(now, lambda t, sent=sent, tag=tag: self._arrive(sent, t, tag))
+
     # ------------------------------------------------------------------ bridge restarts
+    def _takeover_bridge(self, now: int, down_ms: int) -> None:
+        """HA: the bridge is paused (SIGSTOP; its connections stay open) and another one loads the
+        group's records ``down_ms`` later. Nothing the paused bridge had parked is ever answered:
+        each such client waits for its own timeout (a JoinGroup: max(request timeout, rebalance
+        timeout + 5 s)), and whatever reaches it meanwhile times out too."""
+        self.bridge_up = False
+        self.bridge_incarnation += 1
+        self.tick_at = None
+        self.paused_until = now + down_ms
+        self.log.bridge_restart(now)
+        for sent, _ in self.held_joins:  # held by the paused bridge: never answered
+            self._time_out(sent, now, max(now, sent.at + sent.timeout_ms))
+        self._forget_soft_state()
+        for worker in self.workers.values():
+            for kind in sorted(worker.in_flight & {"join", "sync"}):
+                seq = worker.sent_seq[kind]
+                timeout_at = self.parked_timeouts.get((worker.name, worker.incarnation, kind, seq))
+                if timeout_at is None:
+                    continue  # not parked at the bridge (on its way, or answered already)
+                resp = LEGACY_CALLS[kind].unavailable()
+                self.log.stall_start(now, worker.name, "timeout")
+                self.at(
+                    max(now, timeout_at), lambda t, name=worker.name: self.log.stall_end(t, name, "timeout")
+                )
+                self.at(
+                    max(now, timeout_at),
+                    self._legacy_response_cb(worker, worker.incarnation, kind, resp, seq),
+                )
+        self.parked_timeouts.clear()
+        self.at(now + down_ms, self._bridge_back)
+
+    def _forget_soft_state(self) -> None:
+        """What a bridge process keeps only in memory: the relay's observation, the hand-back's
+        held JoinGroups (their connections break) and who was sent upstream."""
+        self.observation = Observation(self.scenario.group)
+        self.held_joins.clear()
+        self.sent_away.clear()
+        self.emptied_at = None
+
     def _restart_bridge(self, now: int, down_ms: int) -> None:
         self.bridge_up = False
         self.bridge_incarnation += 1
         self.tick_at = None
         self.log.bridge_restart(now)
+        self._forget_soft_state()
+        self.parked_timeouts.clear()
         # Connections drop: parked JoinGroup/SyncGroup requests fail and their workers retry.
         for worker in self.workers.values():
             for kind in sorted(worker.in_flight & {"join", "sync"}):
@@ -275,3 +591,5 @@ class SimulatedBridge:
         self.bridge_up = True
         self.log.bridge_up(t)
         self._after_coordinator(t)
+        if self.phase() is OwnershipState.RELEASING:
+            self._watch_release(t, self.bridge_incarnation)
