@@ -11,9 +11,11 @@ state directly.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 
 from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.codecs.ids import ConnectorTaskId
 from connect_bridge.state import assignors
 from connect_bridge.state.cg_state import ConnectGroupState
 from connect_bridge.state.cg_validation import epoch_relevant
@@ -174,6 +176,21 @@ class ConnectGroupMembership(ConnectGroupState):
     def _on_legacy_timeout(self, key: TimerKey, now_ms: int) -> None:
         self.legacy_members.on_timer(self, key, now_ms)
 
+    def owner_lookup(self) -> Callable[[ConnectorTaskId], str | None]:
+        """Who holds an item (``ConnectGroupState.owner_lookup``), and held work returned to a legacy
+        member that has not been given it yet: still that member's (``LegacyMembers.returning``)."""
+        lookup = super().owner_lookup()
+        returning = self.legacy_members.returning
+        if not returning:
+            return lookup
+        returned_to = {item: mid for mid, items in returning.items() for item in items}
+
+        def owner_of(item: ConnectorTaskId) -> str | None:
+            owner = lookup(item)
+            return owner if owner is not None else returned_to.get(item)
+
+        return owner_of
+
     # ------------------------------------------------------------------ membership
     def new_member_id(self) -> str:
         seq = self.metadata.member_seq + 1
@@ -222,13 +239,14 @@ class ConnectGroupMembership(ConnectGroupState):
         """
         mid = member.member_id
         owned = self.legacy_members.may_run(member) if member.metadata.is_legacy else member.current.owned
+        owned |= self.legacy_members.returning.get(mid, EMPTY)  # see LegacyMembers.returning
         self._set_current(member, CurrentAssignment())
         self._delete_member(mid)
         held = self.metadata.held
         delay = self.config.scheduled_rebalance_max_delay_ms if self.assignor_name() != assignors.EAGER else 0
         hold = max(delay, min_hold_ms)
         if owned and hold > 0:
-            held = (*held, hold_departed(owned, member.metadata, self.members.values(), now_ms + hold))
+            held = (*held, hold_departed(owned, member.metadata, now_ms + hold))
         leader = self.metadata.leader_id
         if leader == mid:
             leader = min(self.members) if self.members else ""
@@ -246,7 +264,10 @@ class ConnectGroupMembership(ConnectGroupState):
         current = replace(old.current, left_temporarily=False)
         target = self.target.get(old.member_id)
         data = self.assignor_metadata.get(old.member_id, NO_METADATA)
+        returning = self.legacy_members.returning.get(old.member_id)
         self._delete_member(old.member_id)
+        if returning and metadata.is_legacy:
+            self.legacy_members.note_returned(new_id, returning)
         self._set_member_metadata(new_id, metadata)
         member = self.members[new_id]
         for item in current.owned:
@@ -330,6 +351,9 @@ class ConnectGroupMembership(ConnectGroupState):
         if waiting != self.metadata.held:
             self._set_metadata(held=waiting)
             self._arm_held_timer()
+        for mid, items in returned.items():
+            if self.members[mid].metadata.is_legacy:
+                self.legacy_members.note_returned(mid, items)
         return assignment_spec(
             self.index.ids, self.view.items(), waiting, self.working, returned, self.members.keys()
         )

@@ -109,6 +109,7 @@ def load_converted(group: ClassicGroup, snapshot: ClassicGroupSnapshot, now_ms: 
     """
     group.apply(group.write(snapshot))
     group.rebuild_after_load(now_ms)
+    group.downgraded_generation = snapshot.generation
     if group.members:
         prepare_rebalance(group, now_ms)
 

@@ -150,6 +150,10 @@ class ClassicGroupBase:
         self.eager_holders: set[str] = set()
         """Members of this eager generation whose work the bridge kept from the others, not yet
         given their own assignment (``classic_eager_hold``)."""
+        self.downgraded_generation: int | None = None
+        """The generation a downgrade loaded the group at (one past the connect group's epoch,
+        ``conversion.downgrade``), until a later one: the legacy members still name their
+        connect-era epochs in their heartbeats meanwhile (``classic_sync.heartbeat``)."""
         self.armed: dict[TimerKey, int] = {}
         """Deadlines of this group's live timers (tells a stale timer delivery from a due one)."""
         self.persisted = False

@@ -114,11 +114,30 @@ def _remove_pending_sync(group: ClassicGroupBase, member_id: str) -> None:
         group.cancel(group.sync_key)
 
 
+def _before_downgrade(group: ClassicGroupBase, generation_id: int) -> bool:
+    """A member's heartbeat names the epoch it last got from the connect group this group was
+    downgraded from, while the rebalance the downgrade started runs.
+
+    The downgrade loads the group one generation past the connect group's epoch (so nothing told
+    in the connect era passes for a classic generation), which no member has seen yet. Kafka loads
+    a downgraded group at the members' own epoch and answers their heartbeats REBALANCE_IN_PROGRESS
+    during that rebalance; so does the bridge, instead of an ILLEGAL_GENERATION that costs each
+    worker a reset generation and a logged error for nothing (they rejoin either way).
+    """
+    return (
+        group.state is _S.PREPARING_REBALANCE
+        and group.generation_id == group.downgraded_generation
+        and 0 <= generation_id < group.generation_id
+    )
+
+
 def heartbeat(group: ClassicGroupBase, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
     """Heartbeat: keeps the session; REBALANCE_IN_PROGRESS tells a member to rejoin."""
     if group.state is _S.DEAD:
         return HeartbeatResponse(int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
     error = generation_error(group, req)
+    if error is ErrorCode.ILLEGAL_GENERATION and _before_downgrade(group, req.generation_id):
+        error = None
     if error is not None:
         return HeartbeatResponse(int(error))
     if group.state is _S.EMPTY:

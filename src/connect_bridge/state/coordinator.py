@@ -430,6 +430,7 @@ class GroupCoordinator(OwnershipSteps):
         leaving = [m for m in classic.removed_by(key) if self._may_run_any(classic, m)]
         if not leaving:
             return False
+        eager = classic.protocol_name == EAGER_PROTOCOL  # read before the conversion clears it
         converted = self._hold_in_connect_group(classic, now_ms)
         if converted is None:
             return False
@@ -438,6 +439,12 @@ class GroupCoordinator(OwnershipSteps):
             if expired is not None:
                 hold_ms = timer_removal_hold_ms(m.session_timeout_ms, now_ms, m.waits_elsewhere_until_ms)
                 converted.remove_member(expired, now_ms, min_hold_ms=hold_ms)
+        # A new target at once, as every other removal brings: the members rejoin at their next
+        # heartbeat (Kafka's rebalance after an expiry) and their assignments carry the time left on
+        # the hold, so they come back for the released work the moment it ends. Not under eager:
+        # a v0 assignment has no delay to carry, and an eager rejoin restarts everything for nothing.
+        if not eager:
+            converted.maybe_update_target(now_ms)
         self._after(classic.group_id, now_ms)
         return True
 

@@ -7,9 +7,7 @@ coordinator's classic-group expiry.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
-from connect_bridge.state.model import HeldWork, Items, Member, MemberMetadata
+from connect_bridge.state.model import HeldWork, Items, MemberMetadata
 
 TASK_SHUTDOWN_MS = 5_000
 """Connect's ``task.shutdown.graceful.timeout.ms`` default: how long a worker may take to stop."""
@@ -77,20 +75,29 @@ def timer_removal_hold_ms(session_timeout_ms: int, now_ms: int, waits_elsewhere_
     return waits_ms + zombie_grace_ms(session_timeout_ms)
 
 
-def hold_departed(
-    work: Items, departed: MemberMetadata, others: Iterable[Member], deadline_ms: int
-) -> HeldWork:
-    """The hold on a departed member's work, to go back to the member that comes back with its url
-    or instance id.
+def rejoin_delay_ms(held: tuple[HeldWork, ...], now_ms: int) -> int:
+    """The ``delay`` a legacy member's assignment carries: how long until the first hold ends.
 
-    One that is in the group already is another process (a stale incarnation of the same worker):
-    handing it the work would prove nothing about this one (drill 14001202), so a url or instance id
-    still in use is not remembered.
+    Java's herder schedules a rejoin that long after it applies an assignment with a delay
+    (``DistributedHerder``'s scheduled rebalance), the way a Kafka-coordinated group learns that
+    Connect's leader is done waiting for lost work: every worker rejoins the moment the delay ends.
+    A heartbeat would only tell it up to a heartbeat interval later. 0 = nothing held (no rejoin).
     """
-    url, instance = departed.url, departed.instance_id
-    for other in others:
-        if url and other.metadata.url == url:
-            url = ""
-        if instance and other.metadata.instance_id == instance:
-            instance = None
-    return HeldWork(work, url, instance, deadline_ms)
+    if not held:
+        return 0
+    return max(0, min(h.deadline_ms for h in held) - now_ms)
+
+
+def hold_departed(work: Items, departed: MemberMetadata, deadline_ms: int) -> HeldWork:
+    """The hold on a departed member's work, to go back to the member that is back with its url or
+    instance id: one that comes back later, or one already in the group (a worker killed and
+    restarted at the same url before its old member's session ended), as Connect's own leader
+    deals a departed worker's work to the worker that is back without any.
+
+    A member already in the group with that url may also be a stale member of another process
+    (a duplicated JoinGroup of a worker that later lost its member, drill 14001202): held work
+    returned to a legacy member stays its own until that member sends a SyncGroup
+    (``LegacyMembers.returning``), so nobody else is granted it meanwhile and it is held again if
+    that member goes first.
+    """
+    return HeldWork(work, departed.url, departed.instance_id, deadline_ms)

@@ -27,6 +27,7 @@ from connect_bridge.state.cg_view import LegacyHost
 from connect_bridge.state.classic_api import ClassicGroupState
 from connect_bridge.state.classic_records import ClassicJoin
 from connect_bridge.state.errors import RequestError
+from connect_bridge.state.holds import rejoin_delay_ms
 from connect_bridge.state.model import EMPTY, Items, Member, MemberMetadata, MemberState
 from connect_bridge.state.timers import TimerKey, TimerKind, Timers
 
@@ -115,6 +116,12 @@ class LegacyMembers:
         self.group_id = group_id
         self.timers = timers
         self.states: dict[str, ClassicGroupState] = {}
+        self.returning: dict[str, Items] = {}
+        """Held work handed back to a legacy member (it is back with the departed worker's url or
+        instance id) that has not sent a SyncGroup since. The member may be a stale one of another
+        process (a duplicated JoinGroup) that never syncs: until it syncs, the work counts as the
+        member's (nobody else is granted it) and it is held again if the member goes. Transient:
+        after a load what a member was given is what it owns."""
         self.elected: str | None = None
         """The legacy member last answered as leader in a JoinGroup (its Java leader state is built).
         Transient: after a load the current leader counts as elected (it kept its leader state)."""
@@ -146,7 +153,12 @@ class LegacyMembers:
             return owned & owned_from_metadata(member.metadata)
         return owned
 
+    def note_returned(self, member_id: str, items: Items) -> None:
+        """Held work goes back to ``member_id`` (``returning``)."""
+        self.returning[member_id] = self.returning.get(member_id, EMPTY) | items
+
     def forget(self, member_id: str) -> None:
+        self.returning.pop(member_id, None)
         self.states.pop(member_id, None)
         self._cancel_timers(member_id)
 
@@ -289,10 +301,14 @@ class LegacyMembers:
             return api.SyncGroupResponse(error_code=int(exc.code), error_message=exc.message)
         group.arm_session(member, now_ms)
         self._set_state(member.member_id, ClassicGroupState.STABLE, now_ms, 0)
+        # A member that syncs is a process talking to the bridge, not a stale member that never
+        # will: what was returned to it is its own from now on (owned once granted), as for any
+        # worker that is back; work the target has since moved elsewhere is no longer kept for it.
+        self.returning.pop(member.member_id, None)
         return api.SyncGroupResponse(
             protocol_type=PROTOCOL_TYPE,
             protocol_name=name,
-            assignment=encode_member_assignment(group, member, name),
+            assignment=encode_member_assignment(group, member, name, now_ms),
         )
 
     # ------------------------------------------------------------------ Heartbeat
@@ -419,9 +435,14 @@ def _static_join(
     return group.take_over_static(static, group.new_member_id(), metadata, now_ms)
 
 
-def encode_member_assignment(group: LegacyHost, member: Member, protocol: str | None = None) -> bytes:
-    """The SyncGroup payload: v0 the complete set; v1/v2 newly granted work + what to stop.
-    ``protocol``: the one the member syncs under (default: its first choice)."""
+def encode_member_assignment(
+    group: LegacyHost, member: Member, protocol: str | None = None, now_ms: int | None = None
+) -> bytes:
+    """The SyncGroup payload: v0 the complete set; v1/v2 newly granted work + what to stop, and
+    while work is held, how long until the first hold ends as the assignment's ``delay``
+    (``holds.rejoin_delay_ms``: the worker rejoins by itself then and collects what the hold
+    released, as it would from Connect's own leader). ``protocol``: the one the member syncs under
+    (default: its first choice); ``now_ms``: when the answer is given (None: no delay)."""
     own = CONNECT_PROTOCOL_NAMES[first_protocol(member.metadata)]
     version = CONNECT_PROTOCOL_NAMES.get(protocol or "", own)
     offset = group.assignment_config_offset()
@@ -445,6 +466,7 @@ def encode_member_assignment(group: LegacyHost, member: Member, protocol: str | 
     else:
         owned = owned_from_metadata(member.metadata)
         granted, revoked = assigned - owned, owned - assigned
+    delay = rejoin_delay_ms(group.metadata.held, now_ms) if now_ms is not None and version > 0 else 0
     payload = Assignment.build(
         0,
         group.metadata.leader_id,
@@ -452,6 +474,6 @@ def encode_member_assignment(group: LegacyHost, member: Member, protocol: str | 
         offset,
         sorted(granted),
         sorted(revoked),
-        0,
+        delay,
     )
     return encode_assignment(payload, version)
