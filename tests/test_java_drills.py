@@ -84,21 +84,32 @@ class JavaDrill:
         self,
         broker: KafkaBroker,
         connect_worker: Callable[..., ConnectWorker],
-        bridge_proxy: Callable[..., BridgeProcess],
+        bridge_proxy: Callable[..., BridgeProcess] | None,
         out: Path,
         name: str,
+        *,
+        delay_ms: int = DELAY_MS,
+        worker_overrides: dict[str, Any] | None = None,
     ) -> None:
+        """``bridge_proxy`` None runs the drill directly on the broker's own group coordinator (the
+        reference a drill through the bridge is compared with); ``delay_ms`` is the workers' (and the
+        bridge's) scheduled rebalance delay, ``worker_overrides`` more worker properties."""
         self.broker = broker
         self._start_worker = connect_worker
         self.name = name
         self.out = out
+        self.delay_ms = delay_ms
+        self.worker_overrides = dict(worker_overrides or {})
         self.group = unique(f"connect-{name}")  # the bridge coordinates connect.* groups
-        self.bridge = bridge_proxy(
-            broker.bootstrap,
-            config_topic=f"{self.group}-configs",
-            group=self.group,
-            scheduled_rebalance_max_delay_ms=DELAY_MS,
-        )
+        self.bridge: BridgeProcess | None = None
+        if bridge_proxy is not None:
+            self.bridge = bridge_proxy(
+                broker.bootstrap,
+                config_topic=f"{self.group}-configs",
+                group=self.group,
+                scheduled_rebalance_max_delay_ms=delay_ms,
+            )
+        self.bootstrap = broker.bootstrap if self.bridge is None else self.bridge.bootstrap
         self.t0 = now_ms()
         self.workers: dict[str, ConnectWorker] = {}
         self.ports: dict[str, int] = {}
@@ -116,7 +127,7 @@ class JavaDrill:
                 "t_ms": self.t0,
                 "type": "timing",
                 "worker": None,
-                "scheduled_rebalance_max_delay_ms": DELAY_MS,
+                "scheduled_rebalance_max_delay_ms": delay_ms,
                 "rebalance_timeout_ms": REBALANCE_TIMEOUT_MS,
             }
         ]
@@ -137,15 +148,20 @@ class JavaDrill:
         for thread in stoppers:
             thread.join(60)
 
-    def start(self, name: str, protocol: str = "sessioned") -> ConnectWorker:
-        """Start (or restart, same worker id) the worker ``name``; returns once it joined."""
+    def start(
+        self, name: str, protocol: str = "sessioned", overrides: dict[str, Any] | None = None
+    ) -> ConnectWorker:
+        """Start (or restart, same worker id) the worker ``name``; returns once it joined.
+        ``overrides``: worker properties of this worker only (over the drill's ``worker_overrides``)."""
+        overrides = self.worker_overrides | (overrides or {})
         worker = self._start_worker(
-            bootstrap=self.bridge.bootstrap,
+            bootstrap=self.bootstrap,
             group_id=self.group,
             protocol=protocol,
             name=name,
             rest_port=self.ports.get(name),
-            scheduled_rebalance_max_delay_ms=DELAY_MS,
+            scheduled_rebalance_max_delay_ms=self.delay_ms,
+            overrides=overrides or None,
         )
         self.workers[name] = worker
         self.ports[name] = worker.rest_port
@@ -230,6 +246,7 @@ class JavaDrill:
 
     def bridge_restart(self) -> None:
         """kill -9 of the bridge, then the same ports and state directory again."""
+        assert self.bridge is not None, "a drill on Kafka's own coordinator has no bridge"
         self.driver.append({"t_ms": now_ms(), "type": "bridge_restart", "worker": None})
         self.bridge.kill()
         self.bridge.restart()
@@ -315,7 +332,7 @@ class JavaDrill:
         shown = "\n".join(json.dumps(e) for e in runs[-60:])
         return (
             f"{json.dumps(summary.to_json(), indent=1)}\nunconfirmed stops: {timeline.unconfirmed_stops}\n"
-            f"last events:\n{shown}\nbridge log: {self.bridge.log_path}"
+            f"last events:\n{shown}\nbridge log: {self.bridge.log_path if self.bridge else '(none: Kafka)'}"
         )
 
 
