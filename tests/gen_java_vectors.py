@@ -25,7 +25,12 @@ VECTORS_PATH = (
 )
 
 _ITEMS = frozenset(
-    {ConnectorTaskId("src", -1), ConnectorTaskId("src", 0), ConnectorTaskId("src", 2), ConnectorTaskId("sink-ü", 1)}
+    {
+        ConnectorTaskId("src", -1),
+        ConnectorTaskId("src", 0),
+        ConnectorTaskId("src", 2),
+        ConnectorTaskId("sink-ü", 1),
+    }
 )
 
 
@@ -181,7 +186,9 @@ def _messages() -> list[tuple[str, Any]]:
                 error=0,
                 members=[
                     inst.Member(member_id="m1", connectors_and_tasks=items, metadata_version=2, metadata=b""),
-                    inst.Member(member_id="m2", connectors_and_tasks=empty, metadata_version=2, metadata=b"\x02"),
+                    inst.Member(
+                        member_id="m2", connectors_and_tasks=empty, metadata_version=2, metadata=b"\x02"
+                    ),
                 ],
             ),
         ),
@@ -256,7 +263,9 @@ def _plain(value: Any) -> Any:
     fields = getattr(value, "fields", None)
     if isinstance(fields, dict):
         return {
-            name: _plain(getattr(value, name)) for name, field in fields.items() if field.for_version_q(_VERSION)
+            name: _plain(getattr(value, name))
+            for name, field in fields.items()
+            if field.for_version_q(_VERSION)
         }
     return value
 

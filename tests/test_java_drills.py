@@ -137,8 +137,11 @@ class JavaDrill:
         for thread in stoppers:
             thread.join(60)
 
-    def start(self, name: str, protocol: str = "sessioned") -> ConnectWorker:
-        """Start (or restart, same worker id) the worker ``name``; returns once it joined."""
+    def start(
+        self, name: str, protocol: str = "sessioned", group_protocol: str | None = None
+    ) -> ConnectWorker:
+        """Start (or restart, same worker id) the worker ``name``; returns once it joined.
+        ``group_protocol`` runs it through the connect-bridge-worker add-on (kafka_workers)."""
         worker = self._start_worker(
             bootstrap=self.bridge.bootstrap,
             group_id=self.group,
@@ -146,6 +149,7 @@ class JavaDrill:
             name=name,
             rest_port=self.ports.get(name),
             scheduled_rebalance_max_delay_ms=DELAY_MS,
+            group_protocol=group_protocol,
         )
         self.workers[name] = worker
         self.ports[name] = worker.rest_port
