@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import os
 import socket
 import subprocess
 import uuid
@@ -38,8 +39,11 @@ def require_java() -> None:
         raise KafkaStartError(str(exc)) from exc
 
 
-def jvm_command(main_class: str, *args: str, heap: str = HEAP) -> list[str]:
-    """``java`` with a small heap, Kafka's GC settings and the tests' log4j2 config."""
+def jvm_command(
+    main_class: str, *args: str, heap: str = HEAP, classpath_prefix: str | None = None
+) -> list[str]:
+    """``java`` with a small heap, Kafka's GC settings and the tests' log4j2 config;
+    ``classpath_prefix`` goes before Kafka's jars (the connect-bridge-worker add-on)."""
     return [
         java_binary(),
         "-Xms64m",
@@ -51,7 +55,9 @@ def jvm_command(main_class: str, *args: str, heap: str = HEAP) -> list[str]:
         "-Duser.timezone=UTC",
         f"-Dlog4j2.configurationFile={log4j_config()}",
         "-cp",
-        kafka_classpath(),
+        kafka_classpath()
+        if classpath_prefix is None
+        else f"{classpath_prefix}{os.pathsep}{kafka_classpath()}",
         main_class,
         *args,
     ]

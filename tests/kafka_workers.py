@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from addon_jar import ensure_addon_jar
 from kafka_processes import (
     HEAP,
     HOST,
@@ -308,17 +309,25 @@ def worker_properties(
     }
 
 
+ADDON_MAIN = "io.connectbridge.connect.BridgeConnectDistributed"
+"""The connect-bridge-worker add-on's launcher (jvm/connect-bridge-worker): stock Connect with
+``group.protocol`` unset or ``classic``, a ConnectGroupHeartbeat member with ``connect``."""
+
+
 def spawn_worker(wdir: Path, props: dict[str, Any], heap: str, **fields: Any) -> ConnectWorker:
     """Run ``ConnectDistributed`` on ``props`` (written to ``wdir/worker.properties``), its output
-    appended to ``wdir/worker.log``; ``fields`` name the worker (``ConnectWorker``'s fields)."""
+    appended to ``wdir/worker.log``; ``fields`` name the worker (``ConnectWorker``'s fields).
+
+    When ``props`` has ``group.protocol``, the worker runs through the add-on's launcher
+    (:data:`ADDON_MAIN`, the jar before Kafka's on the classpath), built first if needed."""
     config = write_properties(wdir / "worker.properties", props)
     log_path = wdir / "worker.log"
     log_offset = log_path.stat().st_size if log_path.exists() else 0
-    process, log_file = spawn(
-        jvm_command("org.apache.kafka.connect.cli.ConnectDistributed", str(config), heap=heap),
-        log_path,
-        wdir,
-    )
+    if "group.protocol" in props:
+        command = jvm_command(ADDON_MAIN, str(config), heap=heap, classpath_prefix=str(ensure_addon_jar()))
+    else:
+        command = jvm_command("org.apache.kafka.connect.cli.ConnectDistributed", str(config), heap=heap)
+    process, log_file = spawn(command, log_path, wdir)
     return ConnectWorker(
         process,
         log_path,
@@ -345,8 +354,12 @@ def start_connect_worker(
     overrides: dict[str, Any] | None = None,
     timeout_s: float = WORKER_START_TIMEOUT_S,
     heap: str = HEAP,
+    group_protocol: str | None = None,
 ) -> ConnectWorker:
     """Start a distributed Connect worker and wait until it joined its group.
+
+    ``group_protocol`` (``classic`` or ``connect``) runs the worker through the connect-bridge-worker
+    add-on's launcher with that ``group.protocol``; None runs stock ``ConnectDistributed``.
 
     Topics are ``<topics_prefix>-configs/-offsets/-status`` (default prefix: the group id), with
     replication factor 1. ``protocol`` is ``connect.protocol`` (eager, compatible, sessioned).
@@ -362,14 +375,18 @@ def start_connect_worker(
         worker_name = name or f"worker-{port}"
         wdir = Path(workdir) / worker_name
         wdir.mkdir(parents=True, exist_ok=True)
-        props = worker_properties(
-            bootstrap=bootstrap,
-            group_id=group_id,
-            protocol=protocol,
-            rest_port=port,
-            topics_prefix=topics_prefix or group_id,
-            scheduled_rebalance_max_delay_ms=scheduled_rebalance_max_delay_ms,
-        ) | (overrides or {})
+        props = (
+            worker_properties(
+                bootstrap=bootstrap,
+                group_id=group_id,
+                protocol=protocol,
+                rest_port=port,
+                topics_prefix=topics_prefix or group_id,
+                scheduled_rebalance_max_delay_ms=scheduled_rebalance_max_delay_ms,
+            )
+            | ({} if group_protocol is None else {"group.protocol": group_protocol})
+            | (overrides or {})
+        )
         worker = spawn_worker(
             wdir,
             props,

@@ -149,10 +149,15 @@ class JavaDrill:
             thread.join(60)
 
     def start(
-        self, name: str, protocol: str = "sessioned", overrides: dict[str, Any] | None = None
+        self,
+        name: str,
+        protocol: str = "sessioned",
+        overrides: dict[str, Any] | None = None,
+        group_protocol: str | None = None,
     ) -> ConnectWorker:
         """Start (or restart, same worker id) the worker ``name``; returns once it joined.
-        ``overrides``: worker properties of this worker only (over the drill's ``worker_overrides``)."""
+        ``overrides``: worker properties of this worker only (over the drill's ``worker_overrides``).
+        ``group_protocol`` runs it through the connect-bridge-worker add-on (kafka_workers)."""
         overrides = self.worker_overrides | (overrides or {})
         worker = self._start_worker(
             bootstrap=self.bootstrap,
@@ -162,6 +167,7 @@ class JavaDrill:
             rest_port=self.ports.get(name),
             scheduled_rebalance_max_delay_ms=self.delay_ms,
             overrides=overrides or None,
+            group_protocol=group_protocol,
         )
         self.workers[name] = worker
         self.ports[name] = worker.rest_port
