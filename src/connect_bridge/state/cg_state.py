@@ -60,6 +60,9 @@ class ConnectGroupState:
         self.group_id = group_id
         self.config = config
         self.timers = timers
+        self._header: AssignmentHeader | None = None
+        """``assignment_header`` as last computed; dropped by every record applied and by a new view
+        (nothing else changes what it is made of), so the steady heartbeat path reads it for free."""
         self.view = view or ConfigView()
         self.metadata = GroupMetadata()
         self.members: dict[str, Member] = {}
@@ -82,6 +85,16 @@ class ConnectGroupState:
         self._records: list[Record] = []
 
     # ------------------------------------------------------------------ derived views
+    @property
+    def view(self) -> ConfigView:
+        """The group's view of the Connect config topic (soft: the coordinator keeps its record)."""
+        return self._view
+
+    @view.setter
+    def view(self, view: ConfigView) -> None:
+        self._view = view
+        self._header = None
+
     @property
     def group_epoch(self) -> int:
         return self.metadata.group_epoch
@@ -144,9 +157,13 @@ class ConnectGroupState:
         members' SyncGroup answers (``legacy_members.encode_member_assignment``). It ends when the
         view catches up, which bumps the group epoch and so sends everyone a new assignment.
         """
-        offset = self.assignment_config_offset()
-        error = CONFIG_MISMATCH if offset > self.view.offset else self.target_metadata.error
-        return AssignmentHeader(self.metadata.leader_id, self.leader_url(), offset, error)
+        header = self._header
+        if header is None:
+            offset = self.assignment_config_offset()
+            error = CONFIG_MISMATCH if offset > self.view.offset else self.target_metadata.error
+            header = AssignmentHeader(self.metadata.leader_id, self.leader_url(), offset, error)
+            self._header = header
+        return header
 
     def member_by_instance(self, instance_id: str | None) -> Member | None:
         """The first member (in member order) with this instance id."""
@@ -281,6 +298,7 @@ class ConnectGroupState:
         """Change state by one record: live writes (``_write``) and replay after a restart alike."""
         applier = _APPLIERS.get(record.type)
         if applier is not None:
+            self._header = None
             applier(self, record.member_id, record.value)
 
     def _apply_group_metadata(self, _mid: str, value: object) -> None:
