@@ -42,7 +42,8 @@ from connect_bridge.codecs.requests import decode_response, encode_request
 from connect_bridge.state import api as napi
 from connect_bridge.state import classic_api as capi
 from connect_bridge.state.config import CoordinatorConfig
-from connect_bridge.state.model import CONFIG_MISMATCH, ConfigView
+from connect_bridge.state.legacy_members import CONFIG_MISMATCH
+from connect_bridge.state.model import ConfigView
 from polling import wait_until
 
 G = "connect-cluster"

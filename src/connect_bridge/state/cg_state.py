@@ -24,9 +24,9 @@ from connect_bridge.state.connect_records import (
     group_metadata_record,
     member_metadata_record,
 )
+from connect_bridge.state.legacy_members import CONFIG_MISMATCH
 from connect_bridge.state.member_index import MemberIndex
 from connect_bridge.state.model import (
-    CONFIG_MISMATCH,
     EMPTY,
     NO_METADATA,
     AssignedMetadata,

@@ -27,10 +27,12 @@ from connect_bridge.state.cg_view import LegacyHost
 from connect_bridge.state.classic_api import ClassicGroupState
 from connect_bridge.state.classic_records import ClassicJoin
 from connect_bridge.state.errors import RequestError
-from connect_bridge.state.model import CONFIG_MISMATCH, EMPTY, Items, Member, MemberMetadata, MemberState
+from connect_bridge.state.model import EMPTY, Items, Member, MemberMetadata, MemberState
 from connect_bridge.state.timers import TimerKey, TimerKind, Timers
 
 PROTOCOL_TYPE = "connect"
+CONFIG_MISMATCH = 1
+"""Connect's ``Assignment.CONFIG_MISMATCH``: the leader's config is behind a member's; rejoin."""
 MODE_OF_PROTOCOL = {"default": "eager", "compatible": "compatible", "sessioned": "sessioned"}
 """Connect's protocol names (JoinGroup) -> the worker's ``connect.protocol`` mode (event log names)."""
 

@@ -19,11 +19,6 @@ ANONYMOUS = "User:ANONYMOUS"
 """Kafka's principal for a client that did not authenticate (``KafkaPrincipal.ANONYMOUS``): every
 request carries a principal, and a deployment without authentication is all ``ANONYMOUS``."""
 
-CONFIG_MISMATCH = 1
-"""Connect's ``Assignment.CONFIG_MISMATCH`` (its only assignment error): the assignment was computed
-from an older config than a member has read; start nothing, catch up and ask again. The bridge sends
-it to classic members in the SyncGroup payload and to new-protocol members in ``Assignment.Error``."""
-
 NEW_PROTOCOL = "new"
 """Protocol name of members speaking ConnectGroupHeartbeat (the legacy ones use Connect's names)."""
 
