@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.ids import ConnectorTaskId
-from connect_bridge.state import assignors
+from connect_bridge.state import assignors, legacy_members
 from connect_bridge.state.api import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -1842,6 +1842,99 @@ def test_new_member_leads_an_emptied_group() -> None:
     sim.leave("m1")
     assert sim.group.metadata.leader_id == ""
     assert sim.join("m2").assignment.leader_id == "m2"
+
+
+# ============================================================================ what an answer tells a worker
+# A Java herder resolves a rebalance only from an Assignment: it needs the leader and the config offset
+# as much as its work, and asks again (a full heartbeat) whenever its config offset is not the
+# assignment's. So the Assignment comes back whenever what it says changed for the member, not only its work.
+
+
+def full_beat(sim: Sim, mid: str, *, config_offset: int = 10, url: str | None = None) -> HeartbeatResponse:
+    """A full heartbeat at the member's epoch, as a worker sends after an error or a requestRejoin."""
+    return sim.beat(
+        mid,
+        ack=True,
+        rebalance_timeout_ms=60_000,
+        url=url if url is not None else f"http://{mid}:8083/",
+        config_offset=config_offset,
+    )
+
+
+def test_a_full_heartbeat_is_answered_with_the_assignment() -> None:
+    sim = stable_pair()
+    resp = full_beat(sim, "m1")
+    assert resp.error_code == OK and resp.assignment is not None
+    assert resp.assignment.items == sim.running["m1"] and resp.assignment.config_offset == 10
+    # A partial one with nothing new stays steady.
+    assert sim.beat("m1").assignment is None
+
+
+def test_a_changed_config_offset_is_answered_with_the_assignment() -> None:
+    """The herder's requestRejoin after reading more of the config topic: it waits for that answer."""
+    sim = stable_pair()
+    sim.coord.set_config(G, ConfigView.of(12, {"A": 2, "B": 1}), sim.now)
+    sim.settle()
+    resp = sim.beat("m1", config_offset=12)
+    assert resp.assignment is not None and resp.assignment.config_offset == 12
+    assert resp.assignment.error == OK and resp.assignment.items == sim.running["m1"]
+    assert sim.beat("m1", config_offset=12).assignment is None  # the same offset again: nothing new
+
+
+def test_members_ahead_of_the_config_view_get_config_mismatch_until_it_catches_up() -> None:
+    """A worker at offset 11 while the view is at 10: work computed from the view must not start.
+
+    Connect's leader answers CONFIG_MISMATCH to everyone then (``ensureLeaderConfig``), as the
+    bridge's classic members get it; a new-protocol member gets it in ``Assignment.Error`` with its
+    current work unchanged (the draft: an assignment error retains the current assignments).
+    """
+    sim = stable_pair()
+    m1_work = sim.running["m1"]
+    resp = sim.join("m3", config_offset=11)
+    assert resp.assignment.error == legacy_members.CONFIG_MISMATCH and resp.assignment.config_offset == 11
+    # Those already running hear it too: the assignment's offset moved beyond the view.
+    resp = sim.beat("m1")
+    assert resp.assignment is not None and resp.assignment.error == legacy_members.CONFIG_MISMATCH
+    # (m3's join moved work: m1 is told to give some up, and nothing new.)
+    assert resp.assignment.config_offset == 11 and resp.assignment.items <= m1_work
+    # Asking again while the view is behind (the herder's full heartbeat) gets the same answer.
+    assert full_beat(sim, "m1", config_offset=11).assignment.error == legacy_members.CONFIG_MISMATCH
+    sim.coord.set_config(G, ConfigView.of(11, {"A": 2, "B": 1}), sim.now)
+    for mid in ("m1", "m2", "m3"):
+        resp = sim.beat(mid, ack=True)
+        assert resp.assignment is not None and resp.assignment.error == OK, mid
+        assert resp.assignment.config_offset == 11
+
+
+def test_a_static_takeover_of_the_leader_is_pushed_to_the_others() -> None:
+    """Same url, same instance: no rebalance, but the leader's member id changed."""
+    sim = Sim(session=NO_SESSION_EXPIRY)
+    sim.join("s1", instance="i1", url="http://s1:8083/")
+    sim.join("m2")
+    sim.settle()
+    sim.leave("s1", epoch=-2, instance="i1")
+    sim.join("s1-bis", instance="i1", url="http://s1:8083/")
+    assert sim.group.metadata.leader_id == "s1-bis"
+    resp = sim.beat("m2")
+    assert resp.assignment is not None and resp.assignment.leader_id == "s1-bis"
+    assert resp.assignment.items == sim.running["m2"]
+    assert sim.beat("m2").assignment is None  # told once
+
+
+def test_a_new_leader_is_pushed_before_the_client_side_target_moves() -> None:
+    """The leader left a client-side group: the others learn who leads now, not at the next install."""
+    sim = Sim(session=NO_SESSION_EXPIRY)
+    for mid in ("m1", "m2", "m3"):
+        if sim.join(mid, client=(CA,)).error_code == COMPUTE:
+            sim.compute(mid)
+    sim.settle()
+    assert sim.group.metadata.leader_id == "m1"
+    sim.leave("m1")
+    assert sim.group.group_epoch > sim.group.assignment_epoch  # nobody computed yet
+    for mid in ("m2", "m3"):
+        resp = sim.beat(mid)
+        assert resp.assignment is not None, mid
+        assert (resp.assignment.leader_id, resp.assignment.leader_url) == ("m2", "http://m2:8083/")
 
 
 @pytest.mark.parametrize(

@@ -42,6 +42,7 @@ from connect_bridge.codecs.requests import decode_response, encode_request
 from connect_bridge.state import api as napi
 from connect_bridge.state import classic_api as capi
 from connect_bridge.state.config import CoordinatorConfig
+from connect_bridge.state.legacy_members import CONFIG_MISMATCH
 from connect_bridge.state.model import ConfigView
 from polling import wait_until
 
@@ -895,8 +896,12 @@ def test_a_member_ahead_of_the_config_view_makes_the_view_source_read_at_once() 
             ahead = napi.HeartbeatRequest(
                 G, joined.member_id, joined.member_epoch, config_offset=VIEW.offset + 2
             )
-            assert (await new_heartbeat(conn, ahead)).error_code == 0
+            answer = await new_heartbeat(conn, ahead)
+            assert answer.error_code == 0
             assert refreshes == [1]
+            # Meanwhile the member is told, on the wire, to start nothing (Assignment.Error).
+            assert answer.assignment is not None and answer.assignment.error == CONFIG_MISMATCH
+            assert answer.assignment.config_offset == VIEW.offset + 2
 
     with running() as srv:
         srv.on_loop(lambda: setattr(srv.server, "config_refresh", lambda: refreshes.append(1)))

@@ -8,6 +8,7 @@ serialization entirely. ``None`` in a request field means "unchanged since the l
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from connect_bridge.state.model import ANONYMOUS, AssignedMetadata, ClientAssignor, HeldWork, Items
 
@@ -48,14 +49,38 @@ class HeartbeatRequest:
             and self.rebalance_timeout_ms == -1
         )
 
+    @property
+    def is_full(self) -> bool:
+        """A full request: seed 000 has a member set every top-level field when it joins or after an
+        error (a worker's ``requestRejoin`` sends one too). Instance id, rack and assignors may be
+        null there ("not provided", "not used"); the fields every worker has are set only then:
+        the rebalance timeout, the url, the config offset and what it owns (Kafka detects a
+        consumer's full request by its non-optional fields the same way)."""
+        return (
+            self.rebalance_timeout_ms != -1
+            and self.url is not None
+            and self.config_offset is not None
+            and self.owned is not None
+        )
+
+
+class AssignmentHeader(NamedTuple):
+    """What every member's Assignment says besides its work: the same for the whole group."""
+
+    leader_id: str
+    leader_url: str
+    config_offset: int
+    error: int
+
 
 @dataclass(frozen=True, slots=True)
 class MemberAssignment:
     """What a member must run now, and who leads the Connect cluster.
 
-    ``error`` is the error the assignor reported with the group's target (InstallAssignment
-    ``Error``); ``metadata_version``/``metadata`` are what it gave this member (InstallAssignment
-    ``Members[].MetadataVersion``/``Metadata``), carried with the target.
+    ``error`` is CONFIG_MISMATCH while a member has read config records the group's view has not
+    (``ConnectGroupState.assignment_header``), else the error the assignor reported with the group's
+    target (InstallAssignment ``Error``); ``metadata_version``/``metadata`` are what it gave this
+    member (InstallAssignment ``Members[].MetadataVersion``/``Metadata``), carried with the target.
     """
 
     items: Items

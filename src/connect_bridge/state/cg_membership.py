@@ -17,6 +17,7 @@ from dataclasses import replace
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.ids import ConnectorTaskId
 from connect_bridge.state import assignors
+from connect_bridge.state.api import AssignmentHeader
 from connect_bridge.state.cg_state import ConnectGroupState
 from connect_bridge.state.cg_validation import epoch_relevant
 from connect_bridge.state.client_side import ClientSideAssignment
@@ -58,8 +59,9 @@ class ConnectGroupMembership(ConnectGroupState):
 
     Soft state kept here besides the timers (none of it persisted; a restart redoes it): who
     computes a client-side target (``client_side``), the legacy members' classic states
-    (``legacy_members``), what members last reported owning (``_reported``), the session timer
-    keys (``_session_keys``) and ``downgrade_pending``.
+    (``legacy_members``), what members last reported owning (``_reported``), the leader, config
+    offset and error each new-protocol member was last told (``_told``), the session timer keys
+    (``_session_keys``) and ``downgrade_pending``.
     """
 
     def __init__(
@@ -73,6 +75,9 @@ class ConnectGroupMembership(ConnectGroupState):
         self._reported: dict[str, Items] = {}
         """What each member last reported owning (in memory only: after a restart nothing is resent
         until a member reports again)."""
+        self._told: dict[str, AssignmentHeader] = {}
+        """The assignment header each new-protocol member was last sent (in memory only: after a
+        restart every member is sent its assignment once more)."""
         self._session_keys: dict[str, TimerKey] = {}
         """Each member's session timer key, built once: a heartbeat re-arms it on every call."""
 
@@ -212,6 +217,7 @@ class ConnectGroupMembership(ConnectGroupState):
         self.timers.cancel(TimerKey.session(self.group_id, member_id))
         self.timers.cancel(TimerKey.revoke(self.group_id, member_id))
         self._session_keys.pop(member_id, None)
+        self._told.pop(member_id, None)
         self.legacy_members.forget(member_id)
         for record in member_tombstones(self.group_id, member_id):
             self._write(record)

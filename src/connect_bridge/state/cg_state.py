@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from connect_bridge.codecs.ids import ConnectorTaskId
-from connect_bridge.state.api import MemberAssignment
+from connect_bridge.state.api import AssignmentHeader, MemberAssignment
 from connect_bridge.state.assignors import AssignmentSpec, full_target
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.connect_records import (
@@ -24,6 +24,7 @@ from connect_bridge.state.connect_records import (
     group_metadata_record,
     member_metadata_record,
 )
+from connect_bridge.state.legacy_members import CONFIG_MISMATCH
 from connect_bridge.state.member_index import MemberIndex
 from connect_bridge.state.model import (
     EMPTY,
@@ -59,6 +60,9 @@ class ConnectGroupState:
         self.group_id = group_id
         self.config = config
         self.timers = timers
+        self._header: AssignmentHeader | None = None
+        """``assignment_header`` as last computed; dropped by every record applied and by a new view
+        (nothing else changes what it is made of), so the steady heartbeat path reads it for free."""
         self.view = view or ConfigView()
         self.metadata = GroupMetadata()
         self.members: dict[str, Member] = {}
@@ -81,6 +85,16 @@ class ConnectGroupState:
         self._records: list[Record] = []
 
     # ------------------------------------------------------------------ derived views
+    @property
+    def view(self) -> ConfigView:
+        """The group's view of the Connect config topic (soft: the coordinator keeps its record)."""
+        return self._view
+
+    @view.setter
+    def view(self, view: ConfigView) -> None:
+        self._view = view
+        self._header = None
+
     @property
     def group_epoch(self) -> int:
         return self.metadata.group_epoch
@@ -132,6 +146,25 @@ class ConnectGroupState:
         offset = self.view.offset
         return offset if members_max is None or members_max < offset else members_max
 
+    def assignment_header(self) -> AssignmentHeader:
+        """The leader, the config offset and the error every member's Assignment carries.
+
+        The error is CONFIG_MISMATCH while a member has reported a config offset beyond the view:
+        the target was computed from an older config (the bridge reads the config topic on its own,
+        a poll behind), and a worker that has read as far as the stamped offset would start work
+        that config no longer has (a deleted connector, a task above a lowered ``tasks.max``).
+        Connect's own leader answers everyone so (``ensureLeaderConfig``), and so do the classic
+        members' SyncGroup answers (``legacy_members.encode_member_assignment``). It ends when the
+        view catches up, which bumps the group epoch and so sends everyone a new assignment.
+        """
+        header = self._header
+        if header is None:
+            offset = self.assignment_config_offset()
+            error = CONFIG_MISMATCH if offset > self.view.offset else self.target_metadata.error
+            header = AssignmentHeader(self.metadata.leader_id, self.leader_url(), offset, error)
+            self._header = header
+        return header
+
     def member_by_instance(self, instance_id: str | None) -> Member | None:
         """The first member (in member order) with this instance id."""
         mid = self.index.first_with_instance(instance_id)
@@ -177,15 +210,17 @@ class ConnectGroupState:
 
         return owner_of
 
-    def assignment_for(self, member: Member) -> MemberAssignment:
-        """The assignor's error and its metadata for the member come with the target it converges to."""
+    def assignment_for(self, member: Member, header: AssignmentHeader | None = None) -> MemberAssignment:
+        """The member's current work with the group's ``header`` (default: the current one) and the
+        assignor's metadata for the member from the target it converges to."""
         data = self.assignor_metadata.get(member.member_id, NO_METADATA)
+        leader_id, leader_url, config_offset, error = header or self.assignment_header()
         return MemberAssignment(
             items=member.current.assigned,
-            leader_id=self.metadata.leader_id,
-            leader_url=self.leader_url(),
-            config_offset=self.assignment_config_offset(),
-            error=self.target_metadata.error,
+            leader_id=leader_id,
+            leader_url=leader_url,
+            config_offset=config_offset,
+            error=error,
             metadata_version=data.version,
             metadata=data.metadata,
         )
@@ -263,6 +298,7 @@ class ConnectGroupState:
         """Change state by one record: live writes (``_write``) and replay after a restart alike."""
         applier = _APPLIERS.get(record.type)
         if applier is not None:
+            self._header = None
             applier(self, record.member_id, record.value)
 
     def _apply_group_metadata(self, _mid: str, value: object) -> None:

@@ -179,6 +179,7 @@ class ConnectGroup(ConnectGroupMembership):
             and (not req.client_host or req.client_host == member.metadata.client_host)
             and self.client_side.member != req.member_id
             and req.member_id not in self._reported
+            and self._told.get(req.member_id) == self.assignment_header()
         ):
             self.arm_session(member, now_ms)
             return HeartbeatResponse(
@@ -237,6 +238,7 @@ class ConnectGroup(ConnectGroupMembership):
             raise RequestError(ErrorCode.UNKNOWN_MEMBER_ID, f"member {req.member_id} is not in the group")
         else:
             self._check_epoch(member, req)
+        offset_before = member.metadata.config_offset
         self.update_from_heartbeat(member, req)
         self.arm_session(member, now_ms)
         self.maybe_update_target(now_ms)
@@ -244,7 +246,10 @@ class ConnectGroup(ConnectGroupMembership):
         self.reconcile(member, reported_owned, now_ms)
         if joining and reported_owned is None:
             self._expect_revoked(member, req, now_ms)
-        return self._response(member, before_current, req, joining, now_ms)
+        # A worker whose config offset moved or that sent a full request (after an error, or its
+        # herder's requestRejoin) waits for an Assignment before it resolves, even an unchanged one.
+        asked = req.is_full or (req.config_offset is not None and req.config_offset != offset_before)
+        return self._response(member, before_current, req, joining, asked, now_ms)
 
     def _check_epoch(self, member: Member, req: HeartbeatRequest) -> None:
         """FENCED_MEMBER_EPOCH for a wrong epoch, and nothing else: the member stays as it is.
@@ -356,8 +361,16 @@ class ConnectGroup(ConnectGroupMembership):
         return member
 
     def _response(
-        self, member: Member, before: CurrentAssignment, req: HeartbeatRequest, joining: bool, now_ms: int
+        self,
+        member: Member,
+        before: CurrentAssignment,
+        req: HeartbeatRequest,
+        joining: bool,
+        asked: bool,
+        now_ms: int,
     ) -> HeartbeatResponse:
+        """The answer, with the member's Assignment when it changed, is not acknowledged yet, was
+        ``asked`` for, or says something new besides the work (leader, config offset, error)."""
         c = member.current
         resp = HeartbeatResponse(
             member_id=member.member_id,
@@ -386,8 +399,15 @@ class ConnectGroup(ConnectGroupMembership):
         unacknowledged = self._reported.get(mid, c.assigned | c.revoking) != c.assigned | c.revoking
         if not unacknowledged:
             self._reported.pop(mid, None)
-        if changed or unacknowledged:
-            resp.assignment = self.assignment_for(member)
+        # What an Assignment says besides the work changes without the member's work changing: the
+        # leader (it left while its work is held, a static member took over its place, a client-side
+        # target is still being computed), the config offset, CONFIG_MISMATCH. A worker forwards
+        # REST calls to the leader url it was given and leads only when told it does, so each
+        # member is told once whenever that changes (the steady path checks it too).
+        header = self.assignment_header()
+        if changed or unacknowledged or asked or self._told.get(mid) != header:
+            resp.assignment = self.assignment_for(member, header)
+            self._told[mid] = header
         self.client_side.signal(self, member, resp, now_ms)
         return resp
 

@@ -139,8 +139,16 @@ class NewProtocolWorker:
             self.leader_url = resp.assignment.leader_url
             self.config_offset = max(self.config_offset, resp.assignment.config_offset)
             reaction.stop = self.running - target
-            reaction.start = target - self.running
-            self.running = target
+            if resp.assignment.error:
+                # CONFIG_MISMATCH (or an assignor's error): the work was computed from an older
+                # config than ours. As Connect's herder does with a failed assignment: start
+                # nothing, stop what is no longer ours, and ask again (a full heartbeat, its
+                # requestRejoin) until an assignment without error comes.
+                self.running = self.running - reaction.stop
+                self._full = True
+            else:
+                reaction.start = target - self.running
+                self.running = target
             if reaction.stop:
                 reaction.heartbeat_now = True  # acknowledge the revocation at once
         return reaction
