@@ -667,3 +667,53 @@ def test_a_classic_members_silent_failure_excuses_its_groups_pending_rebalance_o
     s = check(events)
     assert s.live is excused, case
     assert s.max_unowned_ms == (61_000 - (5_000 + 18_333) if excused else 61_000)
+
+
+def test_work_given_to_a_worker_whose_failure_is_not_yet_detected_waits_for_the_detection() -> None:
+    """w3 crashes at 1 s; A, configured at 2 s, is dealt to w3's member, which the coordinator
+    cannot yet know is gone: A's clock starts when w3's failure could be detected (1 s + 9 s), as
+    for what w3 had when it crashed. Fleet drill 94000282002035 (a connector added while every
+    member was parked at a paused bridge, its tasks dealt to them)."""
+    events = [
+        TIMING,
+        _ev(0, "config", connectors={"B": 0}, offset=0),
+        *(_ev(0, "worker_start", w, protocol="new") for w in ("w2", "w3")),
+        _ev(0, "run", "w2", connector="B", task=-1),
+        _ev(1_000, "worker_crash", "w3", protocol="new"),
+        _ev(2_000, "config", connectors={"A": 0, "B": 0}, offset=1),
+        _ev(2_000, "assign", "w3", items=[["A", -1]]),
+        _ev(1_000 + 9_000 + 15_000, "run", "w2", connector="A", task=-1),
+    ]
+    assert check(events).max_unowned_ms == 15_000
+    late = [*events[:-1], _ev(1_000 + 9_000 + 15_001, "run", "w2", connector="A", task=-1)]
+    assert not check(late).live
+    # Dealt after the detection: nothing to wait for.
+    after = [*events[:6], _ev(10_000, "config", connectors={"A": 0, "B": 0}, offset=1),
+             _ev(10_000, "assign", "w3", items=[["A", -1]]), _ev(25_001, "run", "w2", connector="A", task=-1)]
+    assert not check(after).live
+
+
+def test_a_stop_while_the_bridge_is_down_is_a_silent_failure() -> None:
+    """w3 stops (with a LeaveGroup) while the bridge is down: the LeaveGroup is never heard, so its
+    member lingers until the restarted bridge's detection (a first session as long as a parked
+    JoinGroup, then the grace); A, dealt to that member after the bridge is back, waits for it.
+    Seen in fleet drill 94000282001682, where w0 stopped while the bridge was paused for a takeover
+    and a connector added later was dealt to its old member (that drill also passes on the rule
+    above alone: w0's next process was parked at the paused bridge too)."""
+    back = 500 + reload_detection_ms(TIMING)  # could-run time at bridge_up is 500 ms
+    events = [
+        TIMING,
+        _ev(0, "config", connectors={"B": 0}, offset=0),
+        *(_ev(0, "worker_start", w, protocol="compatible") for w in ("w2", "w3")),
+        _ev(0, "run", "w2", connector="B", task=-1),
+        _ev(500, "bridge_restart"),
+        _ev(1_000, "worker_stop", "w3", protocol="compatible"),
+        _ev(1_500, "bridge_up"),
+        _ev(2_000, "config", connectors={"A": 0, "B": 0}, offset=1),
+        _ev(2_000, "assign", "w3", items=[["A", -1]]),
+        _ev(back + 1_000 + 15_000, "run", "w2", connector="A", task=-1),
+    ]
+    assert check(events).max_unowned_ms == 15_000
+    heard = [{**e, "t_ms": 1_600} if e["type"] == "worker_stop" else e for e in events]
+    heard.sort(key=lambda e: e["t_ms"])
+    assert not check(heard).live  # the same stop once the bridge is up is heard at once

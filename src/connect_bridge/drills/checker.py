@@ -427,8 +427,10 @@ class _Judge:
             self.stop(item, worker, t)
         if mine:
             mine.clear()
-        if event["type"] == "worker_crash" or event.get("left") is False:
-            self.unseen(worker, ran, gone=True)  # no LeaveGroup: only the session timer will tell
+        if event["type"] == "worker_crash" or event.get("left") is False or not self.bridge_up:
+            # No LeaveGroup, or one sent to a bridge that is down (restarting, or paused for a
+            # takeover) and so never heard: only the session timer will tell the coordinator.
+            self.unseen(worker, ran, gone=True)
         else:
             # A departure the coordinator hears about: what the worker was being given is lost work
             # to Connect's assignor, dealt again within delay + rebalance timeout from now.
@@ -437,15 +439,23 @@ class _Judge:
 
     def assign(self, event: Mapping[str, Any], t: int, index: int) -> None:
         """``assign``: the items the coordinator (or the group's leader) now gives ``worker``, whether
-        or not it has started them; replaces the worker's previous ``assign``."""
+        or not it has started them; replaces the worker's previous ``assign``. Items given to a
+        worker whose silent failure is not yet detected are excused until that detection."""
         items = event.get("items")
         problem = f"event {index} (assign): items must be a list of [connector, task]"
         if not isinstance(items, list):
             raise EventLogError(problem)
         try:
-            self.given[event.get("worker")] = frozenset((c, k) for c, k in items)
+            given = frozenset((c, k) for c, k in items)
         except (TypeError, ValueError):
             raise EventLogError(problem) from None
+        worker = event.get("worker")
+        self.given[worker] = given
+        for silent, until in self.silent_now():
+            if silent == worker:
+                # Given to a member whose failure the coordinator cannot have seen yet: it waits
+                # for that detection like what the member had when it failed.
+                self.shield(given, until)
 
     def group(self, event: Mapping[str, Any], t: int, index: int) -> None:
         """``group``: the group's epoch moved. A classic generation names its ``leader``; a leader
