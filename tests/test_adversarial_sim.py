@@ -459,3 +459,51 @@ def test_a_drawn_hand_back_completes_and_the_drill_holds() -> None:
     summary = check(drill.run().events, end_ms=sc.end_ms)
     assert drill.phase() is OwnershipState.RELEASED
     assert summary.ok, summary.violations
+
+
+def test_classic_generations_name_their_leader_and_the_group_logs_its_state() -> None:
+    """The live invariant judges a classic group by who leads each generation (it deals everything)
+    and when the group rebalances (its join barrier waits on every member): drill 93000279001173,
+    where w2 leads generation 1, w1's arrival starts a rebalance, and w0 leads generation 2."""
+    scenario = load_scenario(
+        {"name": "t", "seed": 93000279001173,
+         "timing": {**TIMING, "scheduled_rebalance_max_delay_ms": 30_000}, "connectors": {"c1": 0},
+         "steps": [*({"at_ms": 0, "action": "start", "worker": w, "protocol": "eager",
+                      "instance_id": f"i-{w}"} for w in ("w0", "w2")),
+                   {"at_ms": 3_929, "action": "lose_responses", "worker": "w2", "count": 1},
+                   {"at_ms": 7_361, "action": "start", "worker": "w1", "protocol": "eager"},
+                   {"at_ms": 13_933, "action": "lose_responses", "worker": "w0", "count": 1}],
+         "end_ms": 150_000}
+    )
+    events = SimulatedDrill(scenario).run().events
+    classic = [e for e in events if e["type"] == "group" and e["group_type"] == "classic"]
+    leaders = {e["group_epoch"]: e["leader"] for e in classic}
+    assert (leaders[1], leaders[2]) == ("w2", "w0")
+    states = [(e["t_ms"], e["state"]) for e in events if e["type"] == "group_state"]
+    assert any(state == "PreparingRebalance" and 7_361 < t < 8_000 for t, state in states)  # w1 joins
+    assert any(state == "Stable" for _, state in states)
+    assert check(events, end_ms=150_000).live
+
+
+def test_no_cooperative_partition_or_lost_answer_outlasts_the_hold() -> None:
+    """A cooperative Java worker cut off in a JoinGroup runs its work for max(request timeout,
+    rebalance + 5 s), 90 s with the quarter of drills whose request timeout is 90 s: longer than
+    any hold (the scheduled delay, at most 60 s here), a zombie no coordinator can keep exclusive
+    (docs/known-issues.md, zombies beyond the hold). The generator must not draw it; it did when it
+    compared the delay with rebalance + 5 s only."""
+    from connect_bridge.drills.generate import _alive_at
+
+    long_requests = 0
+    for seed in range(93_000_000, 93_000_400):
+        sc = random_scenario(seed, adversarial=True)
+        timing = sc.timing
+        join_wait = max(timing.request_timeout_ms, timing.rebalance_timeout_ms + 5_000)
+        long_requests += join_wait > timing.scheduled_rebalance_max_delay_ms
+        steps = [s.model_dump(exclude_none=True) for s in sc.steps]
+        for step in steps:
+            if step["action"] in ("partition", "lose_responses"):
+                protocol = _alive_at(steps, step["at_ms"])[step["worker"]]
+                assert protocol not in ("compatible", "sessioned") or (
+                    timing.scheduled_rebalance_max_delay_ms >= join_wait
+                ), (seed, step)
+    assert long_requests >= 100

@@ -576,3 +576,144 @@ def test_work_given_to_a_worker_that_then_leaves_counts_from_its_leave() -> None
         _ev(25_000, "run", "w2", connector="A", task=-1),
     ]
     assert check(events).max_unowned_ms == 15_000
+
+
+# --- live in a classic group: the leader deals everything, the join barrier waits on every member
+
+CLASSIC_TIMING = {"t_ms": 0, "type": "timing", "worker": None, "session_timeout_ms": 10_000,
+                  "rebalance_timeout_ms": 30_000, "heartbeat_interval_ms": 3_000,
+                  "scheduled_rebalance_max_delay_ms": 30_000, "request_timeout_ms": 40_000}
+"""The generator's timing: bound 60 s, detection 10 s + 3.33 s + 5 s = 18.33 s."""
+
+
+def test_a_silent_classic_leader_holds_up_everything_its_group_deals() -> None:
+    """Drill 93000279001173 (eager, nothing else drawn): each generation's leader deals an empty
+    first round (Connect's eager leader that did not lead the last generation) and then loses its
+    SyncGroup answer, waiting the request timeout (40 s) before it rejoins. w2's silence also holds
+    the next join barrier for the rebalance timeout. Nothing can be dealt until w0 is back at 79 s:
+    the leaders' failures, not the coordinator's. Before the classic rule, no `assign` named A or B
+    for w0 or w2, so the 79.4 s counted against the 60 s bound."""
+    events = [
+        CLASSIC_TIMING,
+        _ev(0, "config", connectors={"A": 0, "B": 1}, offset=0),
+        _ev(0, "worker_start", "w0", protocol="eager"),
+        _ev(0, "worker_start", "w2", protocol="eager"),
+        _ev(6_003, "group", group_type="classic", group_epoch=1, leader="w2"),
+        _ev(6_003, "group_state", state="CompletingRebalance"),
+        _ev(6_010, "group_state", state="Stable"),
+        _ev(6_010, "assign", "w0", items=[]),
+        _ev(6_010, "assign", "w2", items=[]),
+        _ev(6_010, "stall_start", "w2", kind="timeout"),
+        _ev(7_361, "worker_start", "w1", protocol="eager"),
+        _ev(7_369, "group_state", state="PreparingRebalance"),
+        _ev(37_369, "group", group_type="classic", group_epoch=2, leader="w0"),
+        _ev(37_369, "group_state", state="CompletingRebalance"),
+        _ev(37_378, "group_state", state="Stable"),
+        _ev(37_378, "assign", "w1", items=[]),
+        _ev(37_378, "stall_start", "w0", kind="timeout"),
+        _ev(46_005, "stall_end", "w2", kind="timeout"),
+        _ev(77_374, "stall_end", "w0", kind="timeout"),
+        _ev(79_388, "run", "w2", connector="A", task=-1),
+        _ev(79_388, "run", "w0", connector="B", task=-1),
+        _ev(79_392, "run", "w1", connector="B", task=0),
+    ]
+    s = check(events)
+    assert (s.live, s.max_unowned_ms) == (True, 79_392 - (37_378 + 18_333))
+
+
+def _classic_rows() -> list[tuple[str, list[dict], bool]]:
+    pause = [_ev(5_000, "stall_start", "w2", kind="pause"), _ev(9_000, "stall_end", "w2", kind="pause")]
+    return [
+        ("a member pauses while its group is stable", pause, False),
+        ("the leader pauses", [{**e, "worker": "w0"} for e in pause], True),
+        ("a member pauses while its group rebalances",
+         [_ev(4_000, "group_state", state="PreparingRebalance"), *pause], True),
+        ("a rebalance begins while a member is silent",
+         [pause[0], _ev(6_000, "group_state", state="PreparingRebalance"), pause[1]], True),
+        ("a rebalance begins after the member speaks again",
+         [_ev(5_000, "stall_start", "w2", kind="pause"), _ev(6_000, "stall_end", "w2", kind="pause"),
+          _ev(7_000, "group_state", state="PreparingRebalance")], False),
+        ("a rebalance begins before a crashed member's session can have run out",
+         [_ev(5_000, "worker_crash", "w2", protocol="eager"),
+          _ev(20_000, "group_state", state="PreparingRebalance")], True),
+        ("a rebalance begins after a crashed member's failure is detected",
+         [_ev(5_000, "worker_crash", "w2", protocol="eager"),
+          _ev(24_000, "group_state", state="PreparingRebalance")], False),
+        ("a silent member is elected leader",
+         [pause[0], _ev(6_000, "group", group_type="classic", group_epoch=2, leader="w2"), pause[1]], True),
+        ("the group became a connect group: its coordinator deals, nobody waits on the old leader",
+         [_ev(1_000, "group", group_type="connect", group_epoch=3),
+          _ev(5_000, "stall_start", "w0", kind="pause"), _ev(9_000, "stall_end", "w0", kind="pause")], False),
+    ]
+
+
+@pytest.mark.parametrize(("case", "middle", "excused"), _classic_rows(), ids=[r[0] for r in _classic_rows()])
+def test_a_classic_members_silent_failure_excuses_its_groups_pending_rebalance_only(
+    case: str, middle: list[dict], excused: bool
+) -> None:
+    """A (nobody's, unowned from t=0) runs at 61 s against the 60 s bound: excused only by a silent
+    failure the classic group's dealing waits on (its leader's, or a member's during a rebalance, or
+    one still undetected when a rebalance begins), never by another member's while the group is
+    stable, nor once the group is a connect group."""
+    events = [
+        CLASSIC_TIMING,
+        _ev(0, "config", connectors={"A": 0}, offset=0),
+        *(_ev(0, "worker_start", w, protocol="eager") for w in ("w0", "w1", "w2")),
+        _ev(0, "group", group_type="classic", group_epoch=1, leader="w0"),
+        _ev(0, "group_state", state="Stable"),
+        *middle,
+        _ev(61_000, "run", "w1", connector="A", task=-1),
+    ]
+    s = check(events)
+    assert s.live is excused, case
+    assert s.max_unowned_ms == (61_000 - (5_000 + 18_333) if excused else 61_000)
+
+
+def test_work_given_to_a_worker_whose_failure_is_not_yet_detected_waits_for_the_detection() -> None:
+    """w3 crashes at 1 s; A, configured at 2 s, is dealt to w3's member, which the coordinator
+    cannot yet know is gone: A's clock starts when w3's failure could be detected (1 s + 9 s), as
+    for what w3 had when it crashed. Fleet drill 94000282002035 (a connector added while every
+    member was parked at a paused bridge, its tasks dealt to them)."""
+    events = [
+        TIMING,
+        _ev(0, "config", connectors={"B": 0}, offset=0),
+        *(_ev(0, "worker_start", w, protocol="new") for w in ("w2", "w3")),
+        _ev(0, "run", "w2", connector="B", task=-1),
+        _ev(1_000, "worker_crash", "w3", protocol="new"),
+        _ev(2_000, "config", connectors={"A": 0, "B": 0}, offset=1),
+        _ev(2_000, "assign", "w3", items=[["A", -1]]),
+        _ev(1_000 + 9_000 + 15_000, "run", "w2", connector="A", task=-1),
+    ]
+    assert check(events).max_unowned_ms == 15_000
+    late = [*events[:-1], _ev(1_000 + 9_000 + 15_001, "run", "w2", connector="A", task=-1)]
+    assert not check(late).live
+    # Dealt after the detection: nothing to wait for.
+    after = [*events[:6], _ev(10_000, "config", connectors={"A": 0, "B": 0}, offset=1),
+             _ev(10_000, "assign", "w3", items=[["A", -1]]), _ev(25_001, "run", "w2", connector="A", task=-1)]
+    assert not check(after).live
+
+
+def test_a_stop_while_the_bridge_is_down_is_a_silent_failure() -> None:
+    """w3 stops (with a LeaveGroup) while the bridge is down: the LeaveGroup is never heard, so its
+    member lingers until the restarted bridge's detection (a first session as long as a parked
+    JoinGroup, then the grace); A, dealt to that member after the bridge is back, waits for it.
+    Seen in fleet drill 94000282001682, where w0 stopped while the bridge was paused for a takeover
+    and a connector added later was dealt to its old member (that drill also passes on the rule
+    above alone: w0's next process was parked at the paused bridge too)."""
+    back = 500 + reload_detection_ms(TIMING)  # could-run time at bridge_up is 500 ms
+    events = [
+        TIMING,
+        _ev(0, "config", connectors={"B": 0}, offset=0),
+        *(_ev(0, "worker_start", w, protocol="compatible") for w in ("w2", "w3")),
+        _ev(0, "run", "w2", connector="B", task=-1),
+        _ev(500, "bridge_restart"),
+        _ev(1_000, "worker_stop", "w3", protocol="compatible"),
+        _ev(1_500, "bridge_up"),
+        _ev(2_000, "config", connectors={"A": 0, "B": 0}, offset=1),
+        _ev(2_000, "assign", "w3", items=[["A", -1]]),
+        _ev(back + 1_000 + 15_000, "run", "w2", connector="A", task=-1),
+    ]
+    assert check(events).max_unowned_ms == 15_000
+    heard = [{**e, "t_ms": 1_600} if e["type"] == "worker_stop" else e for e in events]
+    heard.sort(key=lambda e: e["t_ms"])
+    assert not check(heard).live  # the same stop once the bridge is up is heard at once

@@ -155,3 +155,22 @@ def test_a_loaded_connect_group_keeps_parked_legacy_work_for_the_request_timeout
         run_for(loaded, [new], t, t + 1_000)
         assert_exclusive(*legacy, new)
     assert {w1, w2} <= set(connect(loaded).members)
+
+
+def test_a_member_that_talked_to_the_new_owner_is_held_no_longer_than_any_other() -> None:
+    """Both workers heartbeat at the new owner after the load, so neither waits on a JoinGroup at
+    the previous one (a client talks to one coordinator at a time). w2 then crashes: its work is
+    held for the scheduled delay, as anyone's, not until a JoinGroup it never had could have
+    timed out (load + 90 s + grace). Adversarial fleet drill 95000285001369 (held 64.5 s past its
+    removal with a 15 s delay, live 58.6 s against 45 s), and 000659, 000887, 002573 of that fleet."""
+    loaded, w1, w2 = _loaded_classic_pair()
+    crash = LOAD + 20_000
+    run_for(loaded, [w1, w2], LOAD, crash)
+    assert_exclusive(w1, w2)
+    t = crash
+    while w2.member_id in loaded.groups[G].members:  # w2 is silent from the crash on
+        run_for(loaded, [w1], t, t + 1_000, step=1_000)
+        t += 1_000
+    assert t <= crash + SESSION_MS + 1_000
+    held = connect(loaded).metadata.held  # the removal holds w2's work in a connect group
+    assert held and max(h.deadline_ms for h in held) <= t + DELAY_MS  # the delay, not load + 98 s

@@ -20,13 +20,18 @@ order (which is causal order):
   coordinator learns of only by a timer (a crash, a stop without LeaveGroup, a process falling
   silent) restarts, once it could be told from slowness (a session timeout plus the zombie grace,
   :func:`failure_detection_ms`), the clock of the items *that worker* ran or was being given (its
-  latest ``assign`` event): per item, so an unrelated worker's failure forgives nothing else. A
-  bridge restart is the coordinator's own failure: it restarts the clock of every item unowned when
-  the bridge is back, and of every item a worker whose failure was not yet detected ran or was being
-  given, :func:`reload_detection_ms` later.
+  latest ``assign`` event): per item, so an unrelated worker's failure forgives nothing else. In a
+  classic group (``group`` events) the leader computes every assignment and the join barrier waits
+  on every member: a silent failure of the generation's ``leader``, or of any member while the
+  group rebalances (``group_state``), restarts the clock of every item the group has yet to deal
+  (unowned then or before that failure is detected). A bridge restart is the coordinator's own
+  failure: it restarts the clock of every item unowned when the bridge is back, and of every item a
+  worker whose failure was not yet detected ran or was being given, :func:`reload_detection_ms`
+  later.
 
 It keeps only dicts keyed by item and worker and does O(1) work per event (a ``config`` event costs
-O(items it changes)), because it runs over logs of millions of events.
+O(items it changes), a failure or rebalance that holds a classic group O(unowned items)), because it
+runs over logs of millions of events.
 """
 
 from __future__ import annotations
@@ -248,6 +253,12 @@ class _Judge:
         self.unowned_at: dict[Item, int] = {}  # the clock's value when the item became unowned
         self.given: dict[str, frozenset[Item]] = {}  # worker -> items it was last given (``assign``)
         self.shielded: dict[Item, int] = {}  # item -> clock value before which a failure excuses it
+        self.silent: dict[str, tuple[int, bool]] = {}  # worker -> (clock value its failure is
+        # detected at, whether its process is gone): failures the coordinator cannot have seen yet
+        self.classic = False  # the group is a classic group (the last ``group`` event's type)
+        self.leader: str | None = None  # the worker leading the classic group's generation
+        self.rebalancing = False  # the classic group waits on its members (join barrier, leader sync)
+        self.group_held = 0  # clock value before which the classic group's undealt work is excused
         self.max_unowned = 0
         self.live_problems: list[str] = []
 
@@ -265,6 +276,8 @@ class _Judge:
             "bridge_restart": self.bridge_restart,
             "bridge_up": self.bridge_back,
             "assign": self.assign,
+            "group": self.group,
+            "group_state": self.group_state,
             "timing": self.timing,
             "config": self.config,
         }
@@ -283,7 +296,7 @@ class _Judge:
 
     def unowned(self, item: Item, t: int) -> None:
         self.unassigned_since[item] = t
-        self.unowned_at[item] = max(self.could_ms, self.shielded.get(item, 0))
+        self.unowned_at[item] = max(self.could_ms, self.shielded.get(item, 0), self.group_held)
 
     def shield(self, items: Iterable[Item], until: int) -> None:
         """A failure excuses ``items`` until the clock reads ``until``: one unowned now starts its
@@ -297,14 +310,47 @@ class _Judge:
             if at is not None and at < until:
                 unowned_at[item] = until
 
-    def unseen(self, worker: Any, ran: Iterable[Item] = ()) -> None:
+    def unseen(self, worker: Any, ran: Iterable[Item] = (), gone: bool = False) -> None:
         """``worker`` failed in a way the coordinator learns of only by a timer: the live clock of
         what it ran (``ran``, or what it runs now) or was being given (its last ``assign``) restarts
-        a detection later. A detection of 0 (failures seen at once) restarts nothing."""
+        a detection later; in a classic group that it leads or that is rebalancing, so does the clock
+        of everything the group has yet to deal (:meth:`hold_group`). ``gone``: the process died (a
+        crash, a stop without LeaveGroup), so its member lingers until the detection even if the
+        worker starts again. A detection of 0 (failures seen at once) restarts nothing."""
         if self.detection <= 0:
             return
+        until = self.could_ms + self.detection
         items = set(ran) | self.by_worker.get(worker, set()) | self.given.get(worker, frozenset())
-        self.shield(items, self.could_ms + self.detection)
+        self.shield(items, until)
+        self.silent[worker] = (until, gone)
+        if self.classic and (worker == self.leader or self.rebalancing):
+            self.hold_group(until)
+
+    def hold_group(self, until: int) -> None:
+        """The classic group cannot deal anything before the clock reads ``until``: its leader, who
+        computes every assignment, or a member its join barrier waits on, failed silently. Every
+        item unowned now, or becoming unowned (or configured) before then, starts its clock then.
+        Kafka's classic coordinator completes a join only when every known member rejoined or the
+        rebalance timeout passed (and keeps a static member that did not), and the followers' sync
+        waits on the leader's; a connect group's members do not wait on each other."""
+        if until <= self.group_held:
+            return
+        self.group_held = until
+        unowned_at = self.unowned_at
+        for item, at in unowned_at.items():
+            if at < until:
+                unowned_at[item] = until
+
+    def silent_now(self) -> Iterable[tuple[str, int]]:
+        """(worker, detection) of failures not yet detected whose worker is still silent: its
+        process is gone, or it is still stalled, paused, cut off or waiting. Detected ones are
+        dropped."""
+        now = self.could_ms
+        for worker, (until, gone) in list(self.silent.items()):
+            if until <= now:
+                del self.silent[worker]
+            elif gone or self.stalls.get(worker):
+                yield worker, until
 
     def stop(self, item: Item, worker: str, t: int) -> None:
         """``worker`` stops running ``item`` at ``t`` (release, stop or crash)."""
@@ -381,8 +427,10 @@ class _Judge:
             self.stop(item, worker, t)
         if mine:
             mine.clear()
-        if event["type"] == "worker_crash" or event.get("left") is False:
-            self.unseen(worker, ran)  # no LeaveGroup: only the session timer will tell the coordinator
+        if event["type"] == "worker_crash" or event.get("left") is False or not self.bridge_up:
+            # No LeaveGroup, or one sent to a bridge that is down (restarting, or paused for a
+            # takeover) and so never heard: only the session timer will tell the coordinator.
+            self.unseen(worker, ran, gone=True)
         else:
             # A departure the coordinator hears about: what the worker was being given is lost work
             # to Connect's assignor, dealt again within delay + rebalance timeout from now.
@@ -391,15 +439,46 @@ class _Judge:
 
     def assign(self, event: Mapping[str, Any], t: int, index: int) -> None:
         """``assign``: the items the coordinator (or the group's leader) now gives ``worker``, whether
-        or not it has started them; replaces the worker's previous ``assign``."""
+        or not it has started them; replaces the worker's previous ``assign``. Items given to a
+        worker whose silent failure is not yet detected are excused until that detection."""
         items = event.get("items")
         problem = f"event {index} (assign): items must be a list of [connector, task]"
         if not isinstance(items, list):
             raise EventLogError(problem)
         try:
-            self.given[event.get("worker")] = frozenset((c, k) for c, k in items)
+            given = frozenset((c, k) for c, k in items)
         except (TypeError, ValueError):
             raise EventLogError(problem) from None
+        worker = event.get("worker")
+        self.given[worker] = given
+        for silent, until in self.silent_now():
+            if silent == worker:
+                # Given to a member whose failure the coordinator cannot have seen yet: it waits
+                # for that detection like what the member had when it failed.
+                self.shield(given, until)
+
+    def group(self, event: Mapping[str, Any], t: int, index: int) -> None:
+        """``group``: the group's epoch moved. A classic generation names its ``leader``; a leader
+        already silent holds up the generation it was just elected to lead. A connect group's
+        coordinator (the bridge) deals by itself: nothing classic carries over."""
+        if event.get("group_type") == "classic":
+            self.classic = True
+            self.leader = event.get("leader")
+            for worker, until in self.silent_now():
+                if worker == self.leader:
+                    self.hold_group(until)
+        else:
+            self.classic = self.rebalancing = False
+            self.leader = None
+            self.group_held = 0
+
+    def group_state(self, event: Mapping[str, Any], t: int, index: int) -> None:
+        """``group_state`` of a classic group: a rebalance begun while a member is silent waits on
+        it (the join barrier), and on a silent leader (its SyncGroup)."""
+        self.rebalancing = event.get("state") in ("PreparingRebalance", "CompletingRebalance")
+        if self.rebalancing:
+            for _, until in self.silent_now():
+                self.hold_group(until)
 
     def worker_start(self, event: Mapping[str, Any], t: int, index: int) -> None:
         worker = event.get("worker")
@@ -420,6 +499,8 @@ class _Judge:
             self.stalls[worker] = open_stalls - 1
             if worker in self.live and open_stalls == 1:
                 self.able += 1
+            if open_stalls == 1 and not self.silent.get(worker, (0, True))[1]:
+                self.silent.pop(worker, None)  # it speaks again: no barrier waits on it any more
 
     def bridge_restart(self, event: Mapping[str, Any], t: int, index: int) -> None:
         self.bridge_up = False
@@ -434,7 +515,13 @@ class _Judge:
             return
         now = self.could_ms
         pending = [item for item, until in self.shielded.items() if until > now]
-        self.shield([*self.unowned_at, *pending], now + self.reload_detection)
+        back = now + self.reload_detection
+        self.shield([*self.unowned_at, *pending], back)
+        for worker, (until, gone) in self.silent.items():
+            if until > now:
+                self.silent[worker] = (back, gone)
+        if self.group_held > now:
+            self.hold_group(back)
 
     def timing(self, event: Mapping[str, Any], t: int, index: int) -> None:
         if not self.fixed_detection:

@@ -76,8 +76,17 @@ class EventLog:
         previous ``assign``. The live invariant reads it (what a silent failure may excuse)."""
         self.emit(t_ms, "assign", worker, items=[[c, t] for c, t in sorted(items)])
 
-    def group(self, t_ms: int, group_type: str, group_epoch: int) -> None:
-        self.emit(t_ms, "group", None, group_type=group_type, group_epoch=group_epoch)
+    def group(self, t_ms: int, group_type: str, group_epoch: int, **classic: str | None) -> None:
+        """The group's epoch moved (a classic group's generation). A classic generation also names
+        its ``leader`` (the worker whose member leads it, null if unknown): the worker that computes
+        every assignment of that generation."""
+        self.emit(t_ms, "group", None, group_type=group_type, group_epoch=group_epoch, **classic)
+
+    def group_state(self, t_ms: int, state: str) -> None:
+        """A classic group's state changed (Kafka's names: ``PreparingRebalance`` while the join
+        barrier waits on every member, ``CompletingRebalance`` while the followers wait on the
+        leader's SyncGroup, ``Stable``, ``Empty``, ``Dead``)."""
+        self.emit(t_ms, "group_state", None, state=state)
 
     def config(self, t_ms: int, connectors: Mapping[str, int], offset: int) -> None:
         # Copied: the caller's dict keeps changing as the drill goes on.

@@ -244,6 +244,9 @@ class _Bounds(NamedTuple):
     """Past ``unnoticed``, only a hold protects a zombie: the bridge's (a connect group holds what a
     removed member runs for the delay) or Connect's (a cooperative classic leader that remembers the
     assignment). Eager classic groups hold nothing, and legacy workers may sit in classic groups."""
+    join: int
+    """How long a legacy worker waits for a JoinGroup answer: ``max(request.timeout.ms,
+    rebalance.timeout.ms + 5 s)``, as Java's ``AbstractCoordinator`` (the simulator's too)."""
 
     @classmethod
     def of(cls, timing: dict) -> _Bounds:
@@ -257,6 +260,7 @@ class _Bounds(NamedTuple):
             timing.get("request_timeout_ms", 40_000),
             unnoticed,
             max(unnoticed, delay - 2_000),
+            max(timing.get("request_timeout_ms", 40_000), timing["rebalance_timeout_ms"] + 5_000),
         )
 
 
@@ -355,7 +359,7 @@ def _misbehaviours(
         step: dict = {"at_ms": at, "action": kind, "worker": worker}
         step.update(_PARAMETERS[kind](rng, bounds, protocol))
         if kind == "lose_responses":  # each costs the worker a timeout before it retries
-            lost_wait += step["count"] * max(bounds.rebalance + 5_000, bounds.request)
+            lost_wait += step["count"] * bounds.join
         if kind in _ZOMBIE_KINDS:
             # Zombie windows of one worker never run into each other: two short ones back to back
             # are one long one, past what the bound above allows.
@@ -370,7 +374,7 @@ def _misbehaviours(
 
 def _kinds(bounds: _Bounds, protocol: str, static: bool, losing: bool) -> list[str]:
     """The misbehaviours a worker speaking ``protocol`` may show that no bound rules out."""
-    delay, rebalance = bounds.delay, bounds.rebalance
+    delay, rebalance, join = bounds.delay, bounds.rebalance, bounds.join
     kinds = ["stall", "pause", "duplicate_responses", "slow_revocation"]
     if not static:
         # A resent join of a static member without a member id is, to any coordinator, a second
@@ -379,19 +383,20 @@ def _kinds(bounds: _Bounds, protocol: str, static: bool, losing: bool) -> list[s
     if protocol != "new":
         kinds.append("delay_sync")  # only classic workers send SyncGroup
     # Eager classic groups hold nothing for anyone. A cooperative Java worker whose JoinGroup a
-    # partition cut off waits rebalance + 5 s for its answer while running its work, past its
-    # removal by that much: only a delay at least that long protects it (docs/known-issues.md).
-    if protocol == "new" or (protocol != "eager" and delay >= rebalance + 5_000):
+    # partition cut off waits max(request timeout, rebalance + 5 s) for its answer while running
+    # its work, past its removal by that much: only a delay (the hold) at least that long protects
+    # it (docs/known-issues.md, zombies beyond the hold).
+    if protocol == "new" or (protocol != "eager" and delay >= join):
         kinds.append("partition")
     # A lost answer: a new worker fences itself in time; an eager one stopped its work before
-    # joining; a cooperative one waits for a lost JoinGroup answer rebalance + 5 s while still
-    # running its work, which only a hold that long protects. And whatever the answer carried
-    # runs nowhere until the worker's request times out (rebalance + 5 s for a JoinGroup) and
-    # it rejoins, which no coordinator can see: only a live bound (delay + rebalance) that
+    # joining; a cooperative one waits for a lost JoinGroup answer max(request timeout, rebalance
+    # + 5 s) while still running its work, which only a hold that long protects. And whatever the
+    # answer carried runs nowhere until the worker's request times out (that wait for a JoinGroup)
+    # and it rejoins, which no coordinator can see: only a live bound (delay + rebalance) that
     # covers that wait plus a session for the rejoin can hold (docs/drills.md).
-    blind = bounds.request if protocol == "new" else max(bounds.request, rebalance + 5_000)
+    blind = bounds.request if protocol == "new" else join
     if (
-        (protocol in ("new", "eager") or delay >= rebalance + 5_000)
+        (protocol in ("new", "eager") or delay >= join)
         and blind + bounds.session <= delay + rebalance
         and not losing
     ):

@@ -115,6 +115,8 @@ class SimulatedBridge:
         self.bridge_incarnation = 0
         self.tick_at: int | None = None
         self.last_group: tuple[str, int] | None = None
+        self.last_state: tuple[int, ClassicGroupState] | None = None
+        """(id of the classic group object, its state) last logged as ``group_state``."""
         self.member_workers: dict[str, str] = {}
         """Member id -> the worker whose request created or used it (also when its answer was lost)."""
         self.assignment_seen: tuple[Any, ...] | None = None
@@ -177,14 +179,7 @@ class SimulatedBridge:
             self._deliver_parked(now, token, resp)
         group = self.coordinator.groups.get(self.scenario.group)
         if group is not None:
-            if isinstance(group, ClassicGroup):
-                current = ("classic", group.generation_id)
-            else:
-                current = ("connect", group.group_epoch)
-            if current != self.last_group:
-                self.last_group = current
-                self.log.group(now, current[0], current[1])
-            self._log_assignments(now, group)
+            self._report_group(now, group)
         deadline = self.coordinator.next_deadline()
         if self.tick_at is not None and self.tick_at < self.now:
             self.tick_at = None  # that tick has run (or was dropped with an old bridge incarnation)
@@ -192,6 +187,32 @@ class SimulatedBridge:
             self.tick_at = deadline
             incarnation = self.bridge_incarnation
             self.at(deadline, lambda t: self._tick(t, incarnation))
+
+    def _report_group(self, now: int, group: ClassicGroup | ConnectGroup) -> None:
+        """Log the group's epoch when it moves (a classic generation with the worker that leads it),
+        a classic group's state when it changes, and what each worker is now given.
+
+        The leader and the state are what the live invariant needs to judge a classic group: its
+        leader computes every assignment, and its join barrier waits on every member, so a silent
+        failure of the leader, or of any member while the group rebalances, holds up all the work
+        the group is dealing (docs/drills.md)."""
+        if isinstance(group, ClassicGroup):
+            current: tuple[str, int] = ("classic", group.generation_id)
+            if current != self.last_group:
+                self.last_group = current
+                leader = self.member_workers.get(group.leader_id) if group.leader_id else None
+                self.log.group(now, "classic", group.generation_id, leader=leader)
+            state = (id(group), group.state)
+            if state != self.last_state:
+                self.last_state = state
+                self.log.group_state(now, str(group.state))
+        else:
+            current = ("connect", group.group_epoch)
+            if current != self.last_group:
+                self.last_group = current
+                self.log.group(now, "connect", group.group_epoch)
+            self.last_state = None
+        self._log_assignments(now, group)
 
     def _log_assignments(self, now: int, group: Any) -> None:
         """Log an ``assign`` event for each worker whose given items changed: a connect group's
@@ -420,11 +441,7 @@ class SimulatedBridge:
         upstream.drain_records()
         group = upstream.groups.get(self.scenario.group)
         if group is not None and self.phase() in (OwnershipState.RELAYING, OwnershipState.RELEASED):
-            current = ("classic", group.generation_id)
-            if current != self.last_group:
-                self.last_group = current
-                self.log.group(now, current[0], current[1])
-            self._log_assignments(now, group)
+            self._report_group(now, group)
         deadline = upstream.next_deadline()
         if self.upstream_tick_at is not None and self.upstream_tick_at < self.now:
             self.upstream_tick_at = None
