@@ -239,9 +239,11 @@ public final class HeartbeatLoop implements Runnable {
         String memberId;
         int epoch;
         synchronized (logic) {
-            if (logic.resetPending() || logic.memberEpoch() <= 0) {
-                return;
+            if (logic.resetPending()) {
+                return; // the member is giving everything up: it is no longer the one to ask
             }
+            // A member of a group assigned client-side waits at epoch 0 for the first target, which
+            // it may be asked to compute itself.
             groupId = logic.settings().groupId();
             memberId = logic.settings().memberId();
             epoch = logic.memberEpoch();

@@ -243,7 +243,11 @@ public final class MemberLogic {
                 revoking = revoking.plus(revoke);
                 r.revoke = revoke;
             }
-            r.assign = assignment;
+            if (!revoke.isEmpty() || !assignment.equals(lastAssignment)) {
+                // The same assignment again (the answer to a full heartbeat, e.g. while waiting at
+                // epoch 0 for a client-side target) changes nothing for the herder.
+                r.assign = assignment;
+            }
         }
         return r;
     }
