@@ -1,7 +1,8 @@
 """The connect-bridge-worker add-on jar (jvm/connect-bridge-worker) on demand, for the jvm tests.
 
-``ensure_addon_jar()`` builds it with Maven (``mvn -q -B -f jvm/connect-bridge-worker/pom.xml
-package``, its unit tests skipped here: ``.ci/run`` runs them) and keeps the jar in
+``ensure_addon_jar()`` builds it the one documented way (``mvn -q -f jvm/connect-bridge-worker/pom.xml
+package``, with ``-B``; its JUnit tests run as part of it, so a source change that breaks them fails
+the build here too) and keeps the jar in
 ``~/.cache/connect-bridge/addon/<digest>/``, where the digest covers the module's pom and sources:
 any change builds again, no change costs nothing. A file lock keeps two processes from building
 at once. Standard library only.
@@ -83,7 +84,6 @@ def _build(jar: Path, *, quiet: bool) -> None:
         "-f",
         str(ADDON_DIR / "pom.xml"),
         "package",
-        "-DskipTests",
     ]
     print(f"building {JAR_NAME} (jvm/connect-bridge-worker)", file=sys.stderr)
     try:

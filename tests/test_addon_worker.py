@@ -4,14 +4,23 @@ ConnectGroupHeartbeat and run real connectors next to classic workers."""
 
 from __future__ import annotations
 
+import asyncio
+import re
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from connect_bridge.bridge.describe import describe
 from kafka_fixtures import BridgeProcess, KafkaBroker
-from kafka_workers import ConnectWorker
+from kafka_workers import ConnectWorker, KafkaStartError, start_connect_worker
+from polling import wait_until
 from test_java_drills import JavaDrill, group_type, wait_group_type
+
+CLIENT_SIDE = {"connect.bridge.assignment": "client"}
+"""A worker that advertises Connect's IncrementalCooperativeAssignor (client-side assignment)."""
 
 
 @pytest.fixture
@@ -60,3 +69,92 @@ def test_connect_worker_runs_tasks_next_to_a_classic_one(drill: JavaDrill) -> No
     drill.wait_running()
     assert set(tasks_by_worker(classic, "alpha")) == {classic.worker_id}
     drill.finish(timeout_s=75)
+
+
+def described(drill: JavaDrill) -> dict[str, Any]:
+    """The bridge's ConnectGroupDescribe of the drill's group (describe --json's shape)."""
+    assert drill.bridge is not None
+    [group] = asyncio.run(asyncio.wait_for(describe(drill.bridge.host, drill.bridge.port, drill.group), 10))
+    return group
+
+
+def test_client_side_assignment_by_a_java_worker(drill: JavaDrill) -> None:
+    """Two ``group.protocol=connect`` Java workers with ``connect.bridge.assignment=client``: every
+    member advertises ``connect-incremental``, so the bridge asks one of them (COMPUTE_ASSIGNMENT)
+    and that worker computes the group's target with Connect's own IncrementalCooperativeAssignor
+    (PrepareAssignment / InstallAssignment). Both run tasks, nothing twice, nothing unowned."""
+    first = drill.start("first", group_protocol="connect", overrides=CLIENT_SIDE)
+    drill.create("alpha", 6, via="first")
+    drill.wait_running()
+    second = drill.start("second", group_protocol="connect", overrides=CLIENT_SIDE)
+    drill.wait_converged(timeout_s=75)
+    drill.wait_running()
+    assert described(drill)["assignor"] == "connect-incremental"
+    installed = [w.name for w in (first, second) if "Installed the group's target" in w.own_log()]
+    assert installed, "no worker installed a target"
+    owners = tasks_by_worker(first, "alpha")
+    assert set(owners) == {first.worker_id, second.worker_id}, owners
+    assert sorted(owners.values()) == [3, 3], owners
+    assert "INVALID_ASSIGNMENT" not in first.own_log() + second.own_log()
+    drill.finish(timeout_s=75)
+
+
+RESTARTED = re.compile(r"Starting task (\S+)")
+
+
+def starts_of(worker: ConnectWorker, task: str) -> int:
+    """How often ``worker`` logged starting ``task`` (``alpha-0``)."""
+    return sum(1 for found in RESTARTED.findall(worker.own_log()) if found == task)
+
+
+def test_rest_restart_of_a_task_another_worker_owns(drill: JavaDrill) -> None:
+    """Two ``group.protocol=connect`` Java workers: a REST restart of a task owned by the worker that
+    does not lead, sent once to the leader and once to the owner. Either way the leader handles it
+    and, not owning the task, asks the coordinator who does (ConnectGroupDescribe: ``ownerUrl``) and
+    forwards it there. Without an owner url the leader would answer an error."""
+    drill.start("one", group_protocol="connect")
+    drill.create("alpha", 4, via="one")
+    drill.wait_running()
+    drill.start("two", group_protocol="connect")
+    drill.wait_converged(timeout_s=75)
+    drill.wait_running()
+    leader = drill.leader()
+    assert leader is not None
+    owner = next(name for name in drill.workers if name != leader)
+    by_id = {w.worker_id: name for name, w in drill.workers.items()}
+    status = drill.workers[leader].connector_status("alpha")
+    task = next(t["id"] for t in status["tasks"] if by_id[t["worker_id"]] == owner)
+    name = f"alpha-{task}"
+    for via in (leader, owner):
+        before = starts_of(drill.workers[owner], name)
+        leader_before = starts_of(drill.workers[leader], name)  # it ran every task before ``owner`` came
+        drill.workers[via].rest("POST", f"/connectors/alpha/tasks/{task}/restart")
+        restarted = lambda n=before: starts_of(drill.workers[owner], name) > n  # noqa: E731
+        wait_until(restarted, 30, 0.2, f"{owner} did not restart {name} (asked via {via})")
+        assert starts_of(drill.workers[leader], name) == leader_before, f"{leader} started {name}"
+    drill.finish(timeout_s=75)
+
+
+def test_a_connect_worker_pointed_at_kafka_says_what_is_wrong(
+    kafka_broker: KafkaBroker, tmp_path: Path
+) -> None:
+    """A ``group.protocol=connect`` worker pointed straight at Apache Kafka 4.3.1 (no bridge): the
+    broker is the group coordinator and lacks the Connect group APIs, so the worker logs an ERROR
+    that says so, asks again after a growing backoff, and keeps running (no crash loop)."""
+    group = f"connect-no-bridge-{time.time_ns()}"
+    with pytest.raises(KafkaStartError, match="not ready after"):
+        # It never joins, and is still running when start_connect_worker stops waiting for it.
+        start_connect_worker(
+            tmp_path / "connect", bootstrap=kafka_broker.bootstrap, group_id=group,
+            group_protocol="connect", timeout_s=30,
+        )  # fmt: skip
+    log = next((tmp_path / "connect").glob("*/worker.log")).read_text(encoding="utf-8", errors="replace")
+    errors = [line for line in log.splitlines() if "needs a connect-bridge as the group coordinator" in line]
+    assert errors, log[-3000:]
+    assert (
+        "ERROR" in errors[0]
+        and "does not support the Connect group APIs [1000, 1001, 1002, 1003]" in errors[0]
+    )
+    # Backoff 1 s, 2 s, 4 s, 8 s between checks: at most 5 in 30 s (every heartbeat, 3 s, would be 8+).
+    assert len(errors) <= 5, f"asked {len(errors)} times in 30 s: no backoff"
+    assert "Kafka Connect started" in log or "REST resources initialized" in log, "the worker did not run"

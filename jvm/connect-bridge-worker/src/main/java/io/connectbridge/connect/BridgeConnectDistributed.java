@@ -43,7 +43,7 @@ public class BridgeConnectDistributed extends ConnectDistributed {
     private static final Logger log = LoggerFactory.getLogger(BridgeConnectDistributed.class);
 
     private BridgeMemberSettings settings = new BridgeMemberSettings(BridgeMemberSettings.GroupProtocol.CLASSIC,
-        null, null);
+        null, null, false);
 
     public BridgeConnectDistributed(String... args) {
         super(args);

@@ -14,10 +14,12 @@ import java.util.Map;
  * {@code ConsumerConfig} refuses {@code group.protocol=connect} (and {@code group.remote.assignor} with
  * the classic protocol). So with {@code group.protocol=connect} these keys leave the map here:
  * {@code group.protocol}, {@code group.instance.id}, {@code group.remote.assignor} and every
- * {@code connect.bridge.*} key. With {@code group.protocol} unset or {@code classic} the map is
+ * {@code connect.bridge.*} key ({@code connect.bridge.assignment}: {@code server}, the default, or
+ * {@code client}). With {@code group.protocol} unset or {@code classic} the map is
  * left exactly as it is and the worker is stock Connect.
  */
-public record BridgeMemberSettings(GroupProtocol protocol, String instanceId, String serverAssignor) {
+public record BridgeMemberSettings(GroupProtocol protocol, String instanceId, String serverAssignor,
+                                   boolean clientAssignment) {
     public static final String GROUP_PROTOCOL = "group.protocol";
     public static final String GROUP_INSTANCE_ID = "group.instance.id";
     public static final String GROUP_REMOTE_ASSIGNOR = "group.remote.assignor";
@@ -33,7 +35,7 @@ public record BridgeMemberSettings(GroupProtocol protocol, String instanceId, St
     public static Split split(Map<String, String> props) {
         String protocol = props.get(GROUP_PROTOCOL);
         if (protocol == null || protocol.trim().equalsIgnoreCase("classic")) {
-            return new Split(new BridgeMemberSettings(GroupProtocol.CLASSIC, null, null), props);
+            return new Split(new BridgeMemberSettings(GroupProtocol.CLASSIC, null, null, false), props);
         }
         if (!protocol.trim().equalsIgnoreCase("connect")) {
             throw new ConfigException(GROUP_PROTOCOL, protocol, "must be classic or connect");
@@ -44,10 +46,16 @@ public record BridgeMemberSettings(GroupProtocol protocol, String instanceId, St
         String serverAssignor = blankToNull(rest.remove(GROUP_REMOTE_ASSIGNOR));
         String assignment = blankToNull(rest.get(ASSIGNMENT));
         rest.keySet().removeIf(k -> k.startsWith(BRIDGE_PREFIX));
-        if (assignment != null && !assignment.toLowerCase(Locale.ROOT).equals("server")) {
-            throw new ConfigException(ASSIGNMENT, assignment,
-                "only 'server' (the coordinator's assignor) is supported by this add-on version: client-side "
-                    + "assignment (COMPUTE_ASSIGNMENT) is not implemented");
+        boolean clientAssignment = false;
+        if (assignment != null) {
+            switch (assignment.toLowerCase(Locale.ROOT)) {
+                case "server" -> clientAssignment = false;
+                case "client" -> clientAssignment = true;
+                default -> throw new ConfigException(ASSIGNMENT, assignment,
+                    "must be server (the coordinator's assignor computes the assignment) or client (this worker "
+                        + "advertises Connect's IncrementalCooperativeAssignor and computes it when the coordinator "
+                        + "asks)");
+            }
         }
         String connectProtocol = rest.getOrDefault("connect.protocol", "sessioned").trim().toLowerCase(Locale.ROOT);
         if (connectProtocol.equals("eager")) {
@@ -61,7 +69,8 @@ public record BridgeMemberSettings(GroupProtocol protocol, String instanceId, St
                 "group.protocol=connect does not support exactly-once source support yet (its zombie fencing is "
                     + "leader-driven and untested on the new protocol): use group.protocol=classic on this worker");
         }
-        return new Split(new BridgeMemberSettings(GroupProtocol.CONNECT, instanceId, serverAssignor), rest);
+        return new Split(new BridgeMemberSettings(GroupProtocol.CONNECT, instanceId, serverAssignor, clientAssignment),
+            rest);
     }
 
     private static String blankToNull(String s) {

@@ -3,10 +3,19 @@ package io.connectbridge.connect.member;
 import io.connectbridge.connect.member.MemberLogic.Reaction;
 import io.connectbridge.connect.wire.ConnectGroupWire.HeartbeatRequest;
 import io.connectbridge.connect.wire.ConnectGroupWire.HeartbeatResponse;
+import io.connectbridge.connect.wire.ConnectGroupWire.InstallAssignmentRequest;
+import io.connectbridge.connect.wire.ConnectGroupWire.InstallAssignmentResponse;
+import io.connectbridge.connect.wire.ConnectGroupWire.InstallMember;
+import io.connectbridge.connect.wire.ConnectGroupWire.PrepareAssignmentRequest;
+import io.connectbridge.connect.wire.ConnectGroupWire.PrepareAssignmentResponse;
+import io.connectbridge.connect.wire.ConnectGroupWire.PrepareMember;
 import org.apache.kafka.common.utils.Time;
 import org.slf4j.Logger;
 
 import java.io.IOException;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
 import java.util.function.Consumer;
 import java.util.function.LongSupplier;
 
@@ -16,6 +25,11 @@ import java.util.function.LongSupplier;
  * expired at the coordinator, reachable or not. Every {@link Reaction} goes to {@code sink}, which
  * hands the work changes to the herder thread. All access to the {@link MemberLogic} is under its
  * monitor.
+ *
+ * <p>It also runs the member's side of client-side assignment (COMPUTE_ASSIGNMENT: PrepareAssignment,
+ * the {@link ClientAssignor}, InstallAssignment) and, like stock Connect's heartbeat thread, leaves the
+ * group when the herder has not polled for the rebalance timeout (the herder then gives its work up
+ * on its next poll and the member rejoins).
  */
 public final class HeartbeatLoop implements Runnable {
     private final MemberLogic logic;
@@ -26,6 +40,8 @@ public final class HeartbeatLoop implements Runnable {
     private final int requestTimeoutMs;
     private final int retryBackoffMs;
     private final Logger log;
+    private final ClientAssignor assignor;
+    private final Runnable onInstalled;
     private long nextAt;
     private long lastSentAt = Long.MIN_VALUE / 2;
     private volatile boolean closing;
@@ -33,6 +49,19 @@ public final class HeartbeatLoop implements Runnable {
 
     public HeartbeatLoop(MemberLogic logic, ConnectGroupClient client, Time time, Consumer<Reaction> sink,
                          LongSupplier configOffset, int requestTimeoutMs, int retryBackoffMs, Logger log) {
+        this(logic, client, time, sink, configOffset, requestTimeoutMs, retryBackoffMs, log, null, () -> { });
+    }
+
+    /**
+     * @param assignor    computes the group's target when the coordinator asks this member (null: the
+     *                    member advertises no client assignor and is never asked)
+     * @param onInstalled called after each target this member installed
+     */
+    public HeartbeatLoop(MemberLogic logic, ConnectGroupClient client, Time time, Consumer<Reaction> sink,
+                         LongSupplier configOffset, int requestTimeoutMs, int retryBackoffMs, Logger log,
+                         ClientAssignor assignor, Runnable onInstalled) {
+        this.assignor = assignor;
+        this.onInstalled = onInstalled;
         this.logic = logic;
         this.client = client;
         this.time = time;
@@ -106,6 +135,14 @@ public final class HeartbeatLoop implements Runnable {
             while (!closing) {
                 HeartbeatRequest request;
                 long now = time.milliseconds();
+                boolean pollTimedOut;
+                synchronized (logic) {
+                    pollTimedOut = logic.pollTimeoutExpired(now);
+                }
+                if (pollTimedOut) {
+                    leaveOnPollTimeout();
+                    continue;
+                }
                 synchronized (logic) {
                     Reaction expired = logic.expireSession(now);
                     if (expired != null) {
@@ -120,6 +157,10 @@ public final class HeartbeatLoop implements Runnable {
                     }
                     Long expiry = logic.sessionExpiryMs();
                     long wakeAt = expiry == null ? nextAt : Math.min(nextAt, expiry);
+                    Long pollTimeoutAt = logic.pollTimeoutAtMs();
+                    if (pollTimeoutAt != null) {
+                        wakeAt = Math.min(wakeAt, pollTimeoutAt);
+                    }
                     if (now < wakeAt) {
                         waitOn(wakeAt - now);
                         continue;
@@ -159,12 +200,92 @@ public final class HeartbeatLoop implements Runnable {
                     log.info("Heartbeat answered error {}", reaction.error);
                 }
                 sink.accept(reaction);
+                if (reaction.computeAssignment && assignor != null) {
+                    computeAssignment(timeout);
+                }
             }
         } catch (RuntimeException e) {
             log.error("Connect group heartbeat thread failed", e);
             synchronized (logic) {
                 sink.accept(logic.startReset(failure(e)));
             }
+        }
+    }
+
+    /**
+     * The herder has not polled for the rebalance timeout: leave (epoch -1, as stock's heartbeat thread
+     * does), so the coordinator can move the work on; the herder gives it up on its next poll, told by
+     * {@code onPollTimeoutExpiry}, and the member then rejoins at epoch 0.
+     */
+    private void leaveOnPollTimeout() {
+        log.warn("The herder has not polled for rebalance.timeout.ms ({} ms): leaving the Connect group; the work "
+            + "is given up on the next poll, then the worker rejoins", logic.settings().rebalanceTimeoutMs());
+        sendLeave("worker poll timeout has expired");
+        synchronized (logic) {
+            Reaction r = new Reaction();
+            r.pollTimeoutExpired = true;
+            sink.accept(logic.startReset(r));
+        }
+    }
+
+    /**
+     * Client-side assignment (COMPUTE_ASSIGNMENT is a signal: the rest of the answer was applied):
+     * PrepareAssignment, the assignor, InstallAssignment. A refusal (INVALID_ASSIGNMENT: the group
+     * moved on, or another member took the job) is logged; the coordinator signals again if a target
+     * is still due.
+     */
+    private void computeAssignment(long timeoutMs) {
+        String groupId;
+        String memberId;
+        int epoch;
+        synchronized (logic) {
+            if (logic.resetPending()) {
+                return; // the member is giving everything up: it is no longer the one to ask
+            }
+            // A member of a group assigned client-side waits at epoch 0 for the first target, which
+            // it may be asked to compute itself.
+            groupId = logic.settings().groupId();
+            memberId = logic.settings().memberId();
+            epoch = logic.memberEpoch();
+        }
+        try {
+            PrepareAssignmentResponse prepared = client.prepare(new PrepareAssignmentRequest(groupId, memberId, epoch),
+                timeoutMs);
+            if (prepared.errorCode() != 0) {
+                log.info("PrepareAssignment answered error {} ({}): not computing", prepared.errorCode(),
+                    prepared.errorMessage());
+                return;
+            }
+            Map<String, Work> target;
+            try {
+                target = assignor.assign(prepared);
+            } catch (RuntimeException e) {
+                log.error("Client-side assignor {} failed at group epoch {}; the coordinator will choose again",
+                    prepared.assignorName(), prepared.groupEpoch(), e);
+                return;
+            }
+            short metadataVersion = assignor.advertised().metadataVersion();
+            List<InstallMember> members = new ArrayList<>();
+            for (PrepareMember m : prepared.members()) {
+                Work w = target.getOrDefault(m.memberId(), Work.EMPTY);
+                members.add(new InstallMember(m.memberId(), w.toWire(), metadataVersion, new byte[0]));
+            }
+            InstallAssignmentResponse installed = client.install(new InstallAssignmentRequest(groupId, memberId, epoch,
+                prepared.groupEpoch(), (byte) 0, members), timeoutMs);
+            if (installed.errorCode() == 0) {
+                log.info("Installed the group's target at group epoch {} computed with {}: {}",
+                    prepared.groupEpoch(), prepared.assignorName(), target);
+                onInstalled.run();
+                heartbeatNow(); // fetch our own part of the new target
+            } else if (installed.errorCode() == MemberLogic.INVALID_ASSIGNMENT) {
+                log.warn("InstallAssignment at group epoch {} refused as INVALID_ASSIGNMENT ({}): waiting for the "
+                    + "coordinator's next signal", prepared.groupEpoch(), installed.errorMessage());
+            } else {
+                log.info("InstallAssignment at group epoch {} answered error {} ({})", prepared.groupEpoch(),
+                    installed.errorCode(), installed.errorMessage());
+            }
+        } catch (IOException e) {
+            log.info("Client-side assignment interrupted: {}", e.getMessage());
         }
     }
 

@@ -74,6 +74,8 @@ public final class MemberLogic {
         public String fatal;
         /** The error the answer carried (0 when none). */
         public short error;
+        /** The herder did not poll for the rebalance timeout: the member left; tell the herder first. */
+        public boolean pollTimeoutExpired;
 
         @Override
         public String toString() {
@@ -97,6 +99,8 @@ public final class MemberLogic {
     private Assignment lastAssignment;
     private String fatal;
     private long lastConfigOffset = -1;
+    private boolean herderPolling = true;
+    private long herderPollChangedMs;
 
     public MemberLogic(Settings settings) {
         if (settings.memberId() == null || settings.memberId().isEmpty()) {
@@ -239,7 +243,11 @@ public final class MemberLogic {
                 revoking = revoking.plus(revoke);
                 r.revoke = revoke;
             }
-            r.assign = assignment;
+            if (!revoke.isEmpty() || !assignment.equals(lastAssignment)) {
+                // The same assignment again (the answer to a full heartbeat, e.g. while waiting at
+                // epoch 0 for a client-side target) changes nothing for the herder.
+                r.assign = assignment;
+            }
         }
         return r;
     }
@@ -270,6 +278,30 @@ public final class MemberLogic {
     /** When the session expires if no answer comes, or null when there is no session. */
     public Long sessionExpiryMs() {
         return sessionStart == null ? null : sessionStart + settings.sessionTimeoutMs();
+    }
+
+    /**
+     * The herder thread entered ({@code polling}) or left {@code poll}/{@code ensureActive}, or a
+     * callback it runs there. Out of them for the rebalance timeout, it is stuck, as stock Connect's
+     * {@code rebalance.timeout.ms} poll timeout says.
+     */
+    public void herderPolling(boolean polling, long nowMs) {
+        herderPolling = polling;
+        herderPollChangedMs = nowMs;
+    }
+
+    /** When the herder's poll timeout expires if it does not poll, or null (polling, or not joined). */
+    public Long pollTimeoutAtMs() {
+        if (herderPolling || resetPending || memberEpoch <= 0) {
+            return null;
+        }
+        return herderPollChangedMs + settings.rebalanceTimeoutMs();
+    }
+
+    /** The herder has not polled for the rebalance timeout: the member must leave the group. */
+    public boolean pollTimeoutExpired(long nowMs) {
+        Long at = pollTimeoutAtMs();
+        return at != null && nowMs >= at;
     }
 
     /** Give everything up (also on a poll timeout or a leave). */

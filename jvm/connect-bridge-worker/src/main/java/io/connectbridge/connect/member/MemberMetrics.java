@@ -30,6 +30,7 @@ public final class MemberMetrics implements AutoCloseable {
     private final Sensor rebalances;
     private final Sensor revocations;
     private final Sensor fenced;
+    private final Sensor clientAssignments;
 
     public MemberMetrics(Metrics metrics, Supplier<View> view) {
         this.metrics = metrics;
@@ -47,7 +48,11 @@ public final class MemberMetrics implements AutoCloseable {
         revocations.add(metrics.metricName("revoke-total", GROUP, "Revocations."), new CumulativeCount());
         fenced = metrics.sensor("connect-bridge-member-fenced");
         fenced.add(metrics.metricName("fenced-total", GROUP,
-            "Times the worker gave all its work up (fenced, unknown member, session lost)."), new CumulativeCount());
+            "Times the worker gave all its work up (fenced, unknown member, session lost, poll timeout)."),
+            new CumulativeCount());
+        clientAssignments = metrics.sensor("connect-bridge-member-client-assignments");
+        clientAssignments.add(metrics.metricName("client-assignment-total", GROUP,
+            "Group targets this worker computed and installed (client-side assignment)."), new CumulativeCount());
     }
 
     private void gauge(String name, String doc, Supplier<Integer> value) {
@@ -68,11 +73,16 @@ public final class MemberMetrics implements AutoCloseable {
         fenced.record();
     }
 
+    public void recordClientAssignment() {
+        clientAssignments.record();
+    }
+
     @Override
     public void close() {
         gauges.forEach(metrics::removeMetric);
         metrics.removeSensor(rebalances.name());
         metrics.removeSensor(revocations.name());
         metrics.removeSensor(fenced.name());
+        metrics.removeSensor(clientAssignments.name());
     }
 }

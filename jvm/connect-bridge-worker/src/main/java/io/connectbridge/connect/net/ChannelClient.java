@@ -6,6 +6,10 @@ import io.connectbridge.connect.wire.ConnectGroupWire.DescribeRequest;
 import io.connectbridge.connect.wire.ConnectGroupWire.DescribeResponse;
 import io.connectbridge.connect.wire.ConnectGroupWire.HeartbeatRequest;
 import io.connectbridge.connect.wire.ConnectGroupWire.HeartbeatResponse;
+import io.connectbridge.connect.wire.ConnectGroupWire.InstallAssignmentRequest;
+import io.connectbridge.connect.wire.ConnectGroupWire.InstallAssignmentResponse;
+import io.connectbridge.connect.wire.ConnectGroupWire.PrepareAssignmentRequest;
+import io.connectbridge.connect.wire.ConnectGroupWire.PrepareAssignmentResponse;
 import io.connectbridge.connect.wire.WireFormatException;
 
 import java.io.IOException;
@@ -32,6 +36,18 @@ public final class ChannelClient implements ConnectGroupClient {
         ByteBuffer body = channel.request(ConnectGroupWire.DESCRIBE, V0, new DescribeRequest(List.of(groupId)).encode(),
             timeoutMs);
         return (DescribeResponse) decode(ConnectGroupWire.DESCRIBE, body);
+    }
+
+    @Override
+    public PrepareAssignmentResponse prepare(PrepareAssignmentRequest request, long timeoutMs) throws IOException {
+        ByteBuffer body = channel.request(ConnectGroupWire.PREPARE_ASSIGNMENT, V0, request.encode(), timeoutMs);
+        return (PrepareAssignmentResponse) decode(ConnectGroupWire.PREPARE_ASSIGNMENT, body);
+    }
+
+    @Override
+    public InstallAssignmentResponse install(InstallAssignmentRequest request, long timeoutMs) throws IOException {
+        ByteBuffer body = channel.request(ConnectGroupWire.INSTALL_ASSIGNMENT, V0, request.encode(), timeoutMs);
+        return (InstallAssignmentResponse) decode(ConnectGroupWire.INSTALL_ASSIGNMENT, body);
     }
 
     private Object decode(short apiKey, ByteBuffer body) throws IOException {

@@ -193,4 +193,16 @@ class MemberLogicTest {
         assertEquals(Set.copyOf(A.tasks()), Set.copyOf(r.assign.work().tasks()));
         assertEquals(2, m.memberEpoch());
     }
+
+    @Test
+    void theSameAssignmentAgainIsNotHandedToTheHerderAgain() {
+        MemberLogic m = joined(3, AB);
+        m.requestFull();
+        m.heartbeatRequest(1000, 5);
+        Reaction again = m.onResponse(answer(3, AB));
+        assertNull(again.assign, "a full heartbeat's answer repeating the assignment");
+        m.heartbeatRequest(2000, 5);
+        Reaction changed = m.onResponse(answer(4, AB));
+        assertNotNull(changed.assign, "a new epoch is news");
+    }
 }

@@ -1,6 +1,7 @@
 package org.apache.kafka.connect.runtime.distributed;
 
 import io.connectbridge.connect.BridgeMemberSettings;
+import io.connectbridge.connect.member.ClientAssignor;
 import io.connectbridge.connect.member.ConnectGroupClient;
 import io.connectbridge.connect.member.HeartbeatLoop;
 import io.connectbridge.connect.member.MemberLogic;
@@ -93,20 +94,24 @@ public class BridgeWorkerGroupMember extends WorkerGroupMember {
             config.getString(DistributedConfig.CONNECT_PROTOCOL_CONFIG)).protocolVersion();
         this.requestTimeoutMs = config.getInt(CommonClientConfigs.REQUEST_TIMEOUT_MS_CONFIG);
         String memberId = clientId + "-" + UUID.randomUUID();
+        ClientAssignor assignor = settings.clientAssignment()
+            ? new ConnectIncrementalAssignor(logContext, time, protocolVersion) : null;
         this.logic = new MemberLogic(new MemberLogic.Settings(
             config.getString(DistributedConfig.GROUP_ID_CONFIG), memberId, settings.instanceId(), restUrl,
             config.getInt(DistributedConfig.REBALANCE_TIMEOUT_MS_CONFIG),
             config.getInt(DistributedConfig.SESSION_TIMEOUT_MS_CONFIG),
             config.getInt(DistributedConfig.HEARTBEAT_INTERVAL_MS_CONFIG),
-            settings.serverAssignor(), null));
+            settings.serverAssignor(), assignor == null ? null : List.of(assignor.advertised())));
         this.client = clientFactory.apply(this);
         this.memberMetrics = new MemberMetrics(metrics(), this::metricsView);
         this.loop = new HeartbeatLoop(logic, client, time, this::react, () -> configOffset, requestTimeoutMs,
-            Math.max(250, config.getLong(CommonClientConfigs.RETRY_BACKOFF_MS_CONFIG).intValue()), log);
+            Math.max(250, config.getLong(CommonClientConfigs.RETRY_BACKOFF_MS_CONFIG).intValue()), log, assignor,
+            memberMetrics::recordClientAssignment);
         log.info("Joining Connect group {} with group.protocol=connect as member {}{} (connect.protocol "
-                + "version {})", logic.settings().groupId(), memberId,
+                + "version {}, {})", logic.settings().groupId(), memberId,
             settings.instanceId() == null ? "" : " (group.instance.id " + settings.instanceId() + ")",
-            protocolVersion);
+            protocolVersion, assignor == null ? "server-side assignment"
+                : "client-side assignment with " + ConnectIncrementalAssignor.NAME + " when the coordinator asks");
     }
 
     /** The herder's listener; set once, right after the herder exists ({@code BridgeHerders}). */
@@ -154,6 +159,7 @@ public class BridgeWorkerGroupMember extends WorkerGroupMember {
             configOffset = configStore.snapshot().offset(); // the herder has read the config topic to its end
             loop.start("connect-bridge-heartbeat-" + clientId);
         }
+        herderPolling(true);
         try (Utils.UncheckedCloseable ignored = onPoll.get()) {
             while (true) {
                 runEvents();
@@ -169,12 +175,15 @@ public class BridgeWorkerGroupMember extends WorkerGroupMember {
                     }
                 }
             }
+        } finally {
+            herderPolling(false);
         }
     }
 
     @Override
     public void poll(long timeout, Supplier<Utils.UncheckedCloseable> onPoll) {
         long deadline = time.milliseconds() + Math.max(0, timeout);
+        herderPolling(true);
         try (Utils.UncheckedCloseable ignored = onPoll.get()) {
             while (true) {
                 if (runEvents()) {
@@ -194,6 +203,16 @@ public class BridgeWorkerGroupMember extends WorkerGroupMember {
                     waitOn(left);
                 }
             }
+        } finally {
+            herderPolling(false);
+        }
+    }
+
+    /** The poll timeout counts while the herder is outside poll or inside one of its callbacks. */
+    private void herderPolling(boolean polling) {
+        synchronized (logic) {
+            logic.herderPolling(polling, time.milliseconds());
+            logic.notifyAll();
         }
     }
 
@@ -224,15 +243,20 @@ public class BridgeWorkerGroupMember extends WorkerGroupMember {
                 return ran;
             }
             ran = true;
-            if (r.revokeAll) {
-                giveEverythingUp(r);
-            } else {
-                if (!r.revoke.isEmpty()) {
-                    revoke(r.revoke);
+            herderPolling(false);
+            try {
+                if (r.revokeAll) {
+                    giveEverythingUp(r);
+                } else {
+                    if (!r.revoke.isEmpty()) {
+                        revoke(r.revoke);
+                    }
+                    if (r.assign != null) {
+                        assign(r.assign);
+                    }
                 }
-                if (r.assign != null) {
-                    assign(r.assign);
-                }
+            } finally {
+                herderPolling(true);
             }
         }
     }
@@ -284,9 +308,13 @@ public class BridgeWorkerGroupMember extends WorkerGroupMember {
             all = logic.owned().plus(logic.lastAssignment() == null ? Work.EMPTY : logic.lastAssignment().work());
             leader = leaderId();
         }
-        log.warn("Giving up all work {} ({}), then rejoining at member epoch 0", all,
-            r.fatal != null ? r.fatal : r.error != 0 ? "heartbeat error " + r.error : "session lost");
+        String why = r.fatal != null ? r.fatal : r.pollTimeoutExpired ? "worker poll timeout expired, left the group"
+            : r.error != 0 ? "heartbeat error " + r.error : "session lost";
+        log.warn("Giving up all work {} ({}), then rejoining at member epoch 0", all, why);
         memberMetrics.recordFenced();
+        if (r.pollTimeoutExpired) {
+            listener.onPollTimeoutExpiry();
+        }
         listener.onRevoked(leader, all.connectorList(), all.taskList());
         synchronized (logic) {
             if (r.fatal != null) {

@@ -11,6 +11,7 @@ import java.util.Map;
 
 import static org.junit.jupiter.api.Assertions.assertDoesNotThrow;
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
 import static org.junit.jupiter.api.Assertions.assertSame;
 import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -54,7 +55,7 @@ class LauncherConfigTest {
     @Test
     void connectRefusesWhatItCannotDo() {
         for (Map.Entry<String, String> bad : Map.of("connect.protocol", "eager", "exactly.once.source.support",
-            "enabled", "connect.bridge.assignment", "client").entrySet()) {
+            "enabled", "connect.bridge.assignment", "both").entrySet()) {
             Map<String, String> p = base();
             p.put("group.protocol", "connect");
             p.put(bad.getKey(), bad.getValue());
@@ -64,6 +65,17 @@ class LauncherConfigTest {
         Map<String, String> p = base();
         p.put("group.protocol", "consumer");
         assertThrows(ConfigException.class, () -> BridgeMemberSettings.split(p));
+    }
+
+    @Test
+    void clientSideAssignmentIsChosenWithConnectBridgeAssignment() {
+        Map<String, String> p = base();
+        p.put("group.protocol", "connect");
+        assertFalse(BridgeMemberSettings.split(p).settings().clientAssignment(), "server is the default");
+        p.put("connect.bridge.assignment", "client");
+        BridgeMemberSettings.Split split = BridgeMemberSettings.split(p);
+        assertTrue(split.settings().clientAssignment());
+        assertFalse(split.workerProps().containsKey("connect.bridge.assignment"));
     }
 
     @Test
