@@ -26,7 +26,7 @@ over the window from the first SIGTERM until the group converged after the last 
 The ``connect`` protocol's promise is fewer moves and shorter pauses: ``promise_kept`` says whether
 ``bridge_connect`` has at most the foreign moves and at most the longest pause of each classic way.
 
-    python benchmarks/rolling_restart_three_ways.py [--tasks N] [--ways kafka,bridge_classic,...]
+    python benchmarks/rolling_restart_three_ways.py [--tasks N] [--delay-ms MS] [--ways kafka,...]
 
 Takes ~10-15 min on two cores (24 JVM starts). The last line printed is one JSON object.
 """
@@ -131,7 +131,7 @@ def rolling_figures(events: Iterable[dict[str, Any]], start_ms: int, end_ms: int
     }
 
 
-def one_way(way: str, broker: KafkaBroker, workdir: Path, tasks: int) -> dict[str, Any]:
+def one_way(way: str, broker: KafkaBroker, workdir: Path, tasks: int, delay_ms: int) -> dict[str, Any]:
     """Start four workers and the connectors, restart each worker in turn, measure."""
     through_bridge, group_protocol = WAYS[way]
     workdir.mkdir(parents=True, exist_ok=True)
@@ -147,7 +147,7 @@ def one_way(way: str, broker: KafkaBroker, workdir: Path, tasks: int) -> dict[st
 
     proxy: Callable[..., BridgeProcess] | None = bridge if through_bridge else None
     began = time.monotonic()
-    drill = JavaDrill(broker, worker, proxy, workdir, f"bench-{way.replace('_', '-')}")
+    drill = JavaDrill(broker, worker, proxy, workdir, f"bench-{way.replace('_', '-')}", delay_ms=delay_ms)
     try:
         for name in WORKERS:
             drill.start(name, group_protocol=group_protocol)
@@ -200,6 +200,9 @@ def promise(ways: dict[str, dict[str, Any]]) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--tasks", type=int, default=20, help="tasks in all (two connectors)")
+    parser.add_argument(
+        "--delay-ms", type=int, default=5000, help="scheduled.rebalance.max.delay.ms of workers and bridge"
+    )
     parser.add_argument("--ways", default=",".join(WAYS), help=f"comma-separated, of {', '.join(WAYS)}")
     args = parser.parse_args(argv)
     chosen = [w.strip() for w in args.ways.split(",") if w.strip()]
@@ -207,12 +210,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     if unknown:
         parser.error(f"unknown ways {unknown}")
     began = time.monotonic()
-    out: dict[str, Any] = {"workers": len(WORKERS), "tasks": args.tasks, "baseline": "kafka", "ways": {}}
+    out: dict[str, Any] = {
+        "workers": len(WORKERS),
+        "tasks": args.tasks,
+        "delay_ms": args.delay_ms,
+        "baseline": "kafka",
+        "ways": {},
+    }
     with tempfile.TemporaryDirectory() as tmp:
         broker = start_kafka_broker(Path(tmp) / "kafka", heap="1g")
         try:
             for way in chosen:
-                out["ways"][way] = figures = one_way(way, broker, Path(tmp) / way, args.tasks)
+                out["ways"][way] = figures = one_way(way, broker, Path(tmp) / way, args.tasks, args.delay_ms)
                 print(f"{way}: {json.dumps(figures)}", file=sys.stderr, flush=True)
         finally:
             broker.stop()
