@@ -99,8 +99,15 @@ class HaDrill(JavaDrill):
 
     # --- the bridges --------------------------------------------------------------------------
 
-    def start(self, name: str, protocol: str = "sessioned") -> ConnectWorker:
-        """Start ``name`` with every bridge in its ``bootstrap.servers``, as operators configure it."""
+    def start(
+        self,
+        name: str,
+        protocol: str = "sessioned",
+        overrides: dict[str, Any] | None = None,
+        group_protocol: str | None = None,
+    ) -> ConnectWorker:
+        """Start ``name`` with every bridge in its ``bootstrap.servers``, as operators configure it
+        (``group_protocol``: through the connect-bridge-worker add-on, as ``JavaDrill.start``)."""
         worker = self._start_worker(
             bootstrap=",".join(b.bootstrap for b in self.bridges),
             group_id=self.group,
@@ -108,7 +115,8 @@ class HaDrill(JavaDrill):
             name=name,
             rest_port=self.ports.get(name),
             scheduled_rebalance_max_delay_ms=DELAY_MS,
-            overrides={"request.timeout.ms": WORKER_REQUEST_TIMEOUT_MS},
+            overrides={"request.timeout.ms": WORKER_REQUEST_TIMEOUT_MS} | (overrides or {}),
+            group_protocol=group_protocol,
         )
         self.workers[name] = worker
         self.ports[name] = worker.rest_port

@@ -50,6 +50,7 @@ from connect_bridge.state.model import NEW_PROTOCOL
 from connect_bridge.workers.live_new import LiveNewWorker
 from kafka_fixtures import (
     LEADER_URL,
+    VERIFIABLE_SINK,
     VERIFIABLE_SOURCE,
     BridgeProcess,
     ConnectWorker,
@@ -196,6 +197,17 @@ class JavaDrill:
         self.workers[via].create_connector(connector, config)
         self.connectors[connector] = tasks
         self.tasks_ever[connector] = max(tasks, self.tasks_ever.get(connector, 0))
+        self.driver.append(config_event(now_ms(), self.connectors))
+
+    def create_sink(self, connector: str, source: str, via: str) -> None:
+        """A VerifiableSink connector with one task reading ``source``'s topic (one partition, so one
+        task consumes it all). It prints every record it gets (``{"name": connector, "task": the
+        source task, ...}``), so :func:`check_prints` sees two instances printing at once; it writes
+        no topic of its own, so the topic witness does not read one for it."""
+        config = {"connector.class": VERIFIABLE_SINK, "tasks.max": 1, "topics": self.topics[source]}
+        self.workers[via].create_connector(connector, config)
+        self.connectors[connector] = 1
+        self.tasks_ever[connector] = 1
         self.driver.append(config_event(now_ms(), self.connectors))
 
     def reconfigure(self, connector: str, tasks: int, via: str) -> None:
@@ -732,33 +744,38 @@ def wait_group_type(drill: JavaDrill, wanted: str, timeout_s: float) -> float:
     return time.monotonic() - start
 
 
-def signed_task_configs_after_downgrade(drill: JavaDrill, timeout_s: float = 60.0) -> list[str]:
-    """Change every connector's ``throughput`` (same tasks) and wait until every live worker reads
-    the new task configs. A connector's worker writes its new task configs itself when it is the
-    leader; a follower forwards them to the leader's REST url as a request signed with the session
-    key (``PUT /connectors/<c>/tasks``, sessioned). So this fails if, after the conversions, the
-    followers forward to the wrong leader or the leader cannot check their signature. Returns the
-    connectors whose task configs were forwarded (at least one: two connectors on three balanced
-    workers cannot both run on the leader)."""
+def signed_task_configs_after_downgrade(
+    drill: JavaDrill, timeout_s: float = 60.0, throughput: int = THROUGHPUT + 5
+) -> list[str]:
+    """Change every VerifiableSource connector's ``throughput`` (same tasks) and wait until every
+    live worker reads the new task configs. A connector's worker writes its new task configs itself
+    when it is the leader; a follower forwards them to the leader's REST url as a request signed with
+    the session key (``PUT /connectors/<c>/tasks``, sessioned). So this fails if, after the
+    conversions, the followers forward to the wrong leader or the leader cannot check their
+    signature. Returns the connectors whose task configs were forwarded (at least one: two
+    connectors on three balanced workers cannot both run on the leader). Deleted connectors and
+    sinks (no topic of their own) are left alone."""
     leader = drill.leader()
     by_id = {w.worker_id: name for name, w in drill.workers.items() if w.running}
+    sources = {c: topic for c, topic in drill.topics.items() if c in drill.connectors}
     forwarded = []
-    for connector, topic in drill.topics.items():
+    for connector, topic in sources.items():
         runs_on = by_id.get(drill.live()[0].connector_status(connector)["connector"]["worker_id"])
         if runs_on != leader:
             forwarded.append(f"{connector} (on {runs_on}, leader {leader})")
         config = {"connector.class": VERIFIABLE_SOURCE, "tasks.max": drill.connectors[connector]}
-        config |= {"topic": topic, "throughput": THROUGHPUT + 5}
+        config |= {"topic": topic, "throughput": throughput}
         drill.live()[0].put_connector_config(connector, config)
         drill.driver.append(config_event(now_ms(), drill.connectors))
     assert forwarded, f"both connectors run on the leader {leader}"
     deadline = time.monotonic() + timeout_s
     for worker in drill.live():
-        for connector, tasks in drill.connectors.items():
+        for connector in sources:
+            tasks = drill.connectors[connector]
             while True:
                 configs = worker.task_configs(connector, max(deadline - time.monotonic(), 1.0))
                 if len(configs) == tasks and all(
-                    c["config"].get("throughput") == str(THROUGHPUT + 5) for c in configs
+                    c["config"].get("throughput") == str(throughput) for c in configs
                 ):
                     break
                 assert time.monotonic() < deadline, (
