@@ -27,6 +27,10 @@ The ``connect`` protocol's promise is fewer moves and shorter pauses: ``promise_
 ``bridge_connect`` has at most the foreign moves and at most the longest pause of each classic way.
 
     python benchmarks/rolling_restart_three_ways.py [--tasks N] [--delay-ms MS] [--ways kafka,...]
+        [--keep DIR]
+
+``--keep DIR`` keeps each way's logs (``DIR/<way>/connect/...`` for the workers, ``DIR/<way>/bridge``
+for the bridge) to read after the run.
 
 Takes ~10-15 min on two cores (24 JVM starts). The last line printed is one JSON object.
 """
@@ -204,6 +208,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--delay-ms", type=int, default=5000, help="scheduled.rebalance.max.delay.ms of workers and bridge"
     )
     parser.add_argument("--ways", default=",".join(WAYS), help=f"comma-separated, of {', '.join(WAYS)}")
+    parser.add_argument(
+        "--keep",
+        metavar="DIR",
+        type=Path,
+        default=None,
+        help="keep every way's worker and bridge logs under DIR/<way>/ (default: a temporary dir, removed)",
+    )
     args = parser.parse_args(argv)
     chosen = [w.strip() for w in args.ways.split(",") if w.strip()]
     unknown = sorted(set(chosen) - set(WAYS))
@@ -218,10 +229,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         "ways": {},
     }
     with tempfile.TemporaryDirectory() as tmp:
-        broker = start_kafka_broker(Path(tmp) / "kafka", heap="1g")
+        root = Path(tmp) if args.keep is None else args.keep
+        broker = start_kafka_broker(root / "kafka", heap="1g")
         try:
             for way in chosen:
-                out["ways"][way] = figures = one_way(way, broker, Path(tmp) / way, args.tasks, args.delay_ms)
+                out["ways"][way] = figures = one_way(way, broker, root / way, args.tasks, args.delay_ms)
                 print(f"{way}: {json.dumps(figures)}", file=sys.stderr, flush=True)
         finally:
             broker.stop()

@@ -669,6 +669,29 @@ def test_returning_worker_gets_its_held_work_back() -> None:
     assert sim.running["m3-again"] == m3_work
 
 
+def test_rolling_restart_within_the_delay_moves_nothing_although_each_process_has_a_new_member_id() -> None:
+    """benchmarks/rolling_restart_three_ways.py's shape: 4 workers, two connectors of 10 tasks, each
+    worker restarted in turn. The add-on picks a new member id per process (``<client.id>-<uuid>``);
+    the hold is matched by the REST url, so a worker back within the delay gets exactly its own work
+    back, and no task ever runs on another worker."""
+    sim = Sim(delay=20_000, session=NO_SESSION_EXPIRY, view=ConfigView.of(10, {"alpha": 10, "beta": 10}))
+    member = {w: f"{w}-process-0" for w in ("w0", "w1", "w2", "w3")}
+    for worker, mid in member.items():
+        sim.join(mid, url=f"http://{worker}:8083/")
+    sim.settle()
+    home = {worker: sim.running[mid] for worker, mid in member.items()}
+    assert all(home.values())
+    for restart, worker in enumerate(member, start=1):
+        sim.leave(member[worker])
+        sim.settle()
+        sim.advance(sim.now + 8_000)  # a JVM restart, shorter than the delay
+        member[worker] = f"{worker}-process-{restart}"
+        sim.join(member[worker], url=f"http://{worker}:8083/")
+        sim.settle()
+        assert {w: sim.running[mid] for w, mid in member.items()} == home
+    assert sim.group.metadata.held == ()
+
+
 def test_an_assignment_is_resent_until_the_member_reports_owning_it() -> None:
     """The answer that carried a new assignment may be lost, or may have answered a duplicate of
     the request that the client then dropped: a member that never reports owning its assignment
