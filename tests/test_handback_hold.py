@@ -175,3 +175,42 @@ def test_a_worker_back_with_an_empty_id_and_nothing_running_ends_its_earlier_inc
     assert (w2 in classic(coord).members) is not removed
     assert coord.hand_back_hold_until(G) == -1
     assert w1 in classic(coord).members
+
+
+def test_a_release_started_while_members_wait_in_the_join_makes_them_join_again() -> None:
+    """``connect-bridge release`` while the group is already PreparingRebalance: w1 waits in the
+    join with nothing running (its JoinGroup came before ``releasing``, so the wiring never saw it
+    to send it away). Before the fix that generation completed with an empty assignment for w1,
+    which had nothing to revoke and never joined again: the group never emptied and the hand-back
+    never finished (adversarial 97000291043400). Now the join phase that began before
+    ``releasing`` is followed at once by another one, whose JoinGroups the wiring routes."""
+    from connect_bridge.state.handback import reports_nothing
+    from test_migration import protocols
+
+    coord = coordinator(scheduled_rebalance_max_delay_ms=DELAY_MS)
+    w1, w2 = stable_classic(coord)
+    coord.change_ownership(G, OwnershipState.RELAYING, -1, 0)
+    coord.change_ownership(G, OwnershipState.ADOPTED, 1, 0)
+    assert cjoin(coord, w1, "http://w1/", (), now=100, token="w1-early") is None
+    assert classic(coord).state is capi.ClassicGroupState.PREPARING_REBALANCE
+    coord.start_release(G, START_MS)
+
+    # w2 still runs W2_FULL: the wiring lets its JoinGroup join the bridge's group.
+    completed = cjoin(coord, w2, "http://w2/", W2_FULL, now=START_MS, token="w2-join")
+    assert completed is not None and completed.error_code == 0  # the last to join: the join completes
+    generation = completed.generation_id
+    assert dict(coord.drain_responses())["w1-early"].generation_id == generation  # type: ignore[union-attr]
+    assert classic(coord).state is capi.ClassicGroupState.PREPARING_REBALANCE
+    answer = csync(coord, w1, generation, ((w1, payload(w1)), (w2, payload(w1))), now=START_MS)
+    assert answer is not None and answer.error_code == ErrorCode.REBALANCE_IN_PROGRESS
+
+    # Both join again, now while ``releasing``: w1 reports nothing and is sent away.
+    assert reports_nothing(protocols("http://w1/", ()))
+    assert coord.release_member(G, w1, START_MS + 1)
+    joined = cjoin(coord, w2, "http://w2/", W2_FULL, now=START_MS + 1)
+    assert joined is not None and joined.error_code == 0 and joined.leader == w2, joined
+    csync(coord, w2, joined.generation_id, ((w2, payload(w2, W2_FULL)),), now=START_MS + 2)
+    assert classic(coord).state is capi.ClassicGroupState.STABLE  # no further rebalance
+    assert coord.release_member(G, w2, START_MS + 3)  # revoked, it joins again reporting nothing
+    assert coord.finish_release(G, START_MS + 3)
+    assert coord.ownership.state(G) is OwnershipState.RELEASED

@@ -56,6 +56,7 @@ class GroupCoordinator(OwnershipSteps):
         self.views: dict[str, ConfigView] = {}
         self.default_view = ConfigView()
         self._records: list[Record] = []
+        self._release_rejoins: set[str] = set()
         self._responses: list[tuple[object, object]] = []
         self.ownership = OwnershipTable()
         """Which side coordinates each adopted or released group (docs/adoption.md)."""
@@ -131,6 +132,8 @@ class GroupCoordinator(OwnershipSteps):
         group = self.groups.get(group_id)
         if group is None:
             return
+        if isinstance(group, ClassicGroup):
+            self._rejoin_after_early_join(group, now_ms)
         self._flush(group)
         if isinstance(group, ConnectGroup) and group.downgrade_pending:
             legacy_only = group.members and all(m.metadata.is_legacy for m in group.members.values())

@@ -32,6 +32,9 @@ class OwnershipSteps:
     groups: dict[str, ConnectGroup | ClassicGroup]
     ownership: OwnershipTable
     _records: list[Record]
+    _release_rejoins: set[str]
+    """``releasing`` groups whose join phase began before ``releasing`` was written (see
+    :meth:`_rebalance_to_release`)."""
 
     @staticmethod
     def _may_run_any(classic: ClassicGroup, member: ClassicMember) -> bool:
@@ -117,10 +120,30 @@ class OwnershipSteps:
         """Every member of a ``releasing`` group rejoins (REBALANCE_IN_PROGRESS on its next
         Heartbeat); the generation that completes revokes everything (``state.handback``). At the
         start of a hand-back, and again after a restart during one: a loaded group is Stable in its
-        last generation, which revoked nothing if the bridge died before completing the revoking one."""
-        if group.members and group.state is not _PREPARING:
+        last generation, which revoked nothing if the bridge died before completing the revoking one.
+
+        A group already PreparingRebalance has members whose JoinGroup was taken before
+        ``releasing`` was written, so none of them was sent away, and one with nothing to revoke
+        (eager, or an empty allocation) would complete that generation and never join again: the
+        group would never empty. So that join phase is followed by another one at once
+        (:meth:`_rejoin_after_early_join`), whose JoinGroups all come while ``releasing``."""
+        if not group.members:
+            return
+        if group.state is _PREPARING:
+            self._release_rejoins.add(group.group_id)
+            return
+        prepare_rebalance(group, now_ms)
+        self._after(group.group_id, now_ms)
+
+    def _rejoin_after_early_join(self, group: ClassicGroup, now_ms: int) -> None:
+        """Called after each step of a classic group: once a join phase that began before
+        ``releasing`` has ended, start another rebalance (its SyncGroups are answered
+        REBALANCE_IN_PROGRESS, so every member joins again and is sent away or revoked)."""
+        if group.group_id not in self._release_rejoins or group.state is _PREPARING:
+            return
+        self._release_rejoins.discard(group.group_id)
+        if self._releasing(group.group_id) and group.members and group.state is not ClassicGroupState.DEAD:
             prepare_rebalance(group, now_ms)
-            self._after(group.group_id, now_ms)
 
     def release_member(self, group_id: str, member_id: str, now_ms: int) -> bool:
         """Hand-back: remove one member of a ``releasing`` group (its request is then answered
