@@ -59,6 +59,7 @@ _PASSED_AS_IS = (
     "proxy_base_port",
     "upstream_start_timeout_ms",
     "state_topic",
+    "connections",
 )
 """Settings that are ``ServerOptions`` fields of the same name and meaning."""
 _SERVER_LIMITS = ("max_inflight_per_connection", "max_buffered_bytes", "heartbeat_cache_bytes")
