@@ -123,7 +123,8 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         Counter,
         "sasl_authentications",
         "Completed SASL exchanges on the listeners, by sasl.mode, mechanism and result "
-        "(authenticated, reauthenticated: KIP-368 on the same connection, failed).",
+        "(authenticated, reauthenticated: KIP-368 on the same connection, failed, busy: a PLAIN "
+        "password check refused at sasl.max_pending_password_checks).",
         ("mode", "mechanism", "result"),
     ),
     MetricSpec(
