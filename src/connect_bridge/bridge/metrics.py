@@ -25,7 +25,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from connect_bridge.bridge.admin_access import AdminAccess
+from connect_bridge.bridge.admin_access import TOKEN_FILE_PATH, AdminAccess
 from connect_bridge.codecs.error_codes import error_name
 
 NAMESPACE = "connect_bridge"
@@ -51,8 +51,15 @@ LATENCY_BUCKETS = (
 """100 µs .. 10 s: a local coordinator answer is sub-millisecond, a relayed or durable one is not."""
 
 HTTP_READ_TIMEOUT_S = 5.0
+"""Default time to read a whole request head (``metrics_request_timeout_ms``), and to finish the TLS
+handshake: one deadline for the head, not one per line, or a client sending a header line every
+few seconds holds its connection for ever (slowloris)."""
+HTTP_MAX_CONNECTIONS = 64
+"""Default connections served at once (``metrics_max_connections``); past it a new one is answered
+503 and closed at once. Scrapers and probes open one connection at a time."""
 HTTP_MAX_LINE = 8192
 HTTP_MAX_HEADERS = 100
+_BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 log = logging.getLogger(__name__)
 
@@ -318,6 +325,7 @@ def log_event(logger: logging.Logger, event: str, /, **fields: Any) -> None:
 _REASONS = {
     200: "OK",
     400: "Bad Request",
+    401: "Unauthorized",
     403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
@@ -338,6 +346,9 @@ async def start_http(
     ssl: SSLContext | None = None,
     admin: Admin | None = None,
     admin_access: AdminAccess | None = None,
+    *,
+    max_connections: int = HTTP_MAX_CONNECTIONS,
+    request_timeout_s: float = HTTP_READ_TIMEOUT_S,
 ) -> asyncio.AbstractServer:
     """Serve GET/HEAD /metrics, /livez and /readyz on ``host:port`` (port 0 = any free port).
 
@@ -348,14 +359,25 @@ async def start_http(
     ``admin``: answers ``/admin/...`` (GET and POST; ``server_admin.py``) to the peers
     ``admin_access`` lets in (default: loopback and verified client certificates, refusals counted in
     ``admin_refused``); anyone else gets 403 (``admin_access.py``: this listener is often open to the
-    network for the scraper).
+    network for the scraper), and a state-changing request without the admin token 401.
+    At most ``max_connections`` are served at once (others: 503 and closed), and a request head
+    (and the TLS handshake) must arrive within ``request_timeout_s``.
     """
     gate = admin_access if admin_access is not None else AdminAccess(refused=metrics.admin_refused.inc)
+    open_connections = 0
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal open_connections
+        if open_connections >= max_connections:
+            writer.write(_BUSY)
+            writer.close()
+            return
+        open_connections += 1
         try:
             peer = (writer.get_extra_info("peername"), writer.get_extra_info("peercert"))
-            status, content_type, body, head_only = await _respond(reader, metrics, ready, admin, gate, peer)
+            status, content_type, body, head_only = await _respond(
+                reader, metrics, ready, admin, gate, peer, request_timeout_s
+            )
             reason = _REASONS.get(status, "")
             headers = [
                 f"HTTP/1.1 {status} {reason}",
@@ -365,6 +387,8 @@ async def start_http(
             ]
             if status == 405:
                 headers.append("Allow: GET, HEAD")
+            if status == 401:
+                headers.append('WWW-Authenticate: Bearer realm="connect-bridge admin"')
             writer.write(("\r\n".join(headers) + "\r\n\r\n").encode("ascii"))
             if not head_only:
                 writer.write(body)
@@ -372,13 +396,15 @@ async def start_http(
         except (ConnectionError, TimeoutError, asyncio.IncompleteReadError):
             pass  # the client went away or stalled; nothing to answer
         finally:
+            open_connections -= 1
             writer.close()
             try:
                 await writer.wait_closed()
             except ConnectionError:
                 pass
 
-    return await asyncio.start_server(handle, host, port, limit=HTTP_MAX_LINE, ssl=ssl)
+    handshake = {"ssl_handshake_timeout": request_timeout_s} if ssl is not None else {}
+    return await asyncio.start_server(handle, host, port, limit=HTTP_MAX_LINE, ssl=ssl, **handshake)
 
 
 async def _respond(
@@ -388,16 +414,22 @@ async def _respond(
     admin: Admin | None = None,
     gate: AdminAccess | None = None,
     peer: tuple[Any, Any] = (None, None),
+    request_timeout_s: float = HTTP_READ_TIMEOUT_S,
 ) -> tuple[int, str, bytes, bool]:
     text = "text/plain; charset=utf-8"
+    headers: dict[str, str] = {}
     try:
-        request_line = await asyncio.wait_for(reader.readline(), HTTP_READ_TIMEOUT_S)
-        for _ in range(HTTP_MAX_HEADERS):  # headers are read and ignored
-            line = await asyncio.wait_for(reader.readline(), HTTP_READ_TIMEOUT_S)
-            if line in (b"\r\n", b"\n", b""):
-                break
-        else:
-            return 400, text, b"too many headers\n", False
+        async with asyncio.timeout(request_timeout_s):  # the whole head, not each line
+            request_line = await reader.readline()
+            for _ in range(HTTP_MAX_HEADERS):
+                line = await reader.readline()
+                if line in (b"\r\n", b"\n", b""):
+                    break
+                name, sep, value = line.decode("latin-1").partition(":")
+                if sep:
+                    headers.setdefault(name.strip().lower(), value.strip())
+            else:
+                return 400, text, b"too many headers\n", False
     except (ValueError, asyncio.LimitOverrunError):  # a line longer than the stream limit
         return 400, text, b"line too long\n", False
     parts = request_line.decode("latin-1").split()
@@ -405,9 +437,14 @@ async def _respond(
         return 400, text, b"bad request line\n", False
     method, target = parts[0], parts[1]
     if admin is not None and target.startswith("/admin/"):
-        refused = (gate or AdminAccess()).refusal(*peer)  # fail closed: loopback only by default
+        # fail closed: loopback only by default, Host/Origin checked, the token for a change
+        refused = (gate or AdminAccess()).request_refusal(method, headers, *peer)
         if refused is not None:
-            return 403, "application/json", (json.dumps({"message": refused}) + "\n").encode(), False
+            status, why = refused
+            return status, "application/json", (json.dumps({"message": why}) + "\n").encode(), False
+        if method == "GET" and target.split("?", 1)[0] == TOKEN_FILE_PATH and gate is not None:
+            where = str(gate.token_file) if gate.token_file is not None else None
+            return 200, "application/json", (json.dumps({"token_file": where}) + "\n").encode(), False
     if admin is not None and target.startswith("/admin/") and method in ("GET", "POST"):
         status, body = await admin(method, target.split("?", 1)[0])
         return status, "application/json", body, False
