@@ -173,7 +173,7 @@ async def run(settings: BridgeSettings) -> str | None:
 
     The first stdout line says where it listens (tools read it)."""
     listener_tls, metrics_tls, security = tls_contexts(settings)
-    metrics = Metrics()
+    metrics = Metrics(group_ids=settings.metrics_group_ids)
     authorizer = group_authorizer(settings, metrics)
     store = open_store(settings, security)
     options = dataclasses.replace(server_options(settings, security, listener_tls), authorizer=authorizer)

@@ -42,6 +42,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from connect_bridge.bridge.file_modes import writable_by_others
 from connect_bridge.bridge.scram import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,
@@ -184,6 +185,9 @@ def load_credentials(path: Path) -> CredentialStore:
         where = getattr(exc, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
         raise CredentialsError(f"{path}: not valid YAML{line}") from None
+    unsafe = writable_by_others(path)
+    if unsafe is not None:  # others could add themselves a user (file_modes.py)
+        raise CredentialsError(f"{path}: refused: {unsafe}")
     try:
         parsed = _CredentialsFile.model_validate(raw if raw is not None else {"users": {}})
     except ValidationError as exc:

@@ -9,6 +9,7 @@ scraper and a kubelet, which does not justify an HTTP framework dependency.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -200,7 +201,9 @@ class Metrics:
     ha_fenced: Counter
     admin_refused: Counter
 
-    def __init__(self) -> None:
+    def __init__(self, group_ids: bool = True) -> None:
+        self.group_ids = group_ids
+        """``metrics_group_ids``: label per-group series with the group id; False: ``group_label``'s hash."""
         self._request_children: dict[tuple[str, int | str], tuple[Any, Any]] = {}
         self.registry = CollectorRegistry(auto_describe=True)
         for spec in METRIC_SPECS:
@@ -217,10 +220,20 @@ class Metrics:
         """One metric of ``kind`` (Counter, Gauge, Histogram) in this registry, under ``NAMESPACE``."""
         return kind(name, doc, labels, namespace=NAMESPACE, registry=self.registry, **options)
 
+    def group_label(self, group_id: str) -> str:
+        """The ``group`` label of ``group_id``'s series: the id, or with ``group_ids`` off
+        ``sha256:`` and 12 hex digits of its SHA-256 (/metrics answers whoever reaches the listener,
+        while ListGroups shows a group only to principals allowed to describe it). A hash of a
+        guessable id can be confirmed by hashing the guess: it hides names, it is not a secret."""
+        if self.group_ids:
+            return group_id
+        return "sha256:" + hashlib.sha256(group_id.encode("utf-8")).hexdigest()[:12]
+
     def observe_ownership(self, group_id: str, phase: Any) -> None:
         """An adopted group's phase changed: its gauge is 1 for the current phase only."""
+        label = self.group_label(group_id)
         for known in ("relaying", "adopted", "releasing", "released"):
-            self.group_ownership.labels(group_id, known).set(1 if str(phase) == known else 0)
+            self.group_ownership.labels(label, known).set(1 if str(phase) == known else 0)
 
     def observe_ha(self, owners: Mapping[int, str], mine: Iterable[int], lease_valid: bool) -> None:
         """The partition map as this bridge sees it: one series per partition, for its owner."""
@@ -262,18 +275,19 @@ class Metrics:
         self, group_id: str, group_epoch: int, counts: Mapping[tuple[str, str], int]
     ) -> None:
         """:meth:`observe_group` with the members already counted per (protocol, state)."""
+        label = self.group_label(group_id)
         previous = self._epochs.get(group_id)
         if previous is not None and group_epoch > previous:
-            self.rebalances.labels(group=group_id).inc()
+            self.rebalances.labels(group=label).inc()
             self._rebalance_series.add(group_id)
         self._epochs[group_id] = group_epoch
-        self.group_epoch.labels(group=group_id).set(group_epoch)
+        self.group_epoch.labels(group=label).set(group_epoch)
 
         counts = {key: n for key, n in counts.items() if n}
         for protocol, state in self._member_series.get(group_id, set()) - counts.keys():
-            self.members.remove(group_id, protocol, state)
+            self.members.remove(label, protocol, state)
         for (protocol, state), count in counts.items():
-            self.members.labels(group=group_id, protocol=protocol, state=state).set(count)
+            self.members.labels(group=label, protocol=protocol, state=state).set(count)
         self._member_series[group_id] = set(counts)
 
     def observe_groups(
@@ -294,13 +308,14 @@ class Metrics:
         """Drop every series of a deleted group, its rebalance counter included: series of groups
         that no longer exist would otherwise pile up for good as clients create and delete groups
         (a group created again starts from its first sighting, which Prometheus reads as a reset)."""
+        label = self.group_label(group_id)
         for protocol, state in self._member_series.pop(group_id, set()):
-            self.members.remove(group_id, protocol, state)
+            self.members.remove(label, protocol, state)
         if self._epochs.pop(group_id, None) is not None:
-            self.group_epoch.remove(group_id)
+            self.group_epoch.remove(label)
         if group_id in self._rebalance_series:
             self._rebalance_series.discard(group_id)
-            self.rebalances.remove(group_id)
+            self.rebalances.remove(label)
 
     @property
     def observed_groups(self) -> frozenset[str]:
