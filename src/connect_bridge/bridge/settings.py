@@ -226,6 +226,24 @@ class BridgeSettings(_Strict):
     """Answer the admin endpoint (``/admin/...`` on the metrics listener) from any peer. Off: only
     loopback peers and clients whose certificate ``metrics_tls`` verified; others get 403
     (``admin_access.py``, docs/security.md)."""
+    # The metrics/admin listener's bounds and the admin token (docs/security.md "Bounds").
+    metrics_max_connections: int = Field(64, gt=0)
+    """Connections the metrics listener serves at once; past it a new one gets 503 and is closed."""
+    metrics_request_timeout_ms: int = Field(5000, gt=0)
+    """Time a client of the metrics listener has for its TLS handshake, and for its whole request head."""
+    metrics_group_ids: bool = True
+    """Label the per-group series of /metrics with the group id; false: with ``sha256:`` and the
+    first 12 hex digits of its SHA-256 instead (/metrics answers whoever reaches the listener)."""
+    admin_token_file: Path | None = None
+    """The token a state-changing admin request needs (``Authorization: Bearer``), created 0600 when
+    missing; default ``<state_dir>/admin.token`` (``admin_access.py``)."""
+    admin_hosts: list[str] = []
+    """Host names the admin endpoint answers to besides IP addresses, localhost and this machine's name."""
+
+    @property
+    def admin_token_path(self) -> Path:
+        return self.admin_token_file if self.admin_token_file is not None else self.state_dir / "admin.token"
+
     upstream_tls: UpstreamTls | None = None
     """TLS on every connection the bridge opens to the upstream brokers (relay links, discovery,
     state and config topics); None: plaintext."""
