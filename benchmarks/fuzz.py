@@ -10,6 +10,12 @@ every 100 ms on its own connection. Its latency is measured twice in the same ru
 
     python benchmarks/fuzz.py                  # 1,000,000 frames
     python benchmarks/fuzz.py --frames 100000  # a shorter run
+    python benchmarks/fuzz.py --tls-sasl       # on a TLS listener with terminated SASL (PLAIN)
+
+``--tls-sasl``: every connection (the fuzzer's and the heartbeating member's) is TLS and logs in
+with PLAIN first, so the campaign reaches the group APIs of an authenticated client and runs through
+the TLS and SASL layers; SaslHandshake and SaslAuthenticate are left out of the scripts (after the
+login they would start a re-authentication, which the oracle does not model).
 
 The last line printed is one JSON object: frames, answers, closes, parked (JoinGroup/SyncGroup left
 waiting for a rebalance, as Kafka's classic protocol does), violations (frames whose answer or
@@ -146,8 +152,71 @@ class Heartbeats(threading.Thread):
         self.member.sock.close()
 
 
-def worker(port: int, seed: int, frames: int, out: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
-    campaign = Campaign(random.Random(seed), MAX_FRAME)
+SASL_APIS = (17, 36)
+"""SaslHandshake and SaslAuthenticate: not fuzzed after a ``--tls-sasl`` login (see the docstring)."""
+FUZZ_USER, FUZZ_PASSWORD = "fuzz", "fuzz-secret"
+
+
+class AuthenticatedCampaign(Campaign):
+    """The campaign without the SASL APIs (the connection is already authenticated)."""
+
+    def request(
+        self, api_key: int | None = None, version: int | None = None, shape: str | None = None
+    ) -> Any:
+        while True:
+            req = super().request(api_key, version, shape)
+            if req.api_key not in SASL_APIS:
+                return req
+
+
+def secure_connections() -> None:
+    """From now on (and in forked workers) ``socket.create_connection`` returns a TLS socket that
+    logged in with PLAIN: what ``run_script`` and ``SteadyMember`` open."""
+    import socket
+    import ssl
+
+    from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+
+    from connect_bridge.codecs.requests import decode_response, encode_request
+    from test_fuzz_structured import _read_frame
+
+    plain = socket.create_connection
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+
+    def connect(address: Any, timeout: Any = None, *args: Any, **kwargs: Any) -> Any:
+        sock = context.wrap_socket(plain(address, timeout, *args, **kwargs), server_hostname=address[0])
+        sock.sendall(encode_request(SaslHandshakeRequest[1](mechanism="PLAIN"), 1, 1, "fuzz-login"))
+        _read_frame(sock)
+        token = f"\x00{FUZZ_USER}\x00{FUZZ_PASSWORD}".encode()
+        sock.sendall(encode_request(SaslAuthenticateRequest[1](auth_bytes=token), 1, 2, "fuzz-login"))
+        answer = _read_frame(sock)
+        if answer is None or decode_response(36, 1, answer, framed=False).error_code != 0:
+            sock.close()
+            raise ConnectionRefusedError("the PLAIN login of the fuzzer failed")
+        return sock
+
+    socket.create_connection = connect
+
+
+def secure_config(directory: Path) -> str:
+    """The ``tls`` and ``sasl`` sections of ``--tls-sasl`` (certificates and credentials made here)."""
+    from certs import make_tls_material
+    from connect_bridge.bridge.credentials import CredentialStore, save_credentials
+
+    directory.mkdir()
+    tls = make_tls_material(directory)
+    credentials = directory / "credentials.yaml"
+    save_credentials(CredentialStore().with_user(FUZZ_USER, FUZZ_PASSWORD), credentials)
+    return (
+        f"tls:\n  certfile: {tls.server_cert}\n  keyfile: {tls.server_key}\n"
+        f"sasl:\n  mode: terminated\n  mechanisms: [PLAIN]\n  credentials_file: {credentials}\n"
+        "  password_check_threads: 2\n"
+    )
+
+
+def worker(port: int, seed: int, frames: int, out: multiprocessing.Queue, secure: bool = False) -> None:  # type: ignore[type-arg]
+    campaign = (AuthenticatedCampaign if secure else Campaign)(random.Random(seed), MAX_FRAME)
     total = Tally()
     violations: list[str] = []
     crashed = False
@@ -192,11 +261,14 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2, help="fuzzing processes (default 2)")
     parser.add_argument("--baseline-seconds", type=float, default=20.0, help="heartbeats alone first")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--tls-sasl", action="store_true", help="a TLS listener with terminated SASL (PLAIN)")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory() as tmp:
         config = os.path.join(tmp, "bridge.yaml")
-        Path(config).write_text(CONFIG)
+        Path(config).write_text(CONFIG + (secure_config(Path(tmp) / "secure") if args.tls_sasl else ""))
+        if args.tls_sasl:
+            secure_connections()
         log_path = os.path.join(tmp, "serve.log")
         log = open(log_path, "w")  # closed below, after the bridge
         bridge, port = start_bridge(os.path.join(tmp, "state"), config, log)
@@ -219,7 +291,9 @@ def main() -> None:
             started = time.perf_counter()
             beats.phase = "campaign"
             procs = [
-                context.Process(target=worker, args=(port, args.seed * 1000 + i, share, results))
+                context.Process(
+                    target=worker, args=(port, args.seed * 1000 + i, share, results, args.tls_sasl)
+                )
                 for i in range(args.workers)
             ]
             for p in procs:
@@ -285,6 +359,7 @@ def main() -> None:
         "seconds": round(seconds, 1),
         "frames_per_s": round(total["frames"] / seconds),
         "workers": args.workers,
+        "tls_sasl": args.tls_sasl,
     }
     print("answers by API and error code: " + ", ".join(f"{k} {n}" for k, n in sorted(outcomes.items())))
     for line in problems[:5]:

@@ -475,7 +475,15 @@ def drain_owner(fleet: Fleet, partition: int) -> dict[str, Any]:
     answered: dict[str, Any] = {}
 
     def post() -> None:
-        request = urllib.request.Request(f"http://{fleet.admins[owner]}/admin/drain", data=b"", method="POST")
+        from connect_bridge.cli_admin import admin_endpoint, admin_token
+
+        token = admin_token(admin_endpoint(fleet.admins[owner]), 10)  # a change needs the admin token
+        request = urllib.request.Request(
+            f"http://{fleet.admins[owner]}/admin/drain",
+            data=b"",
+            method="POST",
+            headers={"Authorization": f"Bearer {token}"},
+        )
         try:
             with urllib.request.urlopen(request, timeout=60) as answer:
                 answered["status"] = answer.status

@@ -41,6 +41,7 @@ from connect_bridge.bridge.adoption_upstream import UpstreamGroups
 from connect_bridge.bridge.describe import describe
 from connect_bridge.bridge.server_admin import adopt_path, release_path
 from connect_bridge.bridge.upstream_security import UpstreamSecurity
+from connect_bridge.cli_admin import admin_endpoint, admin_token
 from connect_bridge.state.classic_state import ClassicDescribedGroup
 from kafka_fixtures import BridgeProcess, ConnectWorker, KafkaBroker
 from kafka_processes import free_ports
@@ -65,7 +66,10 @@ def upstream_group(broker: KafkaBroker, group: str) -> ClassicDescribedGroup:
 def admin(
     metrics: str, method: str = "GET", path: str = "/admin/groups", timeout: float = 10
 ) -> tuple[int, Any]:
-    request = urllib.request.Request(f"http://{metrics}{path}", method=method)
+    headers = {}
+    if method != "GET":  # a change carries the bridge's admin token (admin_access.py)
+        headers["Authorization"] = f"Bearer {admin_token(admin_endpoint(metrics), timeout)}"
+    request = urllib.request.Request(f"http://{metrics}{path}", method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout) as answer:
             return answer.status, json.loads(answer.read())

@@ -163,6 +163,12 @@ _ADMIN_ARGS = (
     ),
     _arg("--cert", metavar="PEM", help="with https://: client certificate, for metrics_tls with client_auth"),
     _arg("--key", metavar="PEM", help="private key of --cert (unencrypted)"),
+    _arg(
+        "--admin-token-file",
+        metavar="FILE",
+        help="the bridge's admin_token_file, for a change (default: $CONNECT_BRIDGE_ADMIN_TOKEN_FILE, "
+        "else the file the bridge names; readable by the bridge's user only)",
+    ),
 )
 """``--admin`` and its TLS options, shared by ``adopt``, ``release`` and ``drain`` (the names
 ``describe`` uses for the worker listener's TLS)."""

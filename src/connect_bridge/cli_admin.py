@@ -11,19 +11,26 @@ Why a module of its own: the failures of a TLS connection (a certificate that is
 listener that does not speak TLS, one that wants a client certificate, plain HTTP sent to an HTTPS
 port) surface from ``urllib`` as half a dozen exception types whose text means nothing to an
 operator; :func:`admin_request` turns each into one line saying what to change on the command line.
+
+A state-changing request (POST: adopt, release, drain) carries the bridge's admin token
+(``Authorization: Bearer``, ``admin_access.py``; with a client certificate only if it can be read):
+read from
+``--admin-token-file``, else ``$CONNECT_BRIDGE_ADMIN_TOKEN_FILE``, else the file the bridge names at
+``GET /admin/token-file``; the file is readable by the bridge's user only, which is the proof.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import os
 import ssl
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["AdminEndpoint", "AdminError", "admin_endpoint", "admin_request"]
+__all__ = ["TOKEN_ENV", "AdminEndpoint", "AdminError", "admin_endpoint", "admin_request", "admin_token"]
 
 _SCHEMES = ("http", "https")
 
@@ -44,6 +51,8 @@ class AdminEndpoint:
     """The client TLS context for ``https``; None for plain HTTP."""
     client_cert: bool = False
     """Whether the context presents a client certificate (``--cert``)."""
+    token_file: str | None = None
+    """``--admin-token-file``; None: ``$CONNECT_BRIDGE_ADMIN_TOKEN_FILE``, else the bridge's answer."""
 
     @property
     def tls(self) -> bool:
@@ -57,6 +66,7 @@ def admin_endpoint(
     key: str | None = None,
     *,
     tls_options_are_for_admin: bool = True,
+    token_file: str | None = None,
 ) -> AdminEndpoint:
     """Parse ``--admin`` and build the TLS context for an ``https://`` address.
 
@@ -89,7 +99,7 @@ def admin_endpoint(
                 f"--ca-file/--cert/--key are for an HTTPS admin endpoint, but --admin {admin} is plain "
                 f"HTTP: use --admin https://{shown_host}:{port} (a bridge with metrics_tls)"
             )
-        return AdminEndpoint(admin, base_url, None)
+        return AdminEndpoint(admin, base_url, None, token_file=token_file)
     try:
         settings = UpstreamTls(cafile=ca_file, certfile=cert, keyfile=key)
     except ValueError:
@@ -98,7 +108,7 @@ def admin_endpoint(
         context = client_context(settings, "--admin")
     except TlsError as exc:
         raise AdminError(str(exc)) from None
-    return AdminEndpoint(admin, base_url, context, client_cert=cert is not None)
+    return AdminEndpoint(admin, base_url, context, client_cert=cert is not None, token_file=token_file)
 
 
 def _reason(endpoint: AdminEndpoint, exc: BaseException) -> str:
@@ -147,10 +157,47 @@ def _client_cert_refused(endpoint: AdminEndpoint, at: str, detail: str) -> str:
     )
 
 
+TOKEN_ENV = "CONNECT_BRIDGE_ADMIN_TOKEN_FILE"
+
+
+def admin_token(endpoint: AdminEndpoint, timeout: float) -> str:
+    """The admin token: from ``--admin-token-file``, ``$CONNECT_BRIDGE_ADMIN_TOKEN_FILE``, or the file
+    ``GET /admin/token-file`` names (module docstring). :class:`AdminError` when it cannot be read."""
+    from connect_bridge.bridge.admin_access import TOKEN_FILE_PATH
+
+    path = endpoint.token_file or os.environ.get(TOKEN_ENV)
+    if not path:
+        _, answer = admin_request(endpoint, "GET", TOKEN_FILE_PATH, timeout)
+        path = answer.get("token_file") if isinstance(answer, dict) else None
+        if not path:
+            raise AdminError(
+                f"{endpoint.shown} names no admin token file: pass --admin-token-file (the bridge's "
+                "admin_token_file) or a client certificate (--cert, --key)"
+            )
+    try:
+        with open(path, encoding="ascii") as handle:
+            return handle.read().strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        why = getattr(exc, "strerror", None) or type(exc).__name__
+        raise AdminError(
+            f"cannot read the bridge's admin token {path} ({why}): run as the bridge's user (or root), "
+            "or pass --admin-token-file"
+        ) from None
+
+
 def admin_request(endpoint: AdminEndpoint, method: str, path: str, timeout: float) -> tuple[int, Any]:
     """One request to the admin endpoint: (HTTP status, JSON body). Raises :class:`AdminError` with
-    one line when there is no JSON answer (unreachable, TLS refused, not the admin endpoint)."""
-    request = urllib.request.Request(endpoint.base_url + path, method=method)
+    one line when there is no JSON answer (unreachable, TLS refused, not the admin endpoint), or
+    when the bridge refused it (403: who may; 401: the token). A change (not GET) carries the admin
+    token (``admin_token``) unless a client certificate is presented."""
+    headers = {}
+    if method not in ("GET", "HEAD"):
+        try:
+            headers["Authorization"] = f"Bearer {admin_token(endpoint, timeout)}"
+        except AdminError:
+            if not endpoint.client_cert:  # with one, the certificate may be enough
+                raise
+    request = urllib.request.Request(endpoint.base_url + path, method=method, headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=timeout, context=endpoint.context) as answer:
             status, body = answer.status, answer.read()
@@ -165,6 +212,6 @@ def admin_request(endpoint: AdminEndpoint, method: str, path: str, timeout: floa
             f"the bridge's admin endpoint at {endpoint.shown} answered HTTP {status} without JSON: "
             "is --admin the bridge's metrics_listen?"
         ) from None
-    if status == 403 and isinstance(parsed, dict):  # admin_access.py: not loopback, no client cert
+    if status in (401, 403) and isinstance(parsed, dict):  # admin_access.py: who, Host/Origin, token
         raise AdminError(f"{endpoint.shown} refused the admin request: {parsed.get('message')}")
     return status, parsed

@@ -168,7 +168,7 @@ def group_placement(ha: dict[str, Any], group_id: str) -> dict[str, Any]:
 
 def _endpoint(args: argparse.Namespace) -> AdminEndpoint:
     """``--admin`` of ``adopt``/``release`` with their TLS options (``cli_admin``)."""
-    return admin_endpoint(args.admin, args.ca_file, args.cert, args.key)
+    return admin_endpoint(args.admin, args.ca_file, args.cert, args.key, token_file=args.admin_token_file)
 
 
 def cmd_adopt(args: argparse.Namespace) -> int:

@@ -65,6 +65,8 @@ from kafka.protocol.admin.acl import (
     DescribeAclsRequest,
 )
 
+from connect_bridge.bridge.file_modes import writable_by_others
+
 __all__ = [
     "AclFileError",
     "AclRule",
@@ -304,6 +306,9 @@ def load_acl_file(path: Path) -> tuple[AclRule, ...]:
         raise AclFileError(f"{path}: no such ACL file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise AclFileError(f"{path}: cannot read the ACL file ({exc})") from None
+    unsafe = writable_by_others(path)
+    if unsafe is not None:  # others could grant themselves groups (file_modes.py)
+        raise AclFileError(f"{path}: refused: {unsafe}")
     return parse_acl_listing(text, str(path))
 
 

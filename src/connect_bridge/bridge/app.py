@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 
 from connect_bridge.bridge.acls import AclFileError
-from connect_bridge.bridge.admin_access import AdminAccess
+from connect_bridge.bridge.admin_access import AdminAccess, AdminTokenError, load_admin_token
 from connect_bridge.bridge.authorization import (
     GroupAuthorizer,
     authorizer_from_settings,
@@ -59,6 +59,7 @@ _PASSED_AS_IS = (
     "proxy_base_port",
     "upstream_start_timeout_ms",
     "state_topic",
+    "connections",
 )
 """Settings that are ``ServerOptions`` fields of the same name and meaning."""
 _SERVER_LIMITS = ("max_inflight_per_connection", "max_buffered_bytes", "heartbeat_cache_bytes")
@@ -173,7 +174,7 @@ async def run(settings: BridgeSettings) -> str | None:
 
     The first stdout line says where it listens (tools read it)."""
     listener_tls, metrics_tls, security = tls_contexts(settings)
-    metrics = Metrics()
+    metrics = Metrics(group_ids=settings.metrics_group_ids)
     authorizer = group_authorizer(settings, metrics)
     store = open_store(settings, security)
     options = dataclasses.replace(server_options(settings, security, listener_tls), authorizer=authorizer)
@@ -232,6 +233,18 @@ async def _start_metrics_http(
     if settings.metrics_address is None:
         return None
     mhost, mport = settings.metrics_address
+    token_file = settings.admin_token_path
+    try:
+        token = load_admin_token(token_file)
+    except AdminTokenError as exc:
+        raise StartupError(str(exc)) from None
+    access = AdminAccess(
+        settings.admin_allow_remote,
+        metrics.admin_refused.inc,
+        token=token,
+        token_file=token_file.resolve(),
+        hosts=[*settings.admin_hosts, mhost],
+    )
     try:
         http = await start_http(
             mhost,
@@ -240,7 +253,9 @@ async def _start_metrics_http(
             lambda: server.ready,
             ssl=metrics_tls.context if metrics_tls else None,
             admin=admin_handler(lambda: server.adoption, lambda: server),
-            admin_access=AdminAccess(settings.admin_allow_remote, metrics.admin_refused.inc),
+            admin_access=access,
+            max_connections=settings.metrics_max_connections,
+            request_timeout_s=settings.metrics_request_timeout_ms / 1000,
         )
     except OSError as exc:
         fix = "--metrics-listen (off disables it)"

@@ -17,7 +17,8 @@ Interface:
 
 - ``load_credentials(path) -> CredentialStore`` (``CredentialsError``: one line naming the file and
   the field, e.g. ``creds.yaml: users.alice.SCRAM-SHA-256.iterations: ...``).
-- ``CredentialStore.lookup(mechanism, user) -> ScramCredential | None`` is a ``scram.CredentialLookup``.
+- ``CredentialStore.lookup(mechanism, user) -> ScramCredential | None`` is a ``scram.CredentialLookup``;
+  ``.plain_check()`` is what a PLAIN login costs here (``scram.PlainCheck``, for unknown users).
 - ``CredentialStore.with_user(user, password, mechanisms=DEFAULT_MECHANISMS, iterations=4096)`` and
   ``.without_user(user)`` return new stores; ``.to_yaml()`` renders one.
 - ``save_credentials(store, path)`` writes atomically with mode 0600; ``add_user(path, user,
@@ -32,6 +33,7 @@ import dataclasses
 import hashlib
 import os
 import tempfile
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -40,10 +42,13 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from connect_bridge.bridge.file_modes import writable_by_others
 from connect_bridge.bridge.scram import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,
+    PLAIN_CHECK_ORDER,
     SCRAM_MECHANISMS,
+    PlainCheck,
     ScramCredential,
     make_credential,
 )
@@ -125,6 +130,22 @@ class CredentialStore:
             raise ValueError("name at least one mechanism")
         return CredentialStore(MappingProxyType({**self.users, user: MappingProxyType(fresh)}))
 
+    def plain_check(self) -> PlainCheck:
+        """The KDF a PLAIN login of a typical user here costs (the credential PLAIN checks: SCRAM-SHA-512,
+        else SCRAM-SHA-256; the most common hash and iteration count among the users), which an unknown
+        user's refusal then costs too (``scram.PlainCheck``)."""
+        seen: Counter[tuple[str, int]] = Counter()
+        for by_mechanism in self.users.values():
+            for mechanism in PLAIN_CHECK_ORDER:
+                credential = by_mechanism.get(mechanism)
+                if credential is not None:
+                    seen[(mechanism, credential.iterations)] += 1
+                    break
+        if not seen:
+            return PlainCheck()
+        (mechanism, iterations), _ = seen.most_common(1)[0]
+        return PlainCheck(mechanism, iterations)
+
     def without_user(self, user: str) -> CredentialStore:
         return CredentialStore(MappingProxyType({u: c for u, c in self.users.items() if u != user}))
 
@@ -164,6 +185,9 @@ def load_credentials(path: Path) -> CredentialStore:
         where = getattr(exc, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
         raise CredentialsError(f"{path}: not valid YAML{line}") from None
+    unsafe = writable_by_others(path)
+    if unsafe is not None:  # others could add themselves a user (file_modes.py)
+        raise CredentialsError(f"{path}: refused: {unsafe}")
     try:
         parsed = _CredentialsFile.model_validate(raw if raw is not None else {"users": {}})
     except ValidationError as exc:

@@ -9,6 +9,7 @@ scraper and a kubelet, which does not justify an HTTP framework dependency.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -25,7 +26,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from connect_bridge.bridge.admin_access import AdminAccess
+from connect_bridge.bridge.admin_access import TOKEN_FILE_PATH, AdminAccess
 from connect_bridge.codecs.error_codes import error_name
 
 NAMESPACE = "connect_bridge"
@@ -51,8 +52,15 @@ LATENCY_BUCKETS = (
 """100 µs .. 10 s: a local coordinator answer is sub-millisecond, a relayed or durable one is not."""
 
 HTTP_READ_TIMEOUT_S = 5.0
+"""Default time to read a whole request head (``metrics_request_timeout_ms``), and to finish the TLS
+handshake: one deadline for the head, not one per line, or a client sending a header line every
+few seconds holds its connection for ever (slowloris)."""
+HTTP_MAX_CONNECTIONS = 64
+"""Default connections served at once (``metrics_max_connections``); past it a new one is answered
+503 and closed at once. Scrapers and probes open one connection at a time."""
 HTTP_MAX_LINE = 8192
 HTTP_MAX_HEADERS = 100
+_BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +131,8 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         Counter,
         "sasl_authentications",
         "Completed SASL exchanges on the listeners, by sasl.mode, mechanism and result "
-        "(authenticated, reauthenticated: KIP-368 on the same connection, failed).",
+        "(authenticated, reauthenticated: KIP-368 on the same connection, failed, busy: a PLAIN "
+        "password check refused at sasl.max_pending_password_checks).",
         ("mode", "mechanism", "result"),
     ),
     MetricSpec(
@@ -192,7 +201,9 @@ class Metrics:
     ha_fenced: Counter
     admin_refused: Counter
 
-    def __init__(self) -> None:
+    def __init__(self, group_ids: bool = True) -> None:
+        self.group_ids = group_ids
+        """``metrics_group_ids``: label per-group series with the group id; False: ``group_label``'s hash."""
         self._request_children: dict[tuple[str, int | str], tuple[Any, Any]] = {}
         self.registry = CollectorRegistry(auto_describe=True)
         for spec in METRIC_SPECS:
@@ -209,10 +220,20 @@ class Metrics:
         """One metric of ``kind`` (Counter, Gauge, Histogram) in this registry, under ``NAMESPACE``."""
         return kind(name, doc, labels, namespace=NAMESPACE, registry=self.registry, **options)
 
+    def group_label(self, group_id: str) -> str:
+        """The ``group`` label of ``group_id``'s series: the id, or with ``group_ids`` off
+        ``sha256:`` and 12 hex digits of its SHA-256 (/metrics answers whoever reaches the listener,
+        while ListGroups shows a group only to principals allowed to describe it). A hash of a
+        guessable id can be confirmed by hashing the guess: it hides names, it is not a secret."""
+        if self.group_ids:
+            return group_id
+        return "sha256:" + hashlib.sha256(group_id.encode("utf-8")).hexdigest()[:12]
+
     def observe_ownership(self, group_id: str, phase: Any) -> None:
         """An adopted group's phase changed: its gauge is 1 for the current phase only."""
+        label = self.group_label(group_id)
         for known in ("relaying", "adopted", "releasing", "released"):
-            self.group_ownership.labels(group_id, known).set(1 if str(phase) == known else 0)
+            self.group_ownership.labels(label, known).set(1 if str(phase) == known else 0)
 
     def observe_ha(self, owners: Mapping[int, str], mine: Iterable[int], lease_valid: bool) -> None:
         """The partition map as this bridge sees it: one series per partition, for its owner."""
@@ -254,18 +275,19 @@ class Metrics:
         self, group_id: str, group_epoch: int, counts: Mapping[tuple[str, str], int]
     ) -> None:
         """:meth:`observe_group` with the members already counted per (protocol, state)."""
+        label = self.group_label(group_id)
         previous = self._epochs.get(group_id)
         if previous is not None and group_epoch > previous:
-            self.rebalances.labels(group=group_id).inc()
+            self.rebalances.labels(group=label).inc()
             self._rebalance_series.add(group_id)
         self._epochs[group_id] = group_epoch
-        self.group_epoch.labels(group=group_id).set(group_epoch)
+        self.group_epoch.labels(group=label).set(group_epoch)
 
         counts = {key: n for key, n in counts.items() if n}
         for protocol, state in self._member_series.get(group_id, set()) - counts.keys():
-            self.members.remove(group_id, protocol, state)
+            self.members.remove(label, protocol, state)
         for (protocol, state), count in counts.items():
-            self.members.labels(group=group_id, protocol=protocol, state=state).set(count)
+            self.members.labels(group=label, protocol=protocol, state=state).set(count)
         self._member_series[group_id] = set(counts)
 
     def observe_groups(
@@ -286,13 +308,14 @@ class Metrics:
         """Drop every series of a deleted group, its rebalance counter included: series of groups
         that no longer exist would otherwise pile up for good as clients create and delete groups
         (a group created again starts from its first sighting, which Prometheus reads as a reset)."""
+        label = self.group_label(group_id)
         for protocol, state in self._member_series.pop(group_id, set()):
-            self.members.remove(group_id, protocol, state)
+            self.members.remove(label, protocol, state)
         if self._epochs.pop(group_id, None) is not None:
-            self.group_epoch.remove(group_id)
+            self.group_epoch.remove(label)
         if group_id in self._rebalance_series:
             self._rebalance_series.discard(group_id)
-            self.rebalances.remove(group_id)
+            self.rebalances.remove(label)
 
     @property
     def observed_groups(self) -> frozenset[str]:
@@ -317,6 +340,7 @@ def log_event(logger: logging.Logger, event: str, /, **fields: Any) -> None:
 _REASONS = {
     200: "OK",
     400: "Bad Request",
+    401: "Unauthorized",
     403: "Forbidden",
     404: "Not Found",
     405: "Method Not Allowed",
@@ -337,6 +361,9 @@ async def start_http(
     ssl: SSLContext | None = None,
     admin: Admin | None = None,
     admin_access: AdminAccess | None = None,
+    *,
+    max_connections: int = HTTP_MAX_CONNECTIONS,
+    request_timeout_s: float = HTTP_READ_TIMEOUT_S,
 ) -> asyncio.AbstractServer:
     """Serve GET/HEAD /metrics, /livez and /readyz on ``host:port`` (port 0 = any free port).
 
@@ -347,14 +374,25 @@ async def start_http(
     ``admin``: answers ``/admin/...`` (GET and POST; ``server_admin.py``) to the peers
     ``admin_access`` lets in (default: loopback and verified client certificates, refusals counted in
     ``admin_refused``); anyone else gets 403 (``admin_access.py``: this listener is often open to the
-    network for the scraper).
+    network for the scraper), and a state-changing request without the admin token 401.
+    At most ``max_connections`` are served at once (others: 503 and closed), and a request head
+    (and the TLS handshake) must arrive within ``request_timeout_s``.
     """
     gate = admin_access if admin_access is not None else AdminAccess(refused=metrics.admin_refused.inc)
+    open_connections = 0
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal open_connections
+        if open_connections >= max_connections:
+            writer.write(_BUSY)
+            writer.close()
+            return
+        open_connections += 1
         try:
             peer = (writer.get_extra_info("peername"), writer.get_extra_info("peercert"))
-            status, content_type, body, head_only = await _respond(reader, metrics, ready, admin, gate, peer)
+            status, content_type, body, head_only = await _respond(
+                reader, metrics, ready, admin, gate, peer, request_timeout_s
+            )
             reason = _REASONS.get(status, "")
             headers = [
                 f"HTTP/1.1 {status} {reason}",
@@ -364,6 +402,8 @@ async def start_http(
             ]
             if status == 405:
                 headers.append("Allow: GET, HEAD")
+            if status == 401:
+                headers.append('WWW-Authenticate: Bearer realm="connect-bridge admin"')
             writer.write(("\r\n".join(headers) + "\r\n\r\n").encode("ascii"))
             if not head_only:
                 writer.write(body)
@@ -371,13 +411,15 @@ async def start_http(
         except (ConnectionError, TimeoutError, asyncio.IncompleteReadError):
             pass  # the client went away or stalled; nothing to answer
         finally:
+            open_connections -= 1
             writer.close()
             try:
                 await writer.wait_closed()
             except ConnectionError:
                 pass
 
-    return await asyncio.start_server(handle, host, port, limit=HTTP_MAX_LINE, ssl=ssl)
+    handshake = {"ssl_handshake_timeout": request_timeout_s} if ssl is not None else {}
+    return await asyncio.start_server(handle, host, port, limit=HTTP_MAX_LINE, ssl=ssl, **handshake)
 
 
 async def _respond(
@@ -387,16 +429,22 @@ async def _respond(
     admin: Admin | None = None,
     gate: AdminAccess | None = None,
     peer: tuple[Any, Any] = (None, None),
+    request_timeout_s: float = HTTP_READ_TIMEOUT_S,
 ) -> tuple[int, str, bytes, bool]:
     text = "text/plain; charset=utf-8"
+    headers: dict[str, str] = {}
     try:
-        request_line = await asyncio.wait_for(reader.readline(), HTTP_READ_TIMEOUT_S)
-        for _ in range(HTTP_MAX_HEADERS):  # headers are read and ignored
-            line = await asyncio.wait_for(reader.readline(), HTTP_READ_TIMEOUT_S)
-            if line in (b"\r\n", b"\n", b""):
-                break
-        else:
-            return 400, text, b"too many headers\n", False
+        async with asyncio.timeout(request_timeout_s):  # the whole head, not each line
+            request_line = await reader.readline()
+            for _ in range(HTTP_MAX_HEADERS):
+                line = await reader.readline()
+                if line in (b"\r\n", b"\n", b""):
+                    break
+                name, sep, value = line.decode("latin-1").partition(":")
+                if sep:
+                    headers.setdefault(name.strip().lower(), value.strip())
+            else:
+                return 400, text, b"too many headers\n", False
     except (ValueError, asyncio.LimitOverrunError):  # a line longer than the stream limit
         return 400, text, b"line too long\n", False
     parts = request_line.decode("latin-1").split()
@@ -404,9 +452,14 @@ async def _respond(
         return 400, text, b"bad request line\n", False
     method, target = parts[0], parts[1]
     if admin is not None and target.startswith("/admin/"):
-        refused = (gate or AdminAccess()).refusal(*peer)  # fail closed: loopback only by default
+        # fail closed: loopback only by default, Host/Origin checked, the token for a change
+        refused = (gate or AdminAccess()).request_refusal(method, headers, *peer)
         if refused is not None:
-            return 403, "application/json", (json.dumps({"message": refused}) + "\n").encode(), False
+            status, why = refused
+            return status, "application/json", (json.dumps({"message": why}) + "\n").encode(), False
+        if method == "GET" and target.split("?", 1)[0] == TOKEN_FILE_PATH and gate is not None:
+            where = str(gate.token_file) if gate.token_file is not None else None
+            return 200, "application/json", (json.dumps({"token_file": where}) + "\n").encode(), False
     if admin is not None and target.startswith("/admin/") and method in ("GET", "POST"):
         status, body = await admin(method, target.split("?", 1)[0])
         return status, "application/json", body, False

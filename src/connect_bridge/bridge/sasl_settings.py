@@ -42,6 +42,15 @@ class SaslSettings(_Strict):
     Pass-through takes the lifetime the upstream broker announces."""
     oauth_claim: str = Field("sub", min_length=1)
     """Pass-through OAUTHBEARER: the JWT claim naming the principal (``sasl.oauthbearer.sub.claim.name``)."""
+    # What a password guesser may cost (terminated; sasl_guard.py, docs/security.md "Bounds").
+    failed_authentication_delay_ms: int = Field(100, ge=0)
+    """Terminated: how long a failed SaslAuthenticate waits before its answer (and the close), as
+    Kafka's ``connection.failed.authentication.delay.ms``; 0 answers at once."""
+    password_check_threads: int = Field(1, gt=0)
+    """Terminated: threads that run PLAIN's password KDF, off the event loop."""
+    max_pending_password_checks: int = Field(64, gt=0)
+    """Terminated: PLAIN checks running or waiting at most; past it a new one closes its connection
+    unanswered (the client reconnects after its backoff)."""
 
     @model_validator(mode="after")
     def _terminated_needs_credentials(self) -> SaslSettings:

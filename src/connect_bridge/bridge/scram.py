@@ -28,7 +28,9 @@ checked by recomputing StoredKey and comparing in constant time; credentials mus
 iterations, as Kafka's ``ScramMechanism`` requires. Failures say no more than Kafka does
 ("invalid credentials"), and an unknown user goes through the whole exchange with a salt derived
 from a per-process secret, so the reply cannot tell an unknown user from a wrong password. PLAIN
-checks the password against the user's SCRAM-SHA-512 credential, else its SCRAM-SHA-256 one.
+checks the password against the user's SCRAM-SHA-512 credential, else its SCRAM-SHA-256 one, and
+an unknown user's against a decoy derived with the same hash and iteration count (``PlainCheck``),
+so the time of a refusal does not tell an unknown user from a wrong password either.
 Delegation tokens (``tokenauth=true``) are refused: the bridge issues none.
 """
 
@@ -47,11 +49,13 @@ from typing import Protocol
 __all__ = [
     "MAX_ITERATIONS",
     "MIN_ITERATIONS",
+    "PLAIN_CHECK_ORDER",
     "SASL_AUTHENTICATION_FAILED",
     "SCRAM_MECHANISMS",
     "SUPPORTED_MECHANISMS",
     "ClientFirst",
     "CredentialLookup",
+    "PlainCheck",
     "PlainServer",
     "SaslAuthenticationFailed",
     "SaslServer",
@@ -216,10 +220,27 @@ _PROCESS_SECRET = secrets.token_bytes(32)
 salt twice), unpredictable across processes."""
 
 
-def _decoy(user: str) -> ScramCredential:
+def _decoy(user: str, iterations: int = MIN_ITERATIONS) -> ScramCredential:
     """A credential no password matches, with a salt stable for ``user`` (for unknown users)."""
     salt = _hmac("sha256", _PROCESS_SECRET, user.encode("utf-8"))[:SALT_BYTES]
-    return ScramCredential(salt, MIN_ITERATIONS, secrets.token_bytes(32), secrets.token_bytes(32))
+    return ScramCredential(salt, iterations, secrets.token_bytes(64), secrets.token_bytes(64))
+
+
+@dataclasses.dataclass(frozen=True)
+class PlainCheck:
+    """Which stored credential a PLAIN password is checked against: its mechanism and iterations.
+
+    An unknown user must cost what a known one costs, or the answer's timing tells which users
+    exist: PLAIN checks an unknown user's password with the same KDF (hash and iteration count) as
+    a typical known user's (``credentials.CredentialStore.plain_check`` picks the store's most
+    common), never a cheaper one."""
+
+    mechanism: str = "SCRAM-SHA-512"
+    iterations: int = MIN_ITERATIONS
+
+
+PLAIN_CHECK_ORDER = ("SCRAM-SHA-512", "SCRAM-SHA-256")
+"""PLAIN checks the password against the user's SCRAM-SHA-512 credential, else its SCRAM-SHA-256 one."""
 
 
 class _Exchange:
@@ -322,9 +343,18 @@ class ScramServer(_Exchange):
 
 
 class PlainServer(_Exchange):
-    """PLAIN (RFC 4616) as Kafka's ``PlainSaslServer``, checked against the stored SCRAM credential."""
+    """PLAIN (RFC 4616) as Kafka's ``PlainSaslServer``, checked against the stored SCRAM credential.
+
+    ``evaluate`` runs the password KDF (PBKDF2, milliseconds): the SASL gate calls it off the event
+    loop (``server_sasl.PasswordChecks``)."""
 
     mechanism = "PLAIN"
+    expensive = True
+    """``evaluate`` derives a key from the password (the gate runs it in its bounded executor)."""
+
+    def __init__(self, lookup: CredentialLookup, decoy: PlainCheck = PlainCheck()) -> None:
+        super().__init__(lookup)
+        self._decoy_check = decoy
 
     def evaluate(self, client_bytes: bytes) -> bytes:
         """Empty bytes when the password is right, else ``SaslAuthenticationFailed``."""
@@ -353,19 +383,23 @@ class PlainServer(_Exchange):
         return b""
 
     def _password_matches(self, user: str, password: str) -> bool:
-        for mechanism in ("SCRAM-SHA-512", "SCRAM-SHA-256"):
+        for mechanism in PLAIN_CHECK_ORDER:
             credential = self._lookup(mechanism, user)
             if credential is not None:
                 return verify_password(mechanism, credential, password)
-        # No such user: spend the same work as a real check, so timing does not tell.
-        verify_password("SCRAM-SHA-256", _decoy(user), password)
+        # No such user: the same KDF as a known user's check (PlainCheck), so timing does not tell.
+        decoy = self._decoy_check
+        verify_password(decoy.mechanism, _decoy(user, decoy.iterations), password)
         return False
 
 
-def sasl_server(mechanism: str, lookup: CredentialLookup) -> SaslServer:
-    """A fresh server for one exchange of ``mechanism`` (the one SaslHandshake accepted)."""
+def sasl_server(
+    mechanism: str, lookup: CredentialLookup, plain_check: PlainCheck = PlainCheck()
+) -> SaslServer:
+    """A fresh server for one exchange of ``mechanism`` (the one SaslHandshake accepted);
+    ``plain_check``: what PLAIN spends on an unknown user (``PlainCheck``)."""
     if mechanism == "PLAIN":
-        return PlainServer(lookup)
+        return PlainServer(lookup, plain_check)
     if mechanism in SCRAM_MECHANISMS:
         return ScramServer(mechanism, lookup)
     raise UnsupportedMechanism(

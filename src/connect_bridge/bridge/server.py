@@ -1,7 +1,9 @@
 """The bridge process: an asyncio Kafka-protocol server in front of the pure coordinator.
 
 One event loop owns the coordinator, so requests from every connection are serialized into it.
-Per connection a reader decodes frames (size checked before buffering) and queues, in request
+A connection takes a slot when accepted, before its TLS handshake (``server_accept``). Per
+connection a reader decodes frames (size checked before buffering; smaller limits before
+authentication), one request in flight for the bridge's own answers, and queues, in request
 order, either a ready response or a future of one; a writer sends them in that same order, each
 only after the records it may reveal are durable (``Committer``). Timers run from a task that
 sleeps until the coordinator's next deadline. Records are replayed before group APIs are served
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import secrets
 import signal
@@ -33,6 +36,7 @@ from connect_bridge.bridge.decoding import FrameDecoder
 from connect_bridge.bridge.fastpath import Framed, SteadyHeartbeats
 from connect_bridge.bridge.handlers import Client, LocalApis, Parked, now_ms
 from connect_bridge.bridge.metrics import Metrics
+from connect_bridge.bridge.server_accept import ConnectionSlots, Listener, Slot, start_listener
 from connect_bridge.bridge.server_adoption import Adoption
 from connect_bridge.bridge.server_connection import (
     ANONYMOUS,
@@ -40,6 +44,7 @@ from connect_bridge.bridge.server_connection import (
     Answering,
     Connection,
     RateLimited,
+    authentication_deadline,
     connections_the_open_files_allow,
     idle_watchdog,
 )
@@ -93,10 +98,13 @@ class BridgeServer:
         self._groups_observed = False
         """Whether the metrics have seen every group once (after loading)."""
         self._refused = RateLimited()
+        self._unauthenticated_closed = RateLimited()
+        self.slots = ConnectionSlots(options.max_connections, options.connections)
+        """Who holds a connection slot, counted from accept (before the TLS handshake)."""
         self.committer = Committer(store, on_fsync=self._observe_fsync, on_failure=self._store_failed)
         self.ha: HighAvailability | None = None
         """``ha.enabled``: the partitions this bridge holds and the gate in front of their groups."""
-        self._server: asyncio.AbstractServer | None = None
+        self._server: Listener | None = None
         self._timer_wake = asyncio.Event()
         self._sleeping_until: int | None = None
         """The deadline the timer loop sleeps until (None: not sleeping on one)."""
@@ -116,7 +124,7 @@ class BridgeServer:
         """Proxy mode with ``adoption.groups``: relays, observes and takes groups over (issue 16)."""
         self.sasl: SaslGate | None = None
         """``sasl.mode`` passthrough or terminated: authenticates every connection (server_sasl.py)."""
-        self._listeners: list[asyncio.AbstractServer] = []
+        self._listeners: list[Listener] = []
         self._bootstrap_node = 0
 
     # ------------------------------------------------------------------ lifecycle
@@ -124,6 +132,7 @@ class BridgeServer:
         """Listen (and discover the upstream cluster in proxy mode); the state loads in the background."""
         loop = asyncio.get_running_loop()
         self.options.max_connections = connections_the_open_files_allow(self.options.max_connections)
+        self.slots = ConnectionSlots(self.options.max_connections, self.options.connections)
         loop.set_exception_handler(AcceptFailures())
         self.committer.start()
         self._server = await self._bind()
@@ -144,20 +153,28 @@ class BridgeServer:
             await server.start_serving()
         log.info("listening on %s:%d (advertised %s:%d)", self.options.host, self.port, *advertised)
 
-    async def _bind(self) -> asyncio.AbstractServer:
+    async def _bind(self) -> Listener:
         """The worker listener, bound but not accepting yet: a port in use fails ``start`` here,
         before anything else is set up; accepting starts once the handlers exist."""
         try:
-            return await asyncio.start_server(
-                self._on_connection,
-                self.options.host,
-                self.options.port,
-                limit=LISTEN_BUFFER,
-                start_serving=False,
-                ssl=self._listener_ssl,
-            )
+            return await self.listen(self.options.port)
         except OSError as exc:  # a port in use, an address not on this host
             raise bind_error("listen", self.options.host, self.options.port, exc, "--listen") from None
+
+    async def listen(self, port: int, node_id: int | None = None) -> Listener:
+        """A listener on ``port`` (not accepting yet) whose connections take a slot when accepted,
+        before their TLS handshake (``server_accept``); ``node_id``: the upstream broker it stands for."""
+        return await start_listener(
+            functools.partial(self._on_connection, node_id=node_id),
+            self.options.host,
+            port,
+            self.slots,
+            tls=self._listener_ssl,
+            handshake_timeout_ms=self.options.connections.tls_handshake_timeout_ms,
+            limit=LISTEN_BUFFER,
+            refused=self._refused,
+            sasl=self.options.sasl is not None and self.options.sasl.enabled,
+        )
 
     def _set_up_handlers(self, advertised: tuple[str, int], node: int) -> None:
         """What every connection meets, built before the first is accepted: the local APIs, the
@@ -367,30 +384,48 @@ class BridgeServer:
 
     # ------------------------------------------------------------------ connections
     async def _on_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, node_id: int | None = None
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        slot: Slot,
+        node_id: int | None = None,
     ) -> None:
-        if len(self._connections) >= self.options.max_connections:
-            limit = self.options.max_connections
-            self._refused.log("connection limit %d reached: closing new connections", limit)
-            writer.close()
-            return
+        try:
+            await self._serve_connection(reader, writer, slot, node_id)
+        finally:
+            self.slots.release(slot)
+
+    async def _serve_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, slot: Slot, node_id: int | None
+    ) -> None:
+        """One connection after its slot was taken (and its TLS handshake done): reader, sender and
+        watchdogs until it ends."""
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
         if self.metrics is not None:
             self.metrics.connections.inc()
         peer = writer.get_extra_info("peername")
-        conn = Connection(reader, writer, f"/{peer[0]}" if peer else "")
+        conn = Connection(reader, writer, f"/{peer[0]}" if peer else "", slot=slot)
         if self.options.tls is not None:
             principal = certificate_principal(writer.get_extra_info("peercert"))
             if principal is not None:  # verified by the handshake (client_auth requested/required)
                 conn.principal = principal
         conn.node_id = self._bootstrap_node if node_id is None else node_id
+        # Kafka mutes a connection while a response is unsent: with a write buffer limit of 0,
+        # drain() waits until every answer byte was handed to the socket, so a client that does
+        # not read its answers is not read from either (and costs nothing more than its slot).
+        writer.transport.set_write_buffer_limits(high=0)
+        slot.wake = conn.answered.set
         self.open_connections.add(conn)
-        sender = asyncio.get_running_loop().create_task(self._send_loop(conn))
-        watchdog = asyncio.get_running_loop().create_task(
-            idle_watchdog(conn, self.options.idle_timeout_ms / 1000)
-        )
+        loop = asyncio.get_running_loop()
+        sender = loop.create_task(self._send_loop(conn))
+        watchdog = loop.create_task(idle_watchdog(conn, self.options.idle_timeout_ms / 1000))
+        deadline: asyncio.Task[None] | None = None
+        if self._still_unauthenticated(conn):
+            timeout_s = self.options.connections.authentication_timeout_ms / 1000
+            closed = self._unauthenticated_closed
+            deadline = loop.create_task(authentication_deadline(conn, slot.accepted + timeout_s, closed))
         answer_first = False
         try:
             answer_first = await self._read_loop(conn)
@@ -405,6 +440,8 @@ class BridgeServer:
                 with contextlib.suppress(Exception, asyncio.CancelledError, TimeoutError):
                     await asyncio.wait_for(asyncio.shield(sender), self.options.idle_timeout_ms / 1000)
             watchdog.cancel()
+            if deadline is not None:
+                deadline.cancel()
             for link in conn.links.values():
                 await link.close()
             # The connection is going away (peer gone, idle, stop(), or answered up to a frame we
@@ -423,29 +460,57 @@ class BridgeServer:
             if self.metrics is not None:
                 self.metrics.connections.dec()
 
+    def _still_unauthenticated(self, conn: Connection) -> bool:
+        """Whether ``conn`` must still authenticate (a listener with SASL, its exchange not completed);
+        once it has, its slot stops counting as unauthenticated (``connection_settings``)."""
+        if self.sasl is not None and not conn.authenticated:
+            return True
+        if conn.slot is not None:
+            self.slots.authenticated(conn.slot)
+        return False
+
+    def _muted(self, conn: Connection, unauthenticated: bool) -> bool:
+        """Whether the next request must wait for answers to go out first. As Kafka's broker, one
+        request in flight: an answer of the bridge's own (or any answer before authentication) must
+        be written before the next request is read. Relayed requests pipeline, up to
+        ``limits.max_inflight_per_connection``, as they would to the broker over the network."""
+        if conn.pending >= self.options.max_inflight_per_connection:
+            return True
+        return conn.pending > 0 and (conn.pending_here > 0 or unauthenticated)
+
     async def _read_loop(self, conn: Connection) -> bool:
         """Serve requests until the peer closes (False) or a frame the bridge closes on (True)."""
         reader = conn.reader
         while True:
-            while conn.pending >= self.options.max_inflight_per_connection:
-                # Kafka reads one request per connection at a time; a pipelining client gets this
-                # many before the bridge stops reading (a parked JoinGroup cannot grow the queue).
+            # One request per connection per turn of the loop: frames already buffered would
+            # otherwise be served back to back without yielding, and a client pipelining many
+            # would hold the loop while new clients wait for their ApiVersions.
+            await asyncio.sleep(0)
+            unauthenticated = self._still_unauthenticated(conn)
+            while self._muted(conn, unauthenticated):
                 conn.answered.clear()
-                await conn.answered.wait()
-                if conn.writer.transport.is_closing():
-                    return False  # aborted while waiting (idle, stop): nothing more to read
+                if conn.slot is None or not conn.slot.gone:
+                    await conn.answered.wait()
+                if conn.writer.transport.is_closing() or (conn.slot is not None and conn.slot.gone):
+                    return False  # closed while waiting (peer gone, idle, stop): nothing more to read
+                unauthenticated = self._still_unauthenticated(conn)
             try:
                 size_bytes = await reader.readexactly(4)
             except asyncio.IncompleteReadError:
                 return False
             conn.last_read = time.monotonic()
             (size,) = _SIZE.unpack(size_bytes)
-            if size < 0 or size > self.options.max_frame_bytes:
-                log.warning(
-                    "closing %s: frame of %d bytes (limit %d)", conn.host, size, self.options.max_frame_bytes
-                )
+            unauthenticated = self._still_unauthenticated(conn)
+            limit, name = self.options.max_frame_bytes, "max_frame_bytes"
+            if unauthenticated and self.options.connections.max_unauthenticated_frame_bytes < limit:
+                # Checked on the size prefix, before anything of the frame is read (Kafka's
+                # sasl.server.max.receive.size): a peer without credentials reserves nothing.
+                limit = self.options.connections.max_unauthenticated_frame_bytes
+                name = "connections.max_unauthenticated_frame_bytes, before authentication"
+            if size < 0 or size > limit:
+                log.warning("closing %s: frame of %d bytes (limit %d, %s)", conn.host, size, limit, name)
                 return True
-            payload = await self.frames.read_payload(conn, size)
+            payload = await self.frames.read_payload(conn, size, authenticated=not unauthenticated)
             if payload is None or self.frames.over_bound(conn, payload, size):
                 return True
             started = time.perf_counter()
@@ -494,6 +559,7 @@ class BridgeServer:
                 log.warning("closing %s: %s", conn.host, decoded)
                 return False
             conn.pending += 1
+            conn.pending_here += 1
             await conn.queue.put(self._unsupported_version(decoded.correlation_id))
             return True
         try:
@@ -526,21 +592,31 @@ class BridgeServer:
             await conn.writer.drain()  # backpressure: stop reading while the client lags
             return
         conn.pending += 1
+        if request is not None:
+            conn.pending_here += 1
         # Only what the answer needs is queued, not the request's body: up to the in-flight limit
         # of large requests would otherwise stay in memory behind a parked one (issue 11.4).
         answering = request and Answering(request.api_key, request.api_version, request.correlation_id)
         await conn.queue.put((answering, outcome, seq, started))
 
     async def _send_loop(self, conn: Connection) -> None:
+        try:
+            await self._send_queued(conn)
+        finally:
+            conn.answered.set()  # a reader waiting for answers to go out wakes up and sees why
+
+    async def _send_queued(self, conn: Connection) -> None:
         writer = conn.writer
         while True:
             item = await conn.queue.get()
             if item is None:
                 return
+            here = True
             if isinstance(item, bytes):
                 writer.write(item)
             else:
                 request, outcome, seq, started = item
+                here = request is not None
                 if isinstance(outcome, asyncio.Future):
                     try:
                         outcome = await outcome
@@ -559,9 +635,11 @@ class BridgeServer:
                     writer.transport.abort()
                     return
                 writer.write(self._encode(request, outcome, started))
+            await writer.drain()  # the answer is unsent until the socket took all of it
             conn.pending -= 1
+            if here:
+                conn.pending_here -= 1
             conn.answered.set()
-            await writer.drain()
 
     def _encode(self, request: DecodedRequest | Answering | None, outcome: Any, started: float) -> bytes:
         """``outcome`` is a response message, or an already framed response (``request`` None)."""

@@ -456,7 +456,7 @@ class Adoption:
         if conflict is not None and conflict != progress.conflict:
             log.error("adoption: CONFLICT: %s", conflict)
             if self.metrics is not None:
-                self.metrics.adoption_conflicts.labels(group_id).inc()
+                self.metrics.adoption_conflicts.labels(self.metrics.group_label(group_id)).inc()
         progress.conflict = conflict
 
     def observe_phase(self, group_id: str) -> None:

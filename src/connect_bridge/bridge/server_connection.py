@@ -12,9 +12,12 @@ import logging
 import resource
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connect_bridge.bridge.proxy import UpstreamLink
+
+if TYPE_CHECKING:
+    from connect_bridge.bridge.server_accept import Slot
 
 log = logging.getLogger("connect_bridge.server")
 
@@ -47,7 +50,11 @@ class Connection:
     links: dict[int, UpstreamLink] = field(default_factory=dict)
     queue: asyncio.Queue[Any] = field(default_factory=asyncio.Queue)
     pending: int = 0
-    """Responses queued or being written: a new one may skip the queue only when this is 0."""
+    """Responses queued or not yet handed to the socket: a new one may skip the queue only when this
+    is 0."""
+    pending_here: int = 0
+    """Of ``pending``, answers of requests the bridge answers itself (not relayed): while one is
+    unsent the connection is muted, one request in flight as Kafka's broker does."""
     last_read: float = field(default_factory=time.monotonic)
     answered: asyncio.Event = field(default_factory=asyncio.Event)
     """Set whenever a queued response went out (the reader waits on it at the in-flight limit)."""
@@ -60,6 +67,8 @@ class Connection:
     """True once the connection's SASL exchange completed (always False without SASL)."""
     sasl: Any = None
     """The connection's SASL progress (``server_sasl``: mechanism, session expiry); None without SASL."""
+    slot: Slot | None = None
+    """Its place among the connection slots (``server_accept``); None for a connection made by hand."""
 
 
 class RateLimited:
@@ -135,3 +144,14 @@ async def idle_watchdog(conn: Connection, idle_s: float) -> None:
             conn.answered.set()  # a reader held at the in-flight limit wakes up and ends
             return
         await asyncio.sleep(remaining)
+
+
+async def authentication_deadline(conn: Connection, deadline: float, refused: RateLimited) -> None:
+    """Close ``conn`` if it has not authenticated by ``deadline`` (``time.monotonic`` seconds):
+    before authentication a peer has proven nothing, and must not keep a slot for the idle timeout
+    by sending ApiVersions now and then."""
+    await asyncio.sleep(max(0.0, deadline - time.monotonic()))
+    if not conn.authenticated:
+        refused.log("closing %s: not authenticated within connections.authentication_timeout_ms", conn.host)
+        conn.writer.transport.abort()
+        conn.answered.set()

@@ -1,9 +1,12 @@
 """Which request frames the server reads and decodes at all (issues 11.4 and 11.6).
 
-Two guards before a frame costs the event loop anything: large frames share one byte budget over
-all connections while they are read, and a frame larger than any request of its API may be is
-closed on undecoded (decoding costs a few microseconds per array entry: a 1 MB FindCoordinator of
-100,000 keys held the loop 0.4 s). Apart from ``server.py``, which keeps the connections.
+Guards before a frame costs the event loop anything: large frames share one byte budget over
+all connections while they are read; before authentication a frame above 64 KiB is read against a
+small budget of its own (``connections.max_unauthenticated_buffered_bytes``), so an unauthenticated
+peer neither reserves the authenticated clients' budget nor holds a large partial frame outside any
+budget; and a frame larger than any request of its API may be is closed on undecoded (decoding
+costs a few microseconds per array entry: a 1 MB FindCoordinator of 100,000 keys held the loop
+0.4 s). Apart from ``server.py``, which keeps the connections.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ _I16 = struct.Struct(">h")
 
 LARGE_FRAME = 1024 * 1024
 """Frames above this count against ``max_buffered_bytes`` while they are read."""
+UNAUTHENTICATED_SMALL_FRAME = 64 * 1024
+"""Before authentication, frames above this count against ``max_unauthenticated_buffered_bytes``."""
 
 
 def api_key_of(payload: bytes) -> int:
@@ -36,27 +41,43 @@ class FrameAdmission:
         self.decoder = decoder
         self.buffered = 0
         """Bytes of large frames being read right now, over all connections."""
+        self.unauthenticated_buffered = 0
+        """Bytes of unauthenticated frames above ``UNAUTHENTICATED_SMALL_FRAME`` being read right now."""
         self.cluster_frames = CLUSTER_FRAMES_PROXY if options.upstream else CLUSTER_FRAMES_EMBEDDED
         """Requests refused above ``limits.max_cluster_request_bytes`` (``api_table.Limit``)."""
 
-    async def read_payload(self, conn: Connection, size: int) -> bytes | None:
-        """The frame's bytes; None (close) when a large one would exceed the shared budget."""
-        if size <= LARGE_FRAME:
+    async def read_payload(self, conn: Connection, size: int, *, authenticated: bool = True) -> bytes | None:
+        """The frame's bytes; None (close) when it would exceed its budget (``authenticated``
+        False: the connection must still authenticate, and only the unauthenticated budget applies)."""
+        if authenticated:
+            small, budget, what = LARGE_FRAME, self.options.max_buffered_bytes, "large frames"
+        else:
+            small = UNAUTHENTICATED_SMALL_FRAME
+            budget = self.options.connections.max_unauthenticated_buffered_bytes
+            what = "frames before authentication (connections.max_unauthenticated_buffered_bytes)"
+        if size <= small:
             return await conn.reader.readexactly(size)
-        budget = self.options.max_buffered_bytes
-        if self.buffered + size > budget:
+        held = self.buffered if authenticated else self.unauthenticated_buffered
+        if held + size > budget:
             log.warning(
-                "closing %s: a %d-byte frame would exceed the %d bytes of large frames being read at once",
+                "closing %s: a %d-byte frame would exceed the %d bytes of %s being read at once",
                 conn.host,
                 size,
                 budget,
+                what,
             )
             return None
-        self.buffered += size
+        self._hold(authenticated, size)
         try:
             return await conn.reader.readexactly(size)
         finally:
-            self.buffered -= size
+            self._hold(authenticated, -size)
+
+    def _hold(self, authenticated: bool, size: int) -> None:
+        if authenticated:
+            self.buffered += size
+        else:
+            self.unauthenticated_buffered += size
 
     def over_bound(self, conn: Connection, payload: bytes, size: int) -> bool:
         """A frame larger than any request of its API may be: closed on, undecoded."""
@@ -74,4 +95,4 @@ class FrameAdmission:
         return True
 
 
-__all__ = ["LARGE_FRAME", "FrameAdmission", "api_key_of"]
+__all__ = ["LARGE_FRAME", "UNAUTHENTICATED_SMALL_FRAME", "FrameAdmission", "api_key_of"]

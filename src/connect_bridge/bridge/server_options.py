@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from connect_bridge.bridge.adoption_settings import AdoptionSettings
 from connect_bridge.bridge.authorization import GroupAuthorizer
+from connect_bridge.bridge.connection_settings import ConnectionSettings
 from connect_bridge.bridge.ha_settings import HaSettings
 from connect_bridge.bridge.sasl_settings import SaslSettings
 from connect_bridge.bridge.tls import ReloadingServerContext
@@ -40,12 +41,15 @@ class ServerOptions:
     """Regexes of the groups the bridge coordinates; None = all (embedded) / 'connect.*' (proxy)."""
     limits: RequestLimits = field(default_factory=RequestLimits)
     max_inflight_per_connection: int = 64
-    """Requests read and not yet answered on one connection before the bridge stops reading it."""
+    """Relayed requests read and not yet answered on one connection before the bridge stops reading
+    it; a request the bridge answers itself is one in flight (``BridgeServer._muted``)."""
     max_buffered_bytes: int = 256 * 1024 * 1024
     """Bytes of large frames being read at once, over all connections."""
     heartbeat_cache_bytes: int = 16 * 1024 * 1024
     upstream_start_timeout_ms: int = 60_000
     """How long ``start`` retries an unreachable upstream cluster before giving up."""
+    connections: ConnectionSettings = field(default_factory=ConnectionSettings)
+    """What a client may hold before it authenticated (``connections:``, docs/security.md)."""
     tls: ReloadingServerContext | None = None
     """TLS of the worker listener and the proxy listeners (one context, reloaded per handshake)."""
     upstream_security: UpstreamSecurity = field(default_factory=UpstreamSecurity)

@@ -6,8 +6,6 @@ server module keeps to connections and the coordinator loop.
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import logging
 from typing import Any
 
@@ -62,14 +60,7 @@ async def start_proxy(server: Any, advertised_host: str) -> int:
     for node_id in sorted(cluster.brokers):
         port = cluster.listener_port(node_id)
         try:
-            listener = await asyncio.start_server(
-                functools.partial(server._on_connection, node_id=node_id),
-                server.options.host,
-                port,
-                limit=LISTEN_BUFFER,
-                start_serving=False,
-                ssl=server._listener_ssl,
-            )
+            listener = await server.listen(port, node_id)
         except OSError as exc:
             fix = "proxy_base_port (upstream broker N is proxied on proxy_base_port + N)"
             raise bind_error(

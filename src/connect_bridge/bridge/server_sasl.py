@@ -18,7 +18,10 @@ Either way, as Kafka's broker:
   (``api_table.BEFORE_AUTH``); anything else closes the connection unanswered. A SaslAuthenticate
   without an accepted SaslHandshake is answered ILLEGAL_SASL_STATE and the connection closed;
 - a failed authentication is answered (SASL_AUTHENTICATION_FAILED with Kafka's message, or the
-  broker's own answer when passed through) and the connection closed;
+  broker's own answer when passed through) and the connection closed; terminated, the answer waits
+  ``sasl.failed_authentication_delay_ms`` first (Kafka's ``connection.failed.authentication.delay.ms``),
+  PLAIN's password check runs off the event loop in a bounded pool, and failures are logged as a
+  summary per mechanism and address (``sasl_guard``);
 - KIP-368: the session lasts ``session_lifetime_ms`` (terminated: the ``sasl.session_lifetime_ms``
   setting, Kafka's ``connections.max.reauth.ms``; passed through: what the broker announced, counted
   from when the bridge sent the final SaslAuthenticate, so it never outlives the broker's). A client
@@ -45,9 +48,11 @@ from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 from connect_bridge.bridge.api_table import BEFORE_AUTH
 from connect_bridge.bridge.credentials import CredentialsError, CredentialStore, load_credentials
 from connect_bridge.bridge.metrics import Metrics
+from connect_bridge.bridge.sasl_guard import ChecksBusy, FailedLogins, PasswordChecks
 from connect_bridge.bridge.sasl_peek import PassThroughSasl
 from connect_bridge.bridge.sasl_settings import SaslSettings
 from connect_bridge.bridge.scram import (
+    PlainCheck,
     SaslAuthenticationFailed,
     SaslServer,
     UnsupportedMechanism,
@@ -119,16 +124,22 @@ class SaslGate:
     metrics: Metrics | None = None
     """Counts each completed exchange (``connect_bridge_sasl_authentications_total``)."""
     _refused: RateLimited = field(default_factory=RateLimited, init=False)
-    _failed: RateLimited = field(default_factory=RateLimited, init=False)
+    _failed: FailedLogins = field(default_factory=FailedLogins, init=False)
+    _checks: PasswordChecks = field(init=False)
+    """Terminated: PLAIN's password KDF, off the event loop and bounded (``sasl_guard``)."""
+    _plain_check: PlainCheck = field(default_factory=PlainCheck, init=False)
 
     def __post_init__(self) -> None:
         settings = self.settings
+        self._checks = PasswordChecks(settings.password_check_threads, settings.max_pending_password_checks)
         if settings.mode == "terminated" and self.credentials is None:
             assert settings.credentials_file is not None  # SaslSettings checks it
             try:
                 self.credentials = load_credentials(settings.credentials_file)
             except CredentialsError as exc:  # serve stops with this one line
                 raise StartupError(f"sasl.credentials_file: {exc}") from None
+        if self.credentials is not None:
+            self._plain_check = self.credentials.plain_check()
         if settings.mode == "passthrough" and self.forward is None:
             raise ValueError("sasl.mode passthrough needs the upstream relay")
 
@@ -218,7 +229,7 @@ class SaslGate:
         try:
             if mechanism not in offered:
                 raise UnsupportedMechanism(mechanism)
-            state.server = sasl_server(mechanism, self.credentials.lookup)
+            state.server = sasl_server(mechanism, self.credentials.lookup, self._plain_check)
         except UnsupportedMechanism:  # not offered (a listed one is always one scram.py has)
             refusal = SaslHandshakeResponse(
                 error_code=int(ErrorCode.UNSUPPORTED_SASL_MECHANISM), mechanisms=offered
@@ -246,12 +257,27 @@ class SaslGate:
             return await self._relay_authenticate(conn, state, body, answering, payload)
         server = state.server
         assert server is not None
+        client_bytes = bytes(body.auth_bytes or b"")
         try:
-            reply = server.evaluate(bytes(body.auth_bytes or b""))
+            if getattr(server, "expensive", False):  # PLAIN's KDF: off the loop, bounded
+                reply = await self._checks.run(lambda: server.evaluate(client_bytes))
+            else:
+                reply = server.evaluate(client_bytes)
+        except ChecksBusy:
+            self._refused.log(
+                "closing %s unanswered: %d password checks under way (sasl.max_pending_password_checks)",
+                conn.host,
+                self._checks.pending,
+            )
+            self._count(state.mechanism, "busy")
+            state.refused = True
+            await self._failure_delay()
+            return Admission.CLOSE
         except SaslAuthenticationFailed as failure:
-            self._failed.log("SASL %s authentication from %s failed", state.mechanism, conn.host)
+            self._failed.record(state.mechanism, conn.host)
             self._count(state.mechanism, "failed")
             state.refused = True
+            await self._failure_delay()
             await self.respond(conn, answering, _auth_error(failure.error_code, failure.error_message))
             return Admission.CLOSE
         lifetime = 0
@@ -318,9 +344,8 @@ class SaslGate:
                     mechanism=session.mechanism,
                 )
             elif reply.error_code != ErrorCode.NONE or peek.failure is not None:
-                self._failed.log(
-                    "SASL %s authentication from %s failed: %s", mechanism, conn.host, peek.failure
-                )
+                why = str(peek.failure) if peek.failure is not None else f"broker error {reply.error_code}"
+                self._failed.record(mechanism, conn.host, why)
                 self._count(mechanism, "failed")
                 state.refused = True  # the broker closes its side after a failure: the bridge too
                 state.mechanism = None
@@ -331,6 +356,13 @@ class SaslGate:
         return Admission.DONE
 
     # ------------------------------------------------------------------ helpers
+    async def _failure_delay(self) -> None:
+        """Kafka's ``connection.failed.authentication.delay.ms``: a refusal is not answered at once,
+        so one connection cannot guess faster than one password per delay."""
+        delay_ms = self.settings.failed_authentication_delay_ms
+        if delay_ms > 0:
+            await asyncio.sleep(delay_ms / 1000)
+
     def _authenticated(
         self,
         conn: Connection,

@@ -30,6 +30,7 @@ from pydantic import (
 
 from connect_bridge.bridge.adoption_settings import AdoptionSettings
 from connect_bridge.bridge.authorization import AuthorizationSettings
+from connect_bridge.bridge.connection_settings import ConnectionSettings
 from connect_bridge.bridge.ha_settings import HaSettings
 from connect_bridge.bridge.sasl_settings import SaslSettings, UpstreamSasl, check_sasl_combination
 from connect_bridge.bridge.tls import ListenerTls, UpstreamTls
@@ -149,7 +150,8 @@ class LimitsSettings(_Strict):
     max_cluster_request_bytes: int = Field(_LIMITS.max_cluster_request_bytes, gt=0)
     """Frame size of the cluster APIs the bridge decodes (FindCoordinator, Metadata, describe...)."""
     max_inflight_per_connection: int = Field(64, gt=0)
-    """Requests read but not yet answered on one connection; past this the bridge stops reading it."""
+    """Relayed requests read but not yet answered on one connection; past this the bridge stops
+    reading it. A request the bridge answers itself is always one in flight (as Kafka's broker)."""
     max_buffered_bytes: int = Field(256 * MiB, gt=0)
     """Bytes of large frames (over 1 MiB) being read at once over all connections."""
     heartbeat_cache_bytes: int = Field(16 * MiB, gt=0)
@@ -224,6 +226,24 @@ class BridgeSettings(_Strict):
     """Answer the admin endpoint (``/admin/...`` on the metrics listener) from any peer. Off: only
     loopback peers and clients whose certificate ``metrics_tls`` verified; others get 403
     (``admin_access.py``, docs/security.md)."""
+    # The metrics/admin listener's bounds and the admin token (docs/security.md "Bounds").
+    metrics_max_connections: int = Field(64, gt=0)
+    """Connections the metrics listener serves at once; past it a new one gets 503 and is closed."""
+    metrics_request_timeout_ms: int = Field(5000, gt=0)
+    """Time a client of the metrics listener has for its TLS handshake, and for its whole request head."""
+    metrics_group_ids: bool = True
+    """Label the per-group series of /metrics with the group id; false: with ``sha256:`` and the
+    first 12 hex digits of its SHA-256 instead (/metrics answers whoever reaches the listener)."""
+    admin_token_file: Path | None = None
+    """The token a state-changing admin request needs (``Authorization: Bearer``), created 0600 when
+    missing; default ``<state_dir>/admin.token`` (``admin_access.py``)."""
+    admin_hosts: list[str] = []
+    """Host names the admin endpoint answers to besides IP addresses, localhost and this machine's name."""
+
+    @property
+    def admin_token_path(self) -> Path:
+        return self.admin_token_file if self.admin_token_file is not None else self.state_dir / "admin.token"
+
     upstream_tls: UpstreamTls | None = None
     """TLS on every connection the bridge opens to the upstream brokers (relay links, discovery,
     state and config topics); None: plaintext."""
@@ -237,6 +257,8 @@ class BridgeSettings(_Strict):
     """Which groups the bridge may take over from the upstream coordinator, and when (docs/adoption.md)."""
     ha: HaSettings = HaSettings()
     """Several bridges sharing the groups through ``state_topic``'s partitions (docs/high-availability.md)."""
+    connections: ConnectionSettings = ConnectionSettings()
+    """What a client may hold before it authenticated: slots, deadlines, frame sizes (docs/security.md)."""
 
     @model_validator(mode="after")
     def _ha_needs_state_topic(self) -> BridgeSettings:
@@ -528,6 +550,17 @@ config_view:                     # example; omit the section when there is no fi
   file: connect-config.json
   group: connect-cluster         # the group id it applies to; omit for every group
   poll_interval_ms: 1000
+
+# What a client may hold on the worker listener before it authenticated (docs/security.md
+# "Before authentication"). The frame limits and the deadline apply on listeners with SASL.
+connections:
+  tls_handshake_timeout_ms: 10000
+  max_unauthenticated: null               # null: half of max_connections
+  max_unauthenticated_per_address: 100    # each loopback address counts on its own; null: no limit
+  max_per_address: null                   # every connection from one address; null: no limit
+  authentication_timeout_ms: 30000
+  max_unauthenticated_frame_bytes: 524288
+  max_unauthenticated_buffered_bytes: 16777216
 
 # Brokers of the real Kafka cluster: every other API is relayed to them (docs/upstream.md).
 upstream: []
