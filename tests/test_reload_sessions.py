@@ -18,10 +18,12 @@ from connect_bridge.state.holds import (
     JOIN_GROUP_TIMEOUT_LAPSE_MS,
     first_session_after_load_ms,
     join_group_wait_ms,
+    zombie_grace_ms,
 )
 from test_adversity import JavaLike, NewLike, assert_exclusive, run_for
 from test_migration import (
     ALL,
+    EMPTY,
     W1_FULL,
     W2_FULL,
     G,
@@ -30,6 +32,8 @@ from test_migration import (
     classic,
     connect,
     coordinator,
+    nbeat,
+    njoin,
     stable_classic,
     upgraded_and_settled,
 )
@@ -174,3 +178,46 @@ def test_a_member_that_talked_to_the_new_owner_is_held_no_longer_than_any_other(
     assert t <= crash + SESSION_MS + 1_000
     held = connect(loaded).metadata.held  # the removal holds w2's work in a connect group
     assert held and max(h.deadline_ms for h in held) <= t + DELAY_MS  # the delay, not load + 98 s
+
+
+def _held_deadline(loaded: GroupCoordinator, url: str) -> int:
+    return max(h.deadline_ms for h in connect(loaded).metadata.held if h.url == url)
+
+
+def test_a_conversion_right_after_a_load_keeps_the_parked_legacy_members_hold() -> None:
+    """A new-protocol worker joins a classic group just loaded from the log: the classic members it
+    carries over into the connect group may still wait on a JoinGroup at the previous owner, running
+    their tasks. The conversion arms them a plain session, so w2 (silent) is removed by it long
+    before that JoinGroup can end; its work stays held until then plus the zombie grace, not for
+    the zombie grace only (adversarial fleet drills 97000291002434, 029417, 071180)."""
+    source = coordinator(scheduled_rebalance_max_delay_ms=0)
+    w1, w2 = stable_classic(source)
+    loaded = coordinator(scheduled_rebalance_max_delay_ms=0)
+    loaded.replay(source.drain_records(), LOAD)
+    w3 = njoin(loaded, "", "http://w3/", now=LOAD + 1_000).member_id
+    assert w3 in connect(loaded).members and w2 in connect(loaded).members
+    t = LOAD + 1_000
+    while w2 in connect(loaded).members:  # w1 and w3 talk; w2 waits on its JoinGroup elsewhere
+        t += 1_000
+        cbeat(loaded, w1, 1, now=t)
+        nbeat(loaded, w3, connect(loaded).members[w3].current.member_epoch, EMPTY, now=t)
+        loaded.advance(t)
+    assert t < LOAD + PARKED  # removed by the plain session the conversion armed
+    assert _held_deadline(loaded, "http://w2/") >= LOAD + PARKED + zombie_grace_ms(SESSION_MS)
+
+
+def test_a_legacy_member_that_talked_after_a_load_is_held_for_the_grace_only() -> None:
+    """w2 heartbeats at the coordinator that loaded the connect group, then falls silent: it waits
+    on nothing elsewhere, so its removal holds its work for the zombie grace, as anyone's."""
+    source, log, w1, w2, w3 = upgraded_and_settled(scheduled_rebalance_max_delay_ms=0)
+    loaded = coordinator(scheduled_rebalance_max_delay_ms=0)
+    loaded.replay(log.records + source.drain_records(), LOAD)
+    t = LOAD + 1_000
+    cbeat(loaded, w2, 2, now=t)
+    while w2 in connect(loaded).members:
+        t += 1_000
+        cbeat(loaded, w1, 2, now=t)
+        nbeat(loaded, w3, connect(loaded).members[w3].current.member_epoch, EMPTY, now=t)
+        loaded.advance(t)
+    assert t <= LOAD + 1_000 + SESSION_MS + 1_000
+    assert _held_deadline(loaded, "http://w2/") <= t + zombie_grace_ms(SESSION_MS)

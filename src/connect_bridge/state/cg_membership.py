@@ -32,7 +32,7 @@ from connect_bridge.state.connect_records import (
     target_metadata_tombstone,
 )
 from connect_bridge.state.errors import RequestError
-from connect_bridge.state.holds import first_session_after_load_ms, hold_departed, zombie_grace_ms
+from connect_bridge.state.holds import first_session_after_load_ms, hold_departed, timer_removal_hold_ms
 from connect_bridge.state.legacy_members import LegacyMembers
 from connect_bridge.state.model import (
     EMPTY,
@@ -61,7 +61,8 @@ class ConnectGroupMembership(ConnectGroupState):
     computes a client-side target (``client_side``), the legacy members' classic states
     (``legacy_members``), what members last reported owning (``_reported``), the leader, config
     offset and error each new-protocol member was last told (``_told``), the session timer keys
-    (``_session_keys``) and ``downgrade_pending``.
+    (``_session_keys``), until when a legacy member may still wait on a JoinGroup at a previous
+    coordinator (``_waits_elsewhere_until``) and ``downgrade_pending``.
     """
 
     def __init__(
@@ -80,6 +81,11 @@ class ConnectGroupMembership(ConnectGroupState):
         restart every member is sent its assignment once more)."""
         self._session_keys: dict[str, TimerKey] = {}
         """Each member's session timer key, built once: a heartbeat re-arms it on every call."""
+        self._waits_elsewhere_until: dict[str, int] = {}
+        """Legacy members of a group just loaded from the log (or converted from such a classic
+        group): until when each may still wait on a JoinGroup parked at the previous coordinator,
+        running its tasks (``ClassicMember.waits_elsewhere_until_ms``). Cleared once the member
+        talks to this coordinator (``heard_from``)."""
 
     # ------------------------------------------------------------------ conversion
     def install_converted(
@@ -88,8 +94,14 @@ class ConnectGroupMembership(ConnectGroupState):
         target_metadata: TargetMetadata,
         members: list[tuple[str, MemberMetadata, CurrentAssignment]],
         now_ms: int,
+        waits_elsewhere_until_ms: dict[str, int] | None = None,
     ) -> None:
-        """Become the image of a converted classic group: target = current, nothing moves."""
+        """Become the image of a converted classic group: target = current, nothing moves.
+
+        ``waits_elsewhere_until_ms``: the classic members that may still wait on a JoinGroup at the
+        previous coordinator (a conversion soon after a load) keep that deadline, so a timer that
+        removes them holds their work until they can have noticed (``remove_by_timer``)."""
+        self._waits_elsewhere_until.update(waits_elsewhere_until_ms or {})
         for mid, member_metadata, current in members:
             self._set_member_metadata(mid, member_metadata)
             member = self.members[mid]
@@ -124,13 +136,12 @@ class ConnectGroupMembership(ConnectGroupState):
             for item in member.current.owned:
                 self.owners[item] = mid
             meta = member.metadata
-            first = (
-                first_session_after_load_ms(
+            first = None
+            if meta.is_legacy:
+                first = first_session_after_load_ms(
                     meta.session_timeout_ms, meta.rebalance_timeout_ms, self.config.worker_request_timeout_ms
                 )
-                if meta.is_legacy
-                else None
-            )
+                self._waits_elsewhere_until[mid] = now_ms + first
             self.arm_session(member, now_ms, first)
             if member.current.state is MemberState.UNREVOKED:
                 self._arm_revocation(member, now_ms)
@@ -218,13 +229,24 @@ class ConnectGroupMembership(ConnectGroupState):
         self.timers.cancel(TimerKey.revoke(self.group_id, member_id))
         self._session_keys.pop(member_id, None)
         self._told.pop(member_id, None)
+        self._waits_elsewhere_until.pop(member_id, None)
         self.legacy_members.forget(member_id)
         for record in member_tombstones(self.group_id, member_id):
             self._write(record)
 
+    def heard_from(self, member_id: str) -> None:
+        """A request of ``member_id`` reached this coordinator: it no longer waits on a JoinGroup
+        parked at a previous one (a Java client talks to one coordinator at a time)."""
+        self._waits_elsewhere_until.pop(member_id, None)
+
     def remove_by_timer(self, member: Member, now_ms: int) -> None:
-        """A session, revocation, join or sync timer removes ``member``: it may still be running."""
-        self.remove_member(member, now_ms, min_hold_ms=zombie_grace_ms(member.metadata.session_timeout_ms))
+        """A session, revocation, join or sync timer removes ``member``: it may still be running,
+        for the zombie grace, or longer if it may still wait on a JoinGroup at the coordinator
+        before a load (``holds.timer_removal_hold_ms``)."""
+        hold_ms = timer_removal_hold_ms(
+            member.metadata.session_timeout_ms, now_ms, self._waits_elsewhere_until.get(member.member_id)
+        )
+        self.remove_member(member, now_ms, min_hold_ms=hold_ms)
 
     def remove_member(self, member: Member, now_ms: int, min_hold_ms: int = 0) -> None:
         """Drop a member; everything it may still run is held for the scheduled delay.

@@ -137,6 +137,11 @@ def upgrade(classic: ClassicGroup, group: ConnectGroup, now_ms: int) -> None:
         TargetMetadata(generation),
         members,
         now_ms,
+        {
+            m.member_id: m.waits_elsewhere_until_ms
+            for m in classic.members.values()
+            if m.waits_elsewhere_until_ms is not None
+        },
     )
 
 

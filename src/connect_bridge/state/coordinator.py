@@ -298,6 +298,7 @@ class GroupCoordinator(OwnershipSteps):
                     error_message="migration policy disabled: classic members cannot join a connect group",
                 )
             else:
+                _heard_from(group, req.member_id)
                 response = group.legacy.join(req, now_ms)
                 if all(m.metadata.is_legacy for m in group.members.values()):
                     group.downgrade_pending = True  # no new-protocol member left to wait for
@@ -339,10 +340,10 @@ class GroupCoordinator(OwnershipSteps):
             return capi.HeartbeatResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
         if refused := refusal(group, req.member_id, req.group_instance_id, req.principal):
             return capi.HeartbeatResponse(error_code=int(refused.code))
+        _heard_from(group, req.member_id)
         if isinstance(group, ConnectGroup):
             response = group.legacy.heartbeat(req, now_ms)
         else:
-            _heard_from(group, req.member_id)
             response = group.heartbeat(req, now_ms)
         self._after(req.group_id, now_ms)
         return response
@@ -632,9 +633,13 @@ __all__ = ["GroupCoordinator"]
 def _heard_from(group: ClassicGroup | ConnectGroup, member_id: str) -> None:
     """A request of ``member_id`` reached this coordinator: a Java client talks to one coordinator
     at a time and fails what it had in flight when it moves, so the member no longer waits on a
-    JoinGroup parked at a previous one (``ClassicMember.waits_elsewhere_until_ms``, set at a load).
-    A timer that removes it later holds its work as anyone's, not until that JoinGroup could have
-    timed out (adversarial drill 95000285001369: held 64.5 s past a crash with a 15 s delay)."""
-    member = group.members.get(member_id) if isinstance(group, ClassicGroup) else None
+    JoinGroup parked at a previous one (``ClassicMember.waits_elsewhere_until_ms``, set at a load;
+    the legacy members of a connect group keep theirs in the group, ``heard_from``). A timer that
+    removes it later holds its work as anyone's, not until that JoinGroup could have timed out
+    (adversarial drill 95000285001369: held 64.5 s past a crash with a 15 s delay)."""
+    if isinstance(group, ConnectGroup):
+        group.heard_from(member_id)
+        return
+    member = group.members.get(member_id)
     if member is not None:
         member.waits_elsewhere_until_ms = None
