@@ -35,6 +35,7 @@ from test_ha import listener
 from test_ha_java import HaDrill
 from test_java_drills import (
     JavaDrill,
+    drill_fixture,  # noqa: F401  (the `drill` fixture, shared)
     group_type,
     now_ms,
     signed_task_configs_after_downgrade,
@@ -63,21 +64,6 @@ closing its consumer (it never had a partition: the consumer group keeps them ex
 the Connect session (10 s) the dead consumer is gone before the work is handed out again."""
 COORDINATOR_FOUND = re.compile(r"Connect group coordinator for \S+ is \S*?:(\d+) ")
 """The add-on's line when FindCoordinator names a (new) coordinator: its port."""
-
-
-@pytest.fixture
-def drill(
-    kafka_broker: KafkaBroker,
-    connect_worker: Callable[..., ConnectWorker],
-    bridge_proxy: Callable[..., BridgeProcess],
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-) -> Iterator[JavaDrill]:
-    name = request.node.name.removeprefix("test_").replace("_", "-")
-    drill = JavaDrill(kafka_broker, connect_worker, bridge_proxy, tmp_path, name)
-    yield drill
-    drill.teardown()
-
 
 def verdict(drill: JavaDrill, step: str, figures: list[str], timeout_s: float = 120.0) -> None:
     """After a step: the timeline converges and stays so (exclusive on every poll), the checker

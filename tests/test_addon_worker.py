@@ -7,35 +7,24 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from connect_bridge.bridge.describe import describe
-from kafka_fixtures import BridgeProcess, KafkaBroker
+from kafka_fixtures import KafkaBroker
 from kafka_workers import ConnectWorker, KafkaStartError, start_connect_worker
 from polling import wait_until
-from test_java_drills import JavaDrill, group_type, wait_group_type
+from test_java_drills import (
+    JavaDrill,
+    drill_fixture,  # noqa: F401  (the `drill` fixture, shared)
+    group_type,
+    wait_group_type,
+)
 
 CLIENT_SIDE = {"connect.bridge.assignment": "client"}
 """A worker that advertises Connect's IncrementalCooperativeAssignor (client-side assignment)."""
-
-
-@pytest.fixture
-def drill(
-    kafka_broker: KafkaBroker,
-    connect_worker: Callable[..., ConnectWorker],
-    bridge_proxy: Callable[..., BridgeProcess],
-    tmp_path: Path,
-    request: pytest.FixtureRequest,
-) -> Iterator[JavaDrill]:
-    name = request.node.name.removeprefix("test_").replace("_", "-")
-    drill = JavaDrill(kafka_broker, connect_worker, bridge_proxy, tmp_path, name)
-    yield drill
-    drill.teardown()
-
 
 def tasks_by_worker(worker: ConnectWorker, connector: str) -> dict[str, int]:
     """Worker id -> RUNNING tasks of ``connector``, from the REST status."""

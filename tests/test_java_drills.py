@@ -373,8 +373,8 @@ def read_topic(bootstrap: str, topic: str, timeout_s: float = 20.0) -> list[tupl
         consumer.close()
 
 
-@pytest.fixture
-def drill(
+@pytest.fixture(name="drill")
+def drill_fixture(
     kafka_broker: KafkaBroker,
     connect_worker: Callable[..., ConnectWorker],
     bridge_proxy: Callable[..., BridgeProcess],
