@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import ssl
+import struct
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -250,3 +251,48 @@ def test_operator_guide_tls_block_is_a_valid_configuration() -> None:
     assert settings.tls is not None and settings.tls.client_auth == "required"
     assert settings.metrics_tls is not None and settings.upstream_tls is not None
     assert settings.upstream_tls.check_hostname
+
+
+def api_versions_v0_frame(correlation_id: int) -> bytes:
+    """A framed ApiVersions v0 request (header v1, empty body), written by hand so that several go
+    out in one write."""
+    client_id = b"pipelined"
+    payload = struct.pack(">hhih", 18, 0, correlation_id, len(client_id)) + client_id
+    return struct.pack(">i", len(payload)) + payload
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_pipelined_requests_are_all_answered_over_tls(tls_material: TlsMaterial, loop: str) -> None:
+    """A client that sends its next request before the answer to the previous one (Java's consumer
+    does, a Metadata request for its topic behind its own metadata refresh) gets every answer over
+    TLS, on both event loops ``serve`` can run on. The bridge waits after each answer until the
+    transport took it (Kafka's muting); with a write-buffer high-water mark of 0, asyncio's TLS
+    transport paused the writer on an empty buffer and resumed it only on the next bytes read, so
+    the first answer's wait never ended and the second answer was never sent."""
+    m = tls_material
+    listener = ListenerTls(certfile=m.server_cert, keyfile=m.server_key)
+
+    async def scenario() -> None:
+        server = BridgeServer(
+            ServerOptions(host=HOST, port=0, tls=ReloadingServerContext(listener)), MemoryRecordStore()
+        )
+        await server.start()
+        try:
+            reader, writer = await asyncio.open_connection(
+                HOST, server.port, ssl=client_ssl(m), server_hostname="localhost"
+            )
+            writer.write(b"".join(api_versions_v0_frame(c) for c in (7, 8, 9)))
+            await writer.drain()
+            answered = []
+            for _ in range(3):
+                (size,) = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), 5))
+                frame = await asyncio.wait_for(reader.readexactly(size), 5)
+                answered.append(struct.unpack_from(">i", frame, 0)[0])
+            assert answered == [7, 8, 9]
+            writer.close()
+        finally:
+            await server.stop()
+
+    runner = app.loop_factory(loop)
+    with asyncio.Runner(loop_factory=runner) as run:
+        run.run(scenario())

@@ -412,10 +412,13 @@ class BridgeServer:
             if principal is not None:  # verified by the handshake (client_auth requested/required)
                 conn.principal = principal
         conn.node_id = self._bootstrap_node if node_id is None else node_id
-        # Kafka mutes a connection while a response is unsent: with a write buffer limit of 0,
-        # drain() waits until every answer byte was handed to the socket, so a client that does
-        # not read its answers is not read from either (and costs nothing more than its slot).
-        writer.transport.set_write_buffer_limits(high=0)
+        # Kafka mutes a connection while a response is unsent: with these limits drain() waits
+        # until every answer byte was handed to the socket, so a client that does not read its
+        # answers is not read from either (and costs nothing more than its slot). Not high=0: TLS
+        # transports (asyncio's and uvloop's) pause at a buffered size >= high, so an empty buffer
+        # paused the writer and only the next bytes read resumed it; a client that pipelined its
+        # requests and then waited never got the later answers.
+        writer.transport.set_write_buffer_limits(high=1, low=0)
         slot.wake = conn.answered.set
         self.open_connections.add(conn)
         loop = asyncio.get_running_loop()
