@@ -1,17 +1,17 @@
 """Shared test fixtures.
 
-The golden vectors live outside the repository (``../shared/vectors`` next to the checkout) because
-several projects share them. A missing vector file is a broken checkout, so it fails the run instead
-of skipping the tests that need it.
+The Connect embedded-protocol golden vectors are ``tests/data/connect-embedded-protocol.json``
+(``tests/connect_vectors.py`` says what they hold; a jvm test rebuilds them from Apache Kafka's
+classes on every run).
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 import pytest
+
+import connect_vectors
 
 # The real-Kafka fixtures (tests/kafka_fixtures.py) are registered here, not per module like tansu's:
 # a Kafka broker is a JVM that takes seconds to start, so the whole session shares one.
@@ -20,24 +20,15 @@ from kafka_secure import secure_kafka
 
 __all__ = ["bridge_proxy", "connect_worker", "kafka_broker", "secure_kafka"]
 
-CONNECT_VECTORS = "connect-embedded-protocol.json"
 
-
-def vectors_dir() -> Path:
-    """``<repo>/../shared/vectors``."""
-    return Path(__file__).resolve().parents[1].parent / "shared" / "vectors"
-
-
-def load_vectors(name: str = CONNECT_VECTORS) -> list[dict[str, Any]]:
-    path = vectors_dir() / name
-    if not path.is_file():
-        pytest.fail(f"golden vectors not found at {path}", pytrace=False)
-    return json.loads(path.read_text(encoding="utf-8"))
+def load_vectors() -> list[dict[str, Any]]:
+    """The checked-in Connect embedded-protocol vectors."""
+    return connect_vectors.load_vectors()
 
 
 @pytest.fixture(scope="session")
 def vectors() -> list[dict[str, Any]]:
-    """All Connect embedded-protocol golden vectors (``shared/vectors/README.md``)."""
+    """All Connect embedded-protocol golden vectors (``tests/connect_vectors.py``)."""
     return load_vectors()
 
 
@@ -64,6 +55,7 @@ MARKS_BY_FIXTURE: dict[str, tuple[str, ...]] = {
     "reauth_kafka": ("broker", "jvm"),
     "reauth_bridge": ("live",),
     "connect_worker": ("jvm",),
+    "kafka_connect_vectors": ("jvm",),
     "bridge_proxy": ("live",),
     "cli_process": ("live",),
 }

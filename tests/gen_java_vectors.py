@@ -6,7 +6,7 @@ its fields (as ``to_dict`` names them, bytes as hex) and the encoded body as hex
 test decodes every body, compares the fields and encodes it back byte for byte, so the two codecs
 cannot drift apart; ``tests/test_java_vectors.py`` fails when this file is not current.
 
-Run ``python tests/gen_java_vectors.py`` after changing a spec or the vectors.
+Run ``python tests/golden_files.py`` (or this file) after changing a spec or the vectors.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any
 
 from connect_bridge.codecs import messages as m
 from connect_bridge.codecs.ids import ConnectorTaskId
+from golden_files import GoldenFile
 
 VECTORS_PATH = (
     Path(__file__).resolve().parents[1]
@@ -288,8 +289,11 @@ def build_vectors() -> str:
     return json.dumps(out, indent=1, ensure_ascii=False, sort_keys=False) + "\n"
 
 
+GOLDEN = GoldenFile(VECTORS_PATH, build_vectors, "python tests/golden_files.py")
+
+
 def main() -> int:
-    VECTORS_PATH.write_text(build_vectors(), encoding="utf-8")
+    GOLDEN.write()
     print(f"wrote {VECTORS_PATH}")
     return 0
 
