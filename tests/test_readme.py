@@ -11,16 +11,23 @@ README command cannot go unchecked.
   process, a new-protocol worker joins it, and it runs until the end; ``describe`` asks the last one
   started. The PySpark commands (``analyze``, ``drill fleet``) run in a test of their own, marked
   ``spark``.
-- The set-up lines (``python3 -m venv``, ``. .venv/bin/activate``, ``pip install``) and the test
+- The set-up lines (``python3 -m venv``, ``. .venv/bin/activate``, ``pip install -e``) and the test
   suite line (``python -m pytest``) are not executed (installing into the running environment, or
   running the suite from inside itself, is not a test): the extras they install must exist in
   ``pyproject.toml``, the running interpreter must satisfy ``requires-python``, and the pytest
   markers the README names must be registered and assigned by ``tests/conftest.py``.
+- The wheel lines run: ``pip wheel`` builds the wheel from this checkout into the test's directory,
+  and the ``pip install`` of the wheel must name the file it built and an extra that exists; the
+  wheel is installed without its dependencies into a directory of its own, where
+  ``connect-bridge docs`` must list the shipped pages.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 import sys
 import tomllib
 from collections.abc import Callable, Iterator
@@ -136,6 +143,78 @@ def check_install(_: Session, command: str) -> None:
     assert Path(connect_bridge.__file__).resolve().is_relative_to(REPO / "src")
 
 
+WHEEL_BUILD = re.compile(r"pip wheel --no-deps -w (?P<dir>\S+) \.")
+WHEEL_INSTALL = re.compile(r"pip install '(?P<wheel>[^'\[]+\.whl)(?:\[(?P<extras>[a-z0-9,-]+)\])?'")
+
+
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "LICENSE", "src", "docs")
+"""What setuptools reads to build the wheel (``src/connect_bridge/docs`` links to ``docs``)."""
+
+
+def build_wheel(session: Session, command: str) -> None:
+    """``pip wheel --no-deps -w DIR .``: builds this checkout's wheel into the test's ``DIR``, from a
+    copy of its sources (setuptools writes ``build/`` and ``*.egg-info`` next to what it builds)."""
+    target = WHEEL_BUILD.fullmatch(command)
+    assert target, command
+    checkout = session.tmp / "checkout"
+    checkout.mkdir()
+    junk = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist")
+    for name in WHEEL_SOURCES:
+        source = REPO / name
+        if source.is_dir():
+            shutil.copytree(source, checkout / name, symlinks=True, ignore=junk)
+        else:
+            shutil.copy2(source, checkout / name)
+    out = session.tmp / target["dir"]
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(out), "."],
+        cwd=checkout,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
+
+
+SHIPPED_DOCS = """\
+import sys
+import connect_bridge
+from connect_bridge.cli import main
+assert connect_bridge.__file__.startswith(sys.argv[1]), connect_bridge.__file__
+sys.exit(main(["docs"]))
+"""
+"""``connect-bridge docs`` of the package installed from the wheel (its directory: ``argv[1]``)."""
+
+
+def install_wheel(session: Session, command: str) -> None:
+    """``pip install 'DIR/NAME.whl[EXTRAS]'``: the file the build wrote, an extra that exists; the
+    wheel installs (dependencies left out: they are the running environment's) and ships the docs."""
+    target = WHEEL_INSTALL.fullmatch(command)
+    assert target, command
+    wheel = session.tmp / target["wheel"]
+    built = sorted(p.name for p in wheel.parent.glob("*.whl"))
+    assert built == [wheel.name], f"the README installs {wheel.name}, pip wheel built {built}"
+    extras = set((target["extras"] or "").split(",")) - {""}
+    assert extras <= set(PYPROJECT["project"].get("optional-dependencies", {})), extras
+    site = session.tmp / "wheel-site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "--quiet", "--target", str(site), str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    listed = subprocess.run(
+        [sys.executable, "-c", SHIPPED_DOCS, str(site)],
+        env={**os.environ, "PYTHONPATH": str(site)},
+        cwd=session.tmp,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    pages = {p.stem for p in (REPO / "docs").glob("*.md")}
+    assert pages <= set(listed.stdout.split()), listed.stdout
+
+
 def check_pytest(_: Session, command: str) -> None:
     """``python -m pytest ...``: the markers the README names are registered and assigned."""
     text = README.read_text(encoding="utf-8")
@@ -160,6 +239,8 @@ Handler = Callable[[Session, str], None]
 HANDLERS: list[tuple[str, Handler]] = [
     (r"python3 -m venv \.venv", check_venv),
     (r"\. \.venv/bin/activate", check_activate),
+    (r"pip wheel .*", build_wheel),
+    (r"pip install '[^']+\.whl.*", install_wheel),
     (r"pip install .*", check_install),
     (r"python -m pytest.*", check_pytest),
     (r"connect-bridge serve.*", Session.serve),
