@@ -1,4 +1,4 @@
-"""The invariant checker on hand-written logs, with exact numbers (DESIGN §4.3, §4.4)."""
+"""The invariant checker on hand-written logs, with exact numbers (docs/drills.md, "Metrics")."""
 
 from __future__ import annotations
 

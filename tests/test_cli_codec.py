@@ -1,4 +1,4 @@
-"""``connect-bridge codec decode|encode`` (DESIGN.md §4.1) over every golden vector."""
+"""``connect-bridge codec decode|encode`` (docs/cli.md) over every golden vector."""
 
 from __future__ import annotations
 

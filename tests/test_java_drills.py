@@ -3,7 +3,7 @@
 Each drill drives Java workers (tests/kafka_fixtures.py) through the bridge in front of the
 session's Kafka broker, then judges what happened with two independent witnesses:
 
-1. the workers' own logs, turned into the DESIGN §4.3 event log by
+1. the workers' own logs, turned into the drill event log (docs/drills.md) by
    :mod:`connect_bridge.drills.java_timeline` and judged by the drill checker
    (:func:`connect_bridge.drills.checker.check`, unchanged): exclusive, converged, balanced, live;
 2. VerifiableSource's per-task sequence numbers in the connectors' topics, read back from the broker
@@ -79,7 +79,7 @@ def unique(prefix: str) -> str:
 
 class JavaDrill:
     """One drill: a bridge, Java workers by name, connectors, and what only the driver knows
-    (kills, config changes, bridge restarts) as §4.3 events with epoch-ms times."""
+    (kills, config changes, bridge restarts) as event-log events with epoch-ms times."""
 
     def __init__(
         self,

@@ -1,4 +1,4 @@
-"""java_timeline (Java worker logs → §4.3 events) and the VerifiableSource witness, on real log
+"""java_timeline (Java worker logs → event-log events) and the VerifiableSource witness, on real log
 excerpts (tests/data/java_worker_logs, README there) and small hand-made cases."""
 
 from __future__ import annotations

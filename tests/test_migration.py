@@ -1,6 +1,6 @@
 """Online migration classic ⇄ connect, driven through the coordinator with typed requests.
 
-Drills from research/kafka-migration.md §6 recast for Connect workers: upgrading a classic group when
+Drills from Kafka's consumer-group migration tests recast for Connect workers: upgrading a classic group when
 the first new-protocol worker joins (Stable, PreparingRebalance, CompletingRebalance), legacy members
 reconciled through the JoinGroup/SyncGroup/Heartbeat translation, downgrades when the last
 new-protocol worker leaves by every path, static replacement across protocols, the migration policy

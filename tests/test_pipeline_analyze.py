@@ -1,4 +1,4 @@
-"""The PySpark pipeline (``analyze``) computes exactly the checker's numbers (DESIGN §4.4).
+"""The PySpark pipeline (``analyze``) computes exactly the checker's numbers (docs/pipeline.md).
 
 One Spark session, few pipeline runs: every drill (sim runs of the examples and of random scenarios,
 hand-made logs with injected faults) goes through one ``analyze`` call, and its per-drill numbers

@@ -70,6 +70,12 @@ def test_core_commands_run_without_the_spark_extra(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "drill" / "summary.json").read_text())["ok"] is True
 
 
+INSTALL_SPARK = (
+    "install the spark extra (in a clone: pip install -e '.[spark]'; a wheel: pip install 'WHEEL[spark]')"
+)
+"""How to get the extra: the package is not on PyPI, so never ``pip install 'connect-bridge[spark]'``."""
+
+
 @pytest.mark.parametrize(
     ("argv", "command"),
     [
@@ -86,17 +92,13 @@ def test_spark_commands_without_pyspark_say_what_to_install(
     paths = {"DRILL": str(tmp_path / "drill"), "OUT": str(tmp_path / "out")}
     proc = _run_blocked(("pyspark",), *(paths.get(a, a) for a in argv))
     assert proc.returncode == 1
-    assert _stderr_lines(proc) == [
-        f"connect-bridge: {command} needs PySpark: pip install 'connect-bridge[spark]'"
-    ]
+    assert _stderr_lines(proc) == [f"connect-bridge: {command} needs PySpark: {INSTALL_SPARK}"]
     assert not (tmp_path / "out").exists()
 
 
 def test_the_message_names_every_missing_package() -> None:
     proc = _run_blocked(("pyspark", "matplotlib"), "analyze", ".", "--out", "unused")
-    assert _stderr_lines(proc) == [
-        "connect-bridge: analyze needs PySpark, matplotlib: pip install 'connect-bridge[spark]'"
-    ]
+    assert _stderr_lines(proc) == [f"connect-bridge: analyze needs PySpark, matplotlib: {INSTALL_SPARK}"]
 
 
 @pytest.mark.heavy

@@ -1,4 +1,4 @@
-"""Scenario file validation (DESIGN §4.2): every example loads; every mistake is one clear line."""
+"""Scenario file validation (docs/drills.md): every example loads; every mistake is one clear line."""
 
 from __future__ import annotations
 

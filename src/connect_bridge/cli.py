@@ -1,4 +1,4 @@
-"""The ``connect-bridge`` command (DESIGN.md §4.1 is the contract for its sub-commands and flags)."""
+"""The ``connect-bridge`` command (docs/cli.md lists the sub-commands and marks the contracts)."""
 
 from __future__ import annotations
 
@@ -298,7 +298,7 @@ _COMMANDS: tuple[_Command, ...] = (
         _arg("page", nargs="?", metavar="PAGE", help="a page name, e.g. operator-guide or serve"),
     ), ("operator-guide.md",)),
 )  # fmt: skip
-"""Every sub-command and its flags (DESIGN.md §4.1), in ``--help`` order."""
+"""Every sub-command and its flags (docs/cli.md, "The commands"), in ``--help`` order."""
 
 _GROUPS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
     "drill": ("run migration drills", "drill_command", "DRILL_COMMAND", ("drills.md", "pipeline.md")),

@@ -1,4 +1,4 @@
-"""The config view from a watched JSON file (DESIGN.md §3.5, "a watched JSON file").
+"""The config view from a watched JSON file (docs/serve.md, "The config view file").
 
 Without an upstream cluster there is no Connect config topic to read, so an operator (or a deploy
 tool) writes ``{"offset": N, "connectors": {"name": tasks}}`` to a file and the bridge follows it.

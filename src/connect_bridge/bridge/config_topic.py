@@ -1,4 +1,4 @@
-"""The config view read from the Connect config topic of the upstream cluster (DESIGN.md §3.5).
+"""The config view read from the Connect config topic of the upstream cluster (docs/upstream.md).
 
 Connect's ``KafkaConfigBackingStore`` keeps every connector's config in one single-partition,
 compacted topic (``config.storage.topic``). Keys are strings, values are schemaless JSON

@@ -1,7 +1,7 @@
 """The durable record store: an append-only, checksummed file log in a state directory.
 
 The coordinator emits ``Record``s for every state change; the bridge answers a request that
-reveals new state only after those records are durable (DESIGN.md §2 "bridge"). At start the live
+reveals new state only after those records are durable (docs/architecture.md, "Layers"). At start the live
 records are read back and handed to ``GroupCoordinator.replay``. This module is that log.
 
 File layout (``<state_dir>/log``), all integers big-endian:

@@ -1,6 +1,6 @@
 """Kafka Connect embedded group protocol: JoinGroup subscriptions and SyncGroup assignments.
 
-Wire layout and Java's reader rules: ``shared/research/connect-embedded-protocol.md``; the construct
+Wire layout and Java's reader rules: ``docs/connect-protocol.md``; the construct
 definitions live in :mod:`connect_structs`. This module holds the typed values, their JSON form (the
 ``input`` shape of the golden vectors) and the four codec functions.
 
@@ -128,7 +128,7 @@ class Assignment:
 
     ``assignment``/``revoked``: a tuple of groups, ``None`` (null array) or :data:`ABSENT`.
     ``delay``: an int32 in milliseconds or :data:`ABSENT`. In v1+ ``assignment`` is a delta, not the
-    full set (research note §8).
+    full set (KIP-415; docs/connect-protocol.md, "Wire layout").
     """
 
     error: int

@@ -10,9 +10,9 @@ dataclasses, no JSON), so the same declarative ``Struct`` can be used in two mod
   compiled parser failed, it re-walks the bytes with Java's exact checks and raises
   :class:`CodecError` carrying the dotted field path and the absolute offset in the outer buffer.
 
-Both modes implement the tolerance rules of Java's reader (research note §6): an optional trailing
-field (:class:`Tail`) that starts exactly at the end of its buffer is :data:`ABSENT`; a field cut
-partway is an error; trailing bytes are simply never read.
+Both modes implement the tolerance rules of Java's reader (docs/connect-protocol.md, "Decoding"):
+an optional trailing field (:class:`Tail`) that starts exactly at the end of its buffer is
+:data:`ABSENT`; a field cut partway is an error; trailing bytes are simply never read.
 """
 
 from __future__ import annotations
@@ -526,7 +526,7 @@ class Tail(_FastPath, Subconstruct):
 
 
 # --------------------------------------------------------------------------------------------------
-# Layouts (research note §4 and §5). One struct per kind: v0 is the v1 layout with the tail absent.
+# Layouts (docs/connect-protocol.md, "Wire layout"). One struct per kind: v0 is v1 with the tail absent.
 # --------------------------------------------------------------------------------------------------
 
 

@@ -1,1 +1,1 @@
-"""See DESIGN.md section 2 for what this layer may and may not do."""
+"""See docs/architecture.md ("Layers") for what this layer may and may not do."""

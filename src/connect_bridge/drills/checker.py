@@ -1,7 +1,7 @@
-"""The invariant checker: one pass over an event log → ``summary.json`` (DESIGN §4.3, §4.4).
+"""The invariant checker: one pass over an event log → ``summary.json`` (docs/drills.md, "Metrics").
 
 The numbers here must equal what the PySpark pipeline computes from the same log, so the
-definitions are those of §4.4, spelt out in ``docs/drills.md``. In short, processing events in file
+definitions are spelt out in ``docs/drills.md``. In short, processing events in file
 order (which is causal order):
 
 - an *item* is a ``(connector, task)`` pair; ``run`` starts it on a worker, ``release`` stops it
@@ -54,7 +54,7 @@ Item = tuple[str, int]
 
 @dataclass(frozen=True, slots=True)
 class Summary:
-    """``summary.json`` of §4.3 plus ``overlap_ms`` (§4.4) and readable ``violations``."""
+    """``summary.json``: the contract keys plus ``overlap_ms`` and readable ``violations``."""
 
     name: str
     ok: bool
@@ -620,7 +620,7 @@ def check_file(path: str | Path, name: str | None = None, end_ms: int | None = N
     sorted by ``t_ms`` (stable) and checked again; the summary notes it, and a contradiction that
     sorting cannot repair names the file and line (:func:`~connect_bridge.drills.events.time_order`).
 
-    The name defaults as in the pipeline (§4.4): ``name`` from a ``summary.json`` next to the log,
+    The name defaults as in the pipeline: ``name`` from a ``summary.json`` next to the log,
     else the directory's name.
     """
     path = Path(path)

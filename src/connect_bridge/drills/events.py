@@ -1,10 +1,10 @@
-"""The drill event log (DESIGN §4.3, a contract): what happened, in causal order.
+"""The drill event log (docs/drills.md, a contract): what happened, in causal order.
 
 Runners append to an :class:`EventLog`; the checker and the PySpark pipeline read ``events.jsonl``.
 A simulated drill emits millions of events, so :meth:`EventLog.emit` does nothing but build one
 dict and append it; all judgement happens later, in :mod:`connect_bridge.drills.checker`.
 Readers must ignore any event type they do not know: the log grows new ones (``drill_end``,
-``bridge_up``, ``stall_start`` / ``stall_end``, ``assign`` and ``timing`` are not in §4.3).
+``bridge_up``, ``stall_start`` / ``stall_end``, ``assign`` and ``timing`` came after the first ones).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class EventLog:
             event.update(fields)
         self._events.append(event)
 
-    # --- typed helpers: one per §4.3 type, so field names are spelt in exactly one place ---------
+    # --- typed helpers: one per type, so field names are spelt in exactly one place ---------
 
     def run(self, t_ms: int, worker: str, item: ConnectorTaskId) -> None:
         self.emit(t_ms, "run", worker, connector=item[0], task=item[1])
@@ -113,7 +113,7 @@ class EventLog:
     def drill_end(self, t_ms: int) -> None:
         """Mark the scenario's ``end_ms`` in the log.
 
-        The pipeline (§4.4) ends a drill at its largest ``t_ms``, while ``drill run`` knows the
+        The pipeline ends a drill at its largest ``t_ms``, while ``drill run`` knows the
         scenario's ``end_ms``; this last line makes both see the same end and so the same
         ``unassigned_item_ms`` and ``overlap_ms``. Other readers ignore the type.
         """

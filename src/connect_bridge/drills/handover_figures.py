@@ -1,4 +1,4 @@
-"""Figures of a hand-over, measured on a merged Java drill timeline (§4.3 events) and the workers'
+"""Figures of a hand-over, measured on a merged Java drill timeline (event-log events) and the workers'
 own log lines: how late a departed worker's work runs again, how long a resumed, paused worker's
 tasks overlap with their new owners, and how often heartbeats were refused.
 

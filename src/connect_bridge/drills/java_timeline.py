@@ -1,4 +1,4 @@
-"""Ownership timelines from real Java Connect workers' logs → the event log of DESIGN §4.3.
+"""Ownership timelines from real Java Connect workers' logs → the drill event log (docs/drills.md).
 
 A Java Connect worker (Apache Kafka 4.3.1, ``ConnectDistributed``) says in its own log when it
 starts and stops each connector instance and task. With the tests' log4j2 pattern
@@ -153,7 +153,7 @@ def scan(text: str, tz: tzinfo = UTC) -> list[LogLine]:
 
 @dataclass
 class WorkerTimeline:
-    """One worker's §4.3 events (``t_ms`` = epoch ms, not yet relative) and what was doubtful."""
+    """One worker's event-log events (``t_ms`` = epoch ms, not yet relative) and what was doubtful."""
 
     worker: str
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -170,7 +170,7 @@ def worker_timeline(
     ended_at_ms: Sequence[int] = (),
     tz: tzinfo = UTC,
 ) -> WorkerTimeline:
-    """Turn one worker's log (all its incarnations) into §4.3 events with epoch-ms ``t_ms``.
+    """Turn one worker's log (all its incarnations) into event-log events with epoch-ms ``t_ms``.
 
     ``worker`` names the worker in the events; ``protocol`` goes on ``worker_start`` /
     ``worker_stop`` / ``worker_crash``. ``ended_at_ms`` are the times the caller killed (or otherwise
@@ -362,7 +362,7 @@ def build_event_log(
     tz: tzinfo = UTC,
     recorded: Iterable[Sequence[Mapping[str, Any]]] = (),
 ) -> Timeline:
-    """Merge the workers' timelines and the driver's own events into one §4.3 log.
+    """Merge the workers' timelines and the driver's own events into one event log.
 
     ``driver_events`` are what only the test knows, with epoch-ms ``t_ms``: ``config`` (from its
     REST actions), ``timing``, ``bridge_restart`` / ``bridge_up``... ``recorded`` are event streams

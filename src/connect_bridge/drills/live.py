@@ -1,7 +1,7 @@
 """Live drills: a real ``connect-bridge serve`` process, real worker clients, real time.
 
-:func:`run_live` replays a scenario (DESIGN §4.2) against a bridge subprocess and writes the same
-event log (§4.3) as the simulator, so ``check()`` and the pipeline judge both alike:
+:func:`run_live` replays a scenario (docs/drills.md) against a bridge subprocess and writes the same
+event log as the simulator, so ``check()`` and the pipeline judge both alike:
 
 * the bridge runs as ``python -m connect_bridge.cli serve`` with the scenario's timing as coordinator
   settings (a YAML file in ``out_dir``), its record store in ``out_dir/state`` and the config view in

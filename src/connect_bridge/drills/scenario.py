@@ -1,4 +1,4 @@
-"""The drill scenario file (DESIGN §4.2, a contract).
+"""The drill scenario file (docs/drills.md, a contract).
 
 A scenario is what a drill replays: the workers that come and go, the config changes, and how long
 to keep watching afterwards. It is validated up front, completely, so that a typo fails in one clear

@@ -1,6 +1,6 @@
 """``connect-bridge analyze``: drill event logs → summary.json, Parquet tables, charts, index.html.
 
-Inputs (DESIGN §4.4) are ``events.jsonl`` files, directories searched recursively for them, and
+Inputs (docs/pipeline.md, "Inputs") are ``events.jsonl`` files, directories searched recursively for them, and
 fleet Parquet (the table of :mod:`.schema`). A JSON-lines drill is named by the ``name`` of a
 ``summary.json`` next to its log, else by the log's directory (as
 :func:`connect_bridge.drills.checker.check_file` does); a Parquet drill by its ``drill`` column.
@@ -40,7 +40,7 @@ DRILL_KEYS = (
     "rebalances",
     "unassigned_item_ms",
 )
-"""The keys of a drill entry in ``summary.json`` (§4.4), in order."""
+"""The keys of a drill entry in ``summary.json`` (docs/pipeline.md, "Outputs"), in order."""
 
 SUM_KEYS = ("events", "overlaps", "overlap_ms", "moves", "rebalances", "unassigned_item_ms")
 LOG_NAME = "events.jsonl"
@@ -223,7 +223,7 @@ class Result:
     """What :func:`run` computed: the collected per-drill rows and the lazy DataFrames."""
 
     drills: list[dict[str, Any]]
-    """One dict per drill, sorted by name: the §4.4 keys plus exclusive, ok, end_ms, items, live_workers."""
+    """One dict per drill, sorted by name: the summary keys, exclusive, ok, end_ms, items, live_workers."""
     metrics: Any
     events: Any
     names: dict[str, str]
@@ -282,7 +282,7 @@ def _source(key: str) -> str:
 
 
 def summary_doc(result: Result) -> dict[str, Any]:
-    """``summary.json``: ``{"drills": [§4.4 entries], "totals": {...}}``, plus ``"notes"`` when a
+    """``summary.json``: ``{"drills": [entries], "totals": {...}}``, plus ``"notes"`` when a
     log had to be sorted by time (a merged log)."""
     doc = {"drills": [_summary_entry(r) for r in result.drills], "totals": totals(result.drills)}
     return doc | ({"notes": result.notes} if result.notes else {})

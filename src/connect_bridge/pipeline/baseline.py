@@ -1,4 +1,4 @@
-"""A single-process pandas implementation of the per-drill §4.4 metrics (the benchmark baseline).
+"""A single-process pandas implementation of the per-drill metrics (the benchmark baseline).
 
 Same inputs as ``analyze`` (fleet Parquet, ``events.jsonl`` files or directories of them), same
 per-drill numbers (``events``, ``overlaps``, ``overlap_ms``, ``unassigned_item_ms``, ``moves``,
@@ -472,7 +472,7 @@ def _moved(events: pd.DataFrame, c: _Coded) -> np.ndarray:
 
 
 def compute(events: pd.DataFrame) -> list[dict[str, Any]]:
-    """Per-drill dicts (the §4.4 keys plus ``exclusive``, ``ok`` and ``moved``: events that sorting
+    """Per-drill dicts (the summary keys plus ``exclusive``, ``ok`` and ``moved``: events that sorting
     by time moved), sorted by name."""
     c, configs, space = _encode(events)
     n_drills = c.n_drills

@@ -5,7 +5,7 @@ Both are computed only for the drills the report charts (``keys``, a handful) an
 drill before they are collected, so a fleet of millions of events sends at most
 ``MAX_ACTIONS`` actions and ``MAX_INTERVALS`` ownership rows per charted drill to the driver.
 
-Actions are derived from event types (DESIGN §4.3), per drill in log order:
+Actions are derived from event types (docs/drills.md, "Event log"), per drill in log order:
 
 ============================  ==============================================================
 event                         action

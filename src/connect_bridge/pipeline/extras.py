@@ -1,10 +1,11 @@
 """Whether the ``spark`` extra is installed, asked before ``analyze`` or ``drill fleet`` start.
 
 The core commands (``serve``, ``codec``, ``describe``, ``drill run``) need none of PySpark, pandas,
-pyarrow or matplotlib, so ``pip install connect-bridge`` leaves them out and ``pip install
-'connect-bridge[spark]'`` brings them (pyproject.toml). Without them the Spark commands must say
-so in one line instead of failing with an ImportError deep in the pipeline; this module only
-looks for the modules (``importlib.util.find_spec``), it imports none of them.
+pyarrow or matplotlib, so installing the package leaves them out and its ``spark`` extra brings
+them (pyproject.toml). The package is not on PyPI: it is installed from a clone (``pip install -e
+'.[spark]'``) or from a wheel built from one, so the message names both. Without them the Spark
+commands must say so in one line instead of failing with an ImportError deep in the pipeline; this
+module only looks for the modules (``importlib.util.find_spec``), it imports none of them.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ import importlib.util
 import os
 import shutil
 
-INSTALL = "pip install 'connect-bridge[spark]'"
+INSTALL = (
+    "install the spark extra (in a clone: pip install -e '.[spark]'; a wheel: pip install 'WHEEL[spark]')"
+)
 SPARK_MODULES: tuple[tuple[str, str], ...] = (
     ("pyspark", "PySpark"),
     ("pandas", "pandas"),

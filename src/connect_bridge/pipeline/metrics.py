@@ -1,4 +1,4 @@
-"""The §4.4 metrics as DataFrame jobs: exactly :func:`connect_bridge.drills.checker.check`.
+"""The drill metrics (docs/drills.md) as DataFrame jobs: exactly :func:`connect_bridge.drills.checker.check`.
 
 Input: the event table of :mod:`.schema` (``drill``, ``seq``, event columns), any number of drills.
 Nothing here collects events to the driver; :func:`compute` returns DataFrames, and only the
@@ -143,7 +143,7 @@ def problems(events: DataFrame) -> DataFrame:
 
 
 def compute(events: DataFrame) -> Metrics:
-    """Every metric of §4.4 per drill, plus the item and interval tables (lazy DataFrames).
+    """Every drill metric per drill, plus the item and interval tables (lazy DataFrames).
 
     ``events`` must be valid (see :func:`problems`). The caller may persist the results.
     """

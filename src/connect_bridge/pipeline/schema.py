@@ -1,4 +1,4 @@
-"""The event table schema shared by ``analyze`` and fleet drills (DESIGN §4.3 as columns).
+"""The event table schema shared by ``analyze`` and fleet drills (the event log of docs/drills.md as columns).
 
 One row per event line. ``drill`` names the drill and ``seq`` orders its events (file order: events
 at the same ``t_ms`` are ordered by ``seq`` alone). ``connectors`` is the ``config`` event's map as a

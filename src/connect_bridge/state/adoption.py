@@ -13,8 +13,8 @@ actually received.
 upstream's own DescribeGroups (not a guess) shows the same members, all of them connected through
 the bridge. Otherwise it says why not, for describe and metrics.
 
-Pure (DESIGN.md §2): the observation is fed typed values and ``now_ms``; nothing here reads a
-clock or a socket.
+Pure (docs/architecture.md, "Layers"): the observation is fed typed values and ``now_ms``; nothing
+here reads a clock or a socket.
 """
 
 from __future__ import annotations

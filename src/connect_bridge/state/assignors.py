@@ -1,7 +1,7 @@
 """Server-side assignors: declarative target assignments computed by the coordinator.
 
-``connect-cooperative`` follows Connect's IncrementalCooperativeAssignor (research note §9) recast
-declaratively: work stays where it is (sticky), lost work is held for the scheduled delay (the group
+``connect-cooperative`` follows Connect's IncrementalCooperativeAssignor (KIP-415, Kafka 4.3.1)
+recast declaratively: work stays where it is (sticky), lost work is held for the scheduled delay (the group
 resolves holds before calling us), and when nothing is held the target is balanced, connectors and
 tasks separately, each within one across workers. ``connect-eager`` is Connect's EagerAssignor:
 sorted round-robin, no stickiness.

@@ -24,7 +24,7 @@ Kafka completes JoinGroup/SyncGroup futures later; here a handler returns either
 request's ``token``. A request whose own response is produced during the same call (the last member
 completing the join barrier, the leader's SyncGroup) gets it as the return value instead.
 
-Pure and deterministic (DESIGN.md §2): time is ``now_ms``, timers are entries in the shared
+Pure and deterministic (docs/architecture.md, "Layers"): time is ``now_ms``, timers are entries in the shared
 :class:`Timers`, member ids come from a persisted counter, and every persisted change is a
 ``CLASSIC_GROUP`` record (a whole-group snapshot, like Kafka's ``GroupMetadata`` record).
 Deliberate differences from Kafka are listed in ``docs/classic-group.md``.

@@ -1,4 +1,4 @@
-"""Group conversion classic ⇄ connect (DESIGN.md §3.1, research/kafka-migration.md §1-§2).
+"""Group conversion classic ⇄ connect (docs/migration.md).
 
 Upgrade: the first new-protocol worker joining a classic group turns it into a connect group whose
 group epoch, target epoch and every member epoch are the classic generation, with target = current =

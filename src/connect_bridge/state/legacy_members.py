@@ -1,4 +1,4 @@
-"""Legacy (classic-protocol) workers inside a ``connect`` group (DESIGN.md §3.2-§3.4, seed 003).
+"""Legacy (classic-protocol) workers inside a ``connect`` group (docs/legacy-workers.md; seed 003).
 
 Each legacy worker is an ordinary member of the epoch engine whose generation *is* its member epoch.
 JoinGroup is answered at once (no barrier, empty leader, so no legacy worker runs its own assignor),

@@ -1,0 +1,99 @@
+"""The layer rules of docs/architecture.md ("Layers"), read from the source's imports.
+
+Each sub-package of ``connect_bridge`` imports only from its own layer and the layers before it
+(``codecs`` ← ``state`` ← ``bridge`` ← ``workers`` ← ``drills`` ← ``pipeline`` ← the CLI); the
+utilities import nothing of the project; ``state`` imports nothing that does I/O or reads a clock
+or a random source. Every import counts, a lazy one inside a function too.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "src" / "connect_bridge"
+LAYERS = ("codecs", "state", "bridge", "workers", "drills", "pipeline", "cli")
+"""In import order: a layer may import from the layers before it, never after."""
+UTILITIES = frozenset({"logs", "progress", "out_dir"})
+"""Top-level modules any layer but ``state`` and ``codecs`` may use; they import nothing of the project."""
+STATE_FORBIDDEN = frozenset({"asyncio", "socket", "threading", "time", "random", "selectors", "ssl"})
+"""What would make the engine do I/O, read the clock or draw random numbers."""
+
+
+def layer_of(path: Path) -> str:
+    """``codecs`` … ``pipeline`` for a sub-package's module, ``cli`` for ``cli*.py``, else its stem."""
+    relative = path.relative_to(PACKAGE)
+    if len(relative.parts) > 1:
+        return relative.parts[0]
+    return "cli" if relative.stem.startswith("cli") else relative.stem
+
+
+def imports(path: Path, source: str) -> list[tuple[int, str]]:
+    """(line, absolute module name) of every import in the module's source."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0, f"{path}:{node.lineno}: relative import"
+            module = node.module or ""
+            if module == "connect_bridge":  # from connect_bridge import state
+                found += [(node.lineno, f"connect_bridge.{alias.name}") for alias in node.names]
+            else:
+                found.append((node.lineno, module))
+    return found
+
+
+def project_layer(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "connect_bridge" or len(parts) < 2 or parts[1].startswith("__"):
+        return None  # not the project's, or the package's own attributes (__version__)
+    return "cli" if parts[1].startswith("cli") else parts[1]
+
+
+def violations(path: Path, source: str | None = None) -> list[str]:
+    """What in one module breaks the rules, one line each (``source``: its text, default the file's)."""
+    layer = layer_of(path)
+    out = []
+    for line, module in imports(path, path.read_text(encoding="utf-8") if source is None else source):
+        where = f"{path.relative_to(PACKAGE.parent)}:{line}"
+        target = project_layer(module)
+        if layer == "state" and module.split(".")[0] in STATE_FORBIDDEN:
+            out.append(f"{where}: state imports {module}")
+        if target is None or target == layer:
+            continue
+        if layer in UTILITIES:
+            out.append(f"{where}: the utility {layer} imports {module}")
+        elif target in UTILITIES:
+            if layer in ("codecs", "state"):
+                out.append(f"{where}: {layer} imports the utility {module}")
+        elif target in LAYERS and layer in LAYERS and LAYERS.index(target) > LAYERS.index(layer):
+            out.append(f"{where}: {layer} imports {module}, a later layer")
+        elif target not in LAYERS and target not in UTILITIES and target != "docs":
+            out.append(f"{where}: {module} is in no layer of docs/architecture.md")
+    return out
+
+
+def test_every_module_keeps_the_layer_rules() -> None:
+    modules = sorted(PACKAGE.rglob("*.py"))
+    assert {layer_of(m) for m in modules} >= set(LAYERS)
+    found = [v for m in modules for v in violations(m)]
+    assert found == []
+
+
+@pytest.mark.parametrize(
+    ("relative", "source", "problem"),
+    [
+        ("state/x.py", "import time\n", "state imports time"),
+        ("state/x.py", "from connect_bridge.bridge import server\n", "state imports connect_bridge.bridge"),
+        ("codecs/x.py", "from connect_bridge import state\n", "codecs imports connect_bridge.state"),
+        ("drills/x.py", "def f():\n    import connect_bridge.pipeline.fleet\n", "a later layer"),
+        ("logs.py", "import connect_bridge.state\n", "the utility logs imports"),
+    ],
+)
+def test_a_breach_is_found(relative: str, source: str, problem: str) -> None:
+    """The check itself: each kind of breach, as the source of a module of that layer, is reported."""
+    found = violations(PACKAGE / relative, source)
+    assert any(problem in v for v in found), found
