@@ -164,10 +164,9 @@ class LimitsSettings(_Strict):
 
 
 class ConfigViewSource(_Strict):
-    """A JSON file holding the config view (``config_source.read_config_view`` describes the format).
-
-    It stands in for the Connect config topic when the bridge runs without an upstream cluster.
-    """
+    """Where the config view comes from: the Connect config topic of the upstream cluster, or a JSON
+    file (``config_source.read_config_view`` describes its format) standing in for that topic when
+    the bridge runs without one."""
 
     file: Path | None = None
     topic: str | None = Field(None, min_length=1)
