@@ -43,8 +43,9 @@ Java writes a connector group for every connector whose instance it assigns, in 
 and the task-only groups after them; the ``input`` lists are in that wire order, so an encoder that
 follows ``input`` reproduces ``hex``.
 
-``python tests/golden_files.py`` rewrites the file after a change to the cases; Java 17+ and the
-Kafka jars (``tests/kafka_jars.py``) are needed. Standard library only.
+``python tests/golden_files.py`` rewrites the file after a change to the cases. Java 17+ (a JDK:
+the source launcher compiles the oracle in memory) and the Kafka jars (``tests/kafka_jars.py``)
+are needed. Standard library only.
 """
 
 from __future__ import annotations
