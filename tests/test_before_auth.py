@@ -176,9 +176,10 @@ def test_an_unauthenticated_peer_cannot_reserve_the_large_frame_budget(credentia
     """Three size prefixes (100 + 100 + 55 MiB) with no payload used to reserve the shared 256 MiB
     budget until the idle timeout, and an authenticated worker's 2 MiB JoinGroup was then closed.
     Before authentication a frame above ``max_unauthenticated_frame_bytes`` (512 KiB) now closes
-    the connection on its size prefix."""
+    the connection on its size prefix: a 600 KiB prefix too, which the unauthenticated buffering
+    budget (16 MiB) alone would hold."""
     with running(sasl=sasl(credentials)) as srv, sockets() as attackers:
-        for size in (100 * MiB, 100 * MiB, 55 * MiB):
+        for size in (100 * MiB, 100 * MiB, 55 * MiB, 600 * 1024):
             sock = attacker_socket(srv.port)
             attackers.append(sock)
             sock.sendall(SIZE.pack(size))
