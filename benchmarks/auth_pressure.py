@@ -7,7 +7,10 @@ its own connection, every 20 ms) is timed twice in the same run:
 1. **idle**: nothing else on the bridge (the baseline);
 2. **pressed**: meanwhile ``--guessers`` threads (4) each log in with PLAIN and a wrong password in
    a loop (new connection, SaslHandshake, SaslAuthenticate, the refusal, close), and ``--idle-sockets``
-   (200) TCP connections sit on the port sending nothing.
+   (200) TCP connections sit on the port sending nothing. The silent sockets, the guessers and the
+   member use different loopback addresses, so the bridge's per-address limit (100 unauthenticated
+   connections) closes none of them at accept with the default settings: all 200 sit, and every
+   guess is a PBKDF2 (``guesses`` counts answered guesses, ``guesses_closed_unanswered`` the others).
 
 Each PLAIN guess costs the bridge a PBKDF2 (run off its event loop, ``sasl_guard.py``) and is
 answered after ``sasl.failed_authentication_delay_ms`` (100 ms). The target: the pressed p50 at most
@@ -17,8 +20,8 @@ answered after ``sasl.failed_authentication_delay_ms`` (100 ms). The target: the
     python benchmarks/auth_pressure.py --samples 1000
 
 The last line printed is one JSON object: idle and pressed heartbeat p50/p99/max (ms), their ratio,
-the target and whether it held, guesses made (and per second), the idle sockets still open at the end,
-heartbeat errors, and the bridge's peak RSS.
+the target and whether it held, guesses answered (and per second) and closed unanswered, the idle
+sockets still open at the end, heartbeat errors, and the bridge's peak RSS.
 """
 
 from __future__ import annotations
@@ -111,13 +114,29 @@ class Member:
         return times, errors
 
 
-def guesser(port: int, stop: threading.Event, counts: list[int], i: int) -> None:
+IDLE_SOURCES = ("127.0.0.2", "127.0.0.3")
+"""The silent sockets come from these loopback addresses, half from each: every address of
+127.0.0.0/8 is its own client address, and ``connections.max_unauthenticated_per_address`` (100)
+would close at accept any beyond 100 from one address."""
+GUESSER_SOURCE = "127.0.0.4"
+"""The guessers' address: neither the silent sockets' nor the member's (127.0.0.1)."""
+
+
+def guesser(port: int, stop: threading.Event, counts: list[int], refused: list[int], i: int) -> None:
+    """Guess until ``stop``: ``counts[i]`` guesses answered (SASL_AUTHENTICATION_FAILED),
+    ``refused[i]`` connections closed before an answer."""
     while not stop.is_set():
         try:
-            with socket.create_connection((HOST, port), timeout=10) as sock:
-                plain_login(sock, f"guess-{i}-{counts[i]}")
-            counts[i] += 1
+            with socket.create_connection(
+                (HOST, port), timeout=10, source_address=(GUESSER_SOURCE, 0)
+            ) as sock:
+                answered = plain_login(sock, f"guess-{i}-{counts[i]}") != -1
         except OSError:
+            answered = False
+        if answered:
+            counts[i] += 1
+        else:
+            refused[i] += 1
             time.sleep(0.01)
 
 
@@ -179,10 +198,13 @@ def main() -> None:
             every = args.every_ms / 1000
             idle, idle_errors = member.sample(args.samples, every)
 
-            socks = [socket.create_connection((HOST, port)) for _ in range(args.idle_sockets)]
-            stop, counts = threading.Event(), [0] * args.guessers
+            socks = [
+                socket.create_connection((HOST, port), source_address=(IDLE_SOURCES[i % 2], 0))
+                for i in range(args.idle_sockets)
+            ]
+            stop, counts, refused = threading.Event(), [0] * args.guessers, [0] * args.guessers
             threads = [
-                threading.Thread(target=guesser, args=(port, stop, counts, i), daemon=True)
+                threading.Thread(target=guesser, args=(port, stop, counts, refused, i), daemon=True)
                 for i in range(args.guessers)
             ]
             started = time.monotonic()
@@ -220,6 +242,7 @@ def main() -> None:
                 "failed_delay_ms": args.failed_delay_ms if args.failed_delay_ms is not None else 100,
                 "guesses": sum(counts),
                 "guesses_per_s": round(sum(counts) / seconds, 1),
+                "guesses_closed_unanswered": sum(refused),
                 "idle_sockets": args.idle_sockets,
                 "idle_sockets_open_at_end": alive,
                 "heartbeat_errors": idle_errors + pressed_errors,

@@ -14,17 +14,24 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import ssl
 import stat
+import time
+import urllib.request
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from certs import TlsMaterial, tls_material
 from connect_bridge.bridge.admin_access import AdminAccess, AdminTokenError, load_admin_token
 from connect_bridge.bridge.metrics import Metrics, start_http
 from connect_bridge.bridge.server_admin import DRAIN_PATH, HA_PATH, admin_handler
+from connect_bridge.bridge.tls import ListenerTls, ReloadingServerContext
 from connect_bridge.cli import main
+
+__all__ = ["tls_material"]  # re-exported fixture
 
 TOKEN = "t0k3n-" + "x" * 40
 
@@ -162,3 +169,49 @@ def test_a_slow_request_head_is_cut_off_and_connections_are_capped() -> None:
     slow, over, after = serve(scenario, max_connections=3, request_timeout_s=0.5)
     assert slow == [True, True, True]
     assert (over, after) == (503, 200)
+
+
+def test_connections_that_never_finish_the_tls_handshake_are_counted_and_timed_out(
+    tls_material: TlsMaterial,
+) -> None:
+    """With ``metrics_tls``, a socket that never starts its TLS handshake used to be held for the
+    handshake timeout counted against nothing (the cap counted only connections past their
+    handshake). Now it takes a place at accept: with a cap of 8, at most 2 from one address (a
+    quarter) are held in a handshake and the others are closed at once; those held are closed at the
+    deadline, and an HTTPS client from another address is served meanwhile."""
+    server_context = ReloadingServerContext(
+        ListenerTls(certfile=tls_material.server_cert, keyfile=tls_material.server_key)
+    ).context
+    client_context = ssl.create_default_context(cafile=str(tls_material.ca_cert))
+
+    async def silent_until_closed(port: int, within: float) -> float | None:
+        """Seconds until the listener closed a socket that sends nothing, or None if it did not."""
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.2", 0))
+        started = time.monotonic()
+        try:
+            await asyncio.wait_for(reader.read(), within)
+            return time.monotonic() - started
+        except ConnectionError:
+            return time.monotonic() - started
+        except TimeoutError:
+            return None
+        finally:
+            writer.close()
+
+    async def scenario(port: int, reached: list[str]) -> tuple[list[float | None], int]:
+        silent = [asyncio.ensure_future(silent_until_closed(port, 10)) for _ in range(10)]
+        await asyncio.sleep(0.3)  # all accepted, none past its handshake
+
+        def get() -> int:
+            url = f"https://127.0.0.1:{port}/livez"
+            with urllib.request.urlopen(url, context=client_context, timeout=5) as response:
+                return int(response.status)
+
+        served = await asyncio.to_thread(get)
+        return list(await asyncio.gather(*silent)), served
+
+    closed, served = serve(scenario, ssl=server_context, max_connections=8, request_timeout_s=2.0)
+    assert served == 200
+    assert all(seconds is not None for seconds in closed), closed  # none held past the deadline
+    at_once = [seconds for seconds in closed if seconds is not None and seconds < 1.0]
+    assert len(at_once) >= 8, closed  # only 2 of the 8 places for one address in a handshake

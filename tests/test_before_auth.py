@@ -176,9 +176,10 @@ def test_an_unauthenticated_peer_cannot_reserve_the_large_frame_budget(credentia
     """Three size prefixes (100 + 100 + 55 MiB) with no payload used to reserve the shared 256 MiB
     budget until the idle timeout, and an authenticated worker's 2 MiB JoinGroup was then closed.
     Before authentication a frame above ``max_unauthenticated_frame_bytes`` (512 KiB) now closes
-    the connection on its size prefix."""
+    the connection on its size prefix: a 600 KiB prefix too, which the unauthenticated buffering
+    budget (16 MiB) alone would hold."""
     with running(sasl=sasl(credentials)) as srv, sockets() as attackers:
-        for size in (100 * MiB, 100 * MiB, 55 * MiB):
+        for size in (100 * MiB, 100 * MiB, 55 * MiB, 600 * 1024):
             sock = attacker_socket(srv.port)
             attackers.append(sock)
             sock.sendall(SIZE.pack(size))
@@ -308,3 +309,26 @@ def test_clients_that_pipeline_and_never_read_do_not_starve_a_new_client() -> No
         finally:
             flood.kill()
             flood.wait(10)
+
+
+def test_the_sasl_frame_limit_before_authentication_is_the_setting(credentials: Path) -> None:
+    """``connections.max_unauthenticated_frame_bytes`` is the one bound on a frame before
+    authentication: raised to 1 MiB, a 600 KiB SaslAuthenticate (past the 512 KiB default) reaches
+    the SCRAM server, which answers its server-first message; the SASL gate used to close it
+    unanswered on a constant of its own, whatever the setting said."""
+    from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+
+    from connect_bridge.codecs.requests import decode_response, encode_request
+
+    limits = ConnectionSettings(max_unauthenticated_frame_bytes=MiB)
+    with running(sasl=sasl(credentials), connections=limits) as srv, attacker_socket(srv.port) as sock:
+        sock.settimeout(10)
+        sock.sendall(encode_request(SaslHandshakeRequest[1](mechanism="SCRAM-SHA-256"), 1, 1, "raw"))
+        handshake = read_frame(sock)
+        assert handshake is not None and decode_response(17, 1, handshake, framed=False).error_code == 0
+        large = SaslAuthenticateRequest[1](auth_bytes=b"n,,n=alice,r=" + b"x" * (600 * 1024))
+        sock.sendall(encode_request(large, 1, 2, "raw"))
+        answer = read_frame(sock)
+        assert answer is not None, "closed unanswered: the gate's own 512 KiB limit"
+        response = decode_response(36, 1, answer, framed=False)
+        assert response.error_code == 0 and response.auth_bytes.startswith(b"r=xxx")

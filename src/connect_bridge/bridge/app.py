@@ -25,6 +25,7 @@ from connect_bridge.bridge.exposure import admin_exposure_warning, listener_expo
 from connect_bridge.bridge.metrics import Metrics, start_http
 from connect_bridge.bridge.partitioned_store import PartitionedTopicStore
 from connect_bridge.bridge.server import BridgeServer, ServerOptions
+from connect_bridge.bridge.server_accept import Listener
 from connect_bridge.bridge.server_admin import admin_handler
 from connect_bridge.bridge.settings import BridgeSettings
 from connect_bridge.bridge.startup import StartupError, bind_error
@@ -227,7 +228,7 @@ async def _start_metrics_http(
     server: BridgeServer,
     metrics: Metrics,
     metrics_tls: ReloadingServerContext | None,
-) -> asyncio.AbstractServer | None:
+) -> Listener | None:
     """The /metrics, probe and admin listener (None when ``--metrics-listen off``), bound before the
     bridge's own port so that a port in use fails ``serve`` before it waits for an upstream."""
     if settings.metrics_address is None:

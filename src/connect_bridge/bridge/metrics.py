@@ -2,8 +2,9 @@
 
 Each ``Metrics`` owns its registry instead of using prometheus_client's global one, so several
 bridges (tests, drills in live mode) can run in one process without "duplicated timeseries" errors.
-The HTTP endpoint is a few lines over ``asyncio.start_server``: it serves three fixed paths to a
-scraper and a kubelet, which does not justify an HTTP framework dependency.
+The HTTP endpoint is a few lines over the bridge's own accept loop (``server_accept``, which counts a
+connection from accept, before its TLS handshake): it serves three fixed paths to a scraper and a
+kubelet, which does not justify an HTTP framework dependency.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import asyncio
 import hashlib
 import json
 import logging
+import socket
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from ssl import SSLContext
@@ -27,6 +30,9 @@ from prometheus_client import (
 )
 
 from connect_bridge.bridge.admin_access import TOKEN_FILE_PATH, AdminAccess
+from connect_bridge.bridge.connection_settings import ConnectionSettings
+from connect_bridge.bridge.server_accept import ConnectionSlots, Listener, Slot, start_listener
+from connect_bridge.bridge.server_connection import RateLimited
 from connect_bridge.codecs.error_codes import error_name
 
 NAMESPACE = "connect_bridge"
@@ -52,12 +58,13 @@ LATENCY_BUCKETS = (
 """100 µs .. 10 s: a local coordinator answer is sub-millisecond, a relayed or durable one is not."""
 
 HTTP_READ_TIMEOUT_S = 5.0
-"""Default time to read a whole request head (``metrics_request_timeout_ms``), and to finish the TLS
-handshake: one deadline for the head, not one per line, or a client sending a header line every
-few seconds holds its connection for ever (slowloris)."""
+"""Default time from accept to a whole request head, TLS handshake included
+(``metrics_request_timeout_ms``): one deadline for the head, not one per line, or a client sending a
+header line every few seconds holds its connection for ever (slowloris)."""
 HTTP_MAX_CONNECTIONS = 64
-"""Default connections served at once (``metrics_max_connections``); past it a new one is answered
-503 and closed at once. Scrapers and probes open one connection at a time."""
+"""Default connections held at once, counted from accept (``metrics_max_connections``); past it a
+new one is closed at once (503 first on plaintext). Scrapers and probes open one connection at a
+time."""
 HTTP_MAX_LINE = 8192
 HTTP_MAX_HEADERS = 100
 _BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
@@ -364,7 +371,7 @@ async def start_http(
     *,
     max_connections: int = HTTP_MAX_CONNECTIONS,
     request_timeout_s: float = HTTP_READ_TIMEOUT_S,
-) -> asyncio.AbstractServer:
+) -> Listener:
     """Serve GET/HEAD /metrics, /livez and /readyz on ``host:port`` (port 0 = any free port).
 
     /livez answers 200 while the event loop runs (so a wedged loop fails it); /readyz answers 200
@@ -375,23 +382,20 @@ async def start_http(
     ``admin_access`` lets in (default: loopback and verified client certificates, refusals counted in
     ``admin_refused``); anyone else gets 403 (``admin_access.py``: this listener is often open to the
     network for the scraper), and a state-changing request without the admin token 401.
-    At most ``max_connections`` are served at once (others: 503 and closed), and a request head
-    (and the TLS handshake) must arrive within ``request_timeout_s``.
+    At most ``max_connections`` are held at once, counted from accept (before the TLS handshake;
+    at most half of them in a handshake, a quarter from one address); a plaintext connection past
+    it is answered 503 and closed, a TLS one closed at accept. The TLS handshake and the request
+    head must arrive within ``request_timeout_s`` of the accept (one deadline for both).
     """
     gate = admin_access if admin_access is not None else AdminAccess(refused=metrics.admin_refused.inc)
-    open_connections = 0
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal open_connections
-        if open_connections >= max_connections:
-            writer.write(_BUSY)
-            writer.close()
-            return
-        open_connections += 1
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, slot: Slot) -> None:
         try:
             peer = (writer.get_extra_info("peername"), writer.get_extra_info("peercert"))
+            # One deadline from accept: the TLS handshake and the request head share it.
+            left_s = max(0.0, request_timeout_s - (time.monotonic() - slot.accepted))
             status, content_type, body, head_only = await _respond(
-                reader, metrics, ready, admin, gate, peer, request_timeout_s
+                reader, metrics, ready, admin, gate, peer, left_s
             )
             reason = _REASONS.get(status, "")
             headers = [
@@ -411,15 +415,42 @@ async def start_http(
         except (ConnectionError, TimeoutError, asyncio.IncompleteReadError):
             pass  # the client went away or stalled; nothing to answer
         finally:
-            open_connections -= 1
+            slots.release(slot)
             writer.close()
             try:
                 await writer.wait_closed()
             except ConnectionError:
                 pass
 
-    handshake = {"ssl_handshake_timeout": request_timeout_s} if ssl is not None else {}
-    return await asyncio.start_server(handle, host, port, limit=HTTP_MAX_LINE, ssl=ssl, **handshake)
+    # Counted from accept, before the TLS handshake (``server_accept``), as on the worker listener:
+    # a socket that never finishes its handshake holds a place until the deadline. At most half of
+    # the places may be in a handshake at once, and a quarter from one address, so a peer flooding
+    # handshakes from one address leaves a scraper from another its places.
+    slots = ConnectionSlots(
+        max_connections,
+        ConnectionSettings(max_unauthenticated_per_address=max(1, max_connections // 4)),
+        names=("metrics_max_connections", "half of metrics_max_connections in a TLS handshake"),
+    )
+    listener = await start_listener(
+        handle,
+        host,
+        port,
+        slots,
+        tls=ssl,
+        handshake_timeout_ms=max(1, round(request_timeout_s * 1000)),
+        limit=HTTP_MAX_LINE,
+        refused=RateLimited(),
+        sasl=False,
+        turn_away=None if ssl is not None else _busy,
+    )
+    await listener.start_serving()
+    return listener
+
+
+def _busy(sock: socket.socket) -> None:
+    """A plaintext connection past ``metrics_max_connections`` is answered 503 before it is closed
+    (unread; a TLS one is closed at accept: an answer would need a handshake first)."""
+    sock.send(_BUSY)
 
 
 async def _respond(

@@ -203,6 +203,7 @@ class BridgeServer:
                 lambda conn, answering, out: self._respond(conn, answering, out, 0, time.perf_counter()),
                 relay.forward if relay is not None else None,
                 metrics=self.metrics,
+                max_unauthenticated_frame_bytes=self.options.connections.max_unauthenticated_frame_bytes,
             )
         self.decoder = FrameDecoder(self.options.limits)
         self.frames = FrameAdmission(self.options, self.decoder)

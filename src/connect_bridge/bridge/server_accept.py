@@ -15,6 +15,7 @@ A slot stays *unauthenticated* until the server calls :meth:`ConnectionSlots.aut
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -58,11 +59,20 @@ class Slot:
 class ConnectionSlots:
     """Who holds a connection slot: the counts the limits are checked against at accept."""
 
-    def __init__(self, max_connections: int, settings: ConnectionSettings) -> None:
+    def __init__(
+        self,
+        max_connections: int,
+        settings: ConnectionSettings,
+        *,
+        names: tuple[str, str] = ("max_connections", "connections.max_unauthenticated"),
+    ) -> None:
         self.max_connections = max_connections
         self.max_unauthenticated = settings.unauthenticated_limit(max_connections)
         self.max_unauthenticated_per_address = settings.max_unauthenticated_per_address
         self.max_per_address = settings.max_per_address
+        self.names = names
+        """How the refusal line names the total and the unauthenticated limit (another listener,
+        such as the metrics listener, has settings of its own)."""
         self.total = 0
         self.unauthenticated = 0
         self._per_address: Counter[str] = Counter()
@@ -71,8 +81,8 @@ class ConnectionSlots:
     def refusal(self, address: str) -> str | None:
         """Why a new connection from ``address`` gets no slot now (a log line), or None."""
         checks = (
-            (self.total, self.max_connections, "max_connections"),
-            (self.unauthenticated, self.max_unauthenticated, "connections.max_unauthenticated"),
+            (self.total, self.max_connections, self.names[0]),
+            (self.unauthenticated, self.max_unauthenticated, self.names[1]),
             (self._per_address[address], self.max_per_address, "connections.max_per_address"),
             (
                 self._unauthenticated_per_address[address],
@@ -167,8 +177,12 @@ class Listener:
         limit: int,
         refused: RateLimited,
         sasl: bool,
+        turn_away: Callable[[socket.socket], None] | None = None,
     ) -> None:
         self.sockets = sockets
+        self.turn_away = turn_away
+        """Called with a socket refused a slot, before it is closed (on a plaintext listener the
+        metrics listener writes its 503 there; nothing is read from the socket)."""
         self.sasl = sasl
         """Whether clients authenticate with SASL after the handshake (else the handshake, or the
         accept on a plaintext listener, is all there is to prove)."""
@@ -213,6 +227,9 @@ class Listener:
             slot = self.slots.take(address)
             if slot is None:
                 self.refused.log("closing a new connection from %s: %s", address, self.slots.refusal(address))
+                if self.turn_away is not None:
+                    with contextlib.suppress(OSError):
+                        self.turn_away(sock)
                 sock.close()
                 continue
             if self.tls is None and not self.sasl:
@@ -260,6 +277,7 @@ async def start_listener(
     limit: int,
     refused: RateLimited,
     sasl: bool,
+    turn_away: Callable[[socket.socket], None] | None = None,
 ) -> Listener:
     """Listening sockets for ``host``:``port`` (every address it resolves to, as
     ``asyncio.start_server`` binds them; not accepting yet: call ``start_serving``) whose connections
@@ -290,4 +308,5 @@ async def start_listener(
         limit=limit,
         refused=refused,
         sasl=sasl,
+        turn_away=turn_away,
     )

@@ -46,6 +46,7 @@ from typing import Any
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from connect_bridge.bridge.api_table import BEFORE_AUTH
+from connect_bridge.bridge.connection_settings import ConnectionSettings
 from connect_bridge.bridge.credentials import CredentialsError, CredentialStore, load_credentials
 from connect_bridge.bridge.metrics import Metrics
 from connect_bridge.bridge.sasl_guard import ChecksBusy, FailedLogins, PasswordChecks
@@ -71,8 +72,6 @@ _PEEK = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
 _HANDSHAKE = int(ApiKey.SASL_HANDSHAKE)
 _AUTHENTICATE = int(ApiKey.SASL_AUTHENTICATE)
-MAX_UNAUTHENTICATED_FRAME = 512 * 1024
-"""Largest request before authentication: Kafka's ``sasl.server.max.receive.size`` default."""
 
 
 class Admission(enum.Enum):
@@ -123,6 +122,10 @@ class SaslGate:
     credentials: CredentialStore | None = None
     metrics: Metrics | None = None
     """Counts each completed exchange (``connect_bridge_sasl_authentications_total``)."""
+    max_unauthenticated_frame_bytes: int = ConnectionSettings().max_unauthenticated_frame_bytes
+    """The largest SASL request before authentication: ``connections.max_unauthenticated_frame_bytes``
+    (the server passes the setting; the server's read loop checks it on the size prefix already, this
+    is the same bound for a request that reaches the gate some other way)."""
     _refused: RateLimited = field(default_factory=RateLimited, init=False)
     _failed: FailedLogins = field(default_factory=FailedLogins, init=False)
     _checks: PasswordChecks = field(init=False)
@@ -163,7 +166,7 @@ class SaslGate:
         if state.refused:
             return Admission.CLOSE
         if api_key == _HANDSHAKE or api_key == _AUTHENTICATE:
-            if not conn.authenticated and len(payload) > MAX_UNAUTHENTICATED_FRAME:
+            if not conn.authenticated and len(payload) > self.max_unauthenticated_frame_bytes:
                 self._refused.log("closing %s: a %d-byte SASL request", conn.host, len(payload))
                 return Admission.CLOSE
             try:

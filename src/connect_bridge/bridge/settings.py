@@ -227,9 +227,12 @@ class BridgeSettings(_Strict):
     (``admin_access.py``, docs/security.md)."""
     # The metrics/admin listener's bounds and the admin token (docs/security.md "Bounds").
     metrics_max_connections: int = Field(64, gt=0)
-    """Connections the metrics listener serves at once; past it a new one gets 503 and is closed."""
+    """Connections the metrics listener holds at once, counted from accept (before a TLS handshake;
+    half of them at most in a handshake, a quarter from one address); past it a new one is closed
+    at accept (503 first on plaintext)."""
     metrics_request_timeout_ms: int = Field(5000, gt=0)
-    """Time a client of the metrics listener has for its TLS handshake, and for its whole request head."""
+    """Time from accept a client of the metrics listener has for its TLS handshake and its whole
+    request head together."""
     metrics_group_ids: bool = True
     """Label the per-group series of /metrics with the group id; false: with ``sha256:`` and the
     first 12 hex digits of its SHA-256 instead (/metrics answers whoever reaches the listener)."""
