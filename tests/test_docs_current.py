@@ -62,6 +62,7 @@ def repository_texts() -> list[Path]:
                 and not path.is_symlink()
                 and path.suffix in suffixes
                 and "__pycache__" not in path.parts
+                and not any(part.endswith(".egg-info") or part == "target" for part in path.parts)
                 and path.resolve() not in PATTERN_HOLDERS
                 and path.stat().st_size < 2_000_000
             ):
