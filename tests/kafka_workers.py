@@ -128,9 +128,32 @@ class ConnectWorker(KafkaProcess):
         return json.loads(raw) if raw else None
 
     def create_connector(self, name: str, config: dict[str, Any], timeout_s: float = 30.0) -> Any:
-        """``POST /connectors``, retried while the group rebalances (409) or the worker starts (5xx)."""
+        """``POST /connectors``, retried while the group rebalances (409) or the worker starts (5xx).
+
+        Creating is not idempotent. An attempt whose answer was lost (no answer within the request
+        timeout: on a loaded machine a follower answers only after the herder's next rebalance and
+        the leader's write, seen 13 s) or was a 5xx may still have created the connector, and every
+        retry then gets 409 ``Connector <name> already exists``. After such an attempt a connector
+        that exists with exactly this config counts as created (its config is returned)."""
         body = {"name": name, "config": {k: str(v) for k, v in config.items()}}
-        return self._retry_noted(lambda: self.rest("POST", "/connectors", body), timeout_s, None)
+        unanswered: list[str] = []
+
+        def call() -> Any:
+            try:
+                return self.rest("POST", "/connectors", body)
+            except OSError as exc:
+                unanswered.append(f"{type(exc).__name__}: {exc}")
+                raise
+            except RestError as exc:
+                if exc.status >= 500:
+                    unanswered.append(f"HTTP {exc.status}")
+                elif exc.status == 409 and unanswered and "already exists" in str(exc.body):
+                    existing = {k: v for k, v in self.connector_config(name).items() if k != "name"}
+                    if existing == body["config"]:
+                        return {"name": name, "config": existing}
+                raise
+
+        return self._retry_noted(call, timeout_s, None)
 
     def connector_status(self, name: str) -> Any:
         return self.rest("GET", f"/connectors/{name}/status")

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from connect_bridge.drills.java_timeline import config_event
 from connect_bridge.drills.witness import check_prints
 from kafka_fixtures import BridgeProcess, KafkaBroker
 from kafka_workers import ConnectWorker, RestError
@@ -65,6 +66,7 @@ the Connect session (10 s) the dead consumer is gone before the work is handed o
 COORDINATOR_FOUND = re.compile(r"Connect group coordinator for \S+ is \S*?:(\d+) ")
 """The add-on's line when FindCoordinator names a (new) coordinator: its port."""
 
+
 def verdict(drill: JavaDrill, step: str, figures: list[str], timeout_s: float = 120.0) -> None:
     """After a step: the timeline converges and stays so (exclusive on every poll), the checker
     finds everything so far ok (exclusive, live within the bound), and both witnesses are clean."""
@@ -81,6 +83,75 @@ def verdict(drill: JavaDrill, step: str, figures: list[str], timeout_s: float = 
 
 
 # --- 1. rolling upgrade to group.protocol=connect and back ---------------------------------------
+
+
+def config_change_across_kinds(drill: JavaDrill, kinds: dict[str, str], step: int) -> tuple[str, str]:
+    """In a mixed group: a config change (the connector's own config plus ``drill.step``, which
+    Connect copies into the task configs) of a connector that does not run on the Connect leader
+    (two connectors on four balanced workers: at least one), preferably one whose owner is of the
+    other kind than the leader, sent to a worker of the other kind than the leader. That worker
+    forwards it to the leader url of its own assignment (a classic worker's from SyncGroup, a
+    ``connect`` worker's from ConnectGroupHeartbeat) and the leader writes it (:func:`who_wrote`).
+    The owner then generates the new task configs and forwards them to the leader as a request
+    signed with the session key (``PUT /connectors/<c>/tasks``), which the leader checks; every live
+    worker must read them. Returns the route (words) and the leader's kind."""
+    leader = drill.leader()
+    assert leader is not None, "no live leader"
+    via = next(n for n, w in drill.workers.items() if w.running and kinds[n] != kinds[leader])
+    by_id = {w.worker_id: name for name, w in drill.workers.items() if w.running}
+    owners = {
+        c: by_id.get(drill.live()[0].connector_status(c)["connector"]["worker_id"]) for c in drill.connectors
+    }
+    candidates = sorted(
+        (kinds[o] == kinds[leader], c) for c, o in owners.items() if o is not None and o != leader
+    )
+    assert candidates, f"every connector runs on the leader {leader}: {owners}"
+    connector = candidates[0][1]
+    owner = owners[connector]
+    assert owner is not None
+    config = drill.workers[via].connector_config(connector) | {"drill.step": str(step)}
+    signed = f'"POST /connectors/{connector}/tasks HTTP/1.1" 2'
+    signed_before = drill.workers[leader].log_text().count(signed)
+    path = f"/connectors/{connector}/config"
+    answered = f'"PUT {path} HTTP/1.1" 2'
+    before = drill.workers[via].log_text().count(answered)
+    drill.workers[via].put_connector_config(connector, config, retries=drill.rest_retries)
+    drill.driver.append(config_event(now_ms(), drill.connectors))
+    # The worker logs its access line after it sent the answer: wait for it before reading the logs.
+    wait_until(
+        lambda: drill.workers[via].log_text().count(answered) > before,
+        15,
+        0.2,
+        lambda: f"{via} logged no answer to PUT {path}",
+    )
+    writer = who_wrote(drill, "PUT", path, via, now_ms())
+    assert writer == leader, f"{path} via {via} ({kinds[via]}) written by {writer}, leader {leader}"
+    deadline = time.monotonic() + 90
+    for worker in drill.live():
+        while True:
+            configs = worker.task_configs(connector, max(deadline - time.monotonic(), 1.0))
+            if len(configs) == drill.connectors[connector] and all(
+                c["config"].get("drill.step") == str(step) for c in configs
+            ):
+                break
+            assert time.monotonic() < deadline, (
+                f"{worker.name}: {connector}'s new task configs not written in 90 s (owner {owner}, leader "
+                f"{leader}):\n{worker.log_tail()}"
+            )
+            time.sleep(0.5)
+    # The owner's forward of the task configs, signed, accepted by the leader (its access log).
+    wait_until(
+        lambda: drill.workers[leader].log_text().count(signed) > signed_before,
+        15,
+        0.2,
+        lambda: f"{leader} accepted no task configs of {connector} from {owner}",
+    )
+    drill.wait_running(timeout_s=90)
+    return (
+        f"{connector} config via {via} ({kinds[via]}) -> leader {leader} ({kinds[leader]}); task configs "
+        f"signed {owner} ({kinds[owner]}) -> {leader}",
+        kinds[leader],
+    )
 
 
 def test_rolling_upgrade_to_connect_protocol_and_back(drill: JavaDrill) -> None:
@@ -105,24 +176,47 @@ def test_rolling_upgrade_to_connect_protocol_and_back(drill: JavaDrill) -> None:
     order = (*sorted(n for n in names if n != leader), leader)
     types = [group_type(drill)]
     assert types == [CLASSIC], types
+    kinds = dict.fromkeys(names, CLASSIC)
+    routes: list[str] = []
+    leader_kinds: set[str] = set()
+
+    def leader_roles_across_kinds(step: str) -> None:
+        """:func:`config_change_across_kinds` at the half-way points (two workers of each kind), and
+        at any other mixed step while no change has been written by a leader of its kind yet."""
+        leader = drill.leader()
+        if leader is None or len(set(kinds.values())) < 2:
+            return
+        if list(kinds.values()).count(CONNECT) != 2 and kinds[leader] in leader_kinds:
+            return
+        route, leader_kind = config_change_across_kinds(drill, kinds, len(routes) + 1)
+        routes.append(f"{step}: {route}")
+        leader_kinds.add(leader_kind)
+        verdict(drill, f"{step}: config change across kinds", figures)
+
     for step, name in enumerate(order):
         drill.stop(name)
         drill.start(name, group_protocol=CONNECT)
+        kinds[name] = CONNECT
         if step == 0:
             wait_group_type(drill, CONNECT, timeout_s=30)
         verdict(drill, f"{name} on connect", figures)
         types.append(group_type(drill))
+        leader_roles_across_kinds(f"{name} on connect")
     for step, name in enumerate(order):
         drill.stop(name)
         drill.start(name, group_protocol=CLASSIC)
+        kinds[name] = CLASSIC
         if step == len(order) - 1:
             classic_after = wait_group_type(drill, CLASSIC, timeout_s=45)
             figures.append(f"classic {classic_after:.1f}s after the last worker rejoined")
         verdict(drill, f"{name} back on classic", figures)
         types.append(group_type(drill))
+        leader_roles_across_kinds(f"{name} back on classic")
     drill.wait_running(timeout_s=90)
     summary, reports = drill.finish(timeout_s=90)
-    print("  " + "\n  ".join(figures) + f"\n  group type after each step: {types}")
+    print("  " + "\n  ".join(figures + routes) + f"\n  group type after each step: {types}")
+    # A leader of each kind served a worker of the other kind.
+    assert leader_kinds == {CLASSIC, CONNECT}, routes
     assert types[1 : len(order) + 1] == [CONNECT] * len(order), types
     assert types[len(order) + 1 : -1] == [CONNECT] * (len(order) - 1), types
     assert types[-1] == CLASSIC, types

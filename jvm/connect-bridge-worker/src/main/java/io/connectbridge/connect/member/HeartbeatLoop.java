@@ -42,6 +42,7 @@ public final class HeartbeatLoop implements Runnable {
     private final Logger log;
     private final ClientAssignor assignor;
     private final Runnable onInstalled;
+    private final Runnable onRefused;
     private long nextAt;
     private long lastSentAt = Long.MIN_VALUE / 2;
     private volatile boolean closing;
@@ -49,19 +50,21 @@ public final class HeartbeatLoop implements Runnable {
 
     public HeartbeatLoop(MemberLogic logic, ConnectGroupClient client, Time time, Consumer<Reaction> sink,
                          LongSupplier configOffset, int requestTimeoutMs, int retryBackoffMs, Logger log) {
-        this(logic, client, time, sink, configOffset, requestTimeoutMs, retryBackoffMs, log, null, () -> { });
+        this(logic, client, time, sink, configOffset, requestTimeoutMs, retryBackoffMs, log, null, () -> { }, () -> { });
     }
 
     /**
      * @param assignor    computes the group's target when the coordinator asks this member (null: the
      *                    member advertises no client assignor and is never asked)
      * @param onInstalled called after each target this member installed
+     * @param onRefused   called after each target the coordinator refused (INVALID_ASSIGNMENT)
      */
     public HeartbeatLoop(MemberLogic logic, ConnectGroupClient client, Time time, Consumer<Reaction> sink,
                          LongSupplier configOffset, int requestTimeoutMs, int retryBackoffMs, Logger log,
-                         ClientAssignor assignor, Runnable onInstalled) {
+                         ClientAssignor assignor, Runnable onInstalled, Runnable onRefused) {
         this.assignor = assignor;
         this.onInstalled = onInstalled;
+        this.onRefused = onRefused;
         this.logic = logic;
         this.client = client;
         this.time = time;
@@ -280,6 +283,7 @@ public final class HeartbeatLoop implements Runnable {
             } else if (installed.errorCode() == MemberLogic.INVALID_ASSIGNMENT) {
                 log.warn("InstallAssignment at group epoch {} refused as INVALID_ASSIGNMENT ({}): waiting for the "
                     + "coordinator's next signal", prepared.groupEpoch(), installed.errorMessage());
+                onRefused.run();
             } else {
                 log.info("InstallAssignment at group epoch {} answered error {} ({})", prepared.groupEpoch(),
                     installed.errorCode(), installed.errorMessage());

@@ -31,6 +31,7 @@ public final class MemberMetrics implements AutoCloseable {
     private final Sensor revocations;
     private final Sensor fenced;
     private final Sensor clientAssignments;
+    private final Sensor clientAssignmentsRefused;
 
     public MemberMetrics(Metrics metrics, Supplier<View> view) {
         this.metrics = metrics;
@@ -53,6 +54,10 @@ public final class MemberMetrics implements AutoCloseable {
         clientAssignments = metrics.sensor("connect-bridge-member-client-assignments");
         clientAssignments.add(metrics.metricName("client-assignment-total", GROUP,
             "Group targets this worker computed and installed (client-side assignment)."), new CumulativeCount());
+        clientAssignmentsRefused = metrics.sensor("connect-bridge-member-client-assignments-refused");
+        clientAssignmentsRefused.add(metrics.metricName("client-assignment-refused-total", GROUP,
+            "Group targets this worker computed that the coordinator refused (INVALID_ASSIGNMENT: the group "
+                + "moved on); none of them was applied."), new CumulativeCount());
     }
 
     private void gauge(String name, String doc, Supplier<Integer> value) {
@@ -77,6 +82,10 @@ public final class MemberMetrics implements AutoCloseable {
         clientAssignments.record();
     }
 
+    public void recordClientAssignmentRefused() {
+        clientAssignmentsRefused.record();
+    }
+
     @Override
     public void close() {
         gauges.forEach(metrics::removeMetric);
@@ -84,5 +93,6 @@ public final class MemberMetrics implements AutoCloseable {
         metrics.removeSensor(revocations.name());
         metrics.removeSensor(fenced.name());
         metrics.removeSensor(clientAssignments.name());
+        metrics.removeSensor(clientAssignmentsRefused.name());
     }
 }

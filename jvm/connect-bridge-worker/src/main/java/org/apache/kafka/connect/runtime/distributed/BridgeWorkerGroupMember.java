@@ -106,7 +106,7 @@ public class BridgeWorkerGroupMember extends WorkerGroupMember {
         this.memberMetrics = new MemberMetrics(metrics(), this::metricsView);
         this.loop = new HeartbeatLoop(logic, client, time, this::react, () -> configOffset, requestTimeoutMs,
             Math.max(250, config.getLong(CommonClientConfigs.RETRY_BACKOFF_MS_CONFIG).intValue()), log, assignor,
-            memberMetrics::recordClientAssignment);
+            memberMetrics::recordClientAssignment, memberMetrics::recordClientAssignmentRefused);
         log.info("Joining Connect group {} with group.protocol=connect as member {}{} (connect.protocol "
                 + "version {}, {})", logic.settings().groupId(), memberId,
             settings.instanceId() == null ? "" : " (group.instance.id " + settings.instanceId() + ")",

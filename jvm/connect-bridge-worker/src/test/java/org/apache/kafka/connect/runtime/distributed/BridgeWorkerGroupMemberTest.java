@@ -4,7 +4,12 @@ import io.connectbridge.connect.BridgeMemberSettings;
 import io.connectbridge.connect.member.ConnectGroupClient;
 import io.connectbridge.connect.member.MemberLogic;
 import io.connectbridge.connect.member.Work;
+import io.connectbridge.connect.member.MemberMetrics;
 import io.connectbridge.connect.wire.ConnectGroupWire.Assignment;
+import io.connectbridge.connect.wire.ConnectGroupWire.ConfiguredConnector;
+import io.connectbridge.connect.wire.ConnectGroupWire.InstallMember;
+import io.connectbridge.connect.wire.ConnectGroupWire.MemberAssignor;
+import io.connectbridge.connect.wire.ConnectGroupWire.PrepareMember;
 import io.connectbridge.connect.wire.ConnectGroupWire.DescribeResponse;
 import io.connectbridge.connect.wire.ConnectGroupWire.HeartbeatRequest;
 import io.connectbridge.connect.wire.ConnectGroupWire.HeartbeatResponse;
@@ -30,6 +35,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.concurrent.CopyOnWriteArrayList;
 import java.util.function.BooleanSupplier;
+import java.util.function.Function;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotSame;
@@ -57,6 +63,12 @@ class BridgeWorkerGroupMemberTest {
         volatile Work target = Work.EMPTY;
         volatile int epoch = 1;
         volatile short nextError = 0;
+        /** An error code the next answer carries with its normal body (COMPUTE_ASSIGNMENT is a signal). */
+        volatile short nextSignal = 0;
+        /** The group PrepareAssignment shows, and how InstallAssignment answers (client-side assignment). */
+        volatile Function<PrepareAssignmentRequest, PrepareAssignmentResponse> onPrepare;
+        volatile Function<InstallAssignmentRequest, InstallAssignmentResponse> onInstall;
+        final List<Timed<InstallAssignmentRequest>> installs = new CopyOnWriteArrayList<>();
         private Work sent;
 
         @Override
@@ -80,7 +92,9 @@ class BridgeWorkerGroupMemberTest {
                 a = new Assignment((byte) 0, target.toWire(), request.memberId(), "http://w1/", 0L, (short) 0,
                     new byte[0]);
             }
-            return new HeartbeatResponse(0, (short) 0, null, request.memberId(), epoch, 50, a);
+            short signal = nextSignal;
+            nextSignal = 0;
+            return new HeartbeatResponse(0, signal, null, request.memberId(), epoch, 50, a);
         }
 
         @Override
@@ -90,12 +104,19 @@ class BridgeWorkerGroupMemberTest {
 
         @Override
         public PrepareAssignmentResponse prepare(PrepareAssignmentRequest request, long timeoutMs) throws IOException {
-            throw new IOException("not used");
+            if (onPrepare == null) {
+                throw new IOException("not used");
+            }
+            return onPrepare.apply(request);
         }
 
         @Override
         public InstallAssignmentResponse install(InstallAssignmentRequest request, long timeoutMs) throws IOException {
-            throw new IOException("not used");
+            installs.add(new Timed<>(System.currentTimeMillis(), request));
+            if (onInstall == null) {
+                throw new IOException("not used");
+            }
+            return onInstall.apply(request);
         }
 
         @Override
@@ -148,6 +169,7 @@ class BridgeWorkerGroupMemberTest {
     final RecordingListener listener = new RecordingListener();
     volatile boolean herderStop;
     volatile long stallUntilMs;
+    boolean clientAssignment;
     BridgeWorkerGroupMember member;
     Thread herder;
 
@@ -179,7 +201,7 @@ class BridgeWorkerGroupMemberTest {
         }
         member = new BridgeWorkerGroupMember(config, "http://w1/", store, Time.SYSTEM, "w1",
             new LogContext("[test] "), new BridgeMemberSettings(BridgeMemberSettings.GroupProtocol.CONNECT, null, null,
-            false), m -> coordinator);
+            clientAssignment), m -> coordinator);
         member.setListener(listener);
         herder = new Thread(() -> {
             while (!herderStop) {
@@ -362,5 +384,101 @@ class BridgeWorkerGroupMemberTest {
             && r.value().memberEpoch() == 0));
         await("work again", () -> listener.events.stream().filter(e -> e.atMs() > leftAt)
             .anyMatch(e -> e.value().equals("assigned 1 " + AB)));
+    }
+
+    // ------------------------------------------------------------------ client-side assignment
+
+    static final List<ConfiguredConnector> A1_B1 = List.of(new ConfiguredConnector("a", 1),
+        new ConfiguredConnector("b", 1));
+
+    /** PrepareAssignment's answer: the group at {@code groupEpoch}, its last installed target at
+     *  {@code assignmentEpoch}, {@code members} (id -> current target) all advertising connect-incremental. */
+    static PrepareAssignmentResponse prepared(int groupEpoch, int assignmentEpoch, Map<String, Work> members) {
+        List<PrepareMember> out = new ArrayList<>();
+        members.forEach((id, work) -> out.add(new PrepareMember(id, assignmentEpoch, null, "http://" + id + "/", 0L,
+            new MemberAssignor((short) 2, (byte) 0, new byte[0]), work.toWire())));
+        return new PrepareAssignmentResponse(0, (short) 0, null, groupEpoch, assignmentEpoch,
+            ConnectIncrementalAssignor.NAME, 0L, A1_B1, out);
+    }
+
+    double memberMetric(String name) {
+        return ((Number) member.metrics().metric(member.metrics().metricName(name, MemberMetrics.GROUP))
+            .metricValue()).doubleValue();
+    }
+
+    static Map<String, Work> installedTargets(InstallAssignmentRequest request) {
+        Map<String, Work> out = new java.util.TreeMap<>();
+        for (InstallMember m : request.members()) {
+            out.put(m.memberId(), Work.fromWire(m.connectorsAndTasks()));
+        }
+        return out;
+    }
+
+    /**
+     * The member computes the group's target (COMPUTE_ASSIGNMENT, PrepareAssignment, Connect's assignor,
+     * InstallAssignment) for a group that moved on meanwhile: the coordinator refuses it with
+     * INVALID_ASSIGNMENT. The member applies none of it (the herder is told nothing, the heartbeats go on
+     * reporting the work it owns), counts the refusal, installs nothing more on its own, and on the
+     * coordinator's next signal computes again from the group as it is now, installs that, and the herder
+     * converges on its part of it, revoke before assign.
+     */
+    @Test
+    void anInvalidAssignmentAppliesNothingAndTheNextSignalConverges() {
+        clientAssignment = true;
+        joinWith(AB);
+        String me = coordinator.requests.get(0).value().memberId();
+        assertTrue(coordinator.requests.get(0).value().clientAssignors().stream()
+            .anyMatch(a -> a.name().equals(ConnectIncrementalAssignor.NAME)), "no client assignor advertised");
+        // The group as the member is told it: itself with a, b, a-0, b-0 and a new member w2 with nothing.
+        // By the time the target arrives the group is at epoch 6 (a third member joined): refused.
+        coordinator.onPrepare = r -> prepared(5, 1, Map.of(me, AB, "w2", Work.EMPTY));
+        coordinator.onInstall = r -> new InstallAssignmentResponse(0, MemberLogic.INVALID_ASSIGNMENT,
+            "group epoch " + r.groupEpoch() + " is not the group's epoch 6");
+        int eventsBefore = listener.events.size();
+        coordinator.nextSignal = MemberLogic.COMPUTE_ASSIGNMENT;
+        await("the refused install", () -> coordinator.installs.size() == 1);
+        InstallAssignmentRequest refused = coordinator.installs.get(0).value();
+        long refusedAt = coordinator.installs.get(0).atMs();
+        assertEquals(5, refused.groupEpoch());
+        assertEquals(1, refused.memberEpoch());
+        ConnectIncrementalAssignorTest.assertExactlyOnceAndBalanced(installedTargets(refused),
+            ConnectIncrementalAssignorTest.configured(A1_B1));
+        assertTrue(!installedTargets(refused).get(me).equals(AB), "the refused target moved nothing: " + refused);
+        await("the refusal counted", () -> memberMetric("client-assignment-refused-total") == 1.0);
+        // Many heartbeat intervals (50 ms) with no new signal: nothing applied, nothing installed again.
+        await("heartbeats after the refusal", () -> heartbeatsBetween(refusedAt, Long.MAX_VALUE) >= 10);
+        assertEquals(eventsBefore, listener.events.size(), "the herder was told something: " + listener.events);
+        assertEquals(1, coordinator.installs.size(), "installed again without a signal");
+        assertEquals(0.0, memberMetric("client-assignment-total"));
+        for (Timed<HeartbeatRequest> r : coordinator.requests) {
+            if (r.atMs() >= refusedAt && r.value().connectorsAndTasks() != null) {
+                assertEquals(AB, Work.fromWire(r.value().connectorsAndTasks()), "owned set changed: " + r);
+            }
+        }
+        // The next signal: the group as it is now (three members), installed; then the member's part.
+        coordinator.onPrepare = r -> prepared(6, 1, Map.of(me, AB, "w2", Work.EMPTY, "w3", Work.EMPTY));
+        coordinator.onInstall = r -> {
+            coordinator.target = installedTargets(r).get(me);
+            coordinator.epoch = r.groupEpoch();
+            return new InstallAssignmentResponse(0, (short) 0, null);
+        };
+        long signalledAt = System.currentTimeMillis();
+        coordinator.nextSignal = MemberLogic.COMPUTE_ASSIGNMENT;
+        await("the second install", () -> coordinator.installs.size() == 2);
+        InstallAssignmentRequest installed = coordinator.installs.get(1).value();
+        assertEquals(6, installed.groupEpoch());
+        Map<String, Work> target = installedTargets(installed);
+        assertEquals(java.util.Set.of(me, "w2", "w3"), target.keySet());
+        ConnectIncrementalAssignorTest.assertExactlyOnceAndBalanced(target,
+            ConnectIncrementalAssignorTest.configured(A1_B1));
+        Work mine = target.get(me);
+        await("assigned its part at epoch 6", () -> listener.events.stream()
+            .anyMatch(e -> e.value().equals("assigned 6 " + mine)));
+        await("its part reported", () -> firstReportAfter(mine, signalledAt) >= 0);
+        assertEquals(1.0, memberMetric("client-assignment-total"));
+        assertEquals(1.0, memberMetric("client-assignment-refused-total"));
+        List<String> after = listener.events.subList(eventsBefore, listener.events.size()).stream()
+            .map(Timed::value).toList();
+        assertEquals(List.of("revoked " + AB.minus(mine), "assigned 6 " + mine), after);
     }
 }

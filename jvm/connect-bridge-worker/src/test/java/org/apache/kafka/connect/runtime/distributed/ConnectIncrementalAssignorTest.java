@@ -135,4 +135,38 @@ class ConnectIncrementalAssignorTest {
         Map<String, Work> second = assignor.assign(prepare(2, 1, changed, left));
         assertExactlyOnceAndBalanced(second, configured(changed));
     }
+
+    /**
+     * A target this member computed and the coordinator refused (INVALID_ASSIGNMENT) stays in the
+     * assignor's memory as its previous assignment. Another member installed the group's target at
+     * the same group epoch meanwhile, so the next PrepareAssignment's assignment epoch matches the
+     * refused target's and Connect's assignor does not clear that memory: the next computation must
+     * still start from what the group runs (a stable group left alone, a joining member given its share).
+     */
+    @Test
+    void aRefusedTargetDoesNotSteerTheNextComputation() {
+        ConnectIncrementalAssignor mine = assignor();
+        Map<String, Work> two = new LinkedHashMap<>();
+        two.put("m1", Work.EMPTY);
+        two.put("m2", Work.EMPTY);
+        Map<String, Work> installed1 = assignor().assign(prepare(1, 0, CONNECTORS, two));
+        Map<String, Work> withM3 = new LinkedHashMap<>(installed1);
+        withM3.put("m3", Work.EMPTY);
+        Map<String, Work> refused = mine.assign(prepare(5, 1, CONNECTORS, withM3));
+        assertExactlyOnceAndBalanced(refused, configured(CONNECTORS));
+        // Another member installed epoch 5 for the group as it was by then: m3 gone, m4 there.
+        Map<String, Work> withM4 = new LinkedHashMap<>(installed1);
+        withM4.put("m4", Work.EMPTY);
+        Map<String, Work> installed5 = assignor().assign(prepare(5, 1, CONNECTORS, withM4));
+        assertExactlyOnceAndBalanced(installed5, configured(CONNECTORS));
+        assertEquals(installed5, mine.assign(prepare(6, 5, CONNECTORS, installed5)), "a stable group moved");
+        Map<String, Work> withM5 = new LinkedHashMap<>(installed5);
+        withM5.put("m5", Work.EMPTY);
+        Map<String, Work> next = mine.assign(prepare(7, 6, CONNECTORS, withM5));
+        assertExactlyOnceAndBalanced(next, configured(CONNECTORS));
+        for (String id : List.of("m1", "m2", "m4")) {
+            assertTrue(installed5.get(id).tasks().containsAll(next.get(id).tasks()),
+                id + " was given work it did not run: " + installed5 + " -> " + next);
+        }
+    }
 }
