@@ -505,8 +505,6 @@ def _with_operations(doc: dict, rng: random.Random) -> dict:
             lo, hi = rng.choice(_RESTART_OFFSETS)
             takeover = rng.random() < 0.3 and not upstream
             bridge_down(max(0, moment + rng.randint(lo, hi)), takeover, rng.choice([300, 2_000, 5_000]))
-    if upstream:
-        steps = _within_kafka_holds(steps, timing)
     if not extra:
         return doc
     merged = sorted(steps + extra, key=lambda s: s["at_ms"])
@@ -519,36 +517,6 @@ def _with_operations(doc: dict, rng: random.Random) -> dict:
     out = {**doc, "steps": merged, "end_ms": end}
     if upstream:
         out["upstream"] = True
-    return out
-
-
-def _within_kafka_holds(steps: list[dict], timing: dict) -> list[dict]:
-    """The misbehaviours of a scenario whose group is coordinated by the upstream (Kafka's) classic
-    coordinator for part of the drill, cut to what that coordinator can keep exclusive.
-
-    The adversarial draws allow a cooperative legacy worker a partition, or a lost answer, because
-    the bridge holds the work of a member a timer removes (a connect group, for the scheduled delay,
-    :func:`_kinds`): such a worker may wait a whole JoinGroup timeout running its tasks. Kafka's
-    coordinator holds nothing; only Connect's leader delays lost work, and only when it remembers the
-    assignment, which it does not when the silent worker is the leader itself. So under the upstream
-    coordinator these are zombies beyond the hold (docs/known-issues.md item 5), and the same rule
-    as for any classic group applies: a legacy worker's silence stays under ``unnoticed`` (a
-    partition becomes a pause that long at most), and a cooperative worker loses no answer."""
-    unnoticed = _Bounds.of(timing).unnoticed
-    ordered = sorted(steps, key=lambda s: s["at_ms"])
-    out: list[dict] = []
-    for step in steps:
-        action, worker = step["action"], step.get("worker")
-        if action in ("partition", "lose_responses"):
-            protocol = _alive_at(ordered, step["at_ms"]).get(worker)
-            if protocol is not None and protocol != "new":
-                if action == "partition":
-                    duration = min(step["duration_ms"], unnoticed)
-                    out.append({**step, "action": "pause", "duration_ms": duration})
-                    continue
-                if protocol != "eager":
-                    continue  # an eager worker stopped its work before joining: its loss is kept
-        out.append(step)
     return out
 
 
