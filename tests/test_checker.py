@@ -717,3 +717,31 @@ def test_a_stop_while_the_bridge_is_down_is_a_silent_failure() -> None:
     heard = [{**e, "t_ms": 1_600} if e["type"] == "worker_stop" else e for e in events]
     heard.sort(key=lambda e: e["t_ms"])
     assert not check(heard).live  # the same stop once the bridge is up is heard at once
+
+
+def test_a_silent_failure_during_the_first_sessions_after_a_reload_waits_for_them() -> None:
+    """The bridge is back at 1.5 s and w3 crashes at 2 s running A. The reloaded coordinator gives
+    every member it has not heard from since the load its first session after a load
+    (``holds.first_session_after_load_ms``: as long as a JoinGroup parked at the previous bridge),
+    so w3's crash is found out at the end of that first session plus the grace, not a session
+    after the crash: A's clock starts then (docs/drills.md, "the bound after a bridge restart").
+    Fleet drills of 97000000 judged such a crash by session + grace and flagged the bridge."""
+    back = 500 + reload_detection_ms(TIMING)  # could-run time at bridge_up is 500 ms
+    events = [
+        TIMING,
+        _ev(0, "config", connectors={"A": 0, "B": 0}, offset=0),
+        *(_ev(0, "worker_start", w, protocol="compatible") for w in ("w2", "w3")),
+        _ev(0, "run", "w2", connector="B", task=-1),
+        _ev(0, "run", "w3", connector="A", task=-1),
+        _ev(500, "bridge_restart"),
+        _ev(1_500, "bridge_up"),
+        _ev(2_000, "worker_crash", "w3", protocol="compatible"),
+        _ev(back + 1_000 + 15_000, "run", "w2", connector="A", task=-1),
+    ]
+    assert check(events).max_unowned_ms == 15_000
+    late = [*events[:-1], _ev(back + 1_000 + 15_001, "run", "w2", connector="A", task=-1)]
+    assert not check(late).live
+    # A crash after those first sessions ended is judged by session + grace again.
+    after = [*events[:8], _ev(back + 1_000, "worker_crash", "w3", protocol="compatible"),
+             _ev(back + 1_000 + 9_000 + 15_000, "run", "w2", connector="A", task=-1)]
+    assert check(after).max_unowned_ms == 15_000

@@ -54,3 +54,23 @@ def test_random_adversarial_scenario(seed: int) -> None:
     scenario = random_scenario(seed, adversarial=True)
     summary = check(run_scenario(scenario).events, name=scenario.name, end_ms=scenario.end_ms)
     assert summary.ok, (scenario.model_dump_json(), summary.violations)
+
+
+# Fleet drills that still fail, each a failure class the checker keeps reporting (no exemption):
+# strict xfails, so a fix shows up as an unexpected pass.
+FLEET_OPEN: dict[int, str] = {
+    93000279001093: (
+        "docs/known-issues.md item 13: a hand-back after the upstream leader-to-be missed the revoking "
+        "generation; its Connect assignor remembers the bridge's generation and delays the revoked "
+        "work a second scheduled delay (114.9 s of could-run time against a 90 s bound)"
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    "seed", [pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=r)) for s, r in FLEET_OPEN.items()]
+)
+def test_open_fleet_failure_is_still_reported(seed: int) -> None:
+    scenario = random_scenario(seed, adversarial=True)
+    summary = check(run_scenario(scenario).events, name=scenario.name, end_ms=scenario.end_ms)
+    assert summary.ok, (scenario.model_dump_json(), summary.violations)

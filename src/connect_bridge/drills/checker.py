@@ -246,6 +246,7 @@ class _Judge:
         self.bound = live_bound_ms
         self.detection = detection_ms or 0  # the live clock restarts this late after a silent failure
         self.reload_detection = self.detection  # ... and this late after a bridge restart
+        self.reload_until = 0  # clock value at which the last reload's first sessions (+ grace) end
         self.stalls: dict[str, int] = {}
         self.able = 0  # live workers that are not stalled, paused or partitioned
         self.bridge_up = True
@@ -319,7 +320,10 @@ class _Judge:
         worker starts again. A detection of 0 (failures seen at once) restarts nothing."""
         if self.detection <= 0:
             return
-        until = self.could_ms + self.detection
+        # A member the reloaded coordinator has not heard from yet is on its first session after
+        # the load (``holds.first_session_after_load_ms``): failing inside it, it is found out no
+        # earlier than that first session ends (plus the grace), ``reload_until``.
+        until = max(self.could_ms + self.detection, self.reload_until)
         items = set(ran) | self.by_worker.get(worker, set()) | self.given.get(worker, frozenset())
         self.shield(items, until)
         self.silent[worker] = (until, gone)
@@ -509,13 +513,14 @@ class _Judge:
         """The restarted (or taken-over) coordinator answers again. It is the failed party and was
         giving out every unowned item, and it re-arms every session from its load: the clocks of
         all unowned items, and of the items of workers whose failure it had not yet detected,
-        restart :func:`reload_detection_ms` later."""
+        restart :func:`reload_detection_ms` later; so does that of a worker failing silently
+        before then (:meth:`unseen`), whose member may still be on its first session."""
         self.bridge_up = True
         if self.reload_detection <= 0:
             return
         now = self.could_ms
         pending = [item for item, until in self.shielded.items() if until > now]
-        back = now + self.reload_detection
+        back = self.reload_until = now + self.reload_detection
         self.shield([*self.unowned_at, *pending], back)
         for worker, (until, gone) in self.silent.items():
             if until > now:

@@ -494,12 +494,16 @@ def _with_operations(doc: dict, rng: random.Random) -> dict:
             {"at_ms": at, "action": "takeover_bridge" if takeover else "restart_bridge", "down_ms": down_ms}
         )
 
+    # A takeover needs several bridges (``ha.enabled``), which the bridge refuses together with
+    # ``adoption.groups`` (bridge/settings.py): a scenario with adoption restarts its bridge instead.
+    # (Drawn as before, so the other draws of a seed stay what they were.)
     if rng.random() < 0.3:
-        bridge_down(rng.randint(first + 1_000, last + 1_000), True, rng.choice([1_000, 5_000, 15_000]))
+        at, down_ms = rng.randint(first + 1_000, last + 1_000), rng.choice([1_000, 5_000, 15_000])
+        bridge_down(at, not upstream, down_ms)
     for moment, _ in sorted(moments):
         if rng.random() < 0.5:
             lo, hi = rng.choice(_RESTART_OFFSETS)
-            takeover = rng.random() < 0.3
+            takeover = rng.random() < 0.3 and not upstream
             bridge_down(max(0, moment + rng.randint(lo, hi)), takeover, rng.choice([300, 2_000, 5_000]))
     if not extra:
         return doc

@@ -239,6 +239,12 @@ class ConnectGroupMembership(ConnectGroupState):
         parked at a previous one (a Java client talks to one coordinator at a time)."""
         self._waits_elsewhere_until.pop(member_id, None)
 
+    def waits_elsewhere(self, member_id: str) -> bool:
+        """``member_id`` was loaded (a restart, a takeover) and has sent nothing since: it may be
+        parked in a JoinGroup at the previous coordinator until its first session after the load
+        ends (``holds.first_session_after_load_ms``)."""
+        return member_id in self._waits_elsewhere_until
+
     def remove_by_timer(self, member: Member, now_ms: int) -> None:
         """A session, revocation, join or sync timer removes ``member``: it may still be running,
         for the zombie grace, or longer if it may still wait on a JoinGroup at the coordinator

@@ -335,7 +335,10 @@ class LegacyMembers:
         rejoining. Testing "is what it waits for free" first let two UNRELEASED members wait for
         each other forever. A member at the target epoch that is UNRELEASED is told only once
         everything it waits for is free, so it does not loop through rebalances while other workers
-        are still stopping that work (KAFKA-16793).
+        are still stopping that work (KAFKA-16793), or once some of it is free and the rest belongs
+        to members that have sent nothing since a load: those may stay parked at the previous
+        coordinator for their whole first session after it (a JoinGroup timeout), and the free
+        part would wait that long with them (fleet drills 97000291010819, 050344, 076073).
         """
         current = member.current
         if current.state is MemberState.UNREVOKED or current.member_epoch < group.assignment_epoch:
@@ -345,7 +348,10 @@ class LegacyMembers:
         if current.state is MemberState.UNRELEASED:
             awaited = group.target.get(member.member_id, EMPTY) - current.assigned
             owner_of = group.owner_lookup()
-            return all(owner_of(item) in (None, member.member_id) for item in awaited)
+            owners = {owner_of(item) for item in awaited}
+            free = None in owners
+            owners -= {None, member.member_id}
+            return not owners or (free and all(group.waits_elsewhere(owner) for owner in owners))
         return False
 
     # ------------------------------------------------------------------ LeaveGroup
