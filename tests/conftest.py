@@ -96,3 +96,25 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(getattr(pytest.mark, mark))
         if marks:
             item.add_marker(pytest.mark.heavy)
+
+
+ARTIFACTS = pytest.StashKey[list[str]]()
+"""Files a test made for people to look at (the report's screenshots), listed after the run."""
+
+
+@pytest.fixture
+def keep_artifact(request: pytest.FixtureRequest) -> Any:
+    """``keep_artifact(what, path)``: name a file in the run's closing summary ("artifacts")."""
+
+    def keep(what: str, path: Any) -> None:
+        request.config.stash.setdefault(ARTIFACTS, []).append(f"{what}: {path}")
+
+    return keep
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    lines = config.stash.get(ARTIFACTS, [])
+    if lines:
+        terminalreporter.section("artifacts")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -33,6 +33,7 @@ from kafka.admin import KafkaAdminClient
 from connect_bridge.bridge.api_table import API_NAMES
 from connect_bridge.bridge.describe import describe
 from connect_bridge.codecs.error_codes import error_name
+from connect_bridge.state.classic_api import ClassicGroupState
 from connect_bridge.state.model import MemberState
 from doc_commands import (
     REPO,
@@ -152,7 +153,7 @@ def check_alert_rules(rules_yaml: str, exposition: str) -> None:
     assert rules and all({"alert", "expr", "for", "annotations"} <= rule.keys() for rule in rules), rules
     exposed = metric_names(exposition)
     allowed_values = {
-        "state": {s.value for s in MemberState},
+        "state": {s.value for s in MemberState} | {s.value for s in ClassicGroupState},
         "api": set(API_NAMES.values()),
         "error": {error_name(code) for code in range(-1, 200)},
     }

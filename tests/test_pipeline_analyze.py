@@ -333,6 +333,11 @@ def test_outputs_exist_and_link(analyzed) -> None:  # type: ignore[no-untyped-de
     assert {"drill", "connector", "task", "moves", "unassigned_item_ms", "converged"} <= set(items.columns)
     by_drill = items.groupby("drill")["unassigned_item_ms"].sum()
     assert by_drill["gaps-and-crash"] == 3500
+    # its longest single stretch: every item ran nowhere from w1's crash (1,000) to w2's runs (2,000)
+    longest = drills.set_index("drill")["longest_unassigned_ms"]
+    per_item = items.groupby("drill")["longest_unassigned_ms"].max()
+    assert longest["gaps-and-crash"] == per_item["gaps-and-crash"]
+    assert longest["gaps-and-crash"] == 1000 and doc["totals"]["longest_unassigned_ms"] == longest.max()
     intervals = pd.read_parquet(out / "intervals.parquet")
     assert list(intervals.columns) == ["drill", "connector", "task", "worker", "start_ms", "end_ms", "open"]
     handover = intervals[intervals["drill"] == "handover"].sort_values(["task", "start_ms"])

@@ -15,6 +15,11 @@ action):
   ownership charts loaded and as wide as the page's content, the fleet table worst first with a
   working link per drill, and where each of those elements lies.
 
+- the **first screen** (1280x800) of ``index.html``: the longest time a task ran nowhere and the
+  worst drill's rebalance pauses (when, after what, for how long, who moved) lie wholly within it.
+  The screenshot is kept (``REPORT_SCREENSHOT``'s directory, else the system's temporary directory,
+  ``connect-bridge-report/first-screen.png``) and its path printed in the run's closing summary.
+
 Set ``REPORT_SCREENSHOT=path.png`` to keep the fleet page's screenshot (and ``path-drill.png`` the
 drill page's).
 """
@@ -26,6 +31,7 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +83,9 @@ document.getElementById("report").addEventListener("load", function () {
     content: box(d.body),
     height: d.documentElement.scrollHeight,
     boxes: {timeline: where("figure.timeline img"), ownership: where("figure.ownership img"),
-            fleet: where("table.fleet")},
+            fleet: where("table.fleet"), glance: where("#glance")},
+    pauses: d.querySelectorAll("table.pauses tr").length - 1,
+    glance: q("#glance") ? q("#glance").textContent : null,
     summary: Array.from(d.querySelectorAll("table.summary tr td:first-child")).map(function (e) {
       return e.textContent;
     }),
@@ -149,7 +157,12 @@ def _coloured(pixels: Any, box: dict[str, float]) -> float:
     return float(((flat.max(axis=1) - flat.min(axis=1)) > 0.3).mean())
 
 
-def test_report_renders_in_headless_chromium(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+FIRST_SCREEN = (1280, 800)
+
+
+def test_report_renders_in_headless_chromium(  # type: ignore[no-untyped-def]
+    spark, tmp_path: Path, keep_artifact
+) -> None:
     if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
         pytest.fail(
             f"{CHROMIUM} is missing: install Debian's chromium "
@@ -196,8 +209,25 @@ def test_report_renders_in_headless_chromium(spark, tmp_path: Path) -> None:  # 
     saturation = flat.max(axis=1) - flat.min(axis=1)
     assert (saturation > 0.3).mean() > 0.005, "no coloured chart marks in the screenshot"
 
+    # The first screen: what an operator looks for, before any scrolling.
+    first = Path(keep).parent if keep else Path(tempfile.gettempdir()) / "connect-bridge-report"
+    first.mkdir(parents=True, exist_ok=True)
+    first_png = first / "first-screen.png"
+    first_pixels = _screenshot(page, first_png, FIRST_SCREEN, tmp_path / "chromium-profile")
+    assert first_pixels.reshape(-1, 3).std(axis=0).max() > 0.05, "the first screen is one flat colour"
+    keep_artifact("report first screen", first_png)
+    print(f"report first screen: {first_png}")
+    at_first = _layout(page, tmp_path, FIRST_SCREEN)
+    box = at_first["boxes"]["glance"]
+    assert _inside(box, FIRST_SCREEN), f"the glance block is not all in the first screen: {box}"
+    glance = " ".join(at_first["glance"].split())
+    assert "longest time a task ran nowhere" in glance, glance
+    assert f"Rebalance pauses of {NAME}" in glance, glance  # the worst drill: the hand-made one
+    assert at_first["pauses"] >= 1 and "→" in glance, glance
+
     layout = _layout(page, tmp_path)
     assert {"ok", "overlaps", "overlap time", "unassigned item time", "drills"} <= set(layout["summary"])
+    assert "longest time a task ran nowhere" in layout["summary"]
     content = layout["content"]
     assert content > 0.8 * WINDOW[0], layout
     for chart in ("timeline", "ownership"):

@@ -142,11 +142,12 @@ def test_a_conflicting_range_is_still_refused_with_the_same_answer() -> None:
 
 
 def described_as_before(coord: GroupCoordinator, gid: str) -> tuple[int, dict[tuple[str, str], int]]:
-    """What BridgeServer._observe_groups published for a group before issue 11.6 (via describe)."""
+    """What BridgeServer._observe_groups published for a group before issue 11.6 (via describe),
+    with a classic group's members in the group's state (Kafka keeps none per classic member)."""
     described = coord.describe_any(gid)
     counts: dict[tuple[str, str], int] = {}
     for m in described.members:
-        key = (str(getattr(m, "protocol", "classic")), str(getattr(m, "state", "")))
+        key = (str(getattr(m, "protocol", "classic")), str(getattr(m, "state", described.state)))
         counts[key] = counts.get(key, 0) + 1
     epoch = getattr(described, "group_epoch", getattr(coord.groups[gid], "generation_id", 0))
     return epoch, counts

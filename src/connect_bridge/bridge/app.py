@@ -11,6 +11,7 @@ import re
 import sys
 from collections.abc import Callable
 
+from connect_bridge.bridge import sd_notify
 from connect_bridge.bridge.acls import AclFileError
 from connect_bridge.bridge.admin_access import AdminAccess, AdminTokenError, load_admin_token
 from connect_bridge.bridge.authorization import (
@@ -209,9 +210,12 @@ async def run(settings: BridgeSettings) -> str | None:
     if exposed is not None:
         log.warning(exposed)
     print(f"connect-bridge listening on {server.options.host}:{server.port}", flush=True)
+    ready_task = asyncio.get_running_loop().create_task(_notify_when_ready(server), name="sd_notify")
     try:
         await server.serve_until_stopped()
     finally:
+        ready_task.cancel()
+        sd_notify.notify(sd_notify.STOPPING)
         if watcher is not None:
             watcher.stop()
         if watch_task is not None:
@@ -221,6 +225,18 @@ async def run(settings: BridgeSettings) -> str | None:
         if http is not None:
             http.close()
     return server.failure
+
+
+async def _notify_when_ready(server: BridgeServer, poll_s: float = 0.05) -> None:
+    """Tell systemd (``Type=notify``) the bridge is up once it really serves: the record store
+    replayed and the listener bound, the moment ``/readyz`` turns 200. Not before: units ordered
+    after the bridge (the Connect workers) would otherwise start against a bridge that answers
+    COORDINATOR_LOAD_IN_PROGRESS. A bridge that fails first never announces itself."""
+    while not server.ready:
+        if server.failure is not None:
+            return
+        await asyncio.sleep(poll_s)
+    sd_notify.notify(sd_notify.READY, f"STATUS=serving on {server.options.host}:{server.port}")
 
 
 async def _start_metrics_http(

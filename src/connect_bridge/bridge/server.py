@@ -22,7 +22,7 @@ import signal
 import ssl
 import struct
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Set
 from typing import Any
 
 from connect_bridge.bridge.api_table import (
@@ -340,8 +340,10 @@ class BridgeServer:
         for token, response in self.coordinator.drain_responses():
             if isinstance(token, Parked) and not token.future.done():
                 token.future.set_result(token.to_wire(response, token.version))
-        if self.metrics is not None and (records or not self._groups_observed):
-            self._observe_groups(records)
+        if self.metrics is not None:
+            classic = self.coordinator.drain_classic_state_changes()
+            if records or classic or not self._groups_observed:
+                self._observe_groups(records, classic)
         deadline = self.coordinator.next_deadline()
         if deadline is not None and (self._sleeping_until is None or deadline < self._sleeping_until):
             self._timer_wake.set()  # only when the timer loop would otherwise sleep past it
@@ -665,13 +667,14 @@ class BridgeServer:
         if self.metrics is not None:
             self.metrics.observe_fsync(seconds)
 
-    def _observe_groups(self, records: list[Any]) -> None:
+    def _observe_groups(self, records: list[Any], classic: Set[str] = frozenset()) -> None:
         """Refresh the metrics of the groups this step's records touched (records carry their group
         id): per step, work in proportion to what changed, not to how many groups exist (issue 11.6).
         A touched group that no longer exists has its series dropped. Once loaded, the first call
-        observes every group (replay leaves no records behind), setting each one's baseline."""
+        observes every group (replay leaves no records behind), setting each one's baseline.
+        ``classic``: classic groups whose state changed without a record (a rebalance starting)."""
         if self._groups_observed:
-            touched = {r.group_id for r in records}
+            touched = {r.group_id for r in records} | classic
         elif self.loaded:
             self._groups_observed = True
             touched = {*self.coordinator.groups, *(r.group_id for r in records)}

@@ -196,6 +196,7 @@ def totals(drills: Sequence[dict[str, Any]]) -> dict[str, Any]:
         out[flag] = sum(1 for d in drills if d[flag])
     for key in SUM_KEYS:
         out[key] = sum(int(d[key]) for d in drills)
+    out["longest_unassigned_ms"] = max((int(d.get("longest_unassigned_ms", 0)) for d in drills), default=0)
     out["not_ok"] = sorted(d["name"] for d in drills if not d["ok"])[:50]
     return out
 
@@ -209,6 +210,7 @@ _EMPTY_DRILL: dict[str, Any] = {
     "moves": 0,
     "rebalances": 0,
     "unassigned_item_ms": 0,
+    "longest_unassigned_ms": 0,
     "end_ms": 0,
     "items": 0,
     "live_workers": 0,
@@ -223,7 +225,8 @@ class Result:
     """What :func:`run` computed: the collected per-drill rows and the lazy DataFrames."""
 
     drills: list[dict[str, Any]]
-    """One dict per drill, sorted by name: the summary keys, exclusive, ok, end_ms, items, live_workers."""
+    """One dict per drill, sorted by name: the summary keys, longest_unassigned_ms, exclusive, ok,
+    end_ms, items, live_workers."""
     metrics: Any
     events: Any
     names: dict[str, str]
@@ -337,10 +340,12 @@ def analyze(
 
 _DRILLS_SCHEMA = (
     "drill string, events long, overlaps long, overlap_ms long, converged boolean, balanced boolean, "
-    "moves long, rebalances long, unassigned_item_ms long, exclusive boolean, ok boolean, end_ms long, "
-    "items long, live_workers long"
+    "moves long, rebalances long, unassigned_item_ms long, longest_unassigned_ms long, exclusive boolean, "
+    "ok boolean, end_ms long, items long, live_workers long"
 )
-_DRILL_COLUMNS = ("name", *DRILL_KEYS[1:], "exclusive", "ok", "end_ms", "items", "live_workers")
+_DRILL_COLUMNS = (
+    "name", *DRILL_KEYS[1:], "longest_unassigned_ms", "exclusive", "ok", "end_ms", "items", "live_workers"
+)
 """The collected per-drill row's keys in :data:`_DRILLS_SCHEMA` order (``name`` becomes ``drill``)."""
 
 

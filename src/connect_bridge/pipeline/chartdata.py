@@ -155,23 +155,46 @@ def ownership(m: Any, keys: list[str], max_items: int = MAX_ITEMS, limit: int = 
     return rows.select("*", F.row_number().over(earliest).alias("n")).where(F.col("n") <= limit).drop("n")
 
 
+def worker_protocols(events: Any, keys: list[str], limit: int = MAX_ACTIONS) -> Any:
+    """DataFrame ``drill, seq, t_ms, worker, protocol``: every ``worker_start`` of the drills
+    ``keys`` (at most ``limit`` per drill, the earliest): which protocol each worker ran from then
+    on, so the ownership chart can colour a run by its worker's protocol."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    starts = events.where(F.col("drill").isin(keys) & (F.col("type") == "worker_start"))
+    by_drill = Window.partitionBy("drill").orderBy("seq")
+    return (
+        starts.select("drill", "seq", "t_ms", "worker", "protocol", F.row_number().over(by_drill).alias("n"))
+        .where(F.col("n") <= limit)
+        .drop("n")
+    )
+
+
 _ACTION_COLUMNS = ("seq", "t_ms", "kind", "worker", "detail", "total")
+_PROTOCOL_COLUMNS = ("seq", "t_ms", "worker", "protocol")
 _OWNERSHIP_COLUMNS = ("connector", "task", "kind", "worker", "start_ms", "end_ms", "items")
 
 
 def collect(events: Any, m: Any, keys: list[str]) -> dict[str, dict[str, list[dict[str, Any]]]]:
-    """``{"actions": {drill: [row, ...]}, "ownership": {drill: [row, ...]}}``, collected in one job
+    """``{"actions": {drill: [row, ...]}, "ownership": {...}, "protocols": {...}}``, in one job
     (each job costs a scheduling round trip; the rows are few). Rows are dicts of
-    :func:`actions`' / :func:`ownership`'s columns without ``drill``, in time order."""
+    :func:`actions`' / :func:`ownership`'s / :func:`worker_protocols`' columns without ``drill``,
+    in time order."""
     from pyspark.sql import functions as F
 
-    out: dict[str, dict[str, list[dict[str, Any]]]] = {"actions": {}, "ownership": {}}
+    out: dict[str, dict[str, list[dict[str, Any]]]] = {"actions": {}, "ownership": {}, "protocols": {}}
     if not keys:
         return out
-    columns = {"actions": _ACTION_COLUMNS, "ownership": _OWNERSHIP_COLUMNS}
-    names = sorted(set(_ACTION_COLUMNS) | set(_OWNERSHIP_COLUMNS))
+    columns = {"actions": _ACTION_COLUMNS, "ownership": _OWNERSHIP_COLUMNS, "protocols": _PROTOCOL_COLUMNS}
+    names = sorted(set(_ACTION_COLUMNS) | set(_OWNERSHIP_COLUMNS) | set(_PROTOCOL_COLUMNS))
     frames = []
-    for part, df in (("actions", actions(events, keys)), ("ownership", ownership(m, keys))):
+    parts = (
+        ("actions", actions(events, keys)),
+        ("ownership", ownership(m, keys)),
+        ("protocols", worker_protocols(events, keys)),
+    )
+    for part, df in parts:
         fields = dict(df.dtypes)
         frames.append(
             df.select(
@@ -180,10 +203,14 @@ def collect(events: Any, m: Any, keys: list[str]) -> dict[str, dict[str, list[di
                 *(F.col(c) if c in fields else F.lit(None).alias(c) for c in names),
             )
         )
-    for row in frames[0].unionByName(frames[1]).collect():
+    for row in frames[0].unionByName(frames[1]).unionByName(frames[2]).collect():
         part = row["part"]
         out[part].setdefault(row["drill"], []).append({c: row[c] for c in columns[part]})
-    order = {"actions": ("seq",), "ownership": ("start_ms", "connector", "task", "kind", "worker")}
+    order = {
+        "actions": ("seq",),
+        "ownership": ("start_ms", "connector", "task", "kind", "worker"),
+        "protocols": ("seq",),
+    }
     for part, drills in out.items():
         for rows in drills.values():
             rows.sort(key=lambda r, keys=order[part]: tuple((r[k] is None, r[k]) for k in keys))

@@ -6,8 +6,10 @@ Per charted drill (:func:`pick_drills`, worst first) two pictures:
   config changes; :mod:`.chartdata`) as marks on top and as faint vertical lines through the panels
   below: items run per worker, unassigned / doubly-run items, and member and group epochs;
 - the **ownership chart**: one row per item (connector instance or task), a bar per worker that
-  ran it, in that worker's colour; time run by two or more workers in red, configured time run
-  by nobody hatched grey.
+  ran it, in that worker's colour, with a band in the colour of the worker's protocol; time run by
+  two or more workers in red, configured time run by nobody hatched grey, and each rebalance pause
+  (:mod:`.pauses`) shaded across all rows and labelled with the longest time an item ran nowhere in
+  it. Gaps and overlaps are drawn at least :data:`MIN_BAR_FRACTION` of the axis wide.
 
 For a fleet (more than one drill) also ``fleet.png``: histograms of moves and unassigned time
 across all drills (drawn from the collected per-drill rows).
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from connect_bridge.pipeline.chartdata import ACTION_KINDS
+from connect_bridge.pipeline.pauses import Pause, rebalance_pauses
 
 MAX_LEGEND = 12
 WIDTH_IN = 14.0
@@ -60,6 +63,19 @@ ACTION_STYLE: dict[str, tuple[str, str]] = {
     "stall": ("#bcbd22", "h"),
 }
 """Action kind → (colour, marker) on the timeline."""
+PROTOCOL_COLOURS: dict[str, str] = {
+    "eager": "#3b3b3b",
+    "compatible": "#b8860b",
+    "sessioned": "#6a3d9a",
+    "new": "#00a087",
+}
+"""Worker protocol → the colour of the band under a run bar (no red: red means an overlap)."""
+UNKNOWN_PROTOCOL = "#c8c8c8"
+MIN_BAR_FRACTION = 1 / 250
+"""The least width of a gap or overlap bar, as a share of the time axis: a 200 ms rebalance pause
+on a 540 s drill would otherwise be a sliver of one pixel."""
+LABELLED_PAUSES = 12
+"""Up to this many pauses, each is labelled with its length on the ownership chart."""
 LABELLED_ACTIONS = 40
 """Up to this many actions, each mark is labelled with its worker."""
 
@@ -233,14 +249,27 @@ def _actions(ax: Any, actions: Sequence[Mapping[str, Any]], title: str) -> None:
     ax.set_ylim(-0.6, len(kinds) - 0.2)
 
 
+def protocol_at(starts: Sequence[Mapping[str, Any]], worker: str, t_ms: int) -> str | None:
+    """The protocol ``worker`` ran at ``t_ms``: that of its latest start at or before it (its first
+    start when the run began before any start was logged)."""
+    mine = [s for s in starts if s["worker"] == worker]
+    before = [s for s in mine if s["t_ms"] <= t_ms]
+    chosen = before[-1] if before else (mine[0] if mine else None)
+    return None if chosen is None else chosen.get("protocol")
+
+
 def draw_ownership(
     path: Path,
     name: str,
     end_ms: int,
     rows: Sequence[Mapping[str, Any]],
     colours: Mapping[str, str],
+    starts: Sequence[Mapping[str, Any]] = (),
+    pauses: Sequence[Pause] = (),
 ) -> None:
-    """Who ran what, when: a row per item, bars per worker, overlaps red, unassigned time hatched."""
+    """Who ran what, when: a row per item, bars per worker with a band in the colour of the
+    worker's protocol, overlaps red, unassigned time hatched, rebalance pauses shaded across all
+    rows (and labelled with their length); ``starts``: the drill's worker starts (their protocol)."""
     from matplotlib.patches import Patch
 
     items = sorted({(r["connector"], r["task"]) for r in rows})
@@ -253,9 +282,11 @@ def draw_ownership(
     )
     _style(ax, f"{name}: who ran what, when ({shown})", "", "time (s)")
     span = max(end_ms / 1000.0, 1e-3)
-    visible = span / 400  # a 0-width overlap still shows as a red tick
+    visible = span * MIN_BAR_FRACTION  # a short gap or a 0-width overlap still shows
     y = {item: i for i, item in enumerate(reversed(items))}
     _draw_ownership_layers(ax, rows, colours, y, visible)
+    protocols = _draw_protocol_bands(ax, rows, y, starts)
+    _draw_pauses(ax, pauses, visible, len(items))
     ax.set_yticks(range(len(items)), [item_label(c, t) for c, t in reversed(items)], fontsize=7)
     ax.set_ylim(-0.7, max(len(items), 1) - 0.3)
     ax.set_xlim(0, span)
@@ -263,10 +294,16 @@ def draw_ownership(
         ax.text(0.5, 0.5, "no item was run", ha="center", va="center", transform=ax.transAxes)
     workers = sorted({r["worker"] for r in rows if r["kind"] == "run"})
     handles = [Patch(facecolor=colours.get(w, "#555555"), label=w) for w in workers[:MAX_LEGEND]]
+    handles += [
+        Patch(facecolor=PROTOCOL_COLOURS.get(p, UNKNOWN_PROTOCOL), label=f"band: {p} protocol")
+        for p in protocols
+    ]
     handles.append(Patch(facecolor=OVERLAP_RED, label="two or more workers (overlap)"))
     handles.append(
         Patch(facecolor="none", edgecolor=GAP_GREY, hatch="////", label="configured, run by nobody")
     )
+    if pauses:
+        handles.append(Patch(facecolor=GAP_GREY, alpha=0.25, label="rebalance pause (work stopped)"))
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.savefig(path)
 
@@ -285,6 +322,60 @@ _OWNERSHIP_LAYERS: tuple[tuple[str, float, int, dict[str, Any]], ...] = (
 overlaps drawn last and taller so that double processing is never hidden behind a run bar."""
 
 
+def _draw_protocol_bands(
+    ax: Any,
+    rows: Sequence[Mapping[str, Any]],
+    y: Mapping[tuple[str, int], int],
+    starts: Sequence[Mapping[str, Any]],
+) -> list[str]:
+    """Under each run bar, a band in its worker's protocol colour; the protocols drawn, in order."""
+    from matplotlib.collections import PolyCollection
+
+    if not starts:
+        return []
+    ordered = sorted(starts, key=lambda s: (s["t_ms"], s.get("seq", 0)))
+    boxes, faces, seen = [], [], []
+    for r in rows:
+        if r["kind"] != "run":
+            continue
+        protocol = protocol_at(ordered, r["worker"], r["start_ms"]) or "unknown"
+        if protocol not in seen:
+            seen.append(protocol)
+        start, stop = r["start_ms"] / 1000.0, r["end_ms"] / 1000.0
+        low = y[(r["connector"], r["task"])] - 0.35
+        boxes.append([(start, low), (start, low + 0.24), (stop, low + 0.24), (stop, low)])
+        faces.append(PROTOCOL_COLOURS.get(protocol, UNKNOWN_PROTOCOL))
+    if boxes:
+        bands = PolyCollection(boxes, facecolors=faces, edgecolors="white", linewidths=0.3, zorder=2.5)
+        ax.add_collection(bands)
+    order = [p for p in PROTOCOL_COLOURS if p in seen] + [p for p in seen if p not in PROTOCOL_COLOURS]
+    return order
+
+
+def _ms_text(ms: int) -> str:
+    return f"{ms:,} ms" if ms < 1000 else f"{ms / 1000:,.1f} s"
+
+
+def _draw_pauses(ax: Any, pauses: Sequence[Pause], visible: float, rows: int) -> None:
+    """Each rebalance pause shaded across every row, at least ``visible`` wide, and labelled."""
+    for pause in pauses:
+        start = pause.start_ms / 1000.0
+        stop = max(pause.end_ms / 1000.0, start + visible)
+        ax.axvspan(start, stop, color=GAP_GREY, alpha=0.25, zorder=0.5, linewidth=0)
+        if len(pauses) <= LABELLED_PAUSES:
+            ax.annotate(
+                f"◀ {_ms_text(pause.longest_ms)}",
+                (stop, max(rows, 1) - 0.3),
+                xytext=(2, -1),
+                textcoords="offset points",
+                fontsize=7,
+                ha="left",
+                va="top",
+                zorder=5,
+                bbox={"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none", "alpha": 0.85},
+            )
+
+
 def _draw_ownership_layers(
     ax: Any,
     rows: Sequence[Mapping[str, Any]],
@@ -293,7 +384,7 @@ def _draw_ownership_layers(
     visible: float,
 ) -> None:
     """The ownership chart's bars, one PolyCollection per layer: thousands of bars draw in one call,
-    not one artist each. ``y``: each item's row; ``visible``: the least width of an overlap bar."""
+    not one artist each. ``y``: each item's row; ``visible``: the least width of an overlap or gap bar."""
     from matplotlib.collections import PolyCollection
 
     for kind, height, z, style in _OWNERSHIP_LAYERS:
@@ -303,7 +394,7 @@ def _draw_ownership_layers(
         boxes = []
         for r in bars:
             start, stop = r["start_ms"] / 1000.0, r["end_ms"] / 1000.0
-            if kind == "overlap":
+            if kind in ("overlap", "unassigned"):
                 stop = max(stop, start + visible)
             low = y[(r["connector"], r["task"])] - height / 2
             boxes.append([(start, low), (start, low + height), (stop, low + height), (stop, low)])
@@ -346,12 +437,14 @@ def draw_all(
     detail: Mapping[str, Mapping[str, Sequence[Mapping[str, Any]]]] | None = None,
 ) -> dict[str, Any]:
     """Draw every chart into ``directory``; returns ``{"fleet": [(title, file)], "drills":
-    {name: [(title, file)]}}`` with files relative to ``directory``'s parent. ``detail`` is
-    :func:`connect_bridge.pipeline.chartdata.collect`'s result; fleet histograms only for fleets."""
+    {name: [(title, file)]}, "pauses": {name: [Pause]}}`` with files relative to ``directory``'s
+    parent (pauses: :func:`connect_bridge.pipeline.pauses.rebalance_pauses` of each charted
+    drill). ``detail`` is :func:`connect_bridge.pipeline.chartdata.collect`'s result; fleet
+    histograms only for fleets."""
     directory.mkdir(parents=True, exist_ok=True)
     detail = detail or {}
     rel = directory.name
-    out: dict[str, Any] = {"fleet": [], "drills": {}}
+    out: dict[str, Any] = {"fleet": [], "drills": {}, "pauses": {}}
     if len(drills) > 1:
         draw_fleet(directory / "fleet.png", drills)
         out["fleet"].append(("moves and unassigned item time per drill", f"{rel}/fleet.png"))
@@ -361,11 +454,14 @@ def draw_all(
         drill_series = {part: series.get(part, {}).get(key, {}) for part in ("load", "states", "epochs")}
         owned = detail.get("ownership", {}).get(key, [])
         acts = detail.get("actions", {}).get(key, [])
+        starts = detail.get("protocols", {}).get(key, [])
+        pauses = rebalance_pauses(owned, acts)
+        out["pauses"][name] = pauses
         colours = worker_colours(
             [*drill_series["load"], *drill_series["epochs"], *(r["worker"] for r in owned if r["worker"])]
         )
         draw_timeline(directory / f"{stem}-timeline.png", name, end, drill_series, acts, colours, bins)
-        draw_ownership(directory / f"{stem}-ownership.png", name, end, owned, colours)
+        draw_ownership(directory / f"{stem}-ownership.png", name, end, owned, colours, starts, pauses)
         out["drills"][name] = [
             ("timeline", f"{rel}/{stem}-timeline.png"),
             ("ownership", f"{rel}/{stem}-ownership.png"),

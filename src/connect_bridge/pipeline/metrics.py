@@ -48,10 +48,11 @@ class Metrics:
 
     drills: DataFrame
     """drill, events, overlaps, overlap_ms, converged, balanced, moves, rebalances,
-    unassigned_item_ms, exclusive, ok, end_ms, items, live_workers (at the end)."""
+    unassigned_item_ms, longest_unassigned_ms (the longest single stretch one item ran nowhere),
+    exclusive, ok, end_ms, items, live_workers (at the end)."""
     items: DataFrame
     """drill, connector, task, runs, moves, overlaps, overlap_ms, unassigned_item_ms,
-    workers_at_end, live_workers_at_end, configured_at_end, converged."""
+    longest_unassigned_ms, workers_at_end, live_workers_at_end, configured_at_end, converged."""
     intervals: DataFrame
     """drill, connector, task, worker, start_ms, end_ms, open (still running at the end)."""
     effective: DataFrame
@@ -271,6 +272,7 @@ def _per_item(timeline: DataFrame) -> DataFrame:
         F.sum(_int(starts & (cnt >= 2))).cast("long").alias("overlaps"),
         F.sum(F.when(cnt >= 2, dur).otherwise(0)).cast("long").alias("overlap_ms"),
         F.sum(F.when((cfg > 0) & (cnt == 0), dur).otherwise(0)).cast("long").alias("unassigned_item_ms"),
+        F.max(F.when((cfg > 0) & (cnt == 0), dur).otherwise(0)).cast("long").alias("longest_unassigned_ms"),
         F.max_by("cnt", "seq").cast("long").alias("workers_at_end"),
         (F.max_by("cfg", "seq") > 0).alias("configured_at_end"),
     )
@@ -317,6 +319,7 @@ def _drill_table(base: DataFrame, items: DataFrame, balance: DataFrame) -> DataF
     """One row per drill: the item sums, the balance and the drill's own counts (0 when absent)."""
     item_totals = items.groupBy("drill").agg(
         *(F.sum(name).alias(name) for name in _ITEM_SUMS),
+        F.max("longest_unassigned_ms").alias("longest_unassigned_ms"),
         F.sum(_int(~F.col("converged"))).alias("bad_items"),
         F.count(F.lit(1)).alias("items"),
     )
@@ -338,6 +341,7 @@ def _drill_table(base: DataFrame, items: DataFrame, balance: DataFrame) -> DataF
             long_or_zero("moves"),
             F.col("rebalances"),
             long_or_zero("unassigned_item_ms"),
+            long_or_zero("longest_unassigned_ms"),
             "end_ms",
             long_or_zero("items"),
             long_or_zero("live_workers"),

@@ -1,6 +1,9 @@
 """``index.html`` of ``analyze`` and one page per listed drill: self-contained, relative links only.
 
-The index starts with the summary as a table, each metric explained next to its value. For a fleet
+The index leads with what an operator looks for (:func:`_glance`): the longest time any task ran
+nowhere (which drill, item and moment, after which action) and, for the drill shown, each
+rebalance's pause and who moved (:mod:`.pauses`). Then the summary as a table, each metric explained
+next to its value (a single drill's numbers appear in that one table only). For a fleet
 (more than one drill) follow the fleet histograms and a table of drills, worst first (failing drills,
 then by overlaps, overlap time, unassigned time, moves), each linking to its page under ``drills/``;
 then the worst drill's charts. A single drill's index shows its charts directly. The fleet table
@@ -16,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from connect_bridge.pipeline.charts import slug, worst_first
+from connect_bridge.pipeline.pauses import Pause, moved_text
 
 TABLES = ("drills.parquet", "items.parquet", "intervals.parquet")
 FLEET_ROWS = 500
@@ -48,16 +52,28 @@ METRICS: tuple[tuple[str, str, str, str], ...] = (
     ("moves", "moves", "count", "Starts of an item on another worker than the one that ran it last."),
     ("rebalances", "rebalances", "count", "Epoch events: a worker took a new member epoch or generation."),
     (
+        "longest_unassigned_ms",
+        "longest time a task ran nowhere",
+        "ms",
+        "The longest single stretch in which one configured connector or task ran on no worker.",
+    ),
+    (
         "unassigned_item_ms",
         "unassigned item time",
         "ms",
-        "Summed over items, the time a configured item ran nowhere (3 items idle for 2 s = 6 s).",
+        "The time each configured item ran nowhere, added up over all items.",
     ),
     ("events", "events", "count", "Lines in the drill's event log."),
 )
 """``(key, label, kind, explanation)`` of every metric shown, in order; kind: flag, count or ms."""
 EXPLAIN = {key: text for key, _, _, text in METRICS}
-FLEET_COLUMNS = ("overlaps", "overlap_ms", "moves", "rebalances", "unassigned_item_ms", "events")
+FLEET_COLUMNS = (
+    "overlaps", "overlap_ms", "moves", "rebalances", "longest_unassigned_ms", "unassigned_item_ms", "events"
+)  # fmt: skip
+MAX_KEYS = frozenset({"longest_unassigned_ms"})
+"""Metrics whose fleet total is the largest of any drill, not a sum."""
+PAUSE_ROWS = 15
+"""Rebalance pauses listed on a page (the longest ones, in time order)."""
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1.5em 2em; color: #222; max-width: 1500px; }
@@ -75,6 +91,10 @@ figure img { width: 100%; height: auto; border: 1px solid #e4e4e4; display: bloc
 figcaption { color: #555; font-size: 0.9em; margin-top: 0.3em; }
 code { background: #f4f4f4; padding: 0 0.2em; }
 .note { color: #555; }
+.glance { border: 1px solid #d0d0d0; background: #fafafa; padding: 0.6em 1em; margin: 0.5em 0 1em; }
+.glance p { margin: 0.3em 0; }
+.glance .big { font-size: 1.3em; font-weight: bold; }
+tr.worst td { background: #fff4e5; }
 """
 
 
@@ -144,7 +164,8 @@ def summary_table(doc: Mapping[str, Any], drills: Sequence[Mapping[str, Any]]) -
             why = why if not fleet else f"Drills where: {why[0].lower()}{why[1:]}"
         else:
             value = _num(kind, t[key] if fleet else drills[0][key])
-            why = why if not fleet else f"{why} Summed over all drills."
+            total = "The largest of any drill." if key in MAX_KEYS else "Summed over all drills."
+            why = why if not fleet else f"{why} {total}"
         rows.append(f'<tr><td>{html.escape(label)}</td>{value}<td class="why">{html.escape(why)}</td></tr>')
     rows.append("</table>")
     return "\n".join(rows)
@@ -162,6 +183,63 @@ def _verdict(doc: Mapping[str, Any]) -> str:
         "the drill failed" if t["drills"] == 1 else f"{count(failed)} of {count(t['drills'])} drills failed"
     )
     return f'<p class="verdict bad">✘ {text} (see the table below).</p>'
+
+
+def _item(item: Sequence[Any]) -> str:
+    connector, task = item
+    return f"{connector} (instance)" if int(task) == -1 else f"{connector} task {task}"
+
+
+def pause_table(pauses: Sequence[Pause], limit: int = PAUSE_ROWS) -> list[str]:
+    """Rebalance pauses as rows: when, the likely trigger, how long work stopped, who moved. The
+    ``limit`` longest are listed, in time order; the longest is highlighted."""
+    e = html.escape
+    if not pauses:
+        return ['<p class="note">No pause: every configured item always ran on some worker.</p>']
+    shown = sorted(sorted(pauses, key=lambda p: -p.longest_ms)[:limit], key=lambda p: p.start_ms)
+    worst = max(pauses, key=lambda p: p.longest_ms)
+    parts = [
+        '<table class="pauses" id="pauses"><tr><th>at</th><th>after</th><th>longest pause</th>'
+        "<th>items paused</th><th>who moved (before → after)</th></tr>"
+    ]
+    for pause in shown:
+        cls = ' class="worst"' if pause is worst else ""
+        parts.append(
+            f'<tr{cls}><td class="num">{duration(pause.start_ms)}</td><td>{e(pause.trigger or "start")}</td>'
+            f'{_num("ms", pause.longest_ms)}<td class="num">{count(pause.items)}</td>'
+            f"<td>{e(moved_text(pause.moved))}</td></tr>"
+        )
+    parts.append("</table>")
+    if len(pauses) > len(shown):
+        parts.append(f'<p class="note">The {len(shown)} longest of {count(len(pauses))} pauses shown.</p>')
+    return parts
+
+
+def _glance(drills: Sequence[Mapping[str, Any]], pauses: Mapping[str, Sequence[Pause]]) -> list[str]:
+    """What an operator looks for first: the longest time a task ran nowhere (which drill, which
+    item, when, after what) and, for the drill shown, each rebalance's pause and who moved."""
+    e = html.escape
+    if not drills:
+        return []
+    longest = max(drills, key=lambda d: (d["longest_unassigned_ms"], -d["ok"]))
+    ms = int(longest["longest_unassigned_ms"])
+    where = f" in drill <b>{e(longest['name'])}</b>" if len(drills) > 1 else ""
+    found = [p for p in pauses.get(longest["name"], ()) if p.longest_ms == ms]
+    if found and ms:
+        p = found[0]
+        where += f": {e(_item(p.longest_item))} from {duration(p.start_ms)}"
+        where += f", after {e(p.trigger)}" if p.trigger else ""
+    parts = [
+        '<div class="glance" id="glance">',
+        f'<p><span class="big">{duration(ms)}</span> longest time a task ran nowhere{where}.</p>',
+    ]
+    shown = next((d for d in worst_first(drills) if d["name"] in pauses), None)
+    if shown is not None:
+        title = "Rebalance pauses" + (f" of {e(shown['name'])}" if len(drills) > 1 else "")
+        parts.append(f"<p><b>{title}</b> (work stopped, for how long, and where it went):</p>")
+        parts += pause_table(pauses[shown["name"]])
+    parts.append("</div>")
+    return parts
 
 
 def _figures(name: str, files: Sequence[tuple[str, str]], prefix: str) -> list[str]:
@@ -187,19 +265,26 @@ def drill_page_name(rank: int, name: str) -> str:
 
 
 def _drill_section(
-    d: Mapping[str, Any], files: Sequence[tuple[str, str]] | None, prefix: str, charted: int
+    d: Mapping[str, Any],
+    files: Sequence[tuple[str, str]] | None,
+    prefix: str,
+    charted: int,
+    table: bool = True,
 ) -> list[str]:
+    """A drill's line, its numbers (unless the page's summary table already shows them: ``table``
+    False) and its charts."""
     e = html.escape
     parts = [
         f"<p>{'<span class=good>ok</span>' if d['ok'] else '<span class=bad>' + e(_failures(d)) + '</span>'}"
         f" · ran {duration(d['end_ms'])} · {count(d['items'])} items · {count(d['live_workers'])} live "
         "workers at the end</p>",
-        '<table class="drill"><tr><th>metric</th><th>value</th><th>what it means</th></tr>',
     ]
-    for key, label, kind, why in METRICS:
-        value = _flag(d[key]) if kind == "flag" else _num(kind, d[key])
-        parts.append(f'<tr><td>{e(label)}</td>{value}<td class="why">{e(why)}</td></tr>')
-    parts.append("</table>")
+    if table:
+        parts.append('<table class="drill"><tr><th>metric</th><th>value</th><th>what it means</th></tr>')
+        for key, label, kind, why in METRICS:
+            value = _flag(d[key]) if kind == "flag" else _num(kind, d[key])
+            parts.append(f'<tr><td>{e(label)}</td>{value}<td class="why">{e(why)}</td></tr>')
+        parts.append("</table>")
     if files:
         parts += _figures(d["name"], files, prefix)
     else:
@@ -252,6 +337,7 @@ def render(doc: Mapping[str, Any], drills: Sequence[Mapping[str, Any]], pictures
     e = html.escape
     charted = pictures.get("drills", {})
     parts = [*_head("connect-bridge drill analysis"), "<h1>Drill analysis</h1>", _verdict(doc)]
+    parts += _glance(drills, pictures.get("pauses", {}))
     parts.append("<h2>Summary</h2>")
     parts.append(summary_table(doc, drills))
     parts.append(
@@ -267,19 +353,29 @@ def render(doc: Mapping[str, Any], drills: Sequence[Mapping[str, Any]], pictures
         title = first["name"] if len(drills) == 1 else f"Worst drill: {first['name']}"
         anchor = "drill-" + slug(first["name"])
         parts.append(f'<h2 id="{e(anchor)}">{e(title)}</h2>')
-        parts += _drill_section(first, charted[first["name"]], "", len(charted))
+        parts += _drill_section(first, charted[first["name"]], "", len(charted), table=len(drills) > 1)
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
 
 
-def render_drill(d: Mapping[str, Any], rank: int, total: int, files: Any, charted: int) -> str:
-    """A drill's own page (``drills/NNNN-NAME.html``): its numbers, explained, and its charts."""
+def render_drill(
+    d: Mapping[str, Any],
+    rank: int,
+    total: int,
+    files: Any,
+    charted: int,
+    pauses: Sequence[Pause] | None = None,
+) -> str:
+    """A drill's own page (``drills/NNNN-NAME.html``): its longest pause and rebalance pauses (when
+    charted), its numbers, explained, and its charts."""
     e = html.escape
+    glance = _glance([d], {d["name"]: pauses}) if pauses is not None else []
     parts = [
         *_head(f"{d['name']}: drill analysis"),
         '<p><a href="../index.html">← all drills</a></p>',
         f"<h1>{e(d['name'])}</h1>",
         f'<p class="note">Drill {rank} of {count(total)}, worst first.</p>',
+        *glance,
         *_drill_section(d, files, "../", charted),
         "</body></html>",
     ]
@@ -299,6 +395,7 @@ def write_index(
         for stale in pages.glob("*.html"):  # an earlier run's drills would be linked from nowhere
             stale.unlink()
         for rank, d in enumerate(worst_first(drills)[:FLEET_ROWS], 1):
-            page = render_drill(d, rank, len(drills), charted.get(d["name"]), len(charted))
+            pauses = pictures.get("pauses", {}).get(d["name"])
+            page = render_drill(d, rank, len(drills), charted.get(d["name"]), len(charted), pauses)
             (out / drill_page_name(rank, d["name"])).write_text(page, encoding="utf-8")
     return path

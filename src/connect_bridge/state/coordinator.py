@@ -58,6 +58,8 @@ class GroupCoordinator(OwnershipSteps):
         self._records: list[Record] = []
         self._release_rejoins: set[str] = set()
         self._responses: list[tuple[object, object]] = []
+        self._classic_states: dict[str, ClassicGroupState] = {}
+        """Each classic group's state as :meth:`drain_classic_state_changes` last reported it."""
         self.ownership = OwnershipTable()
         """Which side coordinates each adopted or released group (docs/adoption.md)."""
 
@@ -239,7 +241,9 @@ class GroupCoordinator(OwnershipSteps):
         if group is None:
             return None
         if isinstance(group, ClassicGroup):
-            members = {(GroupType.CLASSIC.value, ""): len(group.members)} if group.members else {}
+            # A classic group's members share its state: Kafka keeps no per-member state for them.
+            state = (GroupType.CLASSIC.value, group.state.value)
+            members = {state: len(group.members)} if group.members else {}
             return group.generation_id, members
         return group.group_epoch, dict(group.index.states)  # kept by the group's member index
 
@@ -507,6 +511,23 @@ class GroupCoordinator(OwnershipSteps):
                 self._responses.extend(group.drain_responses())
         out, self._responses = self._responses, []
         return out
+
+    def drain_classic_state_changes(self) -> set[str]:
+        """Classic groups whose state (PreparingRebalance, CompletingRebalance, Stable, ...) changed
+        since the last call, or that were deleted. A classic group writes a record only per
+        generation, so the metrics, which follow records, would otherwise miss a rebalance that
+        started and never completed: exactly the one an alert must see."""
+        changed = set(self._classic_states) - self.groups.keys()
+        for gid in changed:
+            del self._classic_states[gid]
+        for gid, group in self.groups.items():
+            if isinstance(group, ClassicGroup):
+                if self._classic_states.get(gid) is not group.state:
+                    self._classic_states[gid] = group.state
+                    changed.add(gid)
+            elif self._classic_states.pop(gid, None) is not None:
+                changed.add(gid)  # converted to a connect group
+        return changed
 
     # ------------------------------------------------------------------ time
     def next_deadline(self) -> int | None:
