@@ -194,6 +194,9 @@ _COMMANDS: tuple[_Command, ...] = (
              "/readyz (default: 127.0.0.1:9404, or the config file's)"),
         _arg("--config-view", metavar="FILE",
              help='watched JSON file {"offset": N, "connectors": {"name": tasks}}'),
+        _arg("--check", action="store_true",
+             help="validate the settings and the files they name, then exit (0 and one line, or "
+             "the error a start would fail with); binds no port, creates nothing"),
     ), ("serve.md", "upstream.md")),
     _Command("describe", "describe groups through a running bridge", cmd_describe, (
         _arg("--bootstrap", required=True, help="HOST:PORT of the bridge"),

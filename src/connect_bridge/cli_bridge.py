@@ -31,6 +31,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings = load_settings(Path(args.config) if args.config else None, overrides)
     except SettingsError as exc:
         return fail(str(exc))
+    if args.check:
+        from connect_bridge.bridge.startup import StartupError
+
+        try:
+            print(app.check_settings(settings))
+        except StartupError as exc:
+            return fail(f"cannot start: {exc}")
+        return 0
     return app.main(settings)
 
 
