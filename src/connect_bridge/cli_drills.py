@@ -25,7 +25,7 @@ def _stages(args: argparse.Namespace, desc: str, total: int | None = None) -> An
     """A bar for a command that reports ``progress(message)`` stages (analyze, drill fleet)."""
     from connect_bridge.progress import Bar
 
-    return Bar(desc, total, unit=" drills" if total is not None else "it", enabled=_bars(args))
+    return Bar(desc, total, unit=" drills" if total is not None else "it", enabled=_bars(args), plain=True)
 
 
 def cmd_drill_run(args: argparse.Namespace) -> int:
@@ -34,7 +34,7 @@ def cmd_drill_run(args: argparse.Namespace) -> int:
     from connect_bridge.drills.checker import check
     from connect_bridge.drills.scenario import ScenarioError, load_scenario
     from connect_bridge.drills.sim import run_scenario
-    from connect_bridge.progress import Bar, simulated_time
+    from connect_bridge.progress import Bar, ScheduleClock, simulated_time
 
     try:
         scenario = load_scenario(args.scenario)
@@ -46,11 +46,21 @@ def cmd_drill_run(args: argparse.Namespace) -> int:
     if args.mode == "live":
         from connect_bridge.drills.live import run_live
 
-        with Bar(f"{scenario.name} (live)", len(scenario.steps), unit=" steps", enabled=_bars(args)) as bar:
+        schedule = ScheduleClock(scenario.end_ms // 1000)
+        live_bar = Bar(
+            f"{scenario.name} (live)",
+            schedule.end_s,
+            unit="s",
+            enabled=_bars(args),
+            plain=True,
+            clock=schedule,
+        )
+        with live_bar as bar:
 
             def show(done: int, total: int, step: str) -> None:
-                bar.update_to(done, total)
-                bar.step(step)
+                schedule.start()  # the first step is told once the bridge is up: t = 0
+                bar.update_to(schedule())
+                bar.step(f"{done}/{total} steps, next: {step}")
 
             try:
                 events = run_live(scenario, out, progress=show)
