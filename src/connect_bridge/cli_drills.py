@@ -14,6 +14,7 @@ from typing import Any
 
 from connect_bridge import logs
 from connect_bridge.cli_common import fail, out_problem
+from connect_bridge.cli_interrupt import OutState, run_interruptible
 
 
 def _bars(args: argparse.Namespace) -> bool:
@@ -92,17 +93,23 @@ def cmd_drill_fleet(args: argparse.Namespace) -> int:
 
     if (missing := spark_missing("drill fleet")) is not None:
         return fail(missing)
+    if args.count < 1:
+        return fail("drill fleet: --count must be at least 1")
+    before = OutState(args.out)
+    if (problem := out_problem(args)) is not None:
+        return fail(problem)
+    if args.checks_only or args.adversarial:
+        return run_interruptible(lambda: _fleet_checks(args), before)
+    return run_interruptible(lambda: _fleet(args), before)
+
+
+def _fleet(args: argparse.Namespace) -> int:
+    """``drill fleet``: the drills' events, then ``analyze`` over them."""
     from connect_bridge.drills.events import EventLogError
     from connect_bridge.pipeline.analyze import AnalyzeError
     from connect_bridge.pipeline.fleet import run_fleet
     from connect_bridge.progress import StageReporter, counted
 
-    if args.count < 1:
-        return fail("drill fleet: --count must be at least 1")
-    if (problem := out_problem(args)) is not None:
-        return fail(problem)
-    if args.checks_only or args.adversarial:
-        return _fleet_checks(args)
     try:
         with _stages(args, "drill fleet", args.count) as bar:
             progress = StageReporter(bar)
@@ -194,17 +201,25 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     try:
         find_inputs(args.paths)  # fail fast, before starting Spark
-        if (problem := out_problem(args)) is not None:
-            return fail(problem)
-        with _stages(args, "analyze") as bar:
-            progress = StageReporter(bar)
-            doc = analyze(
-                args.paths, args.out, master=args.master, chart_drills=args.charts, progress=progress
-            )
     except (AnalyzeError, EventLogError) as exc:
         return fail(f"analyze: {exc}")
-    print(json.dumps({k: v for k, v in doc["totals"].items() if k != "not_ok"}))
-    return 0
+    before = OutState(args.out)
+    if (problem := out_problem(args)) is not None:
+        return fail(problem)
+
+    def work() -> int:
+        try:
+            with _stages(args, "analyze") as bar:
+                progress = StageReporter(bar)
+                doc = analyze(
+                    args.paths, args.out, master=args.master, chart_drills=args.charts, progress=progress
+                )
+        except (AnalyzeError, EventLogError) as exc:
+            return fail(f"analyze: {exc}")
+        print(json.dumps({k: v for k, v in doc["totals"].items() if k != "not_ok"}))
+        return 0
+
+    return run_interruptible(work, before)
 
 
 __all__ = ["cmd_analyze", "cmd_drill_fleet", "cmd_drill_run", "cmd_drill_search"]
