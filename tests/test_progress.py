@@ -315,3 +315,26 @@ def test_a_schedule_clock_starts_once_and_stops_at_the_end(monkeypatch: pytest.M
     assert clock() == 42
     now[0] += 10_000
     assert clock() == 600
+
+
+@pytest.mark.live
+@pytest.mark.heavy
+def test_a_piped_live_drill_says_where_it_is_on_its_schedule(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Off a terminal a live drill is no longer silent: a line per step and per interval, counted
+    in schedule seconds, and a last one when it is done."""
+    monkeypatch.setenv(progress.INTERVAL_ENV, "0.5")
+    scenario = tmp_path / "scenario.json"
+    scenario.write_text(json.dumps(LIVE_SCENARIO))
+    code, out, err = run_cli("drill", "run", str(scenario), "--out", str(tmp_path / "out"), "--mode", "live")
+    assert json.loads(out)["name"] == "live-progress", (code, err)
+    lines = [
+        line.split(" connect_bridge.progress ", 1)[1]
+        for line in err.splitlines()
+        if " connect_bridge.progress " in line
+    ]
+    assert lines[0].startswith("live-progress (live): 0/2s (0%), "), lines
+    assert any(line.endswith(": 1/3 steps, next: add_connector B at 0.8 s") for line in lines), lines
+    assert any(line.endswith(": 3/3 steps, next: until the end at 2.5 s") for line in lines), lines
+    assert re.fullmatch(r"live-progress \(live\): 2/2s \(100%\), done in \d+ s", lines[-1]), lines
