@@ -212,7 +212,7 @@ def test_topics_without_an_upstream(
 def test_malformed_bootstrap(bootstrap: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = in_process(capsys, "describe", "--bootstrap", bootstrap)
     assert (code, out) == (1, "")
-    one_error_line(err, "--bootstrap: expected HOST:PORT", repr(bootstrap))
+    one_error_line(err, "--bootstrap-server: expected HOST:PORT", repr(bootstrap))
 
 
 def test_describe_with_no_bridge_there(capsys: pytest.CaptureFixture[str]) -> None:

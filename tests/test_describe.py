@@ -51,24 +51,40 @@ def _sink(worker: str) -> Any:
 
 def _new(port: int, name: str) -> LiveNewWorker:
     return LiveNewWorker(
-        "127.0.0.1", port, CONNECT, f"http://{name}:8083/", _sink(name),
-        session_timeout_ms=SESSION_MS, heartbeat_interval_ms=HEARTBEAT_MS,
-        rebalance_timeout_ms=REBALANCE_MS, client_id=name,
+        "127.0.0.1",
+        port,
+        CONNECT,
+        f"http://{name}:8083/",
+        _sink(name),
+        session_timeout_ms=SESSION_MS,
+        heartbeat_interval_ms=HEARTBEAT_MS,
+        rebalance_timeout_ms=REBALANCE_MS,
+        client_id=name,
     )
 
 
 def _legacy(port: int, group: str, name: str, mode: str) -> LiveLegacyWorker:
     return LiveLegacyWorker(
-        f"127.0.0.1:{port}", group, f"http://{name}:8083/", mode, _sink(name),  # type: ignore[arg-type]
-        session_timeout_ms=SESSION_MS, heartbeat_interval_ms=HEARTBEAT_MS, rebalance_timeout_ms=REBALANCE_MS,
-        max_delay_ms=1000, config_provider=lambda: VIEW, client_id=name,
+        f"127.0.0.1:{port}",
+        group,
+        f"http://{name}:8083/",
+        mode,
+        _sink(name),  # type: ignore[arg-type]
+        session_timeout_ms=SESSION_MS,
+        heartbeat_interval_ms=HEARTBEAT_MS,
+        rebalance_timeout_ms=REBALANCE_MS,
+        max_delay_ms=1000,
+        config_provider=lambda: VIEW,
+        client_id=name,
     )
 
 
 def cli_describe(proc: Serve, *args: str) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "connect_bridge.cli", "describe", "--bootstrap", proc.address, *args],
-        capture_output=True, text=True, timeout=30,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert done.returncode == 0, done.stderr
     return done.stdout
@@ -93,10 +109,13 @@ async def settled(port: int, ready: Any) -> dict[str, dict[str, Any]]:
 def all_stable(groups: dict[str, dict[str, Any]]) -> bool:
     connect, classic = groups.get(CONNECT), groups.get(CLASSIC)
     return (
-        connect is not None and classic is not None
-        and connect["state"] == "STABLE" and len(connect["members"]) == 3
+        connect is not None
+        and classic is not None
+        and connect["state"] == "STABLE"
+        and len(connect["members"]) == 3
         and all(m["waiting_for"] == "stable" and m["owned_count"] > 0 for m in connect["members"])
-        and classic["state"] == "Stable" and [m["owned_count"] for m in classic["members"]] == [len(ALL)]
+        and classic["state"] == "Stable"
+        and [m["owned_count"] for m in classic["members"]] == [len(ALL)]
     )
 
 
@@ -118,7 +137,10 @@ def check_stable_json(groups: list[dict[str, Any]]) -> None:
     assert classic["group_type"] == "classic" and classic["protocol"] == "compatible"
     [c1] = classic["members"]
     assert (c1["client_id"], c1["url"], c1["protocol"], c1["waiting"]) == (
-        "c1", "http://c1:8083/", "compatible", "stable",
+        "c1",
+        "http://c1:8083/",
+        "compatible",
+        "stable",
     )
     assert "127.0.0.1" in c1["client_host"] and len(c1["owned"]) == len(ALL)
 
@@ -135,6 +157,20 @@ def check_stable_table(table: str, connect: dict[str, Any]) -> None:
     assert "sessioned (classic)" in legacy and legacy.rstrip().endswith("stable")
     assert blocks[CLASSIC][0] == f"GROUP {CLASSIC}  type classic  state Stable  protocol compatible"
     assert any("http://c1:8083/" in line and line.split()[5] == str(len(ALL)) for line in blocks[CLASSIC])
+
+
+def check_members_verbose(table: str, workers: dict[str, Any]) -> None:
+    """``describe --members --verbose``: each worker's row lists what that worker runs (Kafka's
+    ``kafka-consumer-groups --describe --members --verbose`` lists each consumer's partitions)."""
+    header, *rows = table.splitlines()
+    assert header.split()[-4:] == ["#CONNECTORS", "#TASKS", "CONNECTORS", "TASKS"], table
+    by_url = {row.split()[2]: row.split() for row in rows}
+    assert sorted(by_url) == sorted(f"http://{name}:8083/" for name in workers), table
+    for name, worker in workers.items():
+        runs = worker.running
+        connectors = sorted(i.connector for i in runs if i.is_connector) or ["-"]
+        tasks = [str(i) for i in sorted(i for i in runs if not i.is_connector)] or ["-"]
+        assert by_url[f"http://{name}:8083/"][-2:] == [",".join(connectors), ",".join(tasks)], (name, table)
 
 
 async def scenario(proc: Serve) -> None:
@@ -155,6 +191,9 @@ async def scenario(proc: Serve) -> None:
         groups = json.loads(out)
         check_stable_json(groups)
         check_stable_table(table, next(g for g in groups if g["group_id"] == CONNECT))
+        check_members_verbose(
+            cli_describe(proc, "--members", "--verbose"), {"n1": n1, "n2": n2, "l1": l1, "c1": c1}
+        )
 
         held = sorted(n2.running)
         await n2.stop()  # leaves: its work is held for the scheduled delay, for it to come back to

@@ -260,3 +260,27 @@ def test_an_adversarial_checks_only_fleet_counts_every_invariant(spark, tmp_path
         )
     assert doc["failed_drills"] == int((~table["ok"]).sum()) == len(doc["failed"])
     assert json.loads((tmp_path / fleet.FLEET_JSON).read_text())["count"] == 40
+
+
+class _Cores:
+    """A SparkSession stand-in that only knows its default parallelism (cores)."""
+
+    def __init__(self, cores: int) -> None:
+        self.sparkContext = type("Context", (), {"defaultParallelism": cores})()
+
+
+@pytest.mark.parametrize(
+    ("cores", "count", "per_core", "tasks"),
+    [
+        (2, 200, fleet.EVENTS_PER_CORE, 50),  # the bar moves every 4 drills, not every 25
+        (2, 10, fleet.EVENTS_PER_CORE, 10),  # never more tasks than drills
+        (2, 100_000, fleet.CHECKS_PER_CORE, 50),
+        (64, 10_000, fleet.EVENTS_PER_CORE, 256),  # a large cluster keeps its tasks per core
+    ],
+)
+def test_the_drill_stage_has_tasks_enough_for_the_bar_to_move(
+    cores: int, count: int, per_core: int, tasks: int
+) -> None:
+    """The fleet's progress counts finished tasks of the drill stage (job_progress.py): on a small
+    machine the stage needs more tasks than its cores' share, or the bar sits still, then jumps."""
+    assert fleet._partitions(_Cores(cores), count, per_core) == tasks

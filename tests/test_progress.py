@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import re
 import struct
@@ -220,3 +221,120 @@ def test_a_live_drill_shows_its_steps(tmp_path: Path) -> None:
 def test_counts_read_as_english(n: int, noun: str, plural: str, shown: str) -> None:
     """Progress and summary lines say "1 drill", never "1 drills" (issue 14's audit)."""
     assert progress.counted(n, noun, plural) == shown
+
+
+class _Lines(logging.Handler):
+    """The progress logger's lines (its own handler: the CLI's logging setup may not propagate)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@pytest.fixture
+def progress_lines(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    monkeypatch.setenv(progress.INTERVAL_ENV, "0.2")
+    handler = _Lines()
+    logger = logging.getLogger("connect_bridge.progress")
+    old_level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    yield handler.lines
+    logger.removeHandler(handler)
+    logger.setLevel(old_level)
+
+
+def test_off_a_terminal_long_work_says_each_step_and_at_a_steady_interval(progress_lines: list[str]) -> None:
+    """Piped ``analyze``/``drill fleet``/live drill: a line per step, one per interval while a step
+    lasts, one at the end; counts and an estimate of what is left when the total is known."""
+    with progress.Bar("drill fleet", 200, unit=" drills", plain=True) as bar:
+        assert not bar.shown and bar.plain
+        report = progress.StageReporter(bar)
+        report("starting Spark")
+        assert progress_lines[-1] == "drill fleet: 0/200 drills (0%), 0 s elapsed: starting Spark"
+        said = len(progress_lines)
+        report("running the drills", done=50)
+        wait_until(lambda: len(progress_lines) >= said + 3, timeout=10)  # the step, then the interval's
+    running = progress_lines[said:]
+    assert running[0].startswith("drill fleet: 50/200 drills (25%), 0 s elapsed, about ")
+    assert running[0].endswith(" left: running the drills")
+    assert all(line.startswith("drill fleet: 50/200 drills (25%)") for line in running[1:-1])
+    assert re.fullmatch(r"drill fleet: 50/200 drills \(25%\), done in \d+ s", running[-1])
+
+
+def test_off_a_terminal_short_work_and_failed_work_stay_as_they_were(progress_lines: list[str]) -> None:
+    with progress.Bar("sim", 10) as bar:  # not plain: a simulated drill takes seconds
+        bar.step("x")
+    assert progress_lines == []
+    with pytest.raises(RuntimeError), progress.Bar("analyze", plain=True) as bar:
+        bar.step("reading")
+        raise RuntimeError("boom")
+    assert progress_lines == ["analyze: 0 s elapsed: reading"]  # no "done" line for work that failed
+    with progress.Bar("analyze", plain=True, enabled=False) as bar:  # -q
+        bar.step("reading")
+    assert progress_lines == ["analyze: 0 s elapsed: reading"]
+
+
+def test_a_clock_moves_the_count_and_the_eta_with_the_schedule(
+    stderr_terminal: tuple[int, IO[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A live drill's bar counts schedule seconds from its clock at every tick: the bar moves (and
+    its ETA is the schedule's) while the drill waits for its next step."""
+    master, terminal = stderr_terminal
+    monkeypatch.setattr(sys, "stderr", terminal)
+    monkeypatch.setattr(progress, "TICK_S", 0.1)
+    schedule = progress.ScheduleClock(600)
+    with progress.Bar("live (live)", 600, unit="s", clock=schedule) as bar:
+        assert bar.shown
+        schedule.start()  # nothing else moves the bar: no step is told while the drill waits
+        wait_until(lambda: bar.done >= 3, timeout=10)
+        seen: list[str] = []
+
+        def shown() -> bool:
+            terminal.flush()
+            seen.append(written_so_far(master))
+            for done, minutes, seconds in re.findall(r"(\d+)/600 \[\d\d:\d\d<(\d\d):(\d\d)", "".join(seen)):
+                if int(done) >= 3 and abs(int(minutes) * 60 + int(seconds) - (600 - int(done))) <= 15:
+                    return True  # the ETA is the schedule's remaining time
+            return False
+
+        wait_until(shown, timeout=15, message=lambda: "".join(seen)[-300:])
+
+
+def test_a_schedule_clock_starts_once_and_stops_at_the_end(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [100.0]
+    monkeypatch.setattr(progress.time, "monotonic", lambda: now[0])
+    clock = progress.ScheduleClock(600)
+    assert clock() == 0  # before the bridge is up
+    clock.start()
+    now[0] += 42.5
+    clock.start()  # a later step does not restart it
+    assert clock() == 42
+    now[0] += 10_000
+    assert clock() == 600
+
+
+@pytest.mark.live
+@pytest.mark.heavy
+def test_a_piped_live_drill_says_where_it_is_on_its_schedule(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Off a terminal a live drill is no longer silent: a line per step and per interval, counted
+    in schedule seconds, and a last one when it is done."""
+    monkeypatch.setenv(progress.INTERVAL_ENV, "0.5")
+    scenario = tmp_path / "scenario.json"
+    scenario.write_text(json.dumps(LIVE_SCENARIO))
+    code, out, err = run_cli("drill", "run", str(scenario), "--out", str(tmp_path / "out"), "--mode", "live")
+    assert json.loads(out)["name"] == "live-progress", (code, err)
+    lines = [
+        line.split(" connect_bridge.progress ", 1)[1]
+        for line in err.splitlines()
+        if " connect_bridge.progress " in line
+    ]
+    assert lines[0].startswith("live-progress (live): 0/2s (0%), "), lines
+    assert any(line.endswith(": 1/3 steps, next: add_connector B at 0.8 s") for line in lines), lines
+    assert any(line.endswith(": 3/3 steps, next: until the end at 2.5 s") for line in lines), lines
+    assert re.fullmatch(r"live-progress \(live\): 2/2s \(100%\), done in \d+ s", lines[-1]), lines

@@ -86,7 +86,9 @@ class Session:
         if self.broker is not None:
             table.append(("--upstream broker:9092", f"--upstream {self.broker.bootstrap}"))
         if self.bridges:
-            table.append(("--bootstrap 127.0.0.1:9092", f"--bootstrap {self.bridges[-1].address}"))
+            table.append(
+                ("--bootstrap-server 127.0.0.1:9092", f"--bootstrap-server {self.bridges[-1].address}")
+            )
         for old, new in table:
             command = command.replace(old, new)
         return command

@@ -150,7 +150,7 @@ def test_docs_embed_the_example() -> None:
         ("upstream: ['a:1', 'b:0']\n", "bridge.yaml: upstream[1]: port must be in 1..65535, got 0"),
         (
             "coordinator:\n  sesion_timeout_ms: 5\n",
-            "bridge.yaml: coordinator.sesion_timeout_ms: Extra inputs are not permitted",
+            "bridge.yaml: coordinator.sesion_timeout_ms: unknown setting; did you mean session_timeout_ms?",
         ),
         (
             "coordinator:\n  default_assignor: range\n",

@@ -194,10 +194,20 @@ _COMMANDS: tuple[_Command, ...] = (
              "/readyz (default: 127.0.0.1:9404, or the config file's)"),
         _arg("--config-view", metavar="FILE",
              help='watched JSON file {"offset": N, "connectors": {"name": tasks}}'),
+        _arg("--check", action="store_true",
+             help="validate the settings and the files they name, then exit (0 and one line, or "
+             "the error a start would fail with); binds no port, creates nothing"),
     ), ("serve.md", "upstream.md")),
     _Command("describe", "describe groups through a running bridge", cmd_describe, (
-        _arg("--bootstrap", required=True, help="HOST:PORT of the bridge"),
+        _arg("--bootstrap-server", "--bootstrap", dest="bootstrap", required=True, metavar="HOST:PORT",
+             help="the bridge's listen address (--bootstrap is the same option)"),
         _arg("group", nargs="?", help="group id (default: every group)"),
+        _arg("--group", dest="group_option", metavar="GROUP", help="group id, as Kafka's tools take it"),
+        _arg("--command-config", metavar="FILE",
+             help="Kafka client properties (security.protocol, ssl.* PEM stores, sasl.mechanism, "
+             "sasl.jaas.config), as kafka-consumer-groups.sh takes them (cli.md below)"),
+        _arg("--members", action="store_true",
+             help="one row per worker (with --verbose: the connectors and tasks it runs)"),
         _arg("--json", action="store_true", help="machine-readable output"),
         _arg("--tls", action="store_true", help="connect over TLS (system CAs unless --ca-file)"),
         _arg("--ca-file", metavar="PEM", help="CAs the bridge's certificate chains to (implies --tls)"),
@@ -211,7 +221,7 @@ _COMMANDS: tuple[_Command, ...] = (
         _arg("--admin", metavar="[https://]HOST:PORT",
              help="also show adoption progress, from the bridge's metrics_listen (adoption.md below); "
              "https:// with metrics_tls (--ca-file, --cert, --key apply to it too)"),
-    ), ("serve.md", "security.md", "adoption.md")),
+    ), ("serve.md", "security.md", "adoption.md", "cli.md")),
     _Command("adopt", "take a group over from the upstream coordinator now, or show adoption progress",
              cmd_adopt, (
         _arg("group", nargs="?", help="group id (none, or --status: show every adopted/relayed group)"),
@@ -302,8 +312,12 @@ _COMMANDS: tuple[_Command, ...] = (
 
 _GROUPS: dict[str, tuple[str, str, str, tuple[str, ...]]] = {
     "drill": ("run migration drills", "drill_command", "DRILL_COMMAND", ("drills.md", "pipeline.md")),
-    "credentials": ("manage the SASL credentials file", "credentials_command", "CREDENTIALS_COMMAND",
-                    ("security.md",)),
+    "credentials": (
+        "manage the SASL credentials file",
+        "credentials_command",
+        "CREDENTIALS_COMMAND",
+        ("security.md",),
+    ),
 }
 """Sub-commands with sub-commands of their own: help, ``dest`` and metavar of their choice, docs."""
 
@@ -334,6 +348,27 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: %(default)s)" if text else "default: %(default)s"
 
 
+VERBOSE_LAST = "verbose_last"
+"""Whether ``-v``/``--verbose`` was the last logging option given: ``describe --members --verbose``
+then means Kafka's verbose members view (each worker's connectors and tasks), not debug logs."""
+
+
+class _LevelOption(argparse._StoreAction):
+    """``--log-level``: stores the level, and that ``-v`` was not the last word on it."""
+
+    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option: Any = None) -> None:
+        super().__call__(parser, namespace, values, option)
+        setattr(namespace, VERBOSE_LAST, False)
+
+
+class _LevelConst(argparse._StoreConstAction):
+    """``-q``/``-v``: store their level; ``-v`` records that it came last (:data:`VERBOSE_LAST`)."""
+
+    def __call__(self, parser: Any, namespace: argparse.Namespace, values: Any, option: Any = None) -> None:
+        super().__call__(parser, namespace, values, option)
+        setattr(namespace, VERBOSE_LAST, self.const == "debug")
+
+
 def _add_logging_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
     """``--log-level`` / ``-q`` / ``-v``: before the sub-command (``top``) and after it, where they
     default to :data:`argparse.SUPPRESS` so a sub-command does not undo what was given before it.
@@ -344,6 +379,7 @@ def _add_logging_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
     level_help = f"log level on stderr, one of {', '.join(levels)}"
     where.add_argument(
         "--log-level",
+        action=_LevelOption,
         choices=levels,
         default=default,
         metavar="LEVEL",
@@ -353,7 +389,7 @@ def _add_logging_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
         "-q",
         "--quiet",
         dest="log_level",
-        action="store_const",
+        action=_LevelConst,
         const="warning",
         default=default,
         help="warnings and errors only, and no progress bars (--log-level warning)",
@@ -362,7 +398,7 @@ def _add_logging_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
         "-v",
         "--verbose",
         dest="log_level",
-        action="store_const",
+        action=_LevelConst,
         const="debug",
         default=default,
         help="debug logs, progress steps included (--log-level debug)",
@@ -394,7 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=_epilog(_OVERVIEW),
         formatter_class=_HelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {package_version()}")
+    parser.add_argument("-V", "--version", action="version", version=f"%(prog)s {package_version()}")
     _add_logging_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     groups: dict[str, Any] = {}
@@ -428,6 +464,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The exit status is the command's (0 ok, 1 failed or invariant broken); no command prints help."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, "members", False) and getattr(args, VERBOSE_LAST, False):
+        args.members_verbose = True  # Kafka's ``--describe --members --verbose``: the view, not debug logs
+        args.log_level = logs.DEFAULT_LEVEL
     logs.configure_logging(args.log_level)
     if getattr(args, "func", None) is None:
         parser.print_help()

@@ -31,6 +31,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings = load_settings(Path(args.config) if args.config else None, overrides)
     except SettingsError as exc:
         return fail(str(exc))
+    if args.check:
+        from connect_bridge.bridge.startup import StartupError
+
+        try:
+            print(app.check_settings(settings))
+        except StartupError as exc:
+            return fail(f"cannot start: {exc}")
+        return 0
     return app.main(settings)
 
 
@@ -96,10 +104,55 @@ def _describe_sasl(args: argparse.Namespace) -> Any:
     return UpstreamSasl(mechanism=args.sasl_mechanism, username=args.sasl_user, password=password)
 
 
+_COMMAND_LINE_SECURITY = ("tls", "sasl_user", "password_env")
+"""``describe``'s own security options, which ``--command-config`` replaces (``--ca-file``,
+``--cert`` and ``--key`` then serve ``--admin`` only)."""
+
+
+def _describe_security(args: argparse.Namespace) -> tuple[Any, Any]:
+    """The (TLS context, SASL login) towards the bridge: from ``--command-config`` (Kafka client
+    properties, ``cli_client_config``), else from ``describe``'s own options. ValueError: one line."""
+    if args.command_config is None:
+        return _describe_tls(args), _describe_sasl(args)
+    from pathlib import Path
+
+    from connect_bridge.cli_client_config import client_security
+
+    given = [f"--{name.replace('_', '-')}" for name in _COMMAND_LINE_SECURITY if getattr(args, name)]
+    if given:
+        raise ValueError(
+            f"--command-config and {', '.join(given)} both say how to connect: put it all in the "
+            "properties file (security.protocol, ssl.*, sasl.*)"
+        )
+    security = client_security(Path(args.command_config))
+    return security.ssl, security.sasl
+
+
+def _speaks_http(host: str, port: int) -> bool:
+    """Whether ``host:port`` answers a plain HTTP request: ``describe`` aimed at the bridge's
+    ``metrics_listen`` (or any HTTP port) gets no Kafka answer there, only a closed connection."""
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=3.0) as probe:
+            probe.sendall(b"HEAD / HTTP/1.0\r\nHost: " + host.encode("ascii", "replace") + b"\r\n\r\n")
+            return probe.recv(5).startswith(b"HTTP/")
+    except (OSError, UnicodeError):
+        return False
+
+
+def _group_argument(args: argparse.Namespace) -> str | None:
+    """The group of ``describe GROUP`` or ``describe --group GROUP`` (Kafka's spelling)."""
+    if args.group and args.group_option and args.group != args.group_option:
+        raise ValueError(f"two groups given, {args.group!r} and --group {args.group_option!r}: name one")
+    return args.group or args.group_option
+
+
 def cmd_describe(args: argparse.Namespace) -> int:
     import asyncio
 
-    from connect_bridge.bridge.describe import describe, render_table
+    from connect_bridge.bridge.client import HttpAnswerError
+    from connect_bridge.bridge.describe import describe, render_members, render_table
     from connect_bridge.bridge.settings import parse_host_port
     from connect_bridge.bridge.startup import StartupError, reason
     from connect_bridge.codecs.error_codes import ErrorCode
@@ -107,23 +160,26 @@ def cmd_describe(args: argparse.Namespace) -> int:
     try:
         host, port = parse_host_port(args.bootstrap)
     except ValueError as exc:
-        return fail(f"--bootstrap: {exc}")
+        return fail(f"--bootstrap-server: {exc}")
     try:
-        context = _describe_tls(args)
-    except ValueError as exc:  # TlsError: a file that cannot be used, one line naming it
-        return fail(str(exc))
-    try:
-        login = _describe_sasl(args)
-    except ValueError as exc:  # an unset --password-env, an empty password
+        args.group = _group_argument(args)
+        context, login = _describe_security(args)
+    except ValueError as exc:  # TlsError, CommandConfigError, an unset --password-env: one line each
         return fail(str(exc))
     try:
         groups = asyncio.run(describe(host, port, args.group, ssl=context, sasl=login))
     except StartupError as exc:  # SaslLoginError: the bridge (or its cluster) refused the login
-        return fail(str(exc).replace("upstream_sasl: ", "--sasl-user: ", 1))
+        login_option = "--command-config" if args.command_config else "--sasl-user"
+        return fail(str(exc).replace("upstream_sasl: ", f"{login_option}: ", 1))
     except OSError as exc:  # refused, timed out, closed mid-answer, a refused TLS handshake
+        if isinstance(exc, HttpAnswerError) or (context is None and _speaks_http(host, port)):
+            return fail(
+                f"{args.bootstrap} is an HTTP port (the bridge's metrics_listen?), not its Kafka "
+                "listener: --bootstrap-server is the bridge's listen address (default 127.0.0.1:9092)"
+            )
         return fail(
             f"cannot describe through {args.bootstrap}: {reason(exc)}; is `connect-bridge serve` "
-            "listening there? (--bootstrap is the bridge's listen address)"
+            "listening there? (--bootstrap-server is the bridge's listen address)"
         )
     if args.admin:
         try:
@@ -153,6 +209,8 @@ def cmd_describe(args: argparse.Namespace) -> int:
         )
     if args.json:
         print(json.dumps(groups, indent=2))
+    elif args.members:
+        print(render_members(groups, verbose=getattr(args, "members_verbose", False)))
     else:
         print(render_table(groups))
     return 0 if all(g.get("error_code", 0) == 0 for g in groups) else 1

@@ -14,6 +14,7 @@ from typing import Any
 
 from connect_bridge import logs
 from connect_bridge.cli_common import fail, out_problem
+from connect_bridge.cli_interrupt import OutState, run_interruptible
 
 
 def _bars(args: argparse.Namespace) -> bool:
@@ -25,7 +26,7 @@ def _stages(args: argparse.Namespace, desc: str, total: int | None = None) -> An
     """A bar for a command that reports ``progress(message)`` stages (analyze, drill fleet)."""
     from connect_bridge.progress import Bar
 
-    return Bar(desc, total, unit=" drills" if total is not None else "it", enabled=_bars(args))
+    return Bar(desc, total, unit=" drills" if total is not None else "it", enabled=_bars(args), plain=True)
 
 
 def cmd_drill_run(args: argparse.Namespace) -> int:
@@ -34,7 +35,7 @@ def cmd_drill_run(args: argparse.Namespace) -> int:
     from connect_bridge.drills.checker import check
     from connect_bridge.drills.scenario import ScenarioError, load_scenario
     from connect_bridge.drills.sim import run_scenario
-    from connect_bridge.progress import Bar, simulated_time
+    from connect_bridge.progress import Bar, ScheduleClock, simulated_time
 
     try:
         scenario = load_scenario(args.scenario)
@@ -46,11 +47,21 @@ def cmd_drill_run(args: argparse.Namespace) -> int:
     if args.mode == "live":
         from connect_bridge.drills.live import run_live
 
-        with Bar(f"{scenario.name} (live)", len(scenario.steps), unit=" steps", enabled=_bars(args)) as bar:
+        schedule = ScheduleClock(scenario.end_ms // 1000)
+        live_bar = Bar(
+            f"{scenario.name} (live)",
+            schedule.end_s,
+            unit="s",
+            enabled=_bars(args),
+            plain=True,
+            clock=schedule,
+        )
+        with live_bar as bar:
 
             def show(done: int, total: int, step: str) -> None:
-                bar.update_to(done, total)
-                bar.step(step)
+                schedule.start()  # the first step is told once the bridge is up: t = 0
+                bar.update_to(schedule())
+                bar.step(f"{done}/{total} steps, next: {step}")
 
             try:
                 events = run_live(scenario, out, progress=show)
@@ -82,17 +93,23 @@ def cmd_drill_fleet(args: argparse.Namespace) -> int:
 
     if (missing := spark_missing("drill fleet")) is not None:
         return fail(missing)
+    if args.count < 1:
+        return fail("drill fleet: --count must be at least 1")
+    before = OutState(args.out)
+    if (problem := out_problem(args)) is not None:
+        return fail(problem)
+    if args.checks_only or args.adversarial:
+        return run_interruptible(lambda: _fleet_checks(args), before)
+    return run_interruptible(lambda: _fleet(args), before)
+
+
+def _fleet(args: argparse.Namespace) -> int:
+    """``drill fleet``: the drills' events, then ``analyze`` over them."""
     from connect_bridge.drills.events import EventLogError
     from connect_bridge.pipeline.analyze import AnalyzeError
     from connect_bridge.pipeline.fleet import run_fleet
     from connect_bridge.progress import StageReporter, counted
 
-    if args.count < 1:
-        return fail("drill fleet: --count must be at least 1")
-    if (problem := out_problem(args)) is not None:
-        return fail(problem)
-    if args.checks_only or args.adversarial:
-        return _fleet_checks(args)
     try:
         with _stages(args, "drill fleet", args.count) as bar:
             progress = StageReporter(bar)
@@ -184,17 +201,25 @@ def cmd_analyze(args: argparse.Namespace) -> int:
 
     try:
         find_inputs(args.paths)  # fail fast, before starting Spark
-        if (problem := out_problem(args)) is not None:
-            return fail(problem)
-        with _stages(args, "analyze") as bar:
-            progress = StageReporter(bar)
-            doc = analyze(
-                args.paths, args.out, master=args.master, chart_drills=args.charts, progress=progress
-            )
     except (AnalyzeError, EventLogError) as exc:
         return fail(f"analyze: {exc}")
-    print(json.dumps({k: v for k, v in doc["totals"].items() if k != "not_ok"}))
-    return 0
+    before = OutState(args.out)
+    if (problem := out_problem(args)) is not None:
+        return fail(problem)
+
+    def work() -> int:
+        try:
+            with _stages(args, "analyze") as bar:
+                progress = StageReporter(bar)
+                doc = analyze(
+                    args.paths, args.out, master=args.master, chart_drills=args.charts, progress=progress
+                )
+        except (AnalyzeError, EventLogError) as exc:
+            return fail(f"analyze: {exc}")
+        print(json.dumps({k: v for k, v in doc["totals"].items() if k != "not_ok"}))
+        return 0
+
+    return run_interruptible(work, before)
 
 
 __all__ = ["cmd_analyze", "cmd_drill_fleet", "cmd_drill_run", "cmd_drill_search"]

@@ -8,8 +8,10 @@ import dataclasses
 import functools
 import logging
 import re
+import shutil
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from connect_bridge.bridge import sd_notify
 from connect_bridge.bridge.acls import AclFileError
@@ -171,6 +173,58 @@ def start_acl_refresh(
     server.supervise(refresh, "the upstream ACL refresh")
 
 
+def check_settings(settings: BridgeSettings) -> str:
+    """``serve --check``: every file the start would read (certificates and keys, the ACL file, the
+    SASL credentials file, an existing admin token file) is read and checked now, and nothing is
+    bound, created or connected to. Returns the one line ``serve --check`` prints; raises
+    ``StartupError`` with the one line a start would fail with."""
+    from connect_bridge.bridge.acls import load_acl_file
+    from connect_bridge.bridge.credentials import CredentialsError, load_credentials
+
+    tls_contexts(settings)
+    if settings.authorization.enabled and settings.authorization.acl_file is not None:
+        try:
+            load_acl_file(settings.authorization.acl_file)
+        except AclFileError as exc:
+            raise StartupError(str(exc)) from None
+    if settings.sasl.mode == "terminated" and settings.sasl.credentials_file is not None:
+        try:
+            load_credentials(settings.sasl.credentials_file)
+        except CredentialsError as exc:
+            raise StartupError(f"sasl.credentials_file: {exc}") from None
+    if settings.metrics_address is not None and settings.admin_token_path.exists():
+        try:
+            load_admin_token(settings.admin_token_path)
+        except AdminTokenError as exc:
+            raise StartupError(str(exc)) from None
+    metrics = "off" if settings.metrics_address is None else settings.metrics_listen
+    state = (
+        f"state topic {settings.state_topic}"
+        if settings.state_topic and settings.upstream
+        else f"state in {settings.state_dir}"
+    )
+    upstream = f"upstream {settings.upstream_bootstrap}" if settings.upstream else "embedded"
+    return f"configuration ok: listen {settings.listen}, metrics {metrics}, {upstream}, {state}"
+
+
+def _created_by_start(path: Path) -> Path | None:
+    """The outermost directory of ``path`` (itself included) that does not exist yet, so that a
+    start that fails can remove what it made (``state_dir`` and its parents), or None."""
+    missing = None
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            break
+        missing = candidate
+    return missing
+
+
+def _remove_created(created: Path | None) -> None:
+    """Remove the directory a failed start created (it holds only the lock, the admin token and an
+    empty log: no state was served); a failure to remove it is not the failure to report."""
+    if created is not None and created.is_dir():
+        shutil.rmtree(created, ignore_errors=True)
+
+
 async def run(settings: BridgeSettings) -> str | None:
     """Serve until SIGTERM/SIGINT or a failure that stops the bridge (returned, one line).
 
@@ -178,7 +232,8 @@ async def run(settings: BridgeSettings) -> str | None:
     listener_tls, metrics_tls, security = tls_contexts(settings)
     metrics = Metrics(group_ids=settings.metrics_group_ids)
     authorizer = group_authorizer(settings, metrics)
-    store = open_store(settings, security)
+    created = _created_by_start(settings.state_dir.absolute())
+    store = open_store(settings, security)  # holds the state directory's lock from here on
     options = dataclasses.replace(server_options(settings, security, listener_tls), authorizer=authorizer)
     server = BridgeServer(options, store, metrics)
     http = None
@@ -192,6 +247,9 @@ async def run(settings: BridgeSettings) -> str | None:
             http.close()
         with contextlib.suppress(Exception):  # the start's own error is the one to report
             store.close()  # releases the state directory's lock
+        # Only a start that held the lock removes what it created: a bridge that lost the race for
+        # a fresh directory must not delete the winner's.
+        _remove_created(created)
         raise
     server.install_signal_handlers()
     watch_task = None

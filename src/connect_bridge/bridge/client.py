@@ -29,6 +29,10 @@ class ClientError(ConnectionError):
     """The connection failed or closed before the response arrived."""
 
 
+class HttpAnswerError(ClientError):
+    """The server answered in HTTP: an HTTP port (a metrics listener), not a Kafka listener."""
+
+
 FIND_COORDINATOR_VERSION = 4
 """FindCoordinator v4: batched keys, which every Kafka 3.0+ (and the bridge) answers."""
 GROUP_KEY_TYPE = 0
@@ -117,6 +121,8 @@ class KafkaConnection:
                 prefix = await self.reader.readexactly(4)
                 if prefix[:2] in _TLS_RECORDS:
                     raise ClientError("the server speaks TLS on this port (connect with TLS)")
+                if prefix == b"HTTP":  # "HTTP/1.1 400": some 1.2 GB as a frame size
+                    raise HttpAnswerError("the server speaks HTTP on this port, not Kafka's protocol")
                 (size,) = _SIZE.unpack(prefix)
                 frame = await self.reader.readexactly(size)
                 (correlation,) = _SIZE.unpack_from(frame, 0)

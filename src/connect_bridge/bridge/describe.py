@@ -20,13 +20,14 @@ from connect_bridge.bridge.describe_view import (
     classic_group_view,
     connect_group_view,
     printable,
+    render_members,
     render_table,
 )
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.messages import ApiKey
 from connect_bridge.state.model import GroupType
 
-__all__ = ["describe", "printable", "render_table"]
+__all__ = ["describe", "printable", "render_members", "render_table"]
 
 DESCRIBE_GROUPS_VERSION = 5
 LIST_GROUPS_VERSION = 5

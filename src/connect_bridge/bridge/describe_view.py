@@ -24,7 +24,15 @@ from connect_bridge.codecs.ids import CONNECTOR_TASK, ConnectorTaskId
 from connect_bridge.state.legacy_members import MODE_OF_PROTOCOL
 from connect_bridge.state.model import GroupType
 
-__all__ = ["classic_group_view", "connect_group_view", "printable", "render_table", "waiting_phrase"]
+__all__ = [
+    "classic_group_view",
+    "connect_group_view",
+    "printable",
+    "render_members",
+    "render_table",
+    "running",
+    "waiting_phrase",
+]
 
 _WAITS: dict[str, str] = {
     "stable": "stable",
@@ -44,6 +52,16 @@ state: the round is the group's)."""
 
 def _items(items: Iterable[Any]) -> list[str]:
     return sorted(str(ConnectorTaskId(*i)) if isinstance(i, tuple) else str(i) for i in items)
+
+
+def running(items: Iterable[Any]) -> dict[str, list[str]]:
+    """What a worker runs, as Connect's own logs and REST API list it: connector names, and task
+    ids (``name-N``), each sorted; kept apart because ``a-0`` may be a connector's name too."""
+    ids = [ConnectorTaskId(*i) for i in items]
+    return {
+        "connectors": sorted(i.connector for i in ids if i.is_connector),
+        "tasks": [str(i) for i in sorted(i for i in ids if not i.is_connector)],
+    }
 
 
 def count_phrase(items: Iterable[ConnectorTaskId]) -> str:
@@ -101,6 +119,7 @@ def _connect_member(m: Any, now_ms: int) -> dict[str, Any]:
         "current": _items(m.current),
         "revoking": _items(m.revoking),
         "target": _items(m.target),
+        **running(owned),
     }
 
 
@@ -173,6 +192,7 @@ def _classic_member(m: Any, state: str, mode: str) -> dict[str, Any]:
         "owned": _items(owned),
         "last_assignment": _items(assigned),
         "last_revoked": _items(revoked),
+        **running(owned),
     }
 
 
@@ -248,7 +268,14 @@ def _waiting_cell(m: dict[str, Any]) -> str:
 
 
 _MEMBER_HEADER = (
-    "MEMBER", "WORKER URL", "CLIENT HOST", "PROTOCOL", "EPOCH", "OWNED", "TARGET", "WAITING FOR",
+    "MEMBER",
+    "WORKER URL",
+    "CLIENT HOST",
+    "PROTOCOL",
+    "EPOCH",
+    "OWNED",
+    "TARGET",
+    "WAITING FOR",
 )
 
 
@@ -331,13 +358,45 @@ def _group_lines(g: dict[str, Any]) -> list[str]:
     held = g.get("held", [])
     if held:
         rows = [
-            [_cell(h.get("worker_url") or h.get("instance_id")), str(h["count"]),
-             f"{_cell(h.get('deadline'))} ({_in(h.get('in_s'))})" if h.get("in_s") is not None
-             else _cell(h.get("deadline"))]
+            [
+                _cell(h.get("worker_url") or h.get("instance_id")),
+                str(h["count"]),
+                f"{_cell(h.get('deadline'))} ({_in(h.get('in_s'))})"
+                if h.get("in_s") is not None
+                else _cell(h.get("deadline")),
+            ]
             for h in held
         ]
         lines += _aligned(("HELD FOR", "ITEMS", "UNTIL"), rows)
     return lines
+
+
+_MEMBERS_HEADER = ("GROUP", "MEMBER", "WORKER URL", "CLIENT ID", "CLIENT HOST", "#CONNECTORS", "#TASKS")
+
+
+def render_members(groups: list[dict[str, Any]], verbose: bool = False) -> str:
+    """``describe --members``: one row per worker of every group, as ``kafka-consumer-groups
+    --describe --members`` lists consumers; ``verbose`` adds the connectors and tasks each one runs
+    (what its last assignment left it owning), as ``--verbose`` adds the partitions there."""
+    header = (*_MEMBERS_HEADER, "CONNECTORS", "TASKS") if verbose else _MEMBERS_HEADER
+    rows = []
+    for g in printable(groups):
+        for m in g.get("members", []):
+            row = [
+                g["group_id"],
+                _cell(m["member_id"]),
+                _cell(m.get("url")),
+                _cell(m.get("client_id")),
+                _cell(m.get("client_host")),
+                str(len(m.get("connectors", []))),
+                str(len(m.get("tasks", []))),
+            ]
+            if verbose:
+                row += [",".join(m.get("connectors", [])) or "-", ",".join(m.get("tasks", [])) or "-"]
+            rows.append(row)
+    if not rows:
+        return "(no members)" if groups else "(no groups)"
+    return "\n".join(_aligned(header, rows, indent=""))
 
 
 def render_table(groups: list[dict[str, Any]]) -> str:

@@ -10,6 +10,7 @@ pure engine.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import re
 import socket
@@ -381,19 +382,58 @@ class BridgeSettings(_Strict):
 
 
 def format_validation_error(
-    source: str, error: ValidationError, override_keys: frozenset[str] = frozenset()
+    source: str,
+    error: ValidationError,
+    override_keys: frozenset[str] = frozenset(),
+    root: type[BaseModel] | None = None,
 ) -> str:
     """One line for all of a ValidationError's problems: ``source: a.b: message; c: message``.
 
     Problems in a field that came from the command line are attributed to it, not to the file, so
-    the operator looks in the right place. Shared with ``config_source``.
+    the operator looks in the right place. With ``root`` (the validated model), an unknown key
+    names the nearest valid one. Shared with ``config_source``.
     """
     parts = []
     for detail in error.errors(include_url=False):
         path = _loc_path(detail["loc"])
         message = str(detail["msg"]).removeprefix("Value error, ")
+        if detail["type"] == "extra_forbidden" and root is not None:
+            message = unknown_key_message(root, detail["loc"])
         parts.append(f"{_origin(path, source, override_keys)}: {path or '(top level)'}: {message}")
     return "; ".join(parts)
+
+
+def _section_at(root: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The settings section that holds the key at ``loc`` (its last part), or None when unknown.
+    List indexes and user-chosen dict keys (a connector's name) stay on the element's section."""
+    model: type[BaseModel] | None = root
+    for part in loc[:-1]:
+        if model is None:
+            return None
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is not None:
+            model = _section_model(field.annotation)
+    return model
+
+
+def nearest_key(key: str, valid: list[str]) -> str | None:
+    """The valid key an unknown ``key`` was most likely meant to be (a typo, a wrong separator), or
+    None when none is close: ``advertized_host`` -> ``advertised_host``."""
+    folded = {name.replace("-", "_").lower(): name for name in valid}
+    wanted = key.replace("-", "_").lower()
+    if wanted in folded:
+        return folded[wanted]
+    close = difflib.get_close_matches(wanted, list(folded), n=1, cutoff=0.75)
+    return folded[close[0]] if close else None
+
+
+def unknown_key_message(root: type[BaseModel], loc: tuple[int | str, ...]) -> str:
+    """``unknown setting; did you mean advertised_host?`` for a key no section has (``extra``
+    forbidden), naming the nearest valid key of that section when one is close."""
+    model = _section_at(root, loc)
+    key = loc[-1] if loc else ""
+    guess = nearest_key(str(key), list(model.model_fields)) if model is not None else None
+    return f"unknown setting; did you mean {guess}?" if guess else "unknown setting"
 
 
 def _loc_path(loc: tuple[int | str, ...]) -> str:
@@ -429,7 +469,11 @@ def _check_override_key(dotted: str) -> None:
             raise SettingsError(f"command line: {dotted}: {parent} is a value, not a section")
         field = model.model_fields.get(key)
         if field is None:
-            raise SettingsError(f"command line: {dotted}: no setting {key!r} in {parent or 'the top level'}")
+            guess = nearest_key(key, list(model.model_fields))
+            hint = f"; did you mean {guess}?" if guess else ""
+            raise SettingsError(
+                f"command line: {dotted}: no setting {key!r} in {parent or 'the top level'}{hint}"
+            )
         model = _section_model(field.annotation)
 
 
@@ -493,7 +537,7 @@ def load_settings(path: Path | None = None, overrides: Mapping[str, Any] | None 
         return BridgeSettings.model_validate(data)
     except ValidationError as exc:
         source = str(path) if path is not None else "command line"
-        raise SettingsError(format_validation_error(source, exc, frozenset(given))) from None
+        raise SettingsError(format_validation_error(source, exc, frozenset(given), BridgeSettings)) from None
 
 
 _EXAMPLE_YAML = """\

@@ -115,11 +115,16 @@ class SimulatedBridge:
         self.bridge_incarnation = 0
         self.tick_at: int | None = None
         self.last_group: tuple[str, int] | None = None
-        self.last_state: tuple[int, ClassicGroupState] | None = None
-        """(id of the classic group object, its state) last logged as ``group_state``."""
+        self.last_state: ClassicGroupState | None = None
+        self.state_group: Any = None
+        """The classic group object and its state last logged as ``group_state``. The object itself
+        is held and compared by identity: comparing ``id()`` of objects that were let go made the
+        log depend on whether the allocator reused an address (drills that differ run to run)."""
         self.member_workers: dict[str, str] = {}
         """Member id -> the worker whose request created or used it (also when its answer was lost)."""
         self.assignment_seen: tuple[Any, ...] | None = None
+        self.assignment_group: Any = None
+        """The group object of ``assignment_seen`` (held, compared by identity, as ``state_group``)."""
         self.given: dict[str, Items] = {}
         """Worker -> the items last logged as given to it (``assign`` events)."""
         self.coordinator = self._new_coordinator()
@@ -202,16 +207,15 @@ class SimulatedBridge:
                 self.last_group = current
                 leader = self.member_workers.get(group.leader_id) if group.leader_id else None
                 self.log.group(now, "classic", group.generation_id, leader=leader)
-            state = (id(group), group.state)
-            if state != self.last_state:
-                self.last_state = state
+            if group is not self.state_group or group.state != self.last_state:
+                self.state_group, self.last_state = group, group.state
                 self.log.group_state(now, str(group.state))
         else:
             current = ("connect", group.group_epoch)
             if current != self.last_group:
                 self.last_group = current
                 self.log.group(now, "connect", group.group_epoch)
-            self.last_state = None
+            self.state_group = self.last_state = None
         self._log_assignments(now, group)
 
     def _log_assignments(self, now: int, group: Any) -> None:
@@ -221,12 +225,12 @@ class SimulatedBridge:
         receives it: the checker forgives the work a silently failing worker was being given, and
         only that (docs/drills.md). Looked at only when the generation, epoch or state moves."""
         if isinstance(group, ConnectGroup):
-            key: tuple[Any, ...] = (id(group), group.group_epoch, group.assignment_epoch, len(group.target))
+            key: tuple[Any, ...] = (group.group_epoch, group.assignment_epoch, len(group.target))
         else:
-            key = (id(group), group.generation_id, group.state, len(group.members))
-        if key == self.assignment_seen:
+            key = (group.generation_id, group.state, len(group.members))
+        if group is self.assignment_group and key == self.assignment_seen:
             return
-        self.assignment_seen = key
+        self.assignment_group, self.assignment_seen = group, key
         given: dict[str, Items] = {}
         if isinstance(group, ConnectGroup):
             for member_id, items in group.target.items():

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import re
+import signal
 import sys
 import tempfile
 import threading
@@ -65,6 +66,26 @@ def _local_partitions(master: str) -> int:
 
 _lock = threading.Lock()
 _session: Any = None
+_keep_sigint = False
+
+
+def keep_sigint_handler(keep: bool = True) -> None:
+    """Keep the process's SIGINT handler when Spark starts (the CLI's, ``cli_interrupt``).
+
+    A SparkContext installs its own, which cancels every job from inside the signal handler: when
+    Ctrl-C lands while the driver waits on the Py4J gateway, that re-enters the gateway in the
+    middle of a command, and the operator sees Py4J's tracebacks and a "Gateway must be connected"
+    error instead of ``interrupted``. The CLI cancels the jobs itself once the interrupt unwound."""
+    global _keep_sigint
+    _keep_sigint = keep
+
+
+def cancel_jobs() -> None:
+    """Cancel the running session's jobs, if any (after an interrupt); errors are not reported:
+    a JVM that the same Ctrl-C stopped has no jobs left to cancel."""
+    with contextlib.suppress(Exception):
+        if _session is not None:
+            _session.sparkContext.cancelAllJobs()
 
 
 def _alive(spark: Any) -> bool:
@@ -94,7 +115,7 @@ def _jvm_stderr_to_file() -> Iterator[None]:
     try:
         os.dup2(fd, 2)
         yield
-    except BaseException:
+    except Exception:  # (not an interrupt: the operator who pressed Ctrl-C wants no JVM log)
         # The JVM did not start: what it said is the reason, so it goes where the operator looks.
         os.dup2(saved, 2)
         with contextlib.suppress(OSError), open(path, encoding="utf-8", errors="replace") as log:
@@ -151,8 +172,11 @@ def get_spark(master: str | None = None, app: str = "connect-bridge", short_run:
                     builder = builder.config(key, value)
                 builder = builder.config("spark.driver.extraJavaOptions", SHORT_RUN_JAVA_OPTIONS)
         verbose = _verbose()
+        on_sigint = signal.getsignal(signal.SIGINT)
         with contextlib.nullcontext() if verbose else _jvm_stderr_to_file():
             spark = builder.getOrCreate()
+        if _keep_sigint and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, on_sigint)
         spark.sparkContext.setLogLevel("WARN" if verbose else SPARK_LOG_LEVEL)
         _session = spark
         return spark
