@@ -214,8 +214,8 @@ class OwnershipSteps:
 
     def unsynced_round_due(self, req: capi.JoinGroupRequest) -> bool:
         """Whether a JoinGroup of a ``releasing`` group gets :meth:`unsynced_round` as its answer: it
-        names no member of the bridge's group (removed, unknown or empty id), reports nothing,
-        offers a cooperative protocol, and its worker has not had such a round in this hand-back.
+        names no member of the bridge's group (sent away, unknown or empty id), offers a cooperative
+        protocol, and its worker has not had such a round in this hand-back.
         Such a JoinGroup is answered here, not held for upstream (docs/adoption.md "Hand-back")."""
         return self._unsynced_round_answer(req) is not None
 

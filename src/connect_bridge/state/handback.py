@@ -22,8 +22,8 @@ A Connect worker's cooperative assignor does remember the last assignment it com
 and uses it when it next leads if its last completed generation is the one it led. A worker that
 led its last bridge generation and then led upstream would take everything the hand-back revoked
 for lost and delay it a second time, after the hold. Every worker sent away, or back with an empty
-id, reporting nothing, is therefore first answered with a generation of its own that it leads and
-never completes (:func:`unsynced_leader_round`): its assignor then forgets.
+or unknown id, is therefore first answered with a generation of its own that it leads and never
+completes (:func:`unsynced_leader_round`): its assignor then forgets.
 """
 
 from __future__ import annotations
@@ -147,11 +147,12 @@ def unsynced_leader_round(last_generation: int, req: JoinGroupRequest) -> JoinGr
     SyncGroup is answered UNKNOWN_MEMBER_ID and it joins again with an empty id. Its assignor then
     remembers a generation it did not complete, and clears that memory in its next leader round.
 
-    Only for a JoinGroup that :func:`reports_nothing` and offers a cooperative protocol (the eager
-    assignor remembers nothing); ``None`` otherwise. The member id is the request's, or for an
-    empty one a name made from the generation (never added to the group)."""
-    if not reports_nothing(req.protocols):
-        return None
+    Only for a JoinGroup that offers a cooperative protocol (the eager assignor remembers nothing);
+    ``None`` otherwise. Whether it reports work or not: the worker receives no assignment from the
+    round, so what it runs does not change (a worker removed by a timer may come back still running
+    its tasks; it must forget too, or it would take what the others stopped for lost). The member
+    id is the request's, or for an empty one a name made from the generation (never added to the
+    group)."""
     offered = [(name, data) for name, data in req.protocols if CONNECT_PROTOCOL_NAMES.get(name, 0) > 0]
     if not offered:
         return None
