@@ -115,6 +115,21 @@ async def route(bridge: Bridge, worker: str, decoded: DecodedRequest) -> asyncio
     return task
 
 
+def unsynced_round(local: Local, worker: str, join: DecodedRequest) -> None:
+    """A worker sent away (or back with an empty id) that reports nothing is answered with a
+    generation of its own that it leads and never completes, so that its Connect assignor forgets
+    the bridge's generations before it leads upstream (``state.handback.unsynced_leader_round``):
+    its SyncGroup is answered UNKNOWN_MEMBER_ID and it joins again with an empty id. The generation
+    is the group's next: above any the worker can have completed."""
+    generation = local.bridge.coordinator.groups[G].generation_id + 1
+    answer = local(join, f"away-{worker}")
+    assert (answer.error_code, answer.generation_id, answer.leader) == (0, generation, answer.member_id)
+    assert [m.member_id for m in answer.members] == [answer.member_id]
+    assert answer.member_id not in local.bridge.coordinator.groups[G].members
+    unsynced = local(sync_frame(worker, answer.member_id, generation, {}), f"unsynced-{worker}")
+    assert unsynced.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+
+
 def replayed(records: list[Any]) -> GroupCoordinator:
     coordinator = GroupCoordinator(CoordinatorConfig())
     coordinator.replay(records, 0)
@@ -172,10 +187,13 @@ async def _hand_back() -> None:
     for worker in ("w1", "w2"):  # revoked: the worker rejoins reporting nothing, and is sent away
         join = join_frame(worker, ids[worker], [])
         assert (await route(bridge, worker, join)).result() is False  # answered by the bridge ...
-        assert local(join, f"away-{worker}").error_code == ErrorCode.UNKNOWN_MEMBER_ID  # ... unknown
+        unsynced_round(local, worker, join)  # ... with a round it never completes
+        assert local.answers[f"away-{worker}"].member_id == ids[worker]
         held[worker] = await route(bridge, worker, join_frame(worker, "", []))
         assert not held[worker].done()  # held: the upstream gets the rejoins together
-    await route(bridge, "w3", join_frame("w3", ids["w3"], []))
+    join = join_frame("w3", ids["w3"], [])
+    await route(bridge, "w3", join)
+    unsynced_round(local, "w3", join)
     assert G in coordinator.groups and not coordinator.groups[G].members
     assert adoption.phase(G) is OwnershipState.RELEASING  # w3's rejoin has not come back yet
     assert not any(task.done() for task in held.values())
@@ -238,9 +256,17 @@ async def _restart() -> None:
     assert set(again.coordinator.groups[G].members) == set(ids.values())
     # The loaded group rebalances again: its last generation may not be the revoking one.
     assert again.coordinator.groups[G].state is ClassicGroupState.PREPARING_REBALANCE
+    local = Local(again, relay)
     for worker in ("w2", "w3"):
-        await route(again, worker, join_frame(worker, ids[worker], []))
+        join = join_frame(worker, ids[worker], [])
+        await route(again, worker, join)
+        unsynced_round(local, worker, join)
     assert set(again.coordinator.groups[G].members) == {ids["w1"]}
+    # w1 had its unsynced round before the restart, which the bridge kept in memory only: it gets
+    # another one (its empty id is answered here, not held), then its next rejoin is held.
+    back = join_frame("w1", "", [])
+    assert (await route(again, "w1", back)).result() is False
+    unsynced_round(local, "w1", back)
     rejoins = {w: await route(again, w, join_frame(w, "", [])) for w in ("w1", "w2")}
     assert not again.coordinator.groups[G].members  # w1's loaded member went with its rejoin
     assert again.coordinator.hand_back_hold_until(G) == -1  # it had stopped: nothing to hold
@@ -280,7 +306,7 @@ async def _silent_member() -> None:
     for worker in ("w1", "w2"):
         join = join_frame(worker, ids[worker], [])
         assert (await route(bridge, worker, join)).result() is False
-        assert local(join, f"away-{worker}").error_code == ErrorCode.UNKNOWN_MEMBER_ID
+        unsynced_round(local, worker, join)
         held[worker] = await route(bridge, worker, join_frame(worker, "", []))
     assert set(coordinator.groups[G].members) == {ids["w3"]}
     watch = asyncio.create_task(adoption.watch())

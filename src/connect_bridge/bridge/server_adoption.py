@@ -240,6 +240,8 @@ class Adoption:
         if stale:  # an earlier incarnation of this worker, which has stopped: no hold for it
             self.hooks.after_step()
             log.info("adoption: hand-back of %s: %s came back stopped, sent upstream", group_id, stale)
+        if self.hooks.coordinator().unsynced_round_due(join):
+            return  # answered here with a leader round it never syncs (``state.handback``), then held
         released = self._released.setdefault(group_id, asyncio.Event())
         held = self._held.setdefault(group_id, set())
         held.add(conn)

@@ -405,6 +405,8 @@ class SimulatedBridge:
                     self.at(t, self._finish_release)
             elif tag == "dup":
                 return None  # a resend of a held JoinGroup: the client matches the original's answer
+            elif self.coordinator.unsynced_round_due(req):
+                pass  # answered below with a leader round it never syncs (``state.handback``)
             else:
                 self.held_joins.append((sent, tag))
                 self.at(t, self._finish_release)

@@ -57,6 +57,7 @@ class GroupCoordinator(OwnershipSteps):
         self.default_view = ConfigView()
         self._records: list[Record] = []
         self._release_rejoins: set[str] = set()
+        self._unsynced_rounds: dict[str, set[str]] = {}
         self._responses: list[tuple[object, object]] = []
         self._classic_states: dict[str, ClassicGroupState] = {}
         """Each classic group's state as :meth:`drain_classic_state_changes` last reported it."""
@@ -268,6 +269,9 @@ class GroupCoordinator(OwnershipSteps):
             return capi.JoinGroupResponse(
                 error_code=int(refused.code), member_id=req.member_id, error_message=refused.message
             )
+        unsynced = self.unsynced_round(req)  # hand-back: a worker going upstream forgets (state.handback)
+        if unsynced is not None:
+            return unsynced
         policy = self.config.migration_policy
         if (
             isinstance(group, ConnectGroup)

@@ -18,7 +18,12 @@ from connect_bridge.state.classic_rebalance import prepare_rebalance
 from connect_bridge.state.classic_records import Protocols
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.connect_group import ConnectGroup
-from connect_bridge.state.handback import earlier_incarnations, hand_back_hold_ms
+from connect_bridge.state.handback import (
+    earlier_incarnations,
+    hand_back_hold_ms,
+    unsynced_leader_round,
+    unsynced_round_key,
+)
 from connect_bridge.state.holds import timer_removal_hold_ms
 from connect_bridge.state.records import Record
 
@@ -35,6 +40,9 @@ class OwnershipSteps:
     _release_rejoins: set[str]
     """``releasing`` groups whose join phase began before ``releasing`` was written (see
     :meth:`_rebalance_to_release`)."""
+    _unsynced_rounds: dict[str, set[str]]
+    """``releasing`` group -> the workers (``handback.unsynced_round_key``) already answered with an
+    unsynced leader round in this hand-back. Soft: after a restart a worker gets one more round."""
 
     @staticmethod
     def _may_run_any(classic: ClassicGroup, member: ClassicMember) -> bool:
@@ -112,6 +120,7 @@ class OwnershipSteps:
         if generation < 0 and owned is not None:
             generation = owned.generation
         record = self.change_ownership(group_id, OwnershipState.RELEASING, generation, now_ms)
+        self._unsynced_rounds.pop(group_id, None)
         if isinstance(group, ClassicGroup):
             self._rebalance_to_release(group, now_ms)
         return record
@@ -203,6 +212,34 @@ class OwnershipSteps:
             self.release_member(group_id, member_id, now_ms)
         return stale
 
+    def unsynced_round_due(self, req: capi.JoinGroupRequest) -> bool:
+        """Whether a JoinGroup of a ``releasing`` group gets :meth:`unsynced_round` as its answer: it
+        names no member of the bridge's group (sent away, unknown or empty id), offers a cooperative
+        protocol, and its worker has not had such a round in this hand-back.
+        Such a JoinGroup is answered here, not held for upstream (docs/adoption.md "Hand-back")."""
+        return self._unsynced_round_answer(req) is not None
+
+    def unsynced_round(self, req: capi.JoinGroupRequest) -> capi.JoinGroupResponse | None:
+        """The answer of :meth:`unsynced_round_due` (``handback.unsynced_leader_round``), noting that
+        the worker had its round; ``None`` when none is due."""
+        answer = self._unsynced_round_answer(req)
+        if answer is not None:
+            self._unsynced_rounds.setdefault(req.group_id, set()).add(unsynced_round_key(req))
+        return answer
+
+    def _unsynced_round_answer(self, req: capi.JoinGroupRequest) -> capi.JoinGroupResponse | None:
+        if not self._releasing(req.group_id):
+            return None
+        group = self.groups.get(req.group_id)
+        if not isinstance(group, ClassicGroup) or req.member_id in group.members:
+            return None
+        if group.protocol_name == capi.EAGER_PROTOCOL:
+            return None  # the group's last generation was eager: no worker's assignor remembers it
+        key = unsynced_round_key(req)
+        if not key or key in self._unsynced_rounds.get(req.group_id, ()):
+            return None
+        return unsynced_leader_round(group.generation_id, req)
+
     def finish_release(self, group_id: str, now_ms: int) -> bool:
         """Hand-back: when the ``releasing`` group has no member left and no removed member's hold
         is pending, write its tombstone, then ``released`` (a cut between the two replays as
@@ -226,6 +263,7 @@ class OwnershipSteps:
             group.tombstone_all()
             self._flush(group)
         self.groups.pop(group_id, None)
+        self._unsynced_rounds.pop(group_id, None)
         self.change_ownership(group_id, OwnershipState.RELEASED, generation, now_ms)
         return True
 

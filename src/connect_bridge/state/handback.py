@@ -12,10 +12,18 @@ An eager worker stops everything before it joins, so any JoinGroup of it reports
 
 A member that leaves without saying so (removed by a session, join or sync timer, or by an
 administrative LeaveGroup naming only its instance id) may still run what it ran: upstream's
-leader, which remembers nothing of the bridge's generations, would deal that work out as soon as
-its first generation forms. So the hand-back is not finished before :func:`hand_back_hold_ms` has
-passed since the removal (the same hold the bridge keeps outside a hand-back, where Connect's
-leader would remember the work and wait ``scheduled.rebalance.max.delay.ms``).
+leader, which remembers nothing of the bridge's generations (below), would deal that work out as
+soon as its first generation forms. So the hand-back is not finished before
+:func:`hand_back_hold_ms` has passed since the removal (the same hold the bridge keeps outside a
+hand-back, where Connect's leader would remember the work and wait
+``scheduled.rebalance.max.delay.ms``).
+
+A Connect worker's cooperative assignor does remember the last assignment it computed as leader,
+and uses it when it next leads if its last completed generation is the one it led. A worker that
+led its last bridge generation and then led upstream would take everything the hand-back revoked
+for lost and delay it a second time, after the hold. Every worker sent away, or back with an empty
+or unknown id, is therefore first answered with a generation of its own that it leads and never
+completes (:func:`unsynced_leader_round`): its assignor then forgets.
 """
 
 from __future__ import annotations
@@ -31,7 +39,13 @@ from connect_bridge.codecs.connect_protocol import (
     payload_version,
 )
 from connect_bridge.codecs.errors import CodecError
-from connect_bridge.state.classic_api import EAGER_PROTOCOL, LeaveGroupRequest
+from connect_bridge.state.classic_api import (
+    EAGER_PROTOCOL,
+    JoinGroupMember,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+)
 from connect_bridge.state.classic_group import ClassicGroup, ClassicMember
 from connect_bridge.state.conversion import ConversionError, allocation
 from connect_bridge.state.holds import zombie_grace_ms
@@ -111,6 +125,50 @@ def removed_by_admin(group: ClassicGroup, req: LeaveGroupRequest) -> list[Classi
     return out
 
 
+def unsynced_round_key(req: JoinGroupRequest) -> str:
+    """Who a JoinGroup of a ``releasing`` group comes from, for :func:`unsynced_leader_round`: the
+    worker's REST url, else its instance id ("" when neither is known: no round for it)."""
+    return worker_url(req.protocols) or (f"instance:{req.group_instance_id}" if req.group_instance_id else "")
+
+
+def unsynced_leader_round(last_generation: int, req: JoinGroupRequest) -> JoinGroupResponse | None:
+    """The answer that makes a Connect worker going upstream forget the bridge's generations.
+
+    Connect's cooperative assignor keeps the assignment it last computed as leader and uses it in
+    its next leader round only if the worker's last *completed* generation is the one it led
+    (``IncrementalCooperativeAssignor.performTaskAssignment`` compares its ``previousGenerationId``,
+    set whenever it computes, with ``WorkerCoordinator.lastCompletedGenerationId``, set only in
+    ``onJoinComplete``). A worker that led its last bridge generation (the revoking one, or the
+    one before a timer removed it) would, as upstream's first leader, take everything the
+    hand-back revoked for lost and delay it ``scheduled.rebalance.max.delay.ms`` once more, after
+    the hand-back's own hold. This answer makes the worker the leader of a generation of its own,
+    ``last_generation + 1`` (above any generation of the bridge's group, so above its last
+    completed one), which it never completes: the worker is no member of the group, so its
+    SyncGroup is answered UNKNOWN_MEMBER_ID and it joins again with an empty id. Its assignor then
+    remembers a generation it did not complete, and clears that memory in its next leader round.
+
+    Only for a JoinGroup that offers a cooperative protocol (the eager assignor remembers nothing);
+    ``None`` otherwise. Whether it reports work or not: the worker receives no assignment from the
+    round, so what it runs does not change (a worker removed by a timer may come back still running
+    its tasks; it must forget too, or it would take what the others stopped for lost). The member
+    id is the request's, or for an empty one a name made from the generation (never added to the
+    group)."""
+    offered = [(name, data) for name, data in req.protocols if CONNECT_PROTOCOL_NAMES.get(name, 0) > 0]
+    if not offered:
+        return None
+    name, metadata = offered[0]
+    generation = last_generation + 1
+    member_id = req.member_id or f"{req.client_id or 'connect'}-handback-{generation}"
+    return JoinGroupResponse(
+        generation_id=generation,
+        protocol_type=req.protocol_type,
+        protocol_name=name,
+        leader=member_id,
+        member_id=member_id,
+        members=(JoinGroupMember(member_id, req.group_instance_id, metadata),),
+    )
+
+
 Assignments = tuple[tuple[str, bytes], ...]
 
 
@@ -151,5 +209,7 @@ __all__ = [
     "removed_by_admin",
     "reports_nothing",
     "revoke_all",
+    "unsynced_leader_round",
+    "unsynced_round_key",
     "worker_url",
 ]
