@@ -6,7 +6,14 @@ completes; the parked response comes out of the group's outbox tagged with the r
 
 from __future__ import annotations
 
+from connect_bridge.codecs.connect_protocol import (
+    CONNECT_PROTOCOL_NAMES,
+    Assignment,
+    decode_assignment,
+    decode_subscription,
+)
 from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.codecs.errors import CodecError
 from connect_bridge.state.classic_api import (
     PROTOCOL_TYPE_CONNECT,
     ClassicGroupState,
@@ -121,6 +128,16 @@ def _join_existing_member(
         return group.join_response(member_id, with_members=member_id == group.leader_id)
     if state is _S.STABLE and member_id != group.leader_id and same_protocols:
         return group.join_response(member_id, with_members=False)
+    if same_protocols and state is not _S.COMPLETING_REBALANCE and not member.awaiting_join:
+        if member.refused_stale_join != member.protocols and _reports_less_than_given(group, member):
+            # Possibly a copy of the JoinGroup this member sent before the SyncGroup that gave it
+            # its work (a request the network delayed past its resend): taken as its join, it
+            # would show the leader that work as free while the member runs it. Hold: refuse it
+            # once; a live worker rejoins at once (REBALANCE_IN_PROGRESS is retriable), the same
+            # bytes again are its join, and a stale copy is superseded by the worker's own.
+            member.refused_stale_join = member.protocols
+            return join_error(ErrorCode.REBALANCE_IN_PROGRESS, member_id)
+    member.refused_stale_join = None
     if state in (_S.PREPARING_REBALANCE, _S.COMPLETING_REBALANCE, _S.STABLE):
         # Changed metadata needs a new assignment; so does a leader rejoining a Stable group.
         group.update_member(
@@ -129,6 +146,36 @@ def _join_existing_member(
         maybe_prepare_rebalance_or_complete_join(group, now_ms)
         return None
     return join_error(ErrorCode.UNKNOWN_MEMBER_ID, member_id)  # Empty: no members to rejoin
+
+
+def _reports_less_than_given(group: ClassicGroupBase, member: ClassicMember) -> bool:
+    """Whether the member's join metadata (which a JoinGroup repeats byte for byte) reports an
+    allocation lacking work its stored assignment gave it.
+
+    Connect's v1/v2 subscription carries what the worker runs as of its last completed generation,
+    so after applying an assignment that gave it items its next JoinGroup names them. The same
+    bytes as before that assignment are a copy sent before it, or a worker that never applied it
+    (its SyncGroup answer lost). Only cooperative (v1/v2) elections: an eager subscription carries
+    no allocation and an eager assignment is the whole set. After a downgrade the stored
+    assignment is what the member runs (``conversion.downgrade``), its metadata from before.
+    """
+    if (
+        group.protocol_type != PROTOCOL_TYPE_CONNECT
+        or CONNECT_PROTOCOL_NAMES.get(group.protocol_name or "", 0) < 1
+        or not member.assignment
+    ):
+        return False
+    metadata = dict(member.protocols).get(group.protocol_name or "")
+    if not metadata:
+        return False
+    try:
+        allocation = decode_subscription(metadata).allocation
+        given = decode_assignment(member.assignment)
+    except CodecError:
+        return False
+    if not isinstance(allocation, Assignment):
+        return False  # no allocation reported: no claim to compare
+    return not frozenset(given.items) <= frozenset(allocation.items)
 
 
 def _add_member(

@@ -53,6 +53,9 @@ class ClassicMember:
     """Soft, set when the group is loaded from the log: until then the member may still wait on a
     request it sent to the previous coordinator, running its tasks (``holds.first_session_after_load_ms``),
     so work it may run stays held at least that long whatever removes it."""
+    refused_stale_join: Protocols | None = field(default=None, compare=False)
+    """Soft: the protocols of a JoinGroup refused once as a possibly stale copy
+    (``classic_join._reports_less_than_given``); the same protocols again are taken as its join."""
     synced_protocol: str | None = field(default=None, compare=False)
     """The elected protocol of the last generation whose assignment this member was given (soft:
     a reload forgets it). A Connect worker whose last one was cooperative has not stopped its work
