@@ -61,7 +61,7 @@ def test_a_file_others_can_write_is_refused(
 def test_a_file_in_a_directory_others_can_write_is_refused_unless_sticky(
     tmp_path: Path, write: object, load: object, error: type[Exception]
 ) -> None:
-    shared = tmp_path / "shared"
+    shared = tmp_path / "open-to-all"
     shared.mkdir()
     path = write(shared / "file")  # type: ignore[operator]
     os.chmod(shared, 0o777)
