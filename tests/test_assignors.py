@@ -7,7 +7,6 @@ with random members, config views, previous targets and returned (held) work.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -355,32 +354,3 @@ def test_the_operators_choice_of_assignor_is_the_engines_list() -> None:
 
     choices = get_args(CoordinatorSettings.model_fields["default_assignor"].annotation)
     assert set(choices) == set(SERVER_ASSIGNORS)
-
-
-@settings(max_examples=200, deadline=None)
-@given(spec=specs(), data=st.data())
-def test_cooperative_deals_no_new_work_to_an_unheard_member(
-    spec: AssignmentSpec, data: st.DataObject
-) -> None:
-    """A member loaded and not heard from since (``AssignmentSpec.unheard``) keeps at most what it
-    had and gets nothing new while another member can take it (drill 97000291076073: a connector
-    added after a bridge restart was dealt to a stopped worker's loaded member and waited for its
-    first session after the load to end)."""
-    unheard = frozenset(data.draw(st.sets(st.sampled_from(spec.members)))) if spec.members else frozenset()
-    out = cooperative(replace(spec, unheard=unheard))
-    assert_exact_cover(out, spec)
-    if unheard == set(spec.members):
-        return  # nobody else to take it: dealt as without the rule
-    for m in unheard:
-        had = spec.previous.get(m, EMPTY) | spec.returned.get(m, EMPTY)
-        assert out[m] <= had, (m, out[m] - had)
-
-
-def test_new_work_goes_past_an_unheard_member() -> None:
-    a, b = ConnectorTaskId("A", -1), ConnectorTaskId("A", 0)
-    spec = AssignmentSpec(("m0", "m1"), frozenset({a, b}), {"m0": frozenset({a})}, {}, holding=False)
-    assert cooperative(replace(spec, unheard=frozenset({"m0"}))) == {
-        "m0": frozenset({a}),
-        "m1": frozenset({b}),
-    }
-    assert cooperative(replace(spec, unheard=frozenset({"m1"}))) == {"m0": frozenset({a, b}), "m1": EMPTY}

@@ -39,13 +39,6 @@ class AssignmentSpec:
     member_set: Container[str] | None = None
     """``members`` again, for ``in`` tests: the group passes its member dict's keys so that a big
     group is not copied into a set on every join; None: the assignor builds the set."""
-    unheard: frozenset[str] = frozenset()
-    """Members loaded (a bridge restart, a takeover) and not heard from since: each may be a worker
-    parked in a JoinGroup at the previous coordinator, or one that is gone. They keep what they
-    had, but work nobody keeps is dealt to the others (when there are any): a worker that is gone
-    would otherwise hold new work until its first session after the load ends
-    (``holds.first_session_after_load_ms``), beyond the liveness bound counted from the config
-    change. Only the cooperative assignor reads it (the eager one deals everything anew)."""
 
 
 Assignor = Callable[[AssignmentSpec], dict[str, Items]]
@@ -63,7 +56,6 @@ def _fill(
     members: tuple[str, ...],
     keep: dict[str, list[ConnectorTaskId]],
     other_load: dict[str, int],
-    unheard: frozenset[str] = frozenset(),
 ) -> None:
     """Deal ``pool`` (sorted) to the least loaded members; ties go to the lighter member overall.
 
@@ -71,16 +63,13 @@ def _fill(
     the ``len(pool)`` smallest starting keys can ever be picked: a member ranked lower would need
     everyone before it picked first. Those are the busy members (in ``keep`` or ``other_load``)
     plus the first idle ones in id order (``members`` is sorted), found without building a key for
-    each of thousands of idle members. Members in ``unheard`` get nothing unless every member is
-    (``AssignmentSpec.unheard``).
+    each of thousands of idle members.
     """
     if not pool:
         return
-    if unheard and all(m in unheard for m in members):
-        unheard = frozenset()
-    busy = (keep.keys() | {m for m, n in other_load.items() if n}) - unheard
+    busy = keep.keys() | {m for m, n in other_load.items() if n}
     heap = [(len(keep.get(m, ())), other_load.get(m, 0), m) for m in busy]
-    idle = (m for m in members if m not in busy and m not in unheard)
+    idle = (m for m in members if m not in busy)
     heap.extend((0, 0, m) for m in itertools.islice(idle, len(pool)))
     heapq.heapify(heap)
     for item in pool:
@@ -95,7 +84,6 @@ def _balance_kind(
     sticky: dict[str, list[ConnectorTaskId]],
     revoke: bool,
     other_load: dict[str, int],
-    unheard: frozenset[str] = frozenset(),
 ) -> dict[str, list[ConnectorTaskId]]:
     """Keep what each member had (trimmed to a balanced quota when revoking), deal the rest.
 
@@ -112,7 +100,7 @@ def _balance_kind(
                 del keep[m][quota:]
     kept = {item for items in keep.values() for item in items}
     pool = sorted(item for item in wanted if item not in kept)
-    _fill(pool, members, keep, other_load, unheard)
+    _fill(pool, members, keep, other_load)
     return keep
 
 
@@ -136,9 +124,9 @@ def cooperative_work(spec: AssignmentSpec) -> dict[str, Items]:
     connectors, tasks = _split(configured)
     revoke = not spec.holding
     load_c = {m: len(t) for m, t in sticky_t.items() if t}
-    out_c = _balance_kind(connectors, spec.members, sticky_c, revoke, load_c, spec.unheard)
+    out_c = _balance_kind(connectors, spec.members, sticky_c, revoke, load_c)
     load_t = {m: len(c) for m, c in out_c.items()}
-    out_t = _balance_kind(tasks, spec.members, sticky_t, revoke, load_t, spec.unheard)
+    out_t = _balance_kind(tasks, spec.members, sticky_t, revoke, load_t)
     out: dict[str, Items] = {}
     previous = spec.previous
     for m in out_c.keys() | out_t.keys():

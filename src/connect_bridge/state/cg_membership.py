@@ -388,9 +388,8 @@ class ConnectGroupMembership(ConnectGroupState):
         for mid, items in returned.items():
             if self.members[mid].metadata.is_legacy:
                 self.legacy_members.note_returned(mid, items)
-        unheard = frozenset(m for m in self._waits_elsewhere_until if m in self.members)
         return assignment_spec(
-            self.index.ids, self.view.items(), waiting, self.working, returned, self.members.keys(), unheard
+            self.index.ids, self.view.items(), waiting, self.working, returned, self.members.keys()
         )
 
     def reconcile(self, member: Member, owned: Items | None, now_ms: int) -> None:

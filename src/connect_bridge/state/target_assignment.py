@@ -57,11 +57,9 @@ def assignment_spec(
     previous: dict[str, Items],
     returned: dict[str, Items],
     member_set: Container[str] | None = None,
-    unheard: frozenset[str] = frozenset(),
 ) -> AssignmentSpec:
     """The assignor's input: configured work minus what is still held, members in id order
-    (``sorted_ids``: the group keeps them sorted; ``member_set``: the same ids for ``in`` tests;
-    ``unheard``: members loaded and not heard from since, ``AssignmentSpec.unheard``)."""
+    (``sorted_ids``: the group keeps them sorted; ``member_set``: the same ids for ``in`` tests)."""
     held_items: set = set()
     for h in waiting:
         held_items |= h.items
@@ -72,7 +70,6 @@ def assignment_spec(
         returned=returned,
         holding=bool(waiting),
         member_set=member_set,
-        unheard=unheard,
     )
 
 
