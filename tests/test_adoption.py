@@ -523,3 +523,42 @@ def test_phase_changes_are_logged_as_decisions(caplog: pytest.LogCaptureFixture)
         ("releasing", generation),
         ("released", generation),
     ]
+
+
+# --------------------------------------------------------------------------- an emptied upstream group
+
+
+@pytest.mark.parametrize("state", [ClassicGroupState.EMPTY, ClassicGroupState.DEAD])
+def test_an_emptied_upstream_group_is_taken_over_with_no_member(state: ClassicGroupState) -> None:
+    """A relayed group whose upstream group has no member left (its workers stopped, or came back
+    speaking the new protocol, which the upstream cannot coordinate) is ready to take over with
+    nothing to hand over: ``adopted`` alone, the bridge's empty group kept (drill 97000291054133,
+    where it stayed relayed for ever and a new-protocol worker got UNSUPPORTED_VERSION)."""
+    relay, generation, _ids, _ = _formed()
+    emptied = replace(relay.described(), state=state.value, protocol_type="", protocol_data="", members=())
+    check = takeover_ready(_obs(relay), set(), emptied)
+    assert check.ready and check.emptied and check.generation is None, check.reason
+    assert state.value in check.reason
+    # An answer with an error, or one still listing members, is not an emptied group.
+    assert not takeover_ready(
+        _obs(relay), set(), replace(emptied, error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+    ).emptied
+    assert not takeover_ready(_obs(relay), set(), relay.described()).emptied
+    bridge = GroupCoordinator(relay.upstream.config)
+    bridge.change_ownership(G, OwnershipState.RELAYING, -1, 0)
+    bridge.adopt_emptied(G, generation, relay.now)
+    assert bridge.ownership.state(G) is OwnershipState.ADOPTED
+    assert G not in bridge.groups
+    assert [type(r.value).__name__ for r in bridge.drain_records()][-1] == "GroupOwnership"
+
+
+def test_an_emptied_group_is_not_taken_over_over_a_live_local_group() -> None:
+    relay, generation, _ids, _ = _formed()
+    bridge = GroupCoordinator(relay.upstream.config)
+    bridge.change_ownership(G, OwnershipState.RELAYING, -1, 0)
+    first = bridge.classic_join(capi.JoinGroupRequest(G, "", "connect", protocols("x"), SESSION_MS), 0)
+    assert first is not None
+    bridge.classic_join(capi.JoinGroupRequest(G, first.member_id, "connect", protocols("x"), SESSION_MS), 0)
+    with pytest.raises(AdoptionError, match="already coordinates a live group"):
+        bridge.adopt_emptied(G, generation, relay.now)
+    assert bridge.ownership.state(G) is OwnershipState.RELAYING

@@ -308,3 +308,32 @@ async def _first_join() -> None:
     assert bridge.adoption.phase(G) is OwnershipState.RELAYING
     bridge.after_step()
     assert [r.type for r in bridge.submitted][-1] is RecordType.GROUP_OWNERSHIP
+
+
+def test_the_watch_takes_over_a_relayed_group_whose_upstream_group_emptied() -> None:
+    asyncio.run(_emptied())
+
+
+async def _emptied() -> None:
+    """Every member left upstream (no relayed request says so when session timers empty it): the
+    exchange-driven poke does not ask the upstream, the watch loop's does, and finds it Empty; the
+    group is taken over with no member, durable before the hold is lifted (docs/adoption.md, "An
+    emptied upstream group"; drill 97000291054133)."""
+    relay, _recorder, _generation, ids = formed()
+    for worker, member_id in ids.items():
+        relay.leave(worker, member_id)
+    assert relay.described().state == "Empty"
+    bridge = Bridge(relay, mode="auto")
+    bridge.adoption.poke(G)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert bridge.adoption.phase(G) is OwnershipState.RELAYING  # not asked on traffic alone
+    bridge.adoption.poke(G, periodic=True)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert bridge.adoption.phase(G) is OwnershipState.ADOPTED
+    bridge.after_step()
+    assert [r.type for r in bridge.submitted][-1] is RecordType.GROUP_OWNERSHIP
+    assert bridge.durable_calls  # awaited durable before anything is answered locally
+    assert G not in bridge.coordinator.groups and bridge.upstream.left == []
+    assert bridge.adoption.progress[G].taken_over_generation == -1  # nothing of it was observed

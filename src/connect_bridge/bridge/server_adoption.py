@@ -318,14 +318,17 @@ class Adoption:
         return out
 
     # ------------------------------------------------------------------ takeover
-    def poke(self, group_id: str) -> None:
-        """Start a takeover attempt (mode ``auto``) when the relayed traffic says it may be ready."""
+    def poke(self, group_id: str, periodic: bool = False) -> None:
+        """Start a takeover attempt (mode ``auto``) when the relayed traffic says it may be ready;
+        ``periodic`` (the watch loop, every ``check_interval_ms``) also when it does not, because the
+        upstream group may have emptied by its session timers, which no relayed request tells
+        (then the group is taken over with no member: ``TakeoverCheck.emptied``)."""
         if self.settings.mode != "auto" or group_id in self._running:
             return
-        obs = self.observer.observation(group_id)
-        if obs is None or self.phase(group_id) is not OwnershipState.RELAYING:
+        if self.phase(group_id) is not OwnershipState.RELAYING:
             return
-        if _locally_ready(obs, self.behind(group_id)):
+        obs = self.observer.observation(group_id)
+        if periodic or (obs is not None and _locally_ready(obs, self.behind(group_id))):
             task = asyncio.get_running_loop().create_task(self.take_over(group_id))
             self._running[group_id] = task
             task.add_done_callback(lambda done: self._attempt_over(group_id, done))
@@ -372,6 +375,8 @@ class Adoption:
             if not await self._settle(group_id):
                 return TakeoverCheck(False, "relayed requests still in flight; retrying later")
             check = await self.check(group_id)  # nothing moves upstream now but expiries
+            if check.emptied:
+                return await self._adopt_emptied(group_id, progress, check)
             if not check.ready or check.generation is None:
                 return check
             principals = {
@@ -399,6 +404,27 @@ class Adoption:
         self.observe_phase(group_id)
         if self.settings.leave_upstream:
             await self._leave_upstream(group_id, check)
+        return check
+
+    async def _adopt_emptied(
+        self, group_id: str, progress: GroupProgress, check: TakeoverCheck
+    ) -> TakeoverCheck:
+        """The takeover of a group whose upstream group emptied (the group's requests are held):
+        ``adopted`` with no member, durable before anything of the group is answered locally.
+        Nothing is left upstream to empty."""
+        obs = self.observer.observation(group_id)
+        generation = obs.generation_id if obs is not None else -1
+        try:
+            self.hooks.coordinator().adopt_emptied(group_id, generation, self.hooks.clock())
+        except (AdoptionError, OwnershipError) as exc:
+            log.error("adoption: cannot take %s over: %s", group_id, exc)
+            return TakeoverCheck(False, str(exc))
+        self.hooks.after_step()
+        progress.takeover_step = "committing"
+        await self.hooks.durable()
+        progress.taken_over_generation = generation
+        log.info("adoption: took group %s over with no member (%s)", group_id, check.reason)
+        self.observe_phase(group_id)
         return check
 
     async def _settle(self, group_id: str) -> bool:
@@ -438,7 +464,7 @@ class Adoption:
                 if not self.settings.watches(group_id):
                     continue
                 if owned.state is OwnershipState.RELAYING:
-                    self.poke(group_id)
+                    self.poke(group_id, periodic=True)
                 elif owned.state is OwnershipState.ADOPTED:
                     await self._watch_upstream(group_id)
                 elif owned.state is OwnershipState.RELEASING:

@@ -481,6 +481,14 @@ class SimulatedBridge:
         group = upstream.groups.get(self.scenario.group)
         described = group.describe() if isinstance(group, ClassicGroup) else None
         check = takeover_ready(self.observation, behind, described)
+        if check.emptied:  # nothing to hand over: the bridge's from now on (docs/adoption.md)
+            try:
+                self.coordinator.adopt_emptied(self.scenario.group, self.observation.generation_id, now)
+            except (AdoptionError, OwnershipError):
+                self.at(now + RETRY_MS, self._adopt)
+                return
+            self._after_coordinator(now)
+            return
         generation = check.generation
         if not check.ready or generation is None:
             self.at(now + RETRY_MS, self._adopt)

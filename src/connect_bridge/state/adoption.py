@@ -217,6 +217,25 @@ class TakeoverCheck:
     total: int = 0
     generation: UpstreamGeneration | None = None
     """The generation to take over when ``ready``."""
+    emptied: bool = False
+    """Ready because the upstream group has emptied (Empty or Dead, no member left): there is
+    nothing to hand over, so the bridge coordinates the group from now on with no member, as it
+    does a watched group that is Empty upstream at its first JoinGroup (``generation`` is None)."""
+
+
+_EMPTIED = frozenset({ClassicGroupState.EMPTY.value, ClassicGroupState.DEAD.value})
+"""Upstream states of a group without members (Kafka describes an unknown group as Dead)."""
+
+
+def upstream_emptied(upstream_describe: ClassicDescribedGroup | None) -> bool:
+    """True when the upstream's own DescribeGroups answers, without error, a group with no member
+    (Empty, or Dead for a group it no longer knows)."""
+    return (
+        upstream_describe is not None
+        and upstream_describe.error_code == ErrorCode.NONE
+        and upstream_describe.state in _EMPTIED
+        and not upstream_describe.members
+    )
 
 
 def takeover_ready(
@@ -234,7 +253,16 @@ def takeover_ready(
     newer generation is told apart); every member is behind the bridge; each member's own
     JoinGroup (its full metadata) and its own SyncGroup answer (its assignment) of the generation
     were seen.
+
+    Also ready (``emptied``) when the upstream group has no member left (every worker stopped, or
+    left and came back as a new-protocol worker, which the upstream cannot coordinate): no
+    generation remains to take over, and without this a group relayed to an empty upstream group
+    would wait for a classic member that may never come.
     """
+    if upstream_emptied(upstream_describe):
+        assert upstream_describe is not None
+        reason = f"ready: the upstream group is {upstream_describe.state}, nothing to hand over"
+        return TakeoverCheck(True, reason, emptied=True)
     gen = observation.generation()
     if gen is None:
         return TakeoverCheck(False, "no generation of the group has been observed yet")
@@ -334,4 +362,5 @@ __all__ = [
     "UpstreamMember",
     "takeover_ready",
     "upstream_conflict",
+    "upstream_emptied",
 ]

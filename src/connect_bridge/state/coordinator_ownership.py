@@ -92,6 +92,17 @@ class OwnershipSteps:
         self._records.extend(records)
         return records
 
+    def adopt_emptied(self, group_id: str, generation_id: int, now_ms: int) -> Record:
+        """Take over a relayed group whose upstream group has emptied (docs/adoption.md, "An
+        emptied upstream group"): only ``adopted`` is written (``generation_id``: the last upstream
+        generation observed, -1 if none), with no group snapshot, since no member is left to carry
+        over. A group the bridge already holds stays as it is (the empty connect group a config view
+        makes); one with members is refused (:class:`AdoptionError`), as by :meth:`adopt`."""
+        existing = self.groups.get(group_id)
+        if existing is not None and existing.members:
+            raise AdoptionError(f"the bridge already coordinates a live group {group_id}")
+        return self.change_ownership(group_id, OwnershipState.ADOPTED, generation_id, now_ms)
+
     def change_ownership(self, group_id: str, state: OwnershipState, generation: int, now_ms: int) -> Record:
         """Record a phase change other than adoption (relaying, releasing, released); raises
         ``OwnershipError`` for a change the phases do not allow."""
