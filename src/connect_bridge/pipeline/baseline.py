@@ -393,7 +393,8 @@ def _timeline(c: _Coded, tog: _Toggles, cfg_changes: tuple[np.ndarray, ...]) -> 
 
 
 def _timeline_numbers(tl: _Timeline, end_ms: np.ndarray, n_drills: int) -> dict[str, np.ndarray]:
-    """Per drill: overlaps, overlap time, unassigned time and moves from the item timeline."""
+    """Per drill: overlaps, overlap time, unassigned time, the longest unassigned stretch and moves
+    from the item timeline."""
     cnt, cfg, tl_d, tl_t, tl_start = tl.cnt, tl.cfg, tl.d, tl.t, tl.start
     nxt = np.empty_like(tl_t)
     nxt[:-1] = tl_t[1:]
@@ -405,7 +406,12 @@ def _timeline_numbers(tl: _Timeline, end_ms: np.ndarray, n_drills: int) -> dict[
     same_item[1:] = s_item[1:] == s_item[:-1]
     moved = np.zeros(len(s_idx), dtype=bool)
     moved[1:] = s_w[1:] != s_w[:-1]
+    # The longest single stretch an item ran nowhere, per drill (as the Spark step: per timeline
+    # row, configured and run by nobody; rows are not merged).
+    longest = np.zeros(n_drills, dtype=np.int64)
+    np.maximum.at(longest, tl_d, np.where((cfg > 0) & (cnt == 0), dur, 0).astype(np.int64))
     return {
+        "longest_unassigned_ms": longest,
         "overlaps": np.bincount(tl_d[tl_start & (cnt >= 2)], minlength=n_drills),
         "overlap_ms": np.bincount(tl_d, weights=np.where(cnt >= 2, dur, 0), minlength=n_drills),
         "unassigned_item_ms": np.bincount(
@@ -495,6 +501,7 @@ def compute(events: pd.DataFrame) -> list[dict[str, Any]]:
             "moves": int(numbers["moves"][i]),
             "rebalances": int(rebalances[i]),
             "unassigned_item_ms": int(numbers["unassigned_item_ms"][i]),
+            "longest_unassigned_ms": int(numbers["longest_unassigned_ms"][i]),
             "moved": int(moved[i]),
         }
         row["exclusive"] = row["overlaps"] == 0
