@@ -127,18 +127,9 @@ def config_change_across_kinds(drill: JavaDrill, kinds: dict[str, str], step: in
     writer = who_wrote(drill, "PUT", path, via, now_ms())
     assert writer == leader, f"{path} via {via} ({kinds[via]}) written by {writer}, leader {leader}"
     deadline = time.monotonic() + 90
-    for worker in drill.live():
-        while True:
-            configs = worker.task_configs(connector, max(deadline - time.monotonic(), 1.0))
-            if len(configs) == drill.connectors[connector] and all(
-                c["config"].get("drill.step") == str(step) for c in configs
-            ):
-                break
-            assert time.monotonic() < deadline, (
-                f"{worker.name}: {connector}'s new task configs not written in 90 s (owner {owner}, leader "
-                f"{leader}):\n{worker.log_tail()}"
-            )
-            time.sleep(0.5)
+    drill.wait_task_configs(
+        connector, "drill.step", str(step), deadline, f"90 s, owner {owner}, leader {leader}"
+    )
     # The owner's forward of the task configs, signed, accepted by the leader (its access log).
     wait_until(
         lambda: drill.workers[leader].log_text().count(signed) > signed_before,

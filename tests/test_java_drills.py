@@ -264,6 +264,22 @@ class JavaDrill:
         assert others, f"no live follower (leader {leader})"
         return next((name for name in others if name not in avoid), others[0])
 
+    def wait_task_configs(self, connector: str, key: str, value: str, deadline: float, context: str) -> None:
+        """Wait until every live worker reads ``connector``'s task configs: as many as it has tasks,
+        each with ``key`` = ``value`` (the leader wrote them), by ``deadline`` (monotonic seconds)."""
+        for worker in self.live():
+            while True:
+                configs = worker.task_configs(connector, max(deadline - time.monotonic(), 1.0))
+                if len(configs) == self.connectors[connector] and all(
+                    c["config"].get(key) == value for c in configs
+                ):
+                    break
+                assert time.monotonic() < deadline, (
+                    f"{worker.name}: {connector}'s new task configs not written in time ({context}): "
+                    f"{configs}\n{worker.log_tail()}"
+                )
+                time.sleep(0.5)
+
     def live(self) -> list[ConnectWorker]:
         return [w for w in self.workers.values() if w.running]
 
@@ -780,20 +796,8 @@ def signed_task_configs_after_downgrade(
         drill.driver.append(config_event(now_ms(), drill.connectors))
     assert forwarded, f"both connectors run on the leader {leader}"
     deadline = time.monotonic() + timeout_s
-    for worker in drill.live():
-        for connector in sources:
-            tasks = drill.connectors[connector]
-            while True:
-                configs = worker.task_configs(connector, max(deadline - time.monotonic(), 1.0))
-                if len(configs) == tasks and all(
-                    c["config"].get("throughput") == str(throughput) for c in configs
-                ):
-                    break
-                assert time.monotonic() < deadline, (
-                    f"{worker.name}: {connector}'s new task configs not written within {timeout_s:.0f}s "
-                    f"(leader {leader}): {configs}\n{worker.log_tail()}"
-                )
-                time.sleep(0.5)
+    for connector in sources:
+        drill.wait_task_configs(connector, "throughput", str(throughput), deadline, f"leader {leader}")
     drill.wait_running()
     return forwarded
 

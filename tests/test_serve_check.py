@@ -94,12 +94,17 @@ def test_check_fails_as_a_start_would(
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(files)
 
 
-def test_a_failed_serve_leaves_no_state_directory_it_created(tmp_path: Path) -> None:
+def serve_with_its_metrics_port_taken(tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """``serve`` in ``tmp_path`` whose metrics listener cannot bind (the port is held open)."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = serve(tmp_path, "--listen", "127.0.0.1:0", "--metrics-listen", f"127.0.0.1:{port}")
+        return serve(tmp_path, "--listen", "127.0.0.1:0", "--metrics-listen", f"127.0.0.1:{port}")
+
+
+def test_a_failed_serve_leaves_no_state_directory_it_created(tmp_path: Path) -> None:
+    done = serve_with_its_metrics_port_taken(tmp_path)
     assert done.returncode == 1
     assert "cannot start" in done.stderr
     assert list(tmp_path.iterdir()) == []  # neither ./state nor its admin token
@@ -109,10 +114,6 @@ def test_a_failed_serve_keeps_a_state_directory_it_did_not_create(tmp_path: Path
     state = tmp_path / "state"
     state.mkdir()
     (state / "keep").write_text("operator's file\n")
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        done = serve(tmp_path, "--listen", "127.0.0.1:0", "--metrics-listen", f"127.0.0.1:{port}")
+    done = serve_with_its_metrics_port_taken(tmp_path)
     assert done.returncode == 1
     assert (state / "keep").read_text() == "operator's file\n"
