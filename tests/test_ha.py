@@ -297,9 +297,10 @@ def test_kill_9_of_the_owner_moves_the_group_and_keeps_its_member(fleet: Fleet) 
                 answers.append(find_coordinator(listener(fleet.bridges[i]), group))
                 return answers[-1] == expected
 
-            await asyncio.to_thread(
-                wait_until, names_new_owner, 15, 0.2, lambda: f"bridge {i} answered {answers[-3:]}"
-            )
+            def told(i: int = i, answers: list[tuple[int, str, int]] = answers) -> str:
+                return f"bridge {i} answered {answers[-3:]}"
+
+            await asyncio.to_thread(wait_until, names_new_owner, 15, 0.2, told)
             # Before it converges, only "retry" or the killed owner (whose connection fails: retry).
             assert set(answers) <= {expected, (15, "", -1), (0, HOST, listener(fleet.bridges[owner]))}
         conn = await KafkaConnection.connect(HOST, listener(fleet.bridges[new_owner]), "w1")
