@@ -61,6 +61,7 @@ _PASSED_AS_IS = (
     "max_connections",
     "idle_timeout_ms",
     "proxy_base_port",
+    "advertised_proxy_base_port",
     "upstream_start_timeout_ms",
     "state_topic",
     "connections",

@@ -88,9 +88,23 @@ class UpstreamCluster:
     """Several bridges: the (host, proxy base port) of the bridge that coordinates a group, None
     for this one (or a group no bridge coordinates), ``OWNER_UNKNOWN`` while it moves."""
 
+    advertised_base_port: int | None = None
+    """Clients are told broker N is at ``advertised_host`` on this port + N; None: ``base_port``
+    (set when a NAT or a load balancer maps the listeners' ports)."""
+
     def listener_port(self, node_id: int) -> int:
-        """Deterministic, so the addresses handed out survive a restart of the bridge."""
+        """Where the bridge listens for broker N. Deterministic, so the addresses handed out
+        survive a restart of the bridge."""
         return self.base_port + node_id
+
+    @property
+    def advertised_base(self) -> int:
+        """The base of the ports clients are told (``advertised_base_port`` or the bound base)."""
+        return self.base_port if self.advertised_base_port is None else self.advertised_base_port
+
+    def advertised_port(self, node_id: int) -> int:
+        """The port clients are told for broker N's listener."""
+        return self.advertised_base + node_id
 
     async def discover(self) -> None:
         """Metadata and ApiVersions from the first reachable bootstrap broker."""
@@ -152,7 +166,7 @@ class UpstreamCluster:
         return encode_response_frame(api_key, version, correlation_id, response)
 
     def _point_at_listener(self, entry: Any, node_id: int) -> None:
-        entry.host, entry.port = self.advertised_host, self.listener_port(node_id)
+        entry.host, entry.port = self.advertised_host, self.advertised_port(node_id)
 
     def rewrite_metadata(self, response: Any, version: int) -> None:
         """Every broker becomes the bridge's listener for it, so clients keep talking through it."""

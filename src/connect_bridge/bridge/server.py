@@ -144,7 +144,7 @@ class BridgeServer:
         node = 0
         if self.options.upstream:
             node = await start_proxy(self, advertised[0])
-            advertised = (advertised[0], self.relay.cluster.listener_port(node))
+            advertised = (advertised[0], self.relay.cluster.advertised_port(node))
         self._set_up_handlers(advertised, node)
         self._tasks.append(self.supervise(self._load(), "loading the state"))
         # Not before: in proxy mode the upstream may take a while to answer (retried), and a

@@ -323,7 +323,7 @@ def membership_factory(server: Any, advertised_host: str) -> Callable[..., Membe
 
     settings: HaSettings = server.options.ha
     assert server.relay is not None
-    me = BridgeAddress(server.ha.node_id, advertised_host, server.relay.cluster.base_port)
+    me = BridgeAddress(server.ha.node_id, advertised_host, server.relay.cluster.advertised_base)
 
     def build(**callbacks: Any) -> Membership:
         return BridgeMembership(  # type: ignore[no-any-return]

@@ -37,6 +37,9 @@ class ServerOptions:
     """Bootstrap brokers of the real cluster; empty = embedded mode (the bridge is the only broker)."""
     proxy_base_port: int | None = None
     """Listener port of upstream broker N is base + N (default: the listen port + 1)."""
+    advertised_proxy_base_port: int | None = None
+    """Clients are told upstream broker N is at the advertised host on this port + N (default: the
+    bound base): listeners behind a NAT or a port-mapping load balancer."""
     coordinated_groups: list[str] | None = None
     """Regexes of the groups the bridge coordinates; None = all (embedded) / 'connect.*' (proxy)."""
     limits: RequestLimits = field(default_factory=RequestLimits)

@@ -36,6 +36,7 @@ async def start_proxy(server: Any, advertised_host: str) -> int:
             advertised_host,
             ssl=server.options.upstream_security.ssl,
             sasl=server.options.upstream_security.sasl,
+            advertised_base_port=server.options.advertised_proxy_base_port,
         ),
         matches,
         lambda: server.coordinator.groups,

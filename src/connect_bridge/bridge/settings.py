@@ -214,6 +214,10 @@ class BridgeSettings(_Strict):
     doubling to 10 s) before it gives up with one line; brokers and bridge often start together."""
     proxy_base_port: int | None = Field(None, ge=1, le=MAX_PORT)
     """With ``upstream``: the listener of upstream broker N is on this port + N (default: listen port + 1)."""
+    advertised_proxy_base_port: int | None = Field(None, ge=1, le=MAX_PORT)
+    """With ``upstream``: clients are told upstream broker N is at ``advertised_host`` on this port
+    + N (default: the bound ``proxy_base_port``). For listeners reached through a NAT, a load
+    balancer or a Kubernetes Service that maps ports: the bind addresses never leave the bridge."""
     coordinated_groups: list[str] | None = None
     """Regexes of the group ids the bridge coordinates (default: every group embedded; in front of
     an upstream cluster exactly ``config_view.group`` if set, else ``connect.*``; other groups go to
