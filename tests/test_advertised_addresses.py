@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import threading
 import time
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,6 +77,8 @@ class PortForwarder:
         def stop() -> None:
             assert self.server is not None
             self.server.close()
+            for task in asyncio.all_tasks(self.loop):
+                task.cancel()
             self.loop.stop()
 
         self.loop.call_soon_threadsafe(stop)
@@ -83,10 +87,11 @@ class PortForwarder:
 
 @pytest.fixture
 def natted_bridge(kafka_broker: KafkaBroker, tmp_path: Path) -> Iterator[tuple[BridgeProcess, PortForwarder]]:
-    [advertised_port] = free_ports(1)
+    advertised_port, metrics_port = free_ports(2)
     bridge = start_bridge(
         kafka_broker.bootstrap,
         tmp_path / "bridge",
+        metrics_listen=f"127.0.0.1:{metrics_port}",
         settings={
             "advertised_host": ADVERTISED_HOST,
             "advertised_proxy_base_port": advertised_port - BROKER_NODE_ID,
@@ -137,10 +142,15 @@ def test_every_address_handed_out_is_the_advertised_one(
 def test_a_producer_and_a_consumer_group_work_through_the_advertised_address(
     natted_bridge: tuple[BridgeProcess, PortForwarder],
 ) -> None:
-    _, nat = natted_bridge
+    """And the relay tells a connector task's clients (Connect's client ids) from the rest: in its
+    metrics by client kind, and in one log line naming the worker settings that would take the
+    task data off the bridge."""
+    bridge, nat = natted_bridge
     bootstrap = f"{ADVERTISED_HOST}:{nat.listen[1]}"
     topic = f"nat-{uuid.uuid4().hex[:8]}"
-    producer = KafkaProducer(bootstrap_servers=bootstrap, request_timeout_ms=20000)
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap, request_timeout_ms=20000, client_id="connector-producer-orders-0"
+    )
     try:
         for i in range(5):
             producer.send(topic, f"r{i}".encode()).get(timeout=30)
@@ -151,6 +161,7 @@ def test_a_producer_and_a_consumer_group_work_through_the_advertised_address(
         bootstrap_servers=bootstrap,
         group_id=f"nat-group-{uuid.uuid4().hex[:6]}",
         auto_offset_reset="earliest",
+        client_id="connector-consumer-orders-0",
     )
     values: list[bytes] = []
     try:
@@ -162,3 +173,18 @@ def test_a_producer_and_a_consumer_group_work_through_the_advertised_address(
         consumer.close()
     assert values == [f"r{i}".encode() for i in range(5)]
     assert nat.connections >= 2  # producer and consumer both came in through the NAT
+
+    with urllib.request.urlopen(f"http://{bridge.metrics_listen}/metrics", timeout=10) as answer:
+        metrics = answer.read().decode()
+    relayed = {
+        kind: float(value)
+        for kind, value in re.findall(
+            r'^connect_bridge_relayed_requests_total\{client_kind="([^"]+)"\} (\S+)$', metrics, re.M
+        )
+    }
+    assert relayed.get("task-producer", 0) >= 5  # at least one Produce per record sent
+    assert relayed.get("task-consumer", 0) >= 1
+    assert "task-admin" not in relayed and "task-dlq-producer" not in relayed
+    told = [line for line in bridge.log_path.read_text().splitlines() if "task data passes through" in line]
+    assert len(told) == 1, told  # once, naming the worker settings
+    assert "producer.bootstrap.servers" in told[0] and "consumer.bootstrap.servers" in told[0]

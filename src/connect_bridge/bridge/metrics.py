@@ -178,6 +178,22 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         "Partitions this bridge lost because another bridge fenced its writes (a zombie bridge).",
     ),
     MetricSpec(
+        "relayed_requests",
+        Counter,
+        "relayed_requests",
+        "Requests relayed to the upstream brokers, by client kind: task-producer, task-consumer, "
+        "task-dlq-producer and task-admin are a connector task's clients, whose data could go "
+        "straight to the brokers (docs/upstream.md, \"Coordination only\"); other is the rest.",
+        ("client_kind",),
+    ),
+    MetricSpec(
+        "relayed_bytes",
+        Counter,
+        "relayed_request_bytes",
+        "Bytes of the requests relayed to the upstream brokers, by client kind (as relayed_requests).",
+        ("client_kind",),
+    ),
+    MetricSpec(
         "admin_refused",
         Counter,
         "admin_requests_refused",
@@ -207,6 +223,8 @@ class Metrics:
     ha_lease: Gauge
     ha_fenced: Counter
     admin_refused: Counter
+    relayed_requests: Counter
+    relayed_bytes: Counter
 
     def __init__(self, group_ids: bool = True) -> None:
         self.group_ids = group_ids
@@ -222,6 +240,18 @@ class Metrics:
         self._epochs: dict[str, int] = {}
         self._member_series: dict[str, set[tuple[str, str]]] = {}
         self._rebalance_series: set[str] = set()
+        self._relayed_children: dict[str, tuple[Any, Any]] = {}
+
+    def observe_relayed(self, client_kind: str, size: int) -> None:
+        """One relayed request of ``size`` bytes from a client of ``client_kind``."""
+        children = self._relayed_children.get(client_kind)
+        if children is None:
+            children = self._relayed_children[client_kind] = (
+                self.relayed_requests.labels(client_kind=client_kind),
+                self.relayed_bytes.labels(client_kind=client_kind),
+            )
+        children[0].inc()
+        children[1].inc(size)
 
     def _metric(self, kind: Any, name: str, doc: str, labels: Sequence[str] = (), **options: Any) -> Any:
         """One metric of ``kind`` (Counter, Gauge, Histogram) in this registry, under ``NAMESPACE``."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from connect_bridge.bridge.proxy import UpstreamLink
+from connect_bridge.bridge.task_clients import ClientKind
 
 if TYPE_CHECKING:
     from connect_bridge.bridge.server_accept import Slot
@@ -69,6 +70,8 @@ class Connection:
     """The connection's SASL progress (``server_sasl``: mechanism, session expiry); None without SASL."""
     slot: Slot | None = None
     """Its place among the connection slots (``server_accept``); None for a connection made by hand."""
+    client_kind: ClientKind | None = None
+    """Proxy mode: what its relayed requests are (a task's producer, ...), from the first one."""
 
 
 class RateLimited:

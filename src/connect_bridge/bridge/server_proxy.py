@@ -15,6 +15,7 @@ from connect_bridge.bridge.proxy import UpstreamCluster, group_matcher
 from connect_bridge.bridge.server_adoption import Adoption
 from connect_bridge.bridge.server_relay import UNREACHABLE, Relay
 from connect_bridge.bridge.startup import address, bind_error, retry_until
+from connect_bridge.bridge.task_clients import RelayedClients
 
 log = logging.getLogger("connect_bridge.server")
 
@@ -45,6 +46,10 @@ async def start_proxy(server: Any, advertised_host: str) -> int:
     cluster = relay.cluster
     cluster.coordinated = relay.coordinates
     relay.owner = lambda group_id: server.coordinator.ownership.state(group_id)
+    metrics = server.metrics
+    relay.clients = RelayedClients(
+        metrics.observe_relayed if metrics is not None else lambda kind, size: None
+    )
     server.relay = relay
     adoption = server.options.adoption
     if adoption is not None and adoption.enabled:

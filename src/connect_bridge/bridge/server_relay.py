@@ -17,6 +17,7 @@ from connect_bridge.bridge.api_table import ACKS_ONLY, CREATES_GROUP, PROXY_ROUT
 from connect_bridge.bridge.handlers import Client
 from connect_bridge.bridge.proxy import SplitRequest, UpstreamCluster, UpstreamLink, produce_acks
 from connect_bridge.bridge.server_connection import Connection
+from connect_bridge.bridge.task_clients import RelayedClients
 from connect_bridge.codecs.messages import ApiKey
 from connect_bridge.codecs.requests import DecodedRequest, RequestDecodeError, decode_request
 from connect_bridge.state.adoption_records import OwnershipState
@@ -55,6 +56,8 @@ class Relay:
         since before another bridge took its groups over, so they are dropped with their
         connection instead of reaching the brokers late."""
         self.gave_up: Callable[[str], bool] = lambda group_id: False
+        self.clients: RelayedClients | None = None
+        """Counts relayed requests per client kind (task data or not); None: not counted."""
         """Several bridges: a group this bridge coordinated and gave up to another bridge; its
         requests are answered here (NOT_COORDINATOR), never relayed to the upstream cluster."""
 
@@ -110,6 +113,8 @@ class Relay:
         if not self.may_forward():
             log.warning("closing %s: not relaying while this bridge's lease is not fresh", conn.host)
             return UNREACHABLE
+        if self.clients is not None:
+            conn.client_kind = self.clients.observe(conn.client_kind, payload, conn.host)
         split = self.cluster.split(payload) if api_key in SPLIT else None
         if split is not None:
             return await self._forward_split(conn, split)

@@ -39,6 +39,7 @@ __all__ = [
     "encode_response",
     "encode_response_frame",
     "null_violation",
+    "peek_client_id",
     "peek_request_header",
 ]
 
@@ -385,23 +386,26 @@ def _peek(payload: memoryview) -> RequestHeaderPeek:
     return peek
 
 
+def peek_client_id(payload: bytes | bytearray | memoryview) -> str | None:
+    """The client id of an unframed request, read without decoding the rest, or None (null, or not
+    readable): every header version >= 1 starts with the same four fields, the client id a classic
+    (non-compact) nullable string, so a relayed frame is routed and attributed by its header alone."""
+    if len(payload) < _PEEK.size + 2:
+        return None
+    (n,) = _INT16.unpack_from(payload, _PEEK.size)
+    start = _PEEK.size + 2
+    if not 0 <= n <= len(payload) - start:
+        return None
+    return str(payload[start : start + n], "utf-8", "replace")
+
+
 def _context(peek: RequestHeaderPeek, payload: memoryview) -> dict[str, Any]:
-    """Error context, with the client id when it is readable: every header version >= 1 starts
-    with the same four fields, the client id a classic (non-compact) nullable string."""
-    client_id: str | None = None
-    try:
-        if len(payload) >= _PEEK.size + 2:
-            (n,) = _INT16.unpack_from(payload, _PEEK.size)
-            start = _PEEK.size + 2
-            if 0 <= n <= len(payload) - start:
-                client_id = str(payload[start : start + n], "utf-8", "replace")
-    except (ValueError, struct.error):  # pragma: no cover - defensive; bounds are checked above
-        client_id = None
+    """Error context, with the client id when it is readable."""
     return {
         "api_key": peek.api_key,
         "api_version": peek.api_version,
         "correlation_id": peek.correlation_id,
-        "client_id": client_id,
+        "client_id": peek_client_id(payload),
     }
 
 
