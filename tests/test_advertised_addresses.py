@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -188,3 +190,18 @@ def test_a_producer_and_a_consumer_group_work_through_the_advertised_address(
     told = [line for line in bridge.log_path.read_text().splitlines() if "task data passes through" in line]
     assert len(told) == 1, told  # once, naming the worker settings
     assert "producer.bootstrap.servers" in told[0] and "consumer.bootstrap.servers" in told[0]
+
+    # describe --admin names the task clients and the settings (GET /admin/relay).
+    command = [sys.executable, "-m", "connect_bridge.cli", "describe"]
+    described = subprocess.run(
+        [*command, "--bootstrap-server", bridge.bootstrap, "--admin", bridge.metrics_listen],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert described.returncode == 0, described.stderr
+    footer = described.stdout.strip().splitlines()[-1]
+    assert footer.startswith("connector task data passes through this bridge: "), described.stdout
+    assert "connector-producer-orders-0 from /127.0.0.1" in footer
+    assert "connector-consumer-orders-0 from /127.0.0.1" in footer
+    assert "set consumer.bootstrap.servers, producer.bootstrap.servers on those workers" in footer

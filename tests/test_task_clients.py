@@ -64,3 +64,26 @@ def test_a_task_client_is_counted_by_kind_and_told_once(caplog: pytest.LogCaptur
     assert len(told) == 1
     assert "connector-producer-orders-0 from 10.0.0.5" in told[0]
     assert "producer.bootstrap.servers" in told[0] and "admin.bootstrap.servers" in told[0]
+
+
+def test_the_admin_status_names_each_task_client_once_per_host_and_kind() -> None:
+    clients = RelayedClients(lambda kind, size: None)
+    for client_id, host in [
+        ("connector-producer-orders-0", "/10.0.0.5"),
+        ("connector-producer-orders-1", "/10.0.0.5"),  # same host and kind: the first id stays
+        ("connector-consumer-sink-0", "/10.0.0.6"),
+        ("connect-1", "/10.0.0.6"),
+    ]:
+        clients.observe(None, _payload(client_id), host)
+    status = clients.status()
+    assert status["task_clients"] == [
+        {"host": "/10.0.0.5", "client_kind": "task-producer", "client_id": "connector-producer-orders-0"},
+        {"host": "/10.0.0.6", "client_kind": "task-consumer", "client_id": "connector-consumer-sink-0"},
+    ]
+    relayed = status["relayed"]
+    assert isinstance(relayed, dict)
+    assert {k: v["requests"] for k, v in relayed.items()} == {
+        "other": 1,
+        "task-consumer": 1,
+        "task-producer": 2,
+    }

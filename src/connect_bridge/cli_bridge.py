@@ -181,6 +181,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
             f"cannot describe through {args.bootstrap}: {reason(exc)}; is `connect-bridge serve` "
             "listening there? (--bootstrap-server is the bridge's listen address)"
         )
+    task_clients: list[dict[str, str]] = []
     if args.admin:
         try:
             endpoint = admin_endpoint(
@@ -188,8 +189,11 @@ def cmd_describe(args: argparse.Namespace) -> int:
             )
             _, adoption = admin_request(endpoint, "GET", "/admin/groups", 10.0)
             ha_status, ha = admin_request(endpoint, "GET", "/admin/ha", 10.0)
+            relay_status, relay = admin_request(endpoint, "GET", "/admin/relay", 10.0)
         except AdminError as exc:
             return fail(str(exc))
+        if relay_status == 200:
+            task_clients = relay.get("task_clients", [])
         for g in groups:
             if g.get("group_id") in adoption:
                 g["adoption"] = adoption[g["group_id"]]
@@ -213,7 +217,22 @@ def cmd_describe(args: argparse.Namespace) -> int:
         print(render_members(groups, verbose=getattr(args, "members_verbose", False)))
     else:
         print(render_table(groups))
+    if task_clients and not args.json:
+        print(render_task_clients(task_clients))
     return 0 if all(g.get("error_code", 0) == 0 for g in groups) else 1
+
+
+def render_task_clients(task_clients: list[dict[str, str]]) -> str:
+    """The footer ``describe --admin`` prints when connector task data passes through the bridge."""
+    from connect_bridge.bridge.task_clients import WORKER_SETTING, ClientKind
+
+    settings = sorted({WORKER_SETTING[ClientKind(c["client_kind"])] for c in task_clients})
+    seen = ", ".join(f"{c['client_id']} from {c['host']}" for c in task_clients[:5])
+    more = f" and {len(task_clients) - 5} more" if len(task_clients) > 5 else ""
+    return (
+        f"\nconnector task data passes through this bridge: {seen}{more}; to send it straight to the "
+        f'brokers set {", ".join(settings)} on those workers (docs/upstream.md "Coordination only")'
+    )
 
 
 def group_placement(ha: dict[str, Any], group_id: str) -> dict[str, Any]:

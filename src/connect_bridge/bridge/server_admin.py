@@ -18,6 +18,8 @@ else gets 403 before this handler is called (docs/security.md "Fail-closed defau
   owned and loading, every partition's owner, and the partition of each group it coordinates;
 - ``POST /admin/drain``: give every partition to the other bridges now, then stop (a rolling
   upgrade of the bridges themselves); 200 once drained.
+- ``GET /admin/relay``: proxy mode: requests and bytes relayed per client kind, and the connector
+  task clients seen relaying through the bridge (host, kind, client id: ``task_clients.py``).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def _json(status: int, value: Any) -> tuple[int, bytes]:
 
 DRAIN_PATH = "/admin/drain"
 HA_PATH = "/admin/ha"
+RELAY_PATH = "/admin/relay"
 
 
 def admin_handler(
@@ -60,6 +63,11 @@ def admin_handler(
     async def handle(method: str, path: str) -> tuple[int, bytes]:
         if path in (HA_PATH, DRAIN_PATH):
             return await _ha(method, path, server() if server is not None else None)
+        if method == "GET" and path == RELAY_PATH:
+            relay = getattr(server() if server is not None else None, "relay", None)
+            if relay is None or relay.clients is None:
+                return _json(409, {"message": "this bridge relays nothing (no upstream)"})
+            return _json(200, relay.clients.status())
         wiring = adoption()
         if method == "GET" and path == "/admin/groups":
             return _json(200, wiring.status() if wiring is not None else {})
@@ -93,6 +101,7 @@ __all__ = [
     "ADOPT_PATH",
     "DRAIN_PATH",
     "HA_PATH",
+    "RELAY_PATH",
     "RELEASE_PATH",
     "admin_handler",
     "adopt_path",

@@ -60,6 +60,10 @@ def client_kind(client_id: str | None) -> ClientKind:
     return ClientKind.OTHER
 
 
+TASK_CLIENTS_KEPT = 256
+"""Task clients remembered for ``GET /admin/relay`` (one per host and kind, the first client id)."""
+
+
 class RelayedClients:
     """Counts relayed requests per client kind and logs the first task client once.
 
@@ -70,12 +74,18 @@ class RelayedClients:
         self.count = count
         """Counts one relayed request of that kind and size (``Metrics.observe_relayed``)."""
         self.told = False
+        self.totals: dict[ClientKind, list[int]] = {}
+        """Requests and bytes relayed per kind since start (``GET /admin/relay``)."""
+        self.task_clients: dict[tuple[str, ClientKind], str] = {}
+        """(host, kind) -> the first task client id seen from it; at most ``TASK_CLIENTS_KEPT``."""
 
     def observe(self, kind: ClientKind | None, payload: bytes, host: str) -> ClientKind:
         """Count one relayed request (``payload``: unframed); returns the connection's kind."""
         if kind is None:
             client_id = peek_client_id(payload)
             kind = client_kind(client_id)
+            if kind.carries_task_data and len(self.task_clients) < TASK_CLIENTS_KEPT:
+                self.task_clients.setdefault((host, kind), client_id or "")
             if kind.carries_task_data and not self.told:
                 self.told = True
                 log.warning(
@@ -87,4 +97,19 @@ class RelayedClients:
                     host,
                 )
         self.count(kind, len(payload))
+        total = self.totals.get(kind)
+        if total is None:
+            total = self.totals[kind] = [0, 0]
+        total[0] += 1
+        total[1] += len(payload)
         return kind
+
+    def status(self) -> dict[str, object]:
+        """What ``GET /admin/relay`` answers (and ``describe --admin`` shows)."""
+        return {
+            "relayed": {str(k): {"requests": n, "bytes": b} for k, (n, b) in sorted(self.totals.items())},
+            "task_clients": [
+                {"host": host, "client_kind": str(kind), "client_id": client_id}
+                for (host, kind), client_id in sorted(self.task_clients.items())
+            ],
+        }
