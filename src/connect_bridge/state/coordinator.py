@@ -331,6 +331,8 @@ class GroupCoordinator(OwnershipSteps):
             return capi.SyncGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
         if refused := refusal(group, req.member_id, req.group_instance_id, req.principal):
             return capi.SyncGroupResponse(error_code=int(refused.code))
+        if self.from_unsynced_round(req.group_id, req.member_id, req.generation_id):
+            return capi.SyncGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))  # state.handback
         if req.assignments and isinstance(group, ClassicGroup) and self._releasing(req.group_id):
             req = replace(req, assignments=revoke_all(group, req.assignments))  # docs/adoption.md
         _heard_from(group, req.member_id)
@@ -348,6 +350,8 @@ class GroupCoordinator(OwnershipSteps):
             return capi.HeartbeatResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
         if refused := refusal(group, req.member_id, req.group_instance_id, req.principal):
             return capi.HeartbeatResponse(error_code=int(refused.code))
+        if self.from_unsynced_round(req.group_id, req.member_id, req.generation_id):
+            return capi.HeartbeatResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))  # state.handback
         _heard_from(group, req.member_id)
         if isinstance(group, ConnectGroup):
             response = group.legacy.heartbeat(req, now_ms)
