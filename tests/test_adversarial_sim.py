@@ -4,6 +4,7 @@ file validates it. The invariants of adversarial drills are judged in test_sim_f
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -462,6 +463,26 @@ def test_a_drawn_hand_back_completes_and_the_drill_holds() -> None:
     summary = check(drill.run().events, end_ms=sc.end_ms)
     assert drill.phase() is OwnershipState.RELEASED
     assert summary.ok, summary.violations
+
+
+def test_a_static_worker_back_stopped_during_a_hand_back_ends_its_earlier_incarnation() -> None:
+    """The simulated bridge routes a hand-back's JoinGroups as ``server_adoption`` does: one with an
+    empty id that reports nothing first removes the bridge's members that are an earlier
+    incarnation of its worker (``release_returned``: same url or instance id), then gets its
+    unsynced round or waits for ``released``. Drill 99800299416252: w3, static (``i-w3``), is
+    restarted at 114.464 s while the group is released; its old member, which a static worker's
+    stop does not remove, stayed in the simulated group until its session ended (the server had
+    removed it at once), and w3's unsynced round was answered FENCED_INSTANCE_ID, which killed it."""
+    doc = json.loads((Path(__file__).parent / "regressions" / "converged-99800299416252.json").read_text())
+    steps = [s for s in doc["steps"] if s["at_ms"] <= 114_464]
+    assert steps[-1] == {"at_ms": 114_464, "action": "restart", "worker": "w3", "down_ms": 5_000,
+                         "protocol": "sessioned"}  # fmt: skip
+    drill = SimulatedDrill(load_scenario({**doc, "steps": steps, "end_ms": 119_600}))  # back at 119.464 s
+    events = drill.run().events
+    assert drill.phase() is OwnershipState.RELEASING
+    group = drill.coordinator.groups[doc["group"]]
+    assert "i-w3" not in group.static, group.members  # type: ignore[union-attr]
+    assert not [e for e in events if e["type"] == "worker_crash" and e["worker"] == "w3"]
 
 
 def test_classic_generations_name_their_leader_and_the_group_logs_its_state() -> None:

@@ -214,3 +214,70 @@ def test_a_release_started_while_members_wait_in_the_join_makes_them_join_again(
     assert coord.release_member(G, w2, START_MS + 3)  # revoked, it joins again reporting nothing
     assert coord.finish_release(G, START_MS + 3)
     assert coord.ownership.state(G) is OwnershipState.RELEASED
+
+
+def static_releasing() -> tuple[GroupCoordinator, str, str]:
+    """An adopted Stable group of two sessioned workers, w1 dynamic and leader, w2 static (instance
+    ``i-w2``), put into ``releasing`` at START_MS. Returns (coordinator, w1, w2)."""
+    from test_migration import W1_JOINED, W2_JOINED
+
+    coord = coordinator(scheduled_rebalance_max_delay_ms=DELAY_MS)
+    required = cjoin(coord, "", "http://w1/", W1_JOINED)
+    assert required is not None and required.error_code == ErrorCode.MEMBER_ID_REQUIRED
+    w1 = required.member_id
+    assert cjoin(coord, w1, "http://w1/", W1_JOINED, token="j1") is None
+    assert cjoin(coord, "", "http://w2/", W2_JOINED, instance="i-w2", token="j2") is None
+    coord.advance(0)
+    joined = dict(coord.drain_responses())
+    w2 = joined["j2"].member_id  # type: ignore[union-attr]
+    assert csync(coord, w2, 1, instance="i-w2", token="s2") is None
+    keep = ((w1, payload(w1, W1_JOINED)), (w2, payload(w1, W2_JOINED)))
+    assert csync(coord, w1, 1, keep, token="s1") is not None
+    coord.drain_responses()
+    assert classic(coord).state is capi.ClassicGroupState.STABLE
+    coord.change_ownership(G, OwnershipState.RELAYING, -1, 0)
+    coord.change_ownership(G, OwnershipState.ADOPTED, 1, 0)
+    coord.start_release(G, START_MS)
+    coord.drain_records()
+    return coord, w1, w2
+
+
+def test_the_unsynced_round_of_a_static_worker_is_never_fenced() -> None:
+    """w2, a static worker (``group.instance.id`` i-w2), restarts while the group is released: its
+    old member stays in the bridge's group (a static member sends no LeaveGroup) and its new process
+    joins with an empty id, reporting nothing, and gets the unsynced leader round (a member id of the
+    round's own and generation 2, past the group's 1). Its SyncGroup of that round, and a Heartbeat
+    its heartbeat thread sends meanwhile, carry i-w2, which still names the old member: Kafka's
+    static-member check answered FENCED_INSTANCE_ID, fatal for a Java worker (the herder exits), so
+    the worker was gone for good and nothing ran at the end (fleet 99800000: 99800299406389,
+    416252, 417758). The round's requests are answered UNKNOWN_MEMBER_ID, as the round intends: the
+    worker joins again with an empty id and waits for ``released``."""
+    from test_migration import protocols
+
+    coord, w1, w2 = static_releasing()
+    join = capi.JoinGroupRequest(
+        G, "", "connect", protocols("http://w2/", frozenset()), session_timeout_ms=SESSION_MS,
+        rebalance_timeout_ms=60_000, group_instance_id="i-w2",
+    )  # fmt: skip
+    assert coord.unsynced_round_due(join)
+    round_ = coord.classic_join(join, START_MS + 1)
+    assert round_ is not None and round_.error_code == 0, round_
+    assert round_.leader == round_.member_id and round_.member_id not in classic(coord).members
+    assert round_.generation_id == classic(coord).generation_id + 1
+    assert classic(coord).static["i-w2"] == w2  # the old incarnation is still the static member
+
+    own = ((round_.member_id, payload(round_.member_id, ())),)
+    synced = csync(coord, round_.member_id, round_.generation_id, own, now=START_MS + 2, instance="i-w2")
+    assert synced is not None and synced.error_code == ErrorCode.UNKNOWN_MEMBER_ID, synced
+    beating = capi.HeartbeatRequest(G, round_.member_id, round_.generation_id, group_instance_id="i-w2")
+    beat = coord.classic_heartbeat(beating, START_MS + 3)
+    assert beat.error_code == ErrorCode.UNKNOWN_MEMBER_ID, beat
+
+    # Outside the round's generation Kafka's static-member check still applies: a process naming
+    # i-w2 with another member id at the group's own generation is fenced.
+    other = coord.classic_heartbeat(
+        capi.HeartbeatRequest(G, "someone-else", classic(coord).generation_id, group_instance_id="i-w2"),
+        START_MS + 4,
+    )
+    assert other.error_code == ErrorCode.FENCED_INSTANCE_ID, other
+    assert w1 in classic(coord).members and w2 in classic(coord).members

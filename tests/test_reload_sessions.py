@@ -221,3 +221,29 @@ def test_a_legacy_member_that_talked_after_a_load_is_held_for_the_grace_only() -
         loaded.advance(t)
     assert t <= LOAD + 1_000 + SESSION_MS + 1_000
     assert _held_deadline(loaded, "http://w2/") <= t + zombie_grace_ms(SESSION_MS)
+
+
+def test_a_silent_loaded_member_whose_url_talks_as_another_member_is_on_a_plain_session() -> None:
+    """w2's worker stopped and came back as a new-protocol worker at the same url while its legacy
+    member's LeaveGroup was not yet in the log; the bridge then restarted and loaded that member
+    again. Once the new process (``http://w2/``) talks to the new coordinator, the silent legacy
+    member is an earlier incarnation of it (a url belongs to one live process), parked nowhere: it
+    gets the plain session Kafka arms at a load instead of one as long as a parked JoinGroup (65 s
+    here), so work dealt to it is not stuck with it past the rebalance timeout (adversarial drill
+    97000291076073: a task added 6.7 s after a restart waited 36 s, bound 30 s). w1, silent too,
+    has no other member at its url and keeps the long first session."""
+    source, log, w1, w2, w3 = upgraded_and_settled(scheduled_rebalance_max_delay_ms=0)
+    loaded = coordinator(scheduled_rebalance_max_delay_ms=0)
+    loaded.replay(log.records + source.drain_records(), LOAD)
+    back = njoin(loaded, "", "http://w2/", now=LOAD + 1_000).member_id  # w2's worker, a new process
+    t = LOAD + 1_000
+    while w2 in connect(loaded).members and t < LOAD + PARKED:
+        t += 1_000
+        for mid in (w3, back):
+            nbeat(loaded, mid, connect(loaded).members[mid].current.member_epoch, EMPTY, now=t)
+        loaded.advance(t)
+    assert w2 not in connect(loaded).members
+    assert t <= LOAD + SESSION_MS + 1_000  # Kafka's session after a load, not PARKED
+    assert w1 in connect(loaded).members  # no other process speaks for w1's url: it may be parked
+    loaded.advance(LOAD + PARKED - 1)
+    assert w1 in connect(loaded).members

@@ -403,6 +403,15 @@ class SimulatedBridge:
                     self.coordinator.release_member(self.scenario.group, req.member_id, t)
                     self.sent_away.add(sent.worker.name)
                     self.at(t, self._finish_release)
+            elif self.coordinator.release_returned(
+                self.scenario.group, req.protocols, req.group_instance_id, t
+            ):
+                # An earlier incarnation of this stopped worker leaves with no hold, before the
+                # round or the hold below, in the server's order (``server_adoption``); then the
+                # same request is routed again, the group now without it.
+                self._after_coordinator(t)
+                self.at(t, self._finish_release)
+                return self._answer(sent, req, t, tag)
             elif tag == "dup":
                 return None  # a resend of a held JoinGroup: the client matches the original's answer
             elif self.coordinator.unsynced_round_due(req):

@@ -234,10 +234,43 @@ class ConnectGroupMembership(ConnectGroupState):
         for record in member_tombstones(self.group_id, member_id):
             self._write(record)
 
-    def heard_from(self, member_id: str) -> None:
+    def heard_from(self, member_id: str, now_ms: int) -> None:
         """A request of ``member_id`` reached this coordinator: it no longer waits on a JoinGroup
-        parked at a previous one (a Java client talks to one coordinator at a time)."""
+        parked at a previous one (a Java client talks to one coordinator at a time); and another
+        member of the same worker url that has sent nothing since the load is an earlier
+        incarnation of that worker (:meth:`_end_first_sessions_of_earlier_incarnations`)."""
         self._waits_elsewhere_until.pop(member_id, None)
+        self._end_first_sessions_of_earlier_incarnations(member_id, now_ms)
+
+    def _end_first_sessions_of_earlier_incarnations(self, member_id: str, now_ms: int) -> None:
+        """A member loaded from the log and not heard from since has a first session as long as a
+        JoinGroup it may have parked at the previous coordinator (``first_session_after_load_ms``,
+        40 s at Connect's defaults). Once a member with the same worker url talks to this
+        coordinator, that worker runs as another process (a url belongs to one live process): the
+        silent member is an earlier incarnation, gone or stopped (its LeaveGroup not yet in the log
+        when the bridge restarted), parked nowhere. It is put on the session Kafka's ``onLoaded``
+        arms, a plain session from the load (at once if that has passed), so new work dealt to it
+        meanwhile goes to a live member within the rebalance timeout, as on Kafka (adversarial drill
+        97000291076073: a task added 6.7 s after a restart waited 36 s on such a member, against a
+        30 s bound). Its hold is unchanged: a timer removing it still holds what it owned until a
+        JoinGroup it might have parked would have timed out (``remove_by_timer``), and held work goes
+        back to the member of its url (``holds.hold_departed``)."""
+        member = self.members.get(member_id)
+        url = member.metadata.url if member is not None else ""
+        if not url:
+            return
+        for mid, until in list(self._waits_elsewhere_until.items()):
+            other = self.members.get(mid)
+            if other is None or mid == member_id or other.metadata.url != url:
+                continue
+            meta = other.metadata
+            first = first_session_after_load_ms(
+                meta.session_timeout_ms, meta.rebalance_timeout_ms, self.config.worker_request_timeout_ms
+            )
+            plain_end = max(now_ms, until - first + meta.session_timeout_ms)
+            armed = self.timers.deadline(TimerKey.session(self.group_id, mid))
+            if armed is None or plain_end < armed:
+                self.arm_session(other, plain_end, 0)
 
     def waits_elsewhere(self, member_id: str) -> bool:
         """``member_id`` was loaded (a restart, a takeover) and has sent nothing since: it may be

@@ -192,6 +192,8 @@ class GroupCoordinator(OwnershipSteps):
             self._after(req.group_id, now_ms)
             return response
         response = group.heartbeat(req, now_ms)
+        if response.error_code == 0:
+            group.heard_from(req.member_id, now_ms)  # its url's earlier incarnations (cg_membership)
         self._after(req.group_id, now_ms)
         return response
 
@@ -306,12 +308,12 @@ class GroupCoordinator(OwnershipSteps):
                     error_message="migration policy disabled: classic members cannot join a connect group",
                 )
             else:
-                _heard_from(group, req.member_id)
+                _heard_from(group, req.member_id, now_ms)
                 response = group.legacy.join(req, now_ms)
                 if all(m.metadata.is_legacy for m in group.members.values()):
                     group.downgrade_pending = True  # no new-protocol member left to wait for
         else:
-            _heard_from(group, req.member_id)
+            _heard_from(group, req.member_id, now_ms)
             response = group.join(req, now_ms)
         self._after(req.group_id, now_ms)
         return response
@@ -331,9 +333,11 @@ class GroupCoordinator(OwnershipSteps):
             return capi.SyncGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
         if refused := refusal(group, req.member_id, req.group_instance_id, req.principal):
             return capi.SyncGroupResponse(error_code=int(refused.code))
+        if self.from_unsynced_round(req.group_id, req.member_id, req.generation_id):
+            return capi.SyncGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))  # state.handback
         if req.assignments and isinstance(group, ClassicGroup) and self._releasing(req.group_id):
             req = replace(req, assignments=revoke_all(group, req.assignments))  # docs/adoption.md
-        _heard_from(group, req.member_id)
+        _heard_from(group, req.member_id, now_ms)
         response = (
             group.legacy.sync(req, now_ms) if isinstance(group, ConnectGroup) else group.sync(req, now_ms)
         )
@@ -348,7 +352,9 @@ class GroupCoordinator(OwnershipSteps):
             return capi.HeartbeatResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
         if refused := refusal(group, req.member_id, req.group_instance_id, req.principal):
             return capi.HeartbeatResponse(error_code=int(refused.code))
-        _heard_from(group, req.member_id)
+        if self.from_unsynced_round(req.group_id, req.member_id, req.generation_id):
+            return capi.HeartbeatResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))  # state.handback
+        _heard_from(group, req.member_id, now_ms)
         if isinstance(group, ConnectGroup):
             response = group.legacy.heartbeat(req, now_ms)
         else:
@@ -655,7 +661,7 @@ def _not_found(req: HeartbeatRequest, message: str) -> HeartbeatResponse:
 __all__ = ["GroupCoordinator"]
 
 
-def _heard_from(group: ClassicGroup | ConnectGroup, member_id: str) -> None:
+def _heard_from(group: ClassicGroup | ConnectGroup, member_id: str, now_ms: int) -> None:
     """A request of ``member_id`` reached this coordinator: a Java client talks to one coordinator
     at a time and fails what it had in flight when it moves, so the member no longer waits on a
     JoinGroup parked at a previous one (``ClassicMember.waits_elsewhere_until_ms``, set at a load;
@@ -663,7 +669,7 @@ def _heard_from(group: ClassicGroup | ConnectGroup, member_id: str) -> None:
     removes it later holds its work as anyone's, not until that JoinGroup could have timed out
     (adversarial drill 95000285001369: held 64.5 s past a crash with a 15 s delay)."""
     if isinstance(group, ConnectGroup):
-        group.heard_from(member_id)
+        group.heard_from(member_id, now_ms)
         return
     member = group.members.get(member_id)
     if member is not None:

@@ -251,6 +251,23 @@ class OwnershipSteps:
             return None
         return unsynced_leader_round(group.generation_id, req)
 
+    def from_unsynced_round(self, group_id: str, member_id: str, generation_id: int) -> bool:
+        """Whether a SyncGroup or Heartbeat of a ``releasing`` group comes from an unsynced leader
+        round (:meth:`unsynced_round`): its member id is no member of the bridge's classic group and
+        its generation is past the group's, which only that round hands out. It is answered
+        UNKNOWN_MEMBER_ID, as the round intends, before the static-member check: a static worker
+        whose instance id still names a member of the group (its earlier incarnation, or any
+        member not yet sent away) would otherwise get FENCED_INSTANCE_ID, which a Java worker
+        takes as fatal (``FencedInstanceIdException``: the herder exits and the worker is gone)."""
+        if not self._releasing(group_id):
+            return False
+        group = self.groups.get(group_id)
+        return (
+            isinstance(group, ClassicGroup)
+            and member_id not in group.members
+            and generation_id > group.generation_id
+        )
+
     def finish_release(self, group_id: str, now_ms: int) -> bool:
         """Hand-back: when the ``releasing`` group has no member left and no removed member's hold
         is pending, write its tombstone, then ``released`` (a cut between the two replays as
