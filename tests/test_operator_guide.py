@@ -122,8 +122,11 @@ def group_state(port: int, group: str) -> str:
 
 def check_worker_properties(worker: dict[str, str], settings: dict[str, Any], listening: str) -> None:
     """The worker excerpt agrees with the bridge.yaml the guide writes (docs/real-kafka.md: the
-    scheduled delays must be equal; the group and config topic are the bridge's config view)."""
+    scheduled delays must be equal; the group and config topic are the bridge's config view), and
+    sends the tasks' clients to the brokers the bridge fronts (coordination only, docs/upstream.md)."""
     assert worker["bootstrap.servers"] == listening, (worker, listening)
+    for prefix in ("producer", "consumer", "admin"):
+        assert worker[f"{prefix}.bootstrap.servers"].split(",") == settings["upstream"], (prefix, worker)
     assert worker["group.id"] == settings["config_view"]["group"]
     assert worker["config.storage.topic"] == settings["config_view"]["topic"]
     bridge_delay = settings["coordinator"]["scheduled_rebalance_max_delay_ms"]
