@@ -37,11 +37,13 @@ from collections.abc import Coroutine
 from typing import Any
 
 from connect_bridge.bridge import wire_map as wm
-from connect_bridge.codecs.requests import encode_request
+from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.codecs.requests import decode_response, encode_request
 from connect_bridge.state.api import HeartbeatRequest
 
 SIZE = struct.Struct(">i")
 GROUP = "bench"
+LOADING = int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
 
 
 LOOPS = ("uvloop", "asyncio")
@@ -144,10 +146,13 @@ async def join(port: int, url: str) -> tuple[asyncio.StreamReader, asyncio.Strea
     """Join one member; return its connection, a steady heartbeat frame and its framed response."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     req = HeartbeatRequest(GROUP, "", 0, rebalance_timeout_ms=60_000, url=url, owned=frozenset())
-    payload = await rpc(reader, writer, encode_request(wm.heartbeat_to_wire(req), 0, 1, "bench"))
-    from connect_bridge.codecs.requests import decode_response
-
-    resp = wm.heartbeat_response_from_wire(decode_response(1000, 0, payload, framed=False))
+    for _ in range(200):  # serve answers COORDINATOR_LOAD_IN_PROGRESS until its state is loaded
+        payload = await rpc(reader, writer, encode_request(wm.heartbeat_to_wire(req), 0, 1, "bench"))
+        resp = wm.heartbeat_response_from_wire(decode_response(1000, 0, payload, framed=False))
+        if resp.error_code != LOADING:
+            break
+        await asyncio.sleep(0.05)
+    assert resp.error_code == 0 and resp.member_epoch > 0, resp
     steady = encode_request(
         wm.heartbeat_to_wire(HeartbeatRequest(GROUP, resp.member_id, resp.member_epoch)), 0, 2, "bench"
     )
@@ -215,7 +220,6 @@ async def java_join(port: int) -> tuple[bytes, bytes]:
         encode_assignment,
         encode_subscription,
     )
-    from connect_bridge.codecs.requests import decode_response
 
     group, url = "connect-java-bench", "http://127.0.0.1:8083/"  # its own group, beside ``bench``
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -281,6 +285,9 @@ def compare(tmp: str, loop: str, count: int) -> dict[str, dict[str, object]]:
     out: dict[str, dict[str, object]] = {}
     try:
         _, _, frame, canned = asyncio.run(join(port, "http://w0:8083/"))
+        # What is timed must be the steady answer, not an error answered at every request.
+        steady = wm.heartbeat_response_from_wire(decode_response(1000, 0, canned[4:], framed=False))
+        assert steady.error_code == 0 and steady.assignment is None, steady
         out["ConnectGroupHeartbeat"] = summary(*against_canned(port, frame, canned, count, tmp, loop))
         frame, canned = asyncio.run(java_join(port))
         java = summary(*against_canned(port, frame, canned, count, tmp, loop))
