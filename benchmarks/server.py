@@ -1,18 +1,24 @@
-"""Heartbeat round trips through ``connect-bridge serve`` against a canned-response asyncio server.
+"""Heartbeat round trips through ``connect-bridge serve`` against a canned-response server, both on
+the same event loop.
 
-Both servers run as subprocesses on loopback; the same client sends the same ConnectGroupHeartbeat
-frame, alternating batches between the two so that both see the same machine load. The canned
-server answers every frame with the bridge's own response bytes (correlation id patched), so the
-difference is what the bridge does per request. Also: heartbeats per second with 200 members on
-200 concurrent connections. The last line printed is one JSON object.
+Both servers run as subprocesses on loopback, on the same event loop (``event_loop`` of ``serve``
+and the canned server's loop: uvloop, as ``serve`` runs by default, then asyncio's own; a ratio
+across loops measures the loops, not the bridge). The same client (asyncio, in this process) sends
+the same frame, alternating batches between the two so that both see the same machine load. The
+canned server answers every frame with the bridge's own response bytes (correlation id patched),
+so the difference is what the bridge does per request. Two steady heartbeats are timed:
 
-``--java-versions``: the same comparison with what a Java Connect worker (kafka-clients 4.3.1)
-really sends. Its ApiVersions ranges are JoinGroup v0-9, SyncGroup v0-5, Heartbeat v0-4 (flexible
-from v6/v4/v4), and ``serve`` advertises at least those, so a worker negotiates **JoinGroup v9,
-SyncGroup v5, Heartbeat v4**. One member joins a classic ``connect`` group (protocol ``sessioned``,
-Connect subscription v2 as metadata; MEMBER_ID_REQUIRED, rejoin, SyncGroup as leader), then the
-steady classic Heartbeat v4 frame (flexible header, null group instance id) is timed against
-``serve`` and against the canned server answering with ``serve``'s own response bytes.
+- ConnectGroupHeartbeat v0 of a member of a ``connect`` group;
+- the classic Heartbeat a Java Connect worker (kafka-clients 4.3.1) sends. Its ApiVersions ranges
+  are JoinGroup v0-9, SyncGroup v0-5, Heartbeat v0-4 (flexible from v6/v4/v4), and ``serve``
+  advertises at least those, so a worker negotiates **JoinGroup v9, SyncGroup v5, Heartbeat v4**.
+  One member joins a classic ``connect`` group (protocol ``sessioned``, Connect subscription v2 as
+  metadata; MEMBER_ID_REQUIRED, rejoin, SyncGroup as leader), then its steady Heartbeat v4 frame
+  (flexible header, null group instance id) is timed.
+
+Also: ConnectGroupHeartbeats per second with 200 members on 200 concurrent connections (uvloop).
+Target: p50 ratio (bridge / canned, same loop) <= 1.5 for both heartbeats. The last line printed is
+one JSON object; ``--loop uvloop`` or ``--loop asyncio`` measures one loop only.
 """
 
 from __future__ import annotations
@@ -27,21 +33,31 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Coroutine
+from typing import Any
 
 from connect_bridge.bridge import wire_map as wm
-from connect_bridge.codecs.requests import encode_request
+from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.codecs.requests import decode_response, encode_request
 from connect_bridge.state.api import HeartbeatRequest
 
 SIZE = struct.Struct(">i")
 GROUP = "bench"
+LOADING = int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
 
 
-def against_canned(port: int, frame: bytes, canned: bytes, count: int, tmp: str) -> tuple[list, list]:
+LOOPS = ("uvloop", "asyncio")
+"""The event loops compared, each with both servers on it (``serve``'s default first)."""
+
+
+def against_canned(
+    port: int, frame: bytes, canned: bytes, count: int, tmp: str, loop: str
+) -> tuple[list[float], list[float]]:
     """Latencies of ``frame`` through the bridge on ``port`` and through a canned server answering
-    ``canned`` (a subprocess of this script), measured in alternating batches."""
-    port_file = tmp + "/canned.port"
+    ``canned`` on the event loop ``loop`` (a subprocess of this script), in alternating batches."""
+    port_file = f"{tmp}/canned-{loop}.port"
     canned_proc = subprocess.Popen(
-        [sys.executable, __file__, "--canned", port_file],
+        [sys.executable, __file__, "--canned", port_file, loop],
         env={**os.environ, "CANNED_HEX": canned.hex()},
     )
     try:
@@ -50,23 +66,32 @@ def against_canned(port: int, frame: bytes, canned: bytes, count: int, tmp: str)
                 break
             time.sleep(0.05)
         canned_port = int(open(port_file).read())
-        return asyncio.run(latencies((port, canned_port), frame, count))
+        bridge_lat, canned_lat = asyncio.run(latencies((port, canned_port), frame, count))
+        return bridge_lat, canned_lat
     finally:
         canned_proc.terminate()
+        canned_proc.wait(10)
+        os.remove(port_file)  # the next comparison's canned server writes its own port there
 
 
-def start_bridge(state_dir: str, config: str | None = None) -> tuple[subprocess.Popen[str], int]:
+def start_bridge(tmp: str, loop: str) -> tuple[subprocess.Popen[str], int]:
+    """``serve`` on ``loop`` with a fresh state directory, metrics kept (as by default) but not
+    listened on; no initial rebalance delay, so a classic group of one member forms at once."""
+    config = f"{tmp}/bridge-{loop}.yaml"
+    with open(config, "w") as f:  # JSON is YAML
+        json.dump({"event_loop": loop, "coordinator": {"classic_initial_rebalance_delay_ms": 0}}, f)
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "connect_bridge.cli",
             "serve",
-            *(["--config", config] if config else []),
+            "--config",
+            config,
             "--listen",
             "127.0.0.1:0",
             "--state-dir",
-            state_dir,
+            f"{tmp}/state-{loop}",
             "--metrics-listen",
             "off",
         ],
@@ -100,6 +125,16 @@ async def canned_server(port_file: str) -> None:
     await server.serve_forever()
 
 
+def run_on(loop: str, coro: Coroutine[Any, Any, None]) -> None:
+    """Run ``coro`` on the event loop named as ``serve``'s ``event_loop`` setting names it."""
+    if loop == "uvloop":
+        import uvloop
+
+        uvloop.run(coro)
+    else:
+        asyncio.run(coro)
+
+
 async def rpc(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, frame: bytes) -> bytes:
     writer.write(frame)
     await writer.drain()
@@ -111,10 +146,13 @@ async def join(port: int, url: str) -> tuple[asyncio.StreamReader, asyncio.Strea
     """Join one member; return its connection, a steady heartbeat frame and its framed response."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     req = HeartbeatRequest(GROUP, "", 0, rebalance_timeout_ms=60_000, url=url, owned=frozenset())
-    payload = await rpc(reader, writer, encode_request(wm.heartbeat_to_wire(req), 0, 1, "bench"))
-    from connect_bridge.codecs.requests import decode_response
-
-    resp = wm.heartbeat_response_from_wire(decode_response(1000, 0, payload, framed=False))
+    for _ in range(200):  # serve answers COORDINATOR_LOAD_IN_PROGRESS until its state is loaded
+        payload = await rpc(reader, writer, encode_request(wm.heartbeat_to_wire(req), 0, 1, "bench"))
+        resp = wm.heartbeat_response_from_wire(decode_response(1000, 0, payload, framed=False))
+        if resp.error_code != LOADING:
+            break
+        await asyncio.sleep(0.05)
+    assert resp.error_code == 0 and resp.member_epoch > 0, resp
     steady = encode_request(
         wm.heartbeat_to_wire(HeartbeatRequest(GROUP, resp.member_id, resp.member_epoch)), 0, 2, "bench"
     )
@@ -182,9 +220,8 @@ async def java_join(port: int) -> tuple[bytes, bytes]:
         encode_assignment,
         encode_subscription,
     )
-    from connect_bridge.codecs.requests import decode_response
 
-    group, url = "connect-java-bench", "http://127.0.0.1:8083/"
+    group, url = "connect-java-bench", "http://127.0.0.1:8083/"  # its own group, beside ``bench``
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     metadata = encode_subscription(Subscription(url, -1, Assignment.build(0, "", "", -1, [], ())), 2)
 
@@ -238,72 +275,66 @@ async def java_join(port: int) -> tuple[bytes, bytes]:
     return frame, SIZE.pack(len(answer)) + answer
 
 
-def java_main() -> None:
-    count = int(os.environ.get("BENCH_HEARTBEATS", "3000"))
-    with tempfile.TemporaryDirectory() as tmp:
-        config = tmp + "/bridge.yaml"
-        with open(config, "w") as f:  # JSON is YAML; no initial rebalance delay for one member
-            json.dump({"coordinator": {"classic_initial_rebalance_delay_ms": 0}}, f)
-        bridge, port = start_bridge(tmp + "/state", config)
-        try:
-            frame, canned = asyncio.run(java_join(port))
-            bridge_lat, canned_lat = against_canned(port, frame, canned, count, tmp)
-        finally:
-            bridge.send_signal(signal.SIGTERM)
-            bridge.wait(10)
-    result: dict[str, object] = {
-        "versions": {"JoinGroup": JAVA_JOIN_V, "SyncGroup": JAVA_SYNC_V, "Heartbeat": JAVA_HEARTBEAT_V},
-        "bridge_p50_us": round(pct(bridge_lat, 50), 1),
-        "bridge_p99_us": round(pct(bridge_lat, 99), 1),
-        "canned_p50_us": round(pct(canned_lat, 50), 1),
-        "canned_p99_us": round(pct(canned_lat, 99), 1),
-    }
-    result["p50_ratio"] = round(result["bridge_p50_us"] / result["canned_p50_us"], 3)  # type: ignore[operator]
-    result["p99_ratio"] = round(result["bridge_p99_us"] / result["canned_p99_us"], 3)  # type: ignore[operator]
-    print(
-        f"classic Heartbeat v{JAVA_HEARTBEAT_V} (Java worker versions) p50 {result['bridge_p50_us']} us vs "
-        f"canned {result['canned_p50_us']} us (ratio {result['p50_ratio']}, target <= 1.5); "
-        f"p99 ratio {result['p99_ratio']}"
-    )
-    print(json.dumps(result))
-
-
 def pct(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100)[int(q) - 1]
 
 
-def main() -> None:
-    count = int(os.environ.get("BENCH_HEARTBEATS", "3000"))
-    with tempfile.TemporaryDirectory() as tmp:
-        bridge, port = start_bridge(tmp + "/state")
-        try:
-            _, _, frame, canned = asyncio.run(join(port, "http://w0:8083/"))
-            bridge_lat, canned_lat = against_canned(port, frame, canned, count, tmp)
-            hb_per_s = asyncio.run(throughput(port, 200, 3.0))
-        finally:
-            bridge.send_signal(signal.SIGTERM)
-            bridge.wait(10)
-    result = {
+def compare(tmp: str, loop: str, count: int) -> dict[str, dict[str, object]]:
+    """Both heartbeats through ``serve`` on ``loop`` against the canned server on ``loop``."""
+    bridge, port = start_bridge(tmp, loop)
+    out: dict[str, dict[str, object]] = {}
+    try:
+        _, _, frame, canned = asyncio.run(join(port, "http://w0:8083/"))
+        # What is timed must be the steady answer, not an error answered at every request.
+        steady = wm.heartbeat_response_from_wire(decode_response(1000, 0, canned[4:], framed=False))
+        assert steady.error_code == 0 and steady.assignment is None, steady
+        out["ConnectGroupHeartbeat"] = summary(*against_canned(port, frame, canned, count, tmp, loop))
+        frame, canned = asyncio.run(java_join(port))
+        java = summary(*against_canned(port, frame, canned, count, tmp, loop))
+        out[f"Heartbeat v{JAVA_HEARTBEAT_V}"] = java
+    finally:
+        bridge.send_signal(signal.SIGTERM)
+        bridge.wait(10)
+    return out
+
+
+def summary(bridge_lat: list[float], canned_lat: list[float]) -> dict[str, object]:
+    result: dict[str, object] = {
         "bridge_p50_us": round(pct(bridge_lat, 50), 1),
         "bridge_p99_us": round(pct(bridge_lat, 99), 1),
         "canned_p50_us": round(pct(canned_lat, 50), 1),
         "canned_p99_us": round(pct(canned_lat, 99), 1),
     }
-    result["p50_ratio"] = round(result["bridge_p50_us"] / result["canned_p50_us"], 3)
-    result["p99_ratio"] = round(result["bridge_p99_us"] / result["canned_p99_us"], 3)
+    result["p50_ratio"] = round(pct(bridge_lat, 50) / pct(canned_lat, 50), 3)
+    result["p99_ratio"] = round(pct(bridge_lat, 99) / pct(canned_lat, 99), 3)
+    return result
+
+
+def main() -> None:
+    count = int(os.environ.get("BENCH_HEARTBEATS", "3000"))
+    loops = [sys.argv[sys.argv.index("--loop") + 1]] if "--loop" in sys.argv else list(LOOPS)
+    result: dict[str, object] = {"target_p50_ratio": 1.5}
+    with tempfile.TemporaryDirectory() as tmp:
+        for loop in loops:
+            result[loop] = measured = compare(tmp, loop, count)
+            for name, m in measured.items():
+                print(
+                    f"{loop}: {name} p50 {m['bridge_p50_us']} us vs canned {m['canned_p50_us']} us "
+                    f"(ratio {m['p50_ratio']}, target <= 1.5); p99 ratio {m['p99_ratio']}"
+                )
+        bridge, port = start_bridge(tmp, loops[0])
+        try:
+            hb_per_s = asyncio.run(throughput(port, 200, 3.0))
+        finally:
+            bridge.send_signal(signal.SIGTERM)
+            bridge.wait(10)
     result["heartbeats_per_s_200_connections"] = round(hb_per_s)
-    print(
-        f"heartbeat p50 {result['bridge_p50_us']} us vs canned {result['canned_p50_us']} us "
-        f"(ratio {result['p50_ratio']}, target <= 1.5); p99 ratio {result['p99_ratio']}"
-    )
-    print(f"heartbeats/s with 200 member connections: {result['heartbeats_per_s_200_connections']:,}")
+    print(f"{loops[0]}: ConnectGroupHeartbeats/s with 200 member connections: {round(hb_per_s):,}")
     print(json.dumps(result))
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--canned":
-        asyncio.run(canned_server(sys.argv[2]))
-    elif "--java-versions" in sys.argv:
-        java_main()
+    if len(sys.argv) == 4 and sys.argv[1] == "--canned":
+        run_on(sys.argv[3], canned_server(sys.argv[2]))
     else:
         main()

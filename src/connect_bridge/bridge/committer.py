@@ -75,7 +75,7 @@ class Committer:
         return seq <= self._durable and not self._was_fenced(seq)
 
     def _was_fenced(self, seq: int) -> bool:
-        return any(after < seq <= upto for after, upto in self._fenced)
+        return bool(self._fenced) and any(after < seq <= upto for after, upto in self._fenced)
 
     def submit(self, records: Sequence[Record]) -> int:
         """Write ``records`` (buffered) and return the sequence a response must wait for."""

@@ -105,9 +105,10 @@ class SteadyHeartbeats:
             req = wm.heartbeat_from_wire(decoded.body, decoded.client_id or "", "")
             if not _steady_request(req):
                 return None
-        if _upstream_owns(self.coordinator(), req.group_id) or not self.answers_for(req.group_id):
+        coordinator = self.coordinator()
+        if _upstream_owns(coordinator, req.group_id) or not self.answers_for(req.group_id):
             return None
-        resp = self.coordinator().connect_heartbeat(req, self.clock())
+        resp = coordinator.connect_heartbeat(req, self.clock())
         if not known and resp.error_code == _NONE:
             # Cached only once the coordinator knew the member: requests naming unknown members
             # must not fill the cache (issue 11.4).

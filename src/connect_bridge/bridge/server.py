@@ -325,6 +325,11 @@ class BridgeServer:
     # ------------------------------------------------------------------ the coordinator side
     def after_step(self) -> None:
         """After any coordinator call: persist records, release parked responses, re-arm timers."""
+        self._settle_step(self._submit_step())
+
+    def _submit_step(self) -> list[Any]:
+        """The part of :meth:`after_step` an answer must wait for: the step's records go to the
+        committer (the answer is written once they are durable). The records, for the rest."""
         records = self.coordinator.drain_records()
         try:
             self.committer.submit(records)
@@ -337,6 +342,11 @@ class BridgeServer:
             log_decisions(records)
             if self.config_refresh is not None and view_behind(records, self.coordinator.view):
                 self.config_refresh()
+        return records
+
+    def _settle_step(self, records: list[Any]) -> None:
+        """The part of :meth:`after_step` no answer waits for: parked responses released, metrics
+        of the groups ``records`` touched, the timer loop woken for an earlier deadline."""
         for token, response in self.coordinator.drain_responses():
             if isinstance(token, Parked) and not token.future.done():
                 token.future.set_result(token.to_wire(response, token.version))
@@ -487,11 +497,16 @@ class BridgeServer:
     async def _read_loop(self, conn: Connection) -> bool:
         """Serve requests until the peer closes (False) or a frame the bridge closes on (True)."""
         reader = conn.reader
+        consumed = 0
+        """Bytes of the frames read so far (size prefixes included)."""
         while True:
             # One request per connection per turn of the loop: frames already buffered would
             # otherwise be served back to back without yielding, and a client pipelining many
-            # would hold the loop while new clients wait for their ApiVersions.
-            await asyncio.sleep(0)
+            # would hold the loop while new clients wait for their ApiVersions. When nothing more
+            # has arrived, reading the next size prefix waits (the loop turns) anyway: a client
+            # that waits for each answer costs no extra turn.
+            if conn.slot is None or conn.slot.received > consumed:
+                await asyncio.sleep(0)
             unauthenticated = self._still_unauthenticated(conn)
             while self._muted(conn, unauthenticated):
                 conn.answered.clear()
@@ -516,9 +531,13 @@ class BridgeServer:
             if size < 0 or size > limit:
                 log.warning("closing %s: frame of %d bytes (limit %d, %s)", conn.host, size, limit, name)
                 return True
-            payload = await self.frames.read_payload(conn, size, authenticated=not unauthenticated)
+            if self.frames.unbudgeted(size, authenticated=not unauthenticated):
+                payload = await reader.readexactly(size)
+            else:
+                payload = await self.frames.read_payload(conn, size, authenticated=not unauthenticated)
             if payload is None or self.frames.over_bound(conn, payload, size):
                 return True
+            consumed += 4 + size
             started = time.perf_counter()
             if self.sasl is not None:  # before anything answers: SASL first, then the session's expiry
                 admitted = await self.sasl.admit(conn, payload)
@@ -532,9 +551,12 @@ class BridgeServer:
                 except Exception:  # anything odd takes the full path, which reports it properly
                     frame = None
                 if frame is not None:
-                    self.after_step()
+                    records = self._submit_step()
                     answering = Answering(*_PEEK.unpack_from(payload, 0))
-                    await self._respond(conn, answering, frame, self.committer.written, started)
+                    # The rest of the step's bookkeeping runs once the answer is written, off the
+                    # path of a worker waiting for it (and before anything else can run).
+                    settle = functools.partial(self._settle_step, records)
+                    await self._respond(conn, answering, frame, self.committer.written, started, settle)
                     continue
             if not await self._serve(conn, payload, started):
                 return True
@@ -589,14 +611,29 @@ class BridgeServer:
         return encode_response_frame(ApiKey.API_VERSIONS, 0, correlation_id, response)
 
     async def _respond(
-        self, conn: Connection, request: DecodedRequest | None, outcome: Any, seq: int, started: float
+        self,
+        conn: Connection,
+        request: DecodedRequest | Answering | None,
+        outcome: Any,
+        seq: int,
+        started: float,
+        then: Callable[[], None] | None = None,
     ) -> None:
         """Answer in request order: directly when nothing is queued ahead and nothing must be
-        waited for, else through the connection's sender task."""
+        waited for, else through the connection's sender task. ``then``: work no answer waits for,
+        run right after the answer is written (or queued), before anything else runs."""
         if conn.pending == 0 and not isinstance(outcome, asyncio.Future) and self.committer.is_durable(seq):
-            conn.writer.write(self._encode(request, outcome, started))
+            frame = self._frame(request, outcome)
+            seconds = time.perf_counter() - started
+            conn.writer.write(frame)
+            # Counted once written: the metrics cost the worker waiting for this answer nothing.
+            self._observe(request, outcome, seconds)
+            if then is not None:
+                then()
             await conn.writer.drain()  # backpressure: stop reading while the client lags
             return
+        if then is not None:
+            then()
         conn.pending += 1
         if request is not None:
             conn.pending_here += 1
@@ -649,11 +686,19 @@ class BridgeServer:
 
     def _encode(self, request: DecodedRequest | Answering | None, outcome: Any, started: float) -> bytes:
         """``outcome`` is a response message, or an already framed response (``request`` None)."""
+        self._observe(request, outcome, time.perf_counter() - started)
+        return self._frame(request, outcome)
+
+    def _observe(self, request: DecodedRequest | Answering | None, outcome: Any, seconds: float) -> None:
+        """Count one answer, ``seconds`` after its request arrived."""
         if self.metrics is not None:
             # A relayed answer is not decoded: its error code is the broker's business (NONE here).
             name = RELAYED if request is None else API_NAMES.get(request.api_key) or str(request.api_key)
-            error = getattr(outcome, "error_code", _NONE)
-            self.metrics.observe_request(name, time.perf_counter() - started, error)
+            self.metrics.observe_request(name, seconds, getattr(outcome, "error_code", _NONE))
+
+    @staticmethod
+    def _frame(request: DecodedRequest | Answering | None, outcome: Any) -> bytes:
+        """The answer's bytes: ``outcome`` is a response message, or an already framed response."""
         if isinstance(outcome, Framed):
             return outcome.frame  # framed by the steady-heartbeat path
         if request is None or isinstance(outcome, bytes | bytearray):

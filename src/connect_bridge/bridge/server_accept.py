@@ -49,6 +49,9 @@ class Slot:
     wake: Callable[[], None] | None = None
     """Called when the peer is gone: a reader muted until its answers are sent must not wait for an
     answer that may never come (a parked JoinGroup) to notice that nobody is there."""
+    received: int = 0
+    """Bytes the peer has sent so far (after TLS): the server compares them with the bytes it has
+    read to know whether a next request is already buffered (``BridgeServer._read_loop``)."""
 
     def peer_gone(self) -> None:
         self.gone = True
@@ -134,11 +137,15 @@ class ConnectionSlots:
 
 
 class _Stream(asyncio.StreamReaderProtocol):
-    """asyncio's stream protocol, telling the slot when the peer is gone."""
+    """asyncio's stream protocol, telling the slot how much arrived and when the peer is gone."""
 
     def __init__(self, reader: asyncio.StreamReader, connected: Any, slot: Slot) -> None:
         super().__init__(reader, connected, loop=asyncio.get_running_loop())
         self.slot = slot
+
+    def data_received(self, data: bytes) -> None:
+        self.slot.received += len(data)
+        super().data_received(data)
 
     def eof_received(self) -> bool:
         self.slot.peer_gone()

@@ -46,16 +46,21 @@ class FrameAdmission:
         self.cluster_frames = CLUSTER_FRAMES_PROXY if options.upstream else CLUSTER_FRAMES_EMBEDDED
         """Requests refused above ``limits.max_cluster_request_bytes`` (``api_table.Limit``)."""
 
+    @staticmethod
+    def unbudgeted(size: int, *, authenticated: bool = True) -> bool:
+        """Whether a frame of ``size`` bytes is read without any budget (``read_payload`` would
+        read it at once): a caller may then read it itself, without the extra coroutine."""
+        return size <= (LARGE_FRAME if authenticated else UNAUTHENTICATED_SMALL_FRAME)
+
     async def read_payload(self, conn: Connection, size: int, *, authenticated: bool = True) -> bytes | None:
         """The frame's bytes; None (close) when it would exceed its budget (``authenticated``
         False: the connection must still authenticate, and only the unauthenticated budget applies)."""
         if authenticated:
-            small, budget, what = LARGE_FRAME, self.options.max_buffered_bytes, "large frames"
+            budget, what = self.options.max_buffered_bytes, "large frames"
         else:
-            small = UNAUTHENTICATED_SMALL_FRAME
             budget = self.options.connections.max_unauthenticated_buffered_bytes
             what = "frames before authentication (connections.max_unauthenticated_buffered_bytes)"
-        if size <= small:
+        if self.unbudgeted(size, authenticated=authenticated):
             return await conn.reader.readexactly(size)
         held = self.buffered if authenticated else self.unauthenticated_buffered
         if held + size > budget:
@@ -82,6 +87,8 @@ class FrameAdmission:
     def over_bound(self, conn: Connection, payload: bytes, size: int) -> bool:
         """A frame larger than any request of its API may be: closed on, undecoded."""
         limits = self.options.limits
+        if size <= limits.max_cluster_request_bytes and size <= self.decoder.max_frame_bytes:
+            return False  # within every bound: most frames, and no need to look at the API
         api_key = api_key_of(payload)
         if size > limits.max_cluster_request_bytes and api_key in self.cluster_frames:
             limit, what = limits.max_cluster_request_bytes, "limit %d"
