@@ -10,7 +10,8 @@ A request arriving on broker N's listener is relayed as raw bytes on a connectio
 dedicated to that client connection, so upstream order is the client's order and correlation ids
 need no remapping. Only responses that carry broker addresses (Metadata, FindCoordinator,
 DescribeCluster) are decoded and rewritten to the bridge's listeners; Produce and Fetch are capped
-below the versions that carry node endpoints, so they never need rewriting. Groups the bridge coordinates are answered locally on every listener.
+below the versions that carry node endpoints, so they never need rewriting. Groups the bridge
+coordinates are answered locally on every listener.
 """
 
 from __future__ import annotations
