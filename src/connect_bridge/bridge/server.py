@@ -302,6 +302,11 @@ class BridgeServer:
             await self.ha.drain()
         self.request_stop()
 
+    @property
+    def stopping(self) -> bool:
+        """A stop was asked for (a signal, :meth:`request_stop` or :meth:`fatal`)."""
+        return self._stopping.is_set()
+
     def request_stop(self) -> None:
         """Ask :meth:`serve_until_stopped` to stop (safe from any task on the loop)."""
         self._stopping.set()

@@ -107,6 +107,9 @@ class BrokerListeners:
         starts the ones bound before)."""
         port = self.cluster.listener_port(node_id)
         listener = await self.server.listen(port, node_id)
+        if self.server.stopping:  # bound while the bridge stops: its close has passed already
+            listener.close()
+            return listener
         self.server._listeners.append(listener)
         self.open_on[node_id] = port
         if self.serving:
