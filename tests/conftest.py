@@ -78,6 +78,7 @@ MARKS_BY_MODULE: dict[str, tuple[str, ...]] = {
     "test_ha": ("live",),
     "test_ha_java": ("live",),
     "test_partitioned_store": ("broker", "jvm"),
+    "test_three_brokers": ("broker", "jvm", "live"),
     "test_sasl_oauth": ("live",),
     "test_report_browser": ("browser",),
 }

@@ -63,6 +63,7 @@ _PASSED_AS_IS = (
     "proxy_base_port",
     "advertised_proxy_base_port",
     "upstream_start_timeout_ms",
+    "upstream_metadata_refresh_ms",
     "state_topic",
     "connections",
 )

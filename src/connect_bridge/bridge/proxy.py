@@ -1,12 +1,17 @@
 """Forward everything the bridge does not answer itself to the upstream broker that owns it.
 
 The bridge opens one listener per upstream broker on a deterministic port (``base port + node id``),
-so the addresses it hands out survive restarts. A request arriving on broker N's listener is
-relayed as raw bytes on a connection to broker N dedicated to that client connection, so upstream
-order is the client's order and correlation ids need no remapping. Only responses that carry broker
-addresses (Metadata, FindCoordinator, DescribeCluster) are decoded and rewritten to the bridge's
-listeners; Produce and Fetch are capped below the versions that carry node endpoints, so they never
-need rewriting. Groups the bridge coordinates are answered locally on every listener.
+so the addresses it hands out survive restarts. The brokers are learned from every Metadata,
+DescribeCluster and FindCoordinator response the bridge relays, and from a periodic Metadata
+request of its own: a broker added while the bridge runs gets its listener then, a broker that
+left keeps it (clients may still hold its address; a connection to it fails cleanly).
+
+A request arriving on broker N's listener is relayed as raw bytes on a connection to broker N
+dedicated to that client connection, so upstream order is the client's order and correlation ids
+need no remapping. Only responses that carry broker addresses (Metadata, FindCoordinator,
+DescribeCluster) are decoded and rewritten to the bridge's listeners; Produce and Fetch are capped
+below the versions that carry node endpoints, so they never need rewriting. Groups the bridge
+coordinates are answered locally on every listener.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import logging
 import re
 import ssl as ssl_module
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -106,23 +111,80 @@ class UpstreamCluster:
         """The port clients are told for broker N's listener."""
         return self.advertised_base + node_id
 
+    on_new_broker: Callable[[int], None] = lambda node_id: None
+    """Called with the node id of a broker seen for the first time after ``discover`` (the
+    server opens its listener); never called for a broker already known."""
+
+    def learn(self, found: Iterable[Broker]) -> list[int]:
+        """Record the brokers a response names; returns the node ids seen for the first time.
+
+        A broker is never forgotten: one that left the cluster (or is down) keeps its entry, and
+        its listener, so a client that cached its address reaches the bridge and gets a clean
+        connection failure rather than a refused port. A broker that moved (same node id, another
+        host or port) is relayed to its new address on the next connection to its listener."""
+        new: list[int] = []
+        for broker in found:
+            known = self.brokers.get(broker.node_id)
+            if known == broker:
+                continue
+            self.brokers[broker.node_id] = broker
+            if known is None:
+                new.append(broker.node_id)
+                log.info("upstream broker %d is at %s:%d", broker.node_id, broker.host, broker.port)
+            else:
+                log.info(
+                    "upstream broker %d moved from %s:%d to %s:%d",
+                    broker.node_id,
+                    known.host,
+                    known.port,
+                    broker.host,
+                    broker.port,
+                )
+        for node_id in new:
+            self.on_new_broker(node_id)
+        return new
+
     async def discover(self) -> None:
         """Metadata and ApiVersions from the first reachable bootstrap broker."""
+        await self._ask(self.bootstrap, versions=True)
+
+    async def refresh(self, timeout_s: float) -> list[int]:
+        """Metadata from the first reachable broker, known ones first and then the bootstrap
+        addresses: the node ids seen for the first time. Raises OSError (or a timeout) when none
+        answers within ``timeout_s`` each."""
+        known = [(b.host, b.port) for _, b in sorted(self.brokers.items())]
+        addresses = known + [a for a in self.bootstrap if a not in known]
+        before = set(self.brokers)
+        await asyncio.wait_for(
+            self._ask(addresses, versions=False, timeout_s=timeout_s), timeout_s * len(addresses)
+        )
+        return sorted(set(self.brokers) - before)
+
+    async def _ask(
+        self, addresses: list[tuple[str, int]], *, versions: bool, timeout_s: float = 10.0
+    ) -> None:
+        """The cluster's brokers (and with ``versions`` its ApiVersions) from the first address
+        that answers; the last address's error when none does."""
         last: Exception | None = None
-        for host, port in self.bootstrap:
+        for host, port in addresses:
             try:
                 conn = await KafkaConnection.connect(
-                    host, port, client_id="connect-bridge", ssl=self.ssl, sasl=self.sasl
+                    host, port, client_id="connect-bridge", ssl=self.ssl, sasl=self.sasl, timeout=timeout_s
                 )
             except OSError as exc:
                 last = tls_failure(exc, host, port) if self.ssl is not None else exc
                 continue
             try:
-                versions = await conn.request(ApiVersionsRequest(), 0)
-                self.api_versions = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
-                meta = await conn.request(MetadataRequest(topics=[]), 1)
-                self.brokers = {b.node_id: Broker(b.node_id, b.host, b.port) for b in meta.brokers}
+                if versions:
+                    answer = await conn.request(ApiVersionsRequest(), 0, timeout=timeout_s)
+                    self.api_versions = {k.api_key: (k.min_version, k.max_version) for k in answer.api_keys}
+                meta = await conn.request(MetadataRequest(topics=[]), 1, timeout=timeout_s)
+                self.learn(Broker(b.node_id, b.host, b.port) for b in meta.brokers)
                 return
+            except OSError as exc:  # a timeout too
+                if versions:
+                    raise
+                last = exc
             finally:
                 await conn.close()
         if last is not None:  # the last broker's own error ("Connection refused"): the caller names them
@@ -169,11 +231,14 @@ class UpstreamCluster:
         entry.host, entry.port = self.advertised_host, self.advertised_port(node_id)
 
     def rewrite_metadata(self, response: Any, version: int) -> None:
-        """Every broker becomes the bridge's listener for it, so clients keep talking through it."""
+        """Every broker becomes the bridge's listener for it, so clients keep talking through it
+        (a broker not seen before is learned first: ``learn``)."""
+        self.learn(Broker(b.node_id, b.host, b.port) for b in response.brokers)
         for b in response.brokers:
             self._point_at_listener(b, b.node_id)
 
     def rewrite_describe_cluster(self, response: Any, version: int) -> None:
+        self.learn(Broker(b.broker_id, b.host, b.port) for b in response.brokers)
         for b in response.brokers:
             self._point_at_listener(b, b.broker_id)
 
@@ -186,6 +251,8 @@ class UpstreamCluster:
         for c, key in zip(found, (c.key for c in found) if version >= 4 else (keys or [None]), strict=True):
             if c.error_code != ErrorCode.NONE:
                 continue
+            if c.node_id not in self.brokers and c.node_id >= 0:
+                self.learn([Broker(c.node_id, c.host, c.port)])
             owner = self.owner_of(key) if key is not None else None
             if owner is OWNER_UNKNOWN:
                 c.error_code, c.node_id, c.host, c.port = int(ErrorCode.COORDINATOR_NOT_AVAILABLE), -1, "", -1

@@ -51,7 +51,13 @@ from connect_bridge.bridge.server_connection import (
 from connect_bridge.bridge.server_frames import FrameAdmission
 from connect_bridge.bridge.server_ha import HighAvailability, high_availability, membership_factory
 from connect_bridge.bridge.server_options import ServerOptions
-from connect_bridge.bridge.server_proxy import LISTEN_BUFFER, forward_observed, forward_upstream, start_proxy
+from connect_bridge.bridge.server_proxy import (
+    LISTEN_BUFFER,
+    BrokerListeners,
+    forward_observed,
+    forward_upstream,
+    start_proxy,
+)
 from connect_bridge.bridge.server_relay import Relay
 from connect_bridge.bridge.server_sasl import Admission, SaslGate
 from connect_bridge.bridge.startup import bind_error
@@ -126,6 +132,8 @@ class BridgeServer:
         """``sasl.mode`` passthrough or terminated: authenticates every connection (server_sasl.py)."""
         self._listeners: list[Listener] = []
         self._bootstrap_node = 0
+        self.broker_listeners: BrokerListeners | None = None
+        """Proxy mode: the relay listener of every upstream broker, opened as brokers appear."""
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -151,6 +159,10 @@ class BridgeServer:
         # connection accepted meanwhile would meet a server without its request handlers.
         for server in [self._server, *self._listeners]:
             await server.start_serving()
+        if self.broker_listeners is not None:
+            self.broker_listeners.start_serving()
+            refresh_s = self.options.upstream_metadata_refresh_ms / 1000
+            self._tasks.append(self.supervise(self.broker_listeners.watch(refresh_s), "the upstream refresh"))
         log.info("listening on %s:%d (advertised %s:%d)", self.options.host, self.port, *advertised)
 
     async def _bind(self) -> Listener:
@@ -289,6 +301,11 @@ class BridgeServer:
         if self.ha is not None:
             await self.ha.drain()
         self.request_stop()
+
+    @property
+    def stopping(self) -> bool:
+        """A stop was asked for (a signal, :meth:`request_stop` or :meth:`fatal`)."""
+        return self._stopping.is_set()
 
     def request_stop(self) -> None:
         """Ask :meth:`serve_until_stopped` to stop (safe from any task on the loop)."""

@@ -51,6 +51,9 @@ class ServerOptions:
     heartbeat_cache_bytes: int = 16 * 1024 * 1024
     upstream_start_timeout_ms: int = 60_000
     """How long ``start`` retries an unreachable upstream cluster before giving up."""
+    upstream_metadata_refresh_ms: int = 30_000
+    """How often the bridge reads the upstream cluster's brokers itself, to open the listener of a
+    broker that joined (relayed Metadata responses also reveal one at once)."""
     connections: ConnectionSettings = field(default_factory=ConnectionSettings)
     """What a client may hold before it authenticated (``connections:``, docs/security.md)."""
     tls: ReloadingServerContext | None = None

@@ -1,4 +1,5 @@
-"""Proxy mode's start: the relay in front of the upstream cluster and one listener per broker.
+"""Proxy mode's start: the relay in front of the upstream cluster and one listener per broker,
+and the listeners of brokers that join the cluster while the bridge runs (:class:`BrokerListeners`).
 
 Apart from ``server.py`` (which calls :func:`start_proxy` from ``BridgeServer.start``) so the
 server module keeps to connections and the coordinator loop.
@@ -6,12 +7,14 @@ server module keeps to connections and the coordinator loop.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
 from connect_bridge.bridge import server_hooks
 from connect_bridge.bridge.adoption_upstream import UpstreamGroups
 from connect_bridge.bridge.proxy import UpstreamCluster, group_matcher
+from connect_bridge.bridge.server_accept import Listener
 from connect_bridge.bridge.server_adoption import Adoption
 from connect_bridge.bridge.server_relay import UNREACHABLE, Relay
 from connect_bridge.bridge.startup import address, bind_error, retry_until
@@ -63,20 +66,113 @@ async def start_proxy(server: Any, advertised_host: str) -> int:
     await retry_until(
         cluster.discover, f"upstream {upstream}", server.options.upstream_start_timeout_ms / 1000
     )
+    listeners = BrokerListeners(server, cluster)
     for node_id in sorted(cluster.brokers):
-        port = cluster.listener_port(node_id)
         try:
-            listener = await server.listen(port, node_id)
+            await listeners.open(node_id)
         except OSError as exc:
-            fix = "proxy_base_port (upstream broker N is proxied on proxy_base_port + N)"
-            raise bind_error(
-                f"listen for upstream broker {node_id}", server.options.host, port, exc, fix
-            ) from None
-        server._listeners.append(listener)
+            raise listeners.bind_error(node_id, exc) from None
     server._bootstrap_node = min(cluster.brokers)
     ports = [cluster.listener_port(n) for n in sorted(cluster.brokers)]
     log.info("proxying %d upstream brokers on ports %s", len(cluster.brokers), ports)
+    cluster.on_new_broker = listeners.learned
+    relay.listeners_ready = listeners.ready
+    server.broker_listeners = listeners
     return server._bootstrap_node
+
+
+class BrokerListeners:
+    """The relay listeners, one per upstream broker the bridge knows, on ``base + node id``.
+
+    The brokers present at start get theirs before the bridge accepts anything. A broker learned
+    later (from a relayed Metadata, DescribeCluster or FindCoordinator response, or from
+    :meth:`watch`'s periodic Metadata request) gets its listener at once, in a task: the response
+    that named it waits for that bind (:meth:`ready`), so the address a client reads accepts
+    connections, while every other response goes on. A listener is never closed while the bridge
+    runs: a broker that left keeps its listener, and a connection to it fails like one to a dead
+    broker (the client reconnects elsewhere after its next Metadata)."""
+
+    def __init__(self, server: Any, cluster: UpstreamCluster) -> None:
+        self.server = server
+        self.cluster = cluster
+        self.open_on: dict[int, int] = {}
+        """Node id -> port of every listener open (or bound and about to accept)."""
+        self.opening: dict[int, asyncio.Task[None]] = {}
+        """Listeners being opened for brokers learned while serving."""
+        self.serving = False
+        """Set once the bridge accepts connections: listeners opened later start accepting at once."""
+
+    async def open(self, node_id: int) -> Listener:
+        """Bind broker ``node_id``'s listener (accepting only once the bridge serves: ``start``
+        starts the ones bound before)."""
+        port = self.cluster.listener_port(node_id)
+        listener = await self.server.listen(port, node_id)
+        if self.server.stopping:  # bound while the bridge stops: its close has passed already
+            listener.close()
+            return listener
+        self.server._listeners.append(listener)
+        self.open_on[node_id] = port
+        if self.serving:
+            await listener.start_serving()
+        return listener
+
+    def bind_error(self, node_id: int, exc: OSError) -> Exception:
+        fix = "proxy_base_port (upstream broker N is proxied on proxy_base_port + N)"
+        port = self.cluster.listener_port(node_id)
+        return bind_error(f"listen for upstream broker {node_id}", self.server.options.host, port, exc, fix)
+
+    def learned(self, node_id: int) -> None:
+        """A broker seen for the first time: open its listener in a task (the caller, a relayed
+        response being rewritten, must not wait for the bind; :meth:`ready` lets it)."""
+        if not self.serving or node_id in self.open_on or node_id in self.opening:
+            return  # before serving, start() binds every known broker itself
+        task = asyncio.get_running_loop().create_task(self._open_new(node_id), name=f"listener {node_id}")
+        self.opening[node_id] = task
+        task.add_done_callback(lambda _: self.opening.pop(node_id, None))
+
+    async def _open_new(self, node_id: int) -> None:
+        try:
+            await self.open(node_id)
+        except OSError as exc:  # logged; the next refresh tries again
+            log.error("%s; tried again at the next upstream refresh", self.bind_error(node_id, exc))
+            return
+        log.info(
+            "new upstream broker %d: relaying it on port %d (advertised %s:%d)",
+            node_id,
+            self.open_on[node_id],
+            self.cluster.advertised_host,
+            self.cluster.advertised_port(node_id),
+        )
+
+    async def ready(self) -> None:
+        """Wait until the listeners being opened are open (or failed to bind)."""
+        if self.opening:
+            await asyncio.wait(list(self.opening.values()))
+
+    def start_serving(self) -> None:
+        """The bridge accepts connections now: later listeners accept as soon as they are bound."""
+        self.serving = True
+
+    async def watch(self, interval_s: float) -> None:
+        """Every ``interval_s``: ask the cluster for its brokers (``UpstreamCluster.refresh``) and
+        open a listener for every known broker without one (a bind that failed is tried again).
+        A cluster that does not answer is logged once per outage; the relay itself is unaffected."""
+        unreachable = False
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self.cluster.refresh(timeout_s=min(interval_s, 10.0))
+            except OSError as exc:
+                if not unreachable:
+                    log.warning("upstream metadata refresh failed (brokers not re-read): %s", exc)
+                unreachable = True
+            else:
+                if unreachable:
+                    log.info("upstream metadata refresh answered again")
+                unreachable = False
+            for node_id in sorted(self.cluster.brokers):
+                self.learned(node_id)
+            await self.ready()
 
 
 async def forward_upstream(server: Any, conn: Any, payload: bytes, api_key: int, started: float) -> bool:
@@ -114,4 +210,4 @@ async def forward_observed(server: Any, conn: Any, payload: bytes, decoded: Any,
     return True
 
 
-__all__ = ["LISTEN_BUFFER", "forward_observed", "forward_upstream", "start_proxy"]
+__all__ = ["LISTEN_BUFFER", "BrokerListeners", "forward_observed", "forward_upstream", "start_proxy"]

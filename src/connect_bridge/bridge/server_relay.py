@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections.abc import Callable, Container
+from collections.abc import Awaitable, Callable, Container
 from typing import Any
 
 from connect_bridge.bridge.api_table import ACKS_ONLY, CREATES_GROUP, PROXY_ROUTES, REWRITTEN, SPLIT, Route
@@ -55,9 +55,12 @@ class Relay:
         group ran out, e.g. it was paused): requests read now may have waited in its buffers
         since before another bridge took its groups over, so they are dropped with their
         connection instead of reaching the brokers late."""
-        self.gave_up: Callable[[str], bool] = lambda group_id: False
         self.clients: RelayedClients | None = None
         """Counts relayed requests per client kind (task data or not); None: not counted."""
+        self.listeners_ready: Callable[[], Awaitable[None]] | None = None
+        """Waits for the listeners of brokers a rewritten response just named for the first time
+        (``BrokerListeners.ready``), so the client reads an address that accepts connections."""
+        self.gave_up: Callable[[str], bool] = lambda group_id: False
         """Several bridges: a group this bridge coordinated and gave up to another bridge; its
         requests are answered here (NOT_COORDINATOR), never relayed to the upstream cluster."""
 
@@ -140,7 +143,10 @@ class Relay:
         keys: list[str] | None = None,
     ) -> bytes:
         frame = await upstream  # framed (size prefix included)
-        return self.cluster.rewrite(api_key, version, correlation, bytes(memoryview(frame)[4:]), keys)
+        rewritten = self.cluster.rewrite(api_key, version, correlation, bytes(memoryview(frame)[4:]), keys)
+        if self.listeners_ready is not None:
+            await self.listeners_ready()  # a broker it names for the first time: its listener is bound
+        return rewritten
 
     async def _forward_split(self, conn: Connection, split: SplitRequest) -> Any:
         """Answer a request partly here and partly upstream, merged (``UpstreamCluster.split``)."""

@@ -212,6 +212,9 @@ class BridgeSettings(_Strict):
     upstream_start_timeout_ms: int = Field(60000, gt=0)
     """With ``upstream``: how long ``serve`` retries an unreachable cluster at start (backoff 1 s
     doubling to 10 s) before it gives up with one line; brokers and bridge often start together."""
+    upstream_metadata_refresh_ms: int = Field(30000, gt=0)
+    """With ``upstream``: how often the bridge asks the cluster for its brokers, to open the relay
+    listener of a broker that joined (a relayed Metadata response naming one opens it at once)."""
     proxy_base_port: int | None = Field(None, ge=1, le=MAX_PORT)
     """With ``upstream``: the listener of upstream broker N is on this port + N (default: listen port + 1)."""
     advertised_proxy_base_port: int | None = Field(None, ge=1, le=MAX_PORT)
@@ -616,6 +619,8 @@ connections:
 upstream: []
 # With upstream: how long serve retries an unreachable cluster at start before it gives up.
 upstream_start_timeout_ms: 60000
+# With upstream: how often the bridge reads the cluster's brokers (a new broker gets its listener).
+upstream_metadata_refresh_ms: 30000
 """
 
 
