@@ -531,3 +531,25 @@ def test_no_cooperative_partition_or_lost_answer_outlasts_the_hold() -> None:
                     timing.scheduled_rebalance_max_delay_ms >= join_wait
                 ), (seed, step)
     assert long_requests >= 100
+
+
+def test_a_leave_group_of_a_relayed_group_reaches_the_upstream_coordinator() -> None:
+    """While the upstream coordinates the group (relaying, or released after a hand-back) the server
+    relays every request of it, a LeaveGroup too (``server_adoption``). The simulator sent a stopping
+    worker's LeaveGroup to the bridge's own coordinator whatever the phase, so upstream kept the
+    member until its session ended and its Connect leader dealt it work meanwhile: drill
+    97000291092902 (a task 35.1 s unowned against 30 s after a hand-back) and 97000291088295
+    (a graceful stop taken for a crash, unbalanced at the end)."""
+    scenario = load_scenario(
+        {"name": "t", "seed": 5, "timing": TIMING, "upstream": True, "connectors": {"a": 2},
+         "steps": [{"at_ms": 0, "action": "start", "worker": "w1", "protocol": "compatible"},
+                   {"at_ms": 0, "action": "start", "worker": "w2", "protocol": "compatible"},
+                   {"at_ms": 20_000, "action": "stop", "worker": "w2"}],
+         "end_ms": 20_100}
+    )
+    drill = SimulatedDrill(scenario)
+    drill.run()
+    assert drill.phase() is OwnershipState.RELAYING
+    assert drill.upstream is not None
+    upstream_group = drill.upstream.groups[scenario.group]
+    assert len(upstream_group.members) == 1, upstream_group.members  # type: ignore[union-attr]

@@ -299,12 +299,23 @@ class SimulatedBridge:
 
     # ------------------------------------------------------------------ the network
     def _send_one_way(self, at: int, method: str, request: Any) -> None:
-        """A request nobody awaits an answer to (a LeaveGroup): applied if the bridge is up at ``at``."""
+        """A request nobody awaits an answer to (a LeaveGroup): applied if the bridge is up at ``at``.
+
+        Routed as every other request is when it arrives: while the upstream coordinates the group
+        (relaying, released) the bridge relays it there, as ``server_adoption`` does. (Until fleet
+        97000000's drill 97000291092902 it always went to the bridge's own coordinator, so a worker
+        stopped after a hand-back stayed an upstream member until its session ran out and the
+        upstream leader dealt it work meanwhile.)"""
 
         def arrive(t: int) -> None:
-            if self.bridge_up:
-                getattr(self.coordinator, method)(request, t)
-                self._after_coordinator(t)
+            if not self.bridge_up:
+                return
+            upstream_coordinates = self.phase() in (OwnershipState.RELAYING, OwnershipState.RELEASED)
+            if self.upstream is not None and upstream_coordinates:
+                self._relay(method, request, t, None)
+                return
+            getattr(self.coordinator, method)(request, t)
+            self._after_coordinator(t)
 
         self.at(at, arrive)
 
