@@ -190,8 +190,11 @@ def start_kafka_broker(
     timeout_s: float = BROKER_START_TIMEOUT_S,
     heap: str = HEAP,
     overrides: dict[str, Any] | None = None,
+    fast_start: bool = True,
 ) -> KafkaBroker:
     """Format storage in ``workdir`` and start a broker on free ports; wait until it is usable.
+    ``fast_start``: the JVM's C1 compiler only (``kafka_processes.FAST_START``; benchmarks that
+    measure the broker turn it off).
 
     Raises ``KafkaStartError`` (with the log tail) when it exits or is not ready in time; ports
     taken between picking and binding are retried with others."""
@@ -205,7 +208,9 @@ def start_kafka_broker(
         config = write_properties(attempt_dir / "server.properties", props)
         cluster_id = format_storage(config, attempt_dir)
         log_path = attempt_dir / "broker.log"
-        process, log_file = spawn(jvm_command("kafka.Kafka", str(config), heap=heap), log_path, attempt_dir)
+        process, log_file = spawn(
+            jvm_command("kafka.Kafka", str(config), heap=heap, fast_start=fast_start), log_path, attempt_dir
+        )
         broker = KafkaBroker(
             process,
             log_path,

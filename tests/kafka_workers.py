@@ -337,9 +337,12 @@ ADDON_MAIN = "io.connectbridge.connect.BridgeConnectDistributed"
 ``group.protocol`` unset or ``classic``, a ConnectGroupHeartbeat member with ``connect``."""
 
 
-def spawn_worker(wdir: Path, props: dict[str, Any], heap: str, **fields: Any) -> ConnectWorker:
+def spawn_worker(
+    wdir: Path, props: dict[str, Any], heap: str, fast_start: bool = True, **fields: Any
+) -> ConnectWorker:
     """Run ``ConnectDistributed`` on ``props`` (written to ``wdir/worker.properties``), its output
-    appended to ``wdir/worker.log``; ``fields`` name the worker (``ConnectWorker``'s fields).
+    appended to ``wdir/worker.log``; ``fields`` name the worker (``ConnectWorker``'s fields);
+    ``fast_start``: ``kafka_processes.FAST_START``.
 
     When ``props`` has ``group.protocol``, the worker runs through the add-on's launcher
     (:data:`ADDON_MAIN`, the jar before Kafka's on the classpath), built first if needed."""
@@ -347,9 +350,17 @@ def spawn_worker(wdir: Path, props: dict[str, Any], heap: str, **fields: Any) ->
     log_path = wdir / "worker.log"
     log_offset = log_path.stat().st_size if log_path.exists() else 0
     if "group.protocol" in props:
-        command = jvm_command(ADDON_MAIN, str(config), heap=heap, classpath_prefix=str(ensure_addon_jar()))
+        command = jvm_command(
+            ADDON_MAIN,
+            str(config),
+            heap=heap,
+            classpath_prefix=str(ensure_addon_jar()),
+            fast_start=fast_start,
+        )
     else:
-        command = jvm_command("org.apache.kafka.connect.cli.ConnectDistributed", str(config), heap=heap)
+        command = jvm_command(
+            "org.apache.kafka.connect.cli.ConnectDistributed", str(config), heap=heap, fast_start=fast_start
+        )
     process, log_file = spawn(command, log_path, wdir)
     return ConnectWorker(
         process,
@@ -378,8 +389,10 @@ def start_connect_worker(
     timeout_s: float = WORKER_START_TIMEOUT_S,
     heap: str = HEAP,
     group_protocol: str | None = None,
+    fast_start: bool = True,
 ) -> ConnectWorker:
     """Start a distributed Connect worker and wait until it joined its group.
+    ``fast_start``: the JVM's C1 compiler only (``kafka_processes.FAST_START``; benchmarks turn it off).
 
     ``group_protocol`` (``classic`` or ``connect``) runs the worker through the connect-bridge-worker
     add-on's launcher with that ``group.protocol``; None runs stock ``ConnectDistributed``.
@@ -414,6 +427,7 @@ def start_connect_worker(
             wdir,
             props,
             heap,
+            fast_start,
             name=worker_name,
             rest_port=port,
             bootstrap=bootstrap,
