@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jvm_cds
 from addon_jar import ensure_addon_jar
 from kafka_processes import (
     HEAP,
@@ -88,7 +89,14 @@ class ConnectWorker(KafkaProcess):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(self.process.pid, signal.SIGQUIT)
                 time.sleep(THREAD_DUMP_WAIT_S)
-        return super().stop(0.1)
+        code = super().stop(0.1)
+        jvm_cds.settle()
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL (a crash). Idempotent."""
+        super().kill()
+        jvm_cds.settle()
 
     def log_tail(self, lines: int = 60) -> str:
         """The last ``lines`` lines the runtime wrote, without the test connector's JSON output
@@ -349,19 +357,19 @@ def spawn_worker(
     config = write_properties(wdir / "worker.properties", props)
     log_path = wdir / "worker.log"
     log_offset = log_path.stat().st_size if log_path.exists() else 0
-    if "group.protocol" in props:
-        command = jvm_command(
-            ADDON_MAIN,
-            str(config),
-            heap=heap,
-            classpath_prefix=str(ensure_addon_jar()),
-            fast_start=fast_start,
-        )
-    else:
-        command = jvm_command(
-            "org.apache.kafka.connect.cli.ConnectDistributed", str(config), heap=heap, fast_start=fast_start
-        )
-    process, log_file = spawn(command, log_path, wdir)
+    main = ADDON_MAIN if "group.protocol" in props else "org.apache.kafka.connect.cli.ConnectDistributed"
+    prefix = str(ensure_addon_jar()) if main == ADDON_MAIN else None
+    command = jvm_command(main, str(config), heap=heap, classpath_prefix=prefix, fast_start=fast_start)
+    recording = None
+    if fast_start:  # class-data sharing (tests/jvm_cds.py), with the C1 compiler of a fast start
+        shared, recording = jvm_cds.cds_options(command[0], main, command[command.index("-cp") + 1])
+        command[1:1] = shared
+    try:
+        process, log_file = spawn(command, log_path, wdir)
+    except BaseException:
+        jvm_cds.attach(recording, None)
+        raise
+    jvm_cds.attach(recording, process)
     return ConnectWorker(
         process,
         log_path,
