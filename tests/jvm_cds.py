@@ -4,14 +4,14 @@ the CPU (measured on two shared cores, C1 only: 5.0 -> 3.3 s wall, 3.7 -> 2.2 CP
 
 Nothing is prepared ahead. The first worker started for a (java, main class, classpath) with no
 archive yet records one as it exits (``-XX:ArchiveClassesAtExit``: a graceful stop dumps the classes
-it loaded, a few seconds more at exit; a ``kill -9`` dumps nothing and the next start tries again).
+it loaded, about 10 s more at exit; a ``kill -9`` dumps nothing and the next start tries again).
 Once that process is gone, the archive is renamed into place, and every later start of the same
 command uses it (``-XX:SharedArchiveFile``). Archives live in ``~/.cache/connect-bridge/cds/``,
 named by a digest of the java binary, the main class and every classpath entry with its size and
 modification time, so a rebuilt jar or another JDK makes a new one (the JVM would refuse a stale
-one anyway and start without it: ``-Xshare:auto``). One process at a time records an archive (a
-file lock, released when it is done or its holder is gone). The JVM's own ``cds`` log lines are
-off, so worker logs read as before.
+one anyway and start without it: ``-Xshare:auto``); the :data:`KEEP` most recently used stay. One
+process at a time records an archive (a file lock, released when it is done or its holder is
+gone). The JVM's own ``cds`` log lines are off, so worker logs read as before.
 """
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ __all__ = ["Recording", "cds_options", "settle"]
 
 QUIET = "-Xlog:cds=off,cds+dynamic=off"
 """The JVM's CDS warnings (classes it cannot archive) stay out of the worker's log."""
+KEEP = 4
+"""Archives kept in the cache (about 50 MB each), the most recently used: a rebuilt add-on jar or
+another JDK makes a new one, the old ones would only take space."""
 
 
 def _cache_root() -> Path:
@@ -75,11 +78,22 @@ def settle() -> None:
             with contextlib.suppress(OSError):
                 if rec.partial.is_file() and rec.partial.stat().st_size > 0:
                     rec.partial.replace(rec.final)
+                    _prune(rec.final.parent)
                 else:
                     rec.partial.unlink(missing_ok=True)
             with contextlib.suppress(OSError):
                 fcntl.flock(rec.lock, fcntl.LOCK_UN)
                 rec.lock.close()
+
+
+def _prune(root: Path) -> None:
+    """Keep the :data:`KEEP` most recently used archives (a JVM using one maps it: removing the
+    name does not disturb it)."""
+    archives = sorted(root.glob("*.jsa"), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in archives[KEEP:]:
+        with contextlib.suppress(OSError):
+            old.unlink()
+            old.with_suffix(".lock").unlink(missing_ok=True)
 
 
 def cds_options(java: str, main_class: str, classpath: str) -> tuple[list[str], Recording | None]:
@@ -91,6 +105,8 @@ def cds_options(java: str, main_class: str, classpath: str) -> tuple[list[str], 
     key = archive_key(java, main_class, classpath)
     final = root / f"{key}.jsa"
     if final.is_file():
+        with contextlib.suppress(OSError):
+            os.utime(final)  # used: kept by _prune
         return [f"-XX:SharedArchiveFile={final}", "-Xshare:auto", QUIET], None
     with contextlib.suppress(OSError):
         root.mkdir(parents=True, exist_ok=True)
