@@ -558,7 +558,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     started = time.monotonic()
     out: dict[str, Any] = {"quick": args.quick, "session_timeout_s": args.session_ms / 1000}
     with tempfile.TemporaryDirectory() as tmp:
-        broker = start_kafka_broker(Path(tmp) / "kafka", heap="1g")
+        broker = start_kafka_broker(Path(tmp) / "kafka", heap="1g", fast_start=False)
         try:
             suffix = uuid.uuid4().hex[:8]
             out["state_writes"] = state_writes(broker.bootstrap, per_round, rounds, suffix)

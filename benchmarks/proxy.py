@@ -353,7 +353,7 @@ def kafka_main(quick: bool, records: int | None, event_loop: str = "auto") -> No
     started = time.monotonic()
     runs: dict[str, list[dict[str, Any]]] = {"direct": [], "bridge": []}
     with tempfile.TemporaryDirectory() as tmp:
-        broker = start_kafka_broker(Path(tmp) / "kafka", heap="1g")
+        broker = start_kafka_broker(Path(tmp) / "kafka", heap="1g", fast_start=False)
         bridge = None
         try:
             bridge = start_bridge_process(

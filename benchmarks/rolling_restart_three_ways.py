@@ -147,7 +147,7 @@ def one_way(way: str, broker: KafkaBroker, workdir: Path, tasks: int, delay_ms: 
         return started
 
     def worker(**kwargs: Any) -> ConnectWorker:
-        return start_connect_worker(workdir / "connect", **kwargs)
+        return start_connect_worker(workdir / "connect", fast_start=False, **kwargs)
 
     proxy: Callable[..., BridgeProcess] | None = bridge if through_bridge else None
     began = time.monotonic()
@@ -230,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     }
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) if args.keep is None else args.keep
-        broker = start_kafka_broker(root / "kafka", heap="1g")
+        broker = start_kafka_broker(root / "kafka", heap="1g", fast_start=False)
         try:
             for way in chosen:
                 out["ways"][way] = figures = one_way(way, broker, root / way, args.tasks, args.delay_ms)

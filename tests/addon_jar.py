@@ -7,7 +7,8 @@ the build here too) and keeps the jar in
 any change builds again, no change costs nothing. A file lock keeps two processes from building
 at once. Standard library only.
 
-    python tests/addon_jar.py     # build if needed, print the jar's path
+    python tests/addon_jar.py            # build if needed, print the jar's path
+    python tests/addon_jar.py --rebuild  # build (JUnit tests included) even if cached: .ci/run
 """
 
 from __future__ import annotations
@@ -59,14 +60,16 @@ def _cache_root() -> Path:
     return Path.home() / ".cache" / "connect-bridge" / "addon"
 
 
-def ensure_addon_jar(*, quiet: bool = True) -> Path:
-    """The add-on jar for the current sources, built first (under the lock) when not cached."""
+def ensure_addon_jar(*, quiet: bool = True, rebuild: bool = False) -> Path:
+    """The add-on jar for the current sources, built first (under the lock) when not cached, or
+    always with ``rebuild`` (``.ci/run``: its JUnit tests run on every CI run, and the jvm tests
+    then find the jar it built instead of building it a second time)."""
     digest = addon_digest()
     jar = _cache_root() / digest[:16] / JAR_NAME
-    if jar.is_file():
+    if jar.is_file() and not rebuild:
         return jar
     with _build_lock(_cache_root() / "build.lock"):
-        if jar.is_file():
+        if jar.is_file() and not rebuild:
             return jar
         _build(jar, quiet=quiet)
     return jar
@@ -111,7 +114,7 @@ def _build(jar: Path, *, quiet: bool) -> None:
 
 if __name__ == "__main__":
     try:
-        print(ensure_addon_jar())
+        print(ensure_addon_jar(rebuild="--rebuild" in sys.argv[1:]))
     except KafkaJarsError as exc:
         print(f"addon_jar: {exc}", file=sys.stderr)
         sys.exit(1)

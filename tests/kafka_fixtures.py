@@ -190,8 +190,11 @@ def start_kafka_broker(
     timeout_s: float = BROKER_START_TIMEOUT_S,
     heap: str = HEAP,
     overrides: dict[str, Any] | None = None,
+    fast_start: bool = True,
 ) -> KafkaBroker:
     """Format storage in ``workdir`` and start a broker on free ports; wait until it is usable.
+    ``fast_start``: the JVM's C1 compiler only (``kafka_processes.FAST_START``; benchmarks that
+    measure the broker turn it off).
 
     Raises ``KafkaStartError`` (with the log tail) when it exits or is not ready in time; ports
     taken between picking and binding are retried with others."""
@@ -205,7 +208,9 @@ def start_kafka_broker(
         config = write_properties(attempt_dir / "server.properties", props)
         cluster_id = format_storage(config, attempt_dir)
         log_path = attempt_dir / "broker.log"
-        process, log_file = spawn(jvm_command("kafka.Kafka", str(config), heap=heap), log_path, attempt_dir)
+        process, log_file = spawn(
+            jvm_command("kafka.Kafka", str(config), heap=heap, fast_start=fast_start), log_path, attempt_dir
+        )
         broker = KafkaBroker(
             process,
             log_path,
@@ -346,12 +351,15 @@ def start_bridge(
     settings: dict[str, Any] | None = None,
     timeout_s: float = 30.0,
     metrics_listen: str = "off",
+    classic_initial_rebalance_delay_ms: int | None = None,
 ) -> BridgeProcess:
     """``connect-bridge serve --upstream UPSTREAM --listen 127.0.0.1:0 --metrics-listen off
     --state-dir WORKDIR/state`` with a ``bridge.yaml`` giving ``proxy_base_port`` (a free port
     minus the broker's node id), the scheduled rebalance delay of the test workers and, with
     ``config_topic``, the config view from that topic (``settings`` adds or replaces top-level keys;
-    ``metrics_listen`` HOST:PORT serves /metrics). Returns once it prints where it listens."""
+    ``metrics_listen`` HOST:PORT serves /metrics; ``classic_initial_rebalance_delay_ms``, when not
+    None, the coordinator's delay of a classic group's first rebalance). Returns once it prints
+    where it listens."""
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     [proxy_port] = free_ports(1)
@@ -359,6 +367,8 @@ def start_bridge(
         "proxy_base_port": proxy_port - BROKER_NODE_ID,
         "coordinator": {"scheduled_rebalance_max_delay_ms": scheduled_rebalance_max_delay_ms},
     }
+    if classic_initial_rebalance_delay_ms is not None:
+        doc["coordinator"]["classic_initial_rebalance_delay_ms"] = classic_initial_rebalance_delay_ms
     if config_topic is not None:
         doc["config_view"] = {"topic": config_topic, **({"group": group} if group else {})}
     doc |= settings or {}
@@ -403,10 +413,16 @@ def _readline(process: subprocess.Popen[str], timeout_s: float) -> str:
 @pytest.fixture
 def bridge_proxy(tmp_path: Path) -> Iterator[Callable[..., BridgeProcess]]:
     """Factory: ``bridge_proxy(upstream, config_topic=..., group=...)`` starts ``connect-bridge
-    serve --upstream`` (``start_bridge``'s keywords); each one is stopped at teardown."""
-    start = lambda count, upstream, **kwargs: start_bridge(  # noqa: E731
-        upstream, tmp_path / f"bridge-{count}", **kwargs
-    )
+    serve --upstream`` (``start_bridge``'s keywords); each one is stopped at teardown.
+
+    Its classic groups start their first rebalance at once (``classic_initial_rebalance_delay_ms``
+    0 unless given), as the ``kafka_broker`` fixture's (``group.initial.rebalance.delay.ms=0``):
+    a drill's first worker does not wait the product default's 3 s to join."""
+
+    def start(count: int, upstream: str, **kwargs: Any) -> BridgeProcess:
+        kwargs.setdefault("classic_initial_rebalance_delay_ms", 0)
+        return start_bridge(upstream, tmp_path / f"bridge-{count}", **kwargs)
+
     yield from _started_each(start, "connect-bridge")
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jvm_cds
 from addon_jar import ensure_addon_jar
 from kafka_processes import (
     HEAP,
@@ -88,7 +89,14 @@ class ConnectWorker(KafkaProcess):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(self.process.pid, signal.SIGQUIT)
                 time.sleep(THREAD_DUMP_WAIT_S)
-        return super().stop(0.1)
+        code = super().stop(0.1)
+        jvm_cds.settle()
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL (a crash). Idempotent."""
+        super().kill()
+        jvm_cds.settle()
 
     def log_tail(self, lines: int = 60) -> str:
         """The last ``lines`` lines the runtime wrote, without the test connector's JSON output
@@ -337,20 +345,31 @@ ADDON_MAIN = "io.connectbridge.connect.BridgeConnectDistributed"
 ``group.protocol`` unset or ``classic``, a ConnectGroupHeartbeat member with ``connect``."""
 
 
-def spawn_worker(wdir: Path, props: dict[str, Any], heap: str, **fields: Any) -> ConnectWorker:
+def spawn_worker(
+    wdir: Path, props: dict[str, Any], heap: str, fast_start: bool = True, **fields: Any
+) -> ConnectWorker:
     """Run ``ConnectDistributed`` on ``props`` (written to ``wdir/worker.properties``), its output
-    appended to ``wdir/worker.log``; ``fields`` name the worker (``ConnectWorker``'s fields).
+    appended to ``wdir/worker.log``; ``fields`` name the worker (``ConnectWorker``'s fields);
+    ``fast_start``: ``kafka_processes.FAST_START``.
 
     When ``props`` has ``group.protocol``, the worker runs through the add-on's launcher
     (:data:`ADDON_MAIN`, the jar before Kafka's on the classpath), built first if needed."""
     config = write_properties(wdir / "worker.properties", props)
     log_path = wdir / "worker.log"
     log_offset = log_path.stat().st_size if log_path.exists() else 0
-    if "group.protocol" in props:
-        command = jvm_command(ADDON_MAIN, str(config), heap=heap, classpath_prefix=str(ensure_addon_jar()))
-    else:
-        command = jvm_command("org.apache.kafka.connect.cli.ConnectDistributed", str(config), heap=heap)
-    process, log_file = spawn(command, log_path, wdir)
+    main = ADDON_MAIN if "group.protocol" in props else "org.apache.kafka.connect.cli.ConnectDistributed"
+    prefix = str(ensure_addon_jar()) if main == ADDON_MAIN else None
+    command = jvm_command(main, str(config), heap=heap, classpath_prefix=prefix, fast_start=fast_start)
+    recording = None
+    if fast_start:  # class-data sharing (tests/jvm_cds.py), with the C1 compiler of a fast start
+        shared, recording = jvm_cds.cds_options(command[0], main, command[command.index("-cp") + 1])
+        command[1:1] = shared
+    try:
+        process, log_file = spawn(command, log_path, wdir)
+    except BaseException:
+        jvm_cds.attach(recording, None)
+        raise
+    jvm_cds.attach(recording, process)
     return ConnectWorker(
         process,
         log_path,
@@ -378,8 +397,10 @@ def start_connect_worker(
     timeout_s: float = WORKER_START_TIMEOUT_S,
     heap: str = HEAP,
     group_protocol: str | None = None,
+    fast_start: bool = True,
 ) -> ConnectWorker:
     """Start a distributed Connect worker and wait until it joined its group.
+    ``fast_start``: the JVM's C1 compiler only (``kafka_processes.FAST_START``; benchmarks turn it off).
 
     ``group_protocol`` (``classic`` or ``connect``) runs the worker through the connect-bridge-worker
     add-on's launcher with that ``group.protocol``; None runs stock ``ConnectDistributed``.
@@ -414,6 +435,7 @@ def start_connect_worker(
             wdir,
             props,
             heap,
+            fast_start,
             name=worker_name,
             rest_port=port,
             bootstrap=bootstrap,

@@ -31,7 +31,7 @@ every time; no ERROR may be logged and the server's tasks must all be alive at t
 
 In the suite: about 6,000 frames in a few seconds, drawn from fixed seeds (hypothesis derandomized;
 only the member ids the bridge hands out, which are random, differ between runs);
-``test_long_campaign`` (heavy) sends 50,000, and ``benchmarks/fuzz.py`` runs the same generator and
+``test_long_campaign`` (heavy) sends 20,000, and ``benchmarks/fuzz.py`` runs the same generator and
 oracle for 1,000,000 against a ``connect-bridge serve`` subprocess.
 """
 
@@ -956,19 +956,24 @@ def test_random_scripts_covered_answers_closes_and_every_api() -> None:
     assert total.frames >= 1_000 and total.answers >= 500 and total.closes >= 100, total
 
 
+LONG_CAMPAIGN_FRAMES = 20_000
+"""Frames of :func:`test_long_campaign`: about a minute on two shared cores (50,000 took 80-125 s of
+a suite run); the long campaigns are ``benchmarks/fuzz.py``'s million frames."""
+
+
 @pytest.mark.heavy
 def test_long_campaign(fuzz_target: tuple[Running, SteadyMember]) -> None:
-    """50,000 frames in-process (about three minutes); benchmarks/fuzz.py runs a million."""
+    """:data:`LONG_CAMPAIGN_FRAMES` frames in-process; benchmarks/fuzz.py runs a million."""
     srv, steady = fuzz_target
     campaign = Campaign(random.Random(424_242), MAX_FRAME)
     seen = Tally()
 
     def scripts() -> Iterator[tuple[bytes, list[str]]]:
-        while seen.frames < 50_000:
+        while seen.frames < LONG_CAMPAIGN_FRAMES:
             script, notes = campaign.script()
             seen.frames += len(notes)
             yield script, notes
 
     total = _run_campaign(srv, steady, scripts, campaign.pools, every=50)
-    # A script whose connection closes early is not sent to its end: nearly all frames go out.
-    assert total.frames >= 49_000 and not total.failures, total
+    # A script whose connection closes early is not sent to its end: nearly all frames (98 %) go out.
+    assert total.frames >= LONG_CAMPAIGN_FRAMES * 49 // 50 and not total.failures, total
