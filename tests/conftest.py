@@ -56,6 +56,7 @@ def spark():  # type: ignore[no-untyped-def]
 
 MARKS_BY_FIXTURE: dict[str, tuple[str, ...]] = {
     "spark": ("spark",),
+    "spark_cluster": ("spark",),
     "tansu": ("broker",),
     "kafka_broker": ("broker", "jvm"),
     "secure_kafka": ("broker", "jvm"),

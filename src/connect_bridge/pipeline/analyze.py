@@ -241,9 +241,11 @@ def run(spark: Any, paths: Iterable[str | Path], progress: Callable[[str], None]
     from pyspark import StorageLevel
 
     from connect_bridge.pipeline import metrics
+    from connect_bridge.pipeline.session import fit_shuffle_partitions
 
     say = progress or (lambda _msg: None)
     inputs = find_inputs(paths)
+    fit_shuffle_partitions(spark, input_bytes(inputs))
     logs, parquet = counted(len(inputs.logs), "event log"), counted(len(inputs.parquet), "Parquet input")
     say(f"reading {logs} and {parquet}")
     events = metrics.in_time_order(load_events(spark, inputs)).persist(StorageLevel.MEMORY_AND_DISK)

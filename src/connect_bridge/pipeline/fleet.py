@@ -120,8 +120,9 @@ def _prepare(
     spark: Any,
     progress: Callable[..., None] | None,
 ) -> tuple[Callable[..., None], Path, Any]:
-    """Both fleet kinds refuse an empty fleet before starting Spark, then make ``out_dir``."""
-    from connect_bridge.pipeline.session import get_spark
+    """Both fleet kinds refuse an empty fleet before starting Spark, then make ``out_dir``; on a
+    cluster the executors get this package (:func:`.session.ship_package`)."""
+    from connect_bridge.pipeline.session import get_spark, ship_package
 
     if count < 1:
         raise ValueError("a fleet needs at least one drill")
@@ -131,6 +132,7 @@ def _prepare(
     if spark is None:
         say("starting Spark")  # (tens of seconds on a cold JVM: say so before the bar sits still)
         spark = get_spark(master)
+    ship_package(spark)  # the drills run in the executors' Python: on a cluster they need the package
     return say, out, spark
 
 

@@ -24,6 +24,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 DEFAULT_MASTER = "local[*]"
@@ -56,6 +57,11 @@ for ``analyze``: seconds of work, where the fixed cost is what matters."""
 
 SPARK_LOG_LEVEL = "ERROR"
 """Spark's log level unless the ``connect_bridge`` loggers are at DEBUG (then ``WARN``)."""
+
+
+def is_local(master: str) -> bool:
+    """A ``local``, ``local[N]`` or ``local[N,F]`` master: driver and executors in this JVM."""
+    return master.startswith("local")
 
 
 def _local_partitions(master: str) -> int:
@@ -146,13 +152,16 @@ def get_spark(master: str | None = None, app: str = "connect-bridge", short_run:
     with _lock:
         if _session is not None and _alive(_session):
             return _session
+        master = master or DEFAULT_MASTER
+        local = is_local(master)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-        os.environ["PYSPARK_PYTHON"] = sys.executable
+        # Executors run the interpreter named here. Locally that is this one; on a cluster one the
+        # operator named (the path on the workers) wins, else the same path as here.
+        if local or not os.environ.get("PYSPARK_PYTHON"):
+            os.environ["PYSPARK_PYTHON"] = sys.executable
         os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
         from pyspark.sql import SparkSession
 
-        master = master or DEFAULT_MASTER
-        local = master.startswith("local")
         builder = (
             SparkSession.builder.master(master)
             .appName(app)
@@ -180,3 +189,55 @@ def get_spark(master: str | None = None, app: str = "connect-bridge", short_run:
         spark.sparkContext.setLogLevel("WARN" if verbose else SPARK_LOG_LEVEL)
         _session = spark
         return spark
+
+
+CLUSTER_PARTITION_BYTES = 32 * 1024 * 1024
+"""On a cluster, one shuffle partition per this many input bytes (at least one per executor core,
+at most Spark's default 200), unless the session's configuration sets ``spark.sql.shuffle.partitions``."""
+
+
+def fit_shuffle_partitions(spark: Any, input_bytes: int) -> None:
+    """Size the shuffles of a run on a cluster to its input, unless the operator set them.
+
+    Spark's default of 200 shuffle partitions is made for big inputs: a 6-drill fleet on a
+    standalone cluster ran 6,400 tasks in 45 stages (200 per stage, nearly all empty) and took four
+    minutes. Local sessions already have one partition per core (:func:`get_spark`)."""
+    sc = spark.sparkContext
+    if is_local(sc.master) or sc.getConf().contains("spark.sql.shuffle.partitions"):
+        return
+    wanted = max(2, sc.defaultParallelism, -(-input_bytes // CLUSTER_PARTITION_BYTES))
+    spark.conf.set("spark.sql.shuffle.partitions", str(min(200, wanted)))
+
+
+PACKAGE_ZIP = "connect_bridge.zip"
+_shipped: set[str] = set()
+
+
+def ship_package(spark: Any) -> None:
+    """Give a cluster's executors this package: zip the imported ``connect_bridge`` and add it with
+    ``SparkContext.addPyFile`` (Spark copies it to every executor and puts it first on the Python
+    workers' ``sys.path``), once per application. Only the jobs that run Python in the executors
+    need it (``drill fleet``'s drills); a local session's executors already import it from here."""
+    import zipfile
+
+    import connect_bridge
+
+    sc = spark.sparkContext
+    if is_local(sc.master) or sc.applicationId in _shipped:
+        return
+    root = Path(connect_bridge.__file__).parent
+    folder = tempfile.mkdtemp(prefix="connect-bridge-ship-")
+    atexit.register(_remove_tree, folder)
+    archive = Path(folder) / PACKAGE_ZIP
+    with zipfile.ZipFile(archive, "w", zipfile.ZIP_DEFLATED) as zf:
+        for path in sorted(root.rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
+                zf.write(path, Path("connect_bridge") / path.relative_to(root))
+    sc.addPyFile(str(archive))
+    _shipped.add(sc.applicationId)
+
+
+def _remove_tree(path: str) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)
