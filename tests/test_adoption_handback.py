@@ -20,6 +20,7 @@ from kafka.protocol.consumer.group import HeartbeatRequest, JoinGroupRequest, Sy
 from adoption_relay import SESSION_MS, G
 from connect_bridge.bridge import wire_classic as wc
 from connect_bridge.bridge.fastpath import SteadyHeartbeats
+from connect_bridge.bridge.runtime import CoordinatorRuntime
 from connect_bridge.bridge.server_admin import admin_handler, release_path
 from connect_bridge.bridge.server_relay import Relay as ServerRelay
 from connect_bridge.codecs.connect_protocol import (
@@ -100,8 +101,8 @@ class Local:
             answer = coordinator.classic_sync(replace(wc.sync_from_wire(body, version), token=token), now)
         else:
             answer = coordinator.classic_heartbeat(wc.classic_heartbeat_from_wire(body, version), now)
-        self.bridge.after_step()
-        self.answers.update(coordinator.drain_responses())
+        self.bridge.settle()
+        self.answers.update(self.bridge.responses())
         if answer is not None:
             self.answers[token] = answer
         return self.answers.get(token)
@@ -177,7 +178,7 @@ async def _hand_back() -> None:
 
     # Every member is told to rejoin; a steady heartbeat is not answered on the fast path.
     beat = HeartbeatRequest(group_id=G, generation_id=generation, member_id=ids["w1"], group_instance_id=None)
-    steady = SteadyHeartbeats(lambda: coordinator, lambda: relay.now)
+    steady = SteadyHeartbeats(CoordinatorRuntime(coordinator, bridge, lambda: relay.now))
     assert steady.answer(encode_request(beat, 4, 7, "w1")[4:]) is None
     heartbeat = decode_request(encode_request(beat, 4, 7, "w1"))
     assert local(heartbeat, "hb").error_code == ErrorCode.REBALANCE_IN_PROGRESS
@@ -314,7 +315,7 @@ async def _silent_member() -> None:
         removed_at = relay.now + SESSION_MS
         relay.now = removed_at
         coordinator.advance(removed_at)  # w3's session ends
-        bridge.after_step()
+        bridge.settle()
         assert not coordinator.groups[G].members
         for now in (removed_at, removed_at + coordinator.config.scheduled_rebalance_max_delay_ms - 1):
             relay.now = now

@@ -17,14 +17,16 @@ from kafka.protocol.consumer.group import HeartbeatRequest
 
 from adoption_relay import G, Relay
 from connect_bridge.bridge.adoption_settings import AdoptionSettings
+from connect_bridge.bridge.committer import Committer
 from connect_bridge.bridge.fastpath import SteadyHeartbeats
 from connect_bridge.bridge.metrics import Metrics
+from connect_bridge.bridge.runtime import CoordinatorRuntime
 from connect_bridge.bridge.server_admin import admin_handler, adopt_path
 from connect_bridge.bridge.server_adoption import Adoption
 from connect_bridge.bridge.server_connection import Connection
-from connect_bridge.bridge.server_hooks import StepHooks
 from connect_bridge.bridge.server_relay import Relay as ServerRelay
 from connect_bridge.bridge.settings import SettingsError, load_settings
+from connect_bridge.bridge.store import MemoryRecordStore
 from connect_bridge.codecs.requests import decode_request, encode_request
 from connect_bridge.state.adoption_records import OwnershipState
 from connect_bridge.state.classic_state import ClassicDescribedGroup
@@ -71,25 +73,49 @@ class Bridge:
     """The server's side of the wiring: coordinator, records made durable, connections by worker."""
 
     def __init__(self, relay: Relay, mode: str = "command") -> None:
-        self.coordinator = GroupCoordinator(CoordinatorConfig())
-        self.coordinator.change_ownership(G, OwnershipState.RELAYING, -1, 0)
         self.submitted: list[Any] = []
         self.durable_calls: list[int] = []
+        self.released: list[tuple[object, object]] = []
+        """Parked answers the runtime released to tokens of the harness (not the server's)."""
+        self.runtime = HarnessRuntime(self, lambda: relay.now)
+        self.coordinator.change_ownership(G, OwnershipState.RELAYING, -1, 0)
         self.upstream = HarnessUpstream(relay)
         self.metrics = Metrics()
         self.adoption = Adoption(
             AdoptionSettings(groups=G, mode=mode, check_interval_ms=10),
             self.upstream,  # type: ignore[arg-type]
-            StepHooks(lambda: self.coordinator, self.after_step, self.durable, lambda: relay.now),
+            self.runtime,
             self.metrics,
         )
         self.conns: dict[str, Connection] = {}
-        self.after_step()
+        self.settle()
 
-    def after_step(self) -> None:
-        self.submitted.extend(self.coordinator.drain_records())
+    @property
+    def coordinator(self) -> GroupCoordinator:
+        return self.runtime.coordinator
 
-    async def durable(self) -> None:
+    @coordinator.setter
+    def coordinator(self, coordinator: GroupCoordinator) -> None:
+        self.runtime.coordinator = coordinator
+
+    def settle(self) -> None:
+        """Apply what the harness did to the coordinator by hand, as the runtime applies a step."""
+        self.runtime.run(lambda coordinator: None)
+
+    def responses(self) -> list[tuple[object, object]]:
+        """Parked answers released since the last call."""
+        out, self.released = self.released, []
+        return out + self.coordinator.drain_responses()
+
+    @property
+    def written(self) -> int:
+        return len(self.submitted)
+
+    def submit(self, records: Any) -> int:
+        self.submitted.extend(records)
+        return self.written
+
+    async def durable(self, seq: int) -> None:
         self.durable_calls.append(len(self.submitted))
 
     def conn(self, worker: str) -> Connection:
@@ -109,6 +135,18 @@ class Bridge:
             future.set_result(response)
             await asyncio.sleep(0)
         return future
+
+
+class HarnessRuntime(CoordinatorRuntime):
+    """The server's runtime over the harness's record list; released answers go to the harness."""
+
+    def __init__(self, bridge: Bridge, clock: Any) -> None:
+        super().__init__(GroupCoordinator(CoordinatorConfig()), bridge, clock)
+        self.bridge = bridge
+
+    def settle(self, result: Any) -> None:
+        self.bridge.released.extend(result.released)
+        super().settle(result)
 
 
 def formed() -> tuple[Relay, Recorder, int, dict[str, str]]:
@@ -243,7 +281,9 @@ def test_a_relayed_group_skips_the_steady_heartbeat_path() -> None:
     the upstream's, a Java worker's Heartbeat must still be relayed, not answered from it."""
     coordinator = GroupCoordinator(CoordinatorConfig())
     coordinator.set_config(G, ConfigView.of(1, {"alpha": 2}), 0)
-    steady = SteadyHeartbeats(lambda: coordinator, lambda: 0)
+    runtime = CoordinatorRuntime(coordinator, Committer(MemoryRecordStore()), lambda: 0)
+    runtime.loaded = True
+    steady = SteadyHeartbeats(runtime)
     beat = HeartbeatRequest(group_id=G, generation_id=3, member_id="m-1", group_instance_id=None)
     payload = encode_request(beat, 4, 7, "w1")[4:]
     assert steady.answer(payload) is not None  # the bridge's own group: answered here
@@ -306,7 +346,7 @@ async def _first_join() -> None:
     bridge.coordinator = GroupCoordinator(CoordinatorConfig())
     assert await bridge.adoption.before_routing(bridge.conn("w3"), join.api_key, join)
     assert bridge.adoption.phase(G) is OwnershipState.RELAYING
-    bridge.after_step()
+    bridge.settle()
     assert [r.type for r in bridge.submitted][-1] is RecordType.GROUP_OWNERSHIP
 
 
@@ -332,7 +372,7 @@ async def _emptied() -> None:
     for _ in range(20):
         await asyncio.sleep(0)
     assert bridge.adoption.phase(G) is OwnershipState.ADOPTED
-    bridge.after_step()
+    bridge.settle()
     assert [r.type for r in bridge.submitted][-1] is RecordType.GROUP_OWNERSHIP
     assert bridge.durable_calls  # awaited durable before anything is answered locally
     assert G not in bridge.coordinator.groups and bridge.upstream.left == []

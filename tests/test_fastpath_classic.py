@@ -4,7 +4,10 @@ canned server because every classic heartbeat was decoded, handled and encoded i
 from __future__ import annotations
 
 from connect_bridge.bridge import wire_map as wm
+from connect_bridge.bridge.committer import Committer
 from connect_bridge.bridge.fastpath import SteadyHeartbeats
+from connect_bridge.bridge.runtime import CoordinatorRuntime
+from connect_bridge.bridge.store import MemoryRecordStore
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.requests import decode_response, encode_request
 from connect_bridge.state import classic_api as capi
@@ -29,7 +32,9 @@ def heartbeat_frame(group: str, member: str, generation: int, version: int, corr
 
 def test_a_group_the_bridge_does_not_hold_takes_the_full_path() -> None:
     """In proxy mode the full path relays it upstream: the fast path must never answer it."""
-    steady = SteadyHeartbeats(lambda: GroupCoordinator(), lambda: 0)
+    steady = SteadyHeartbeats(
+        CoordinatorRuntime(GroupCoordinator(), Committer(MemoryRecordStore()), lambda: 0)
+    )
     assert steady.answer(heartbeat_frame("orders-app", "m-1", 3, 4, 7)) is None
 
 

@@ -18,8 +18,10 @@ from kafka.protocol.admin.groups import DescribeGroupsRequest
 
 from connect_bridge.bridge import describe as describe_cli
 from connect_bridge.bridge import wire_map as wm
-from connect_bridge.bridge.handlers import LocalApis
+from connect_bridge.bridge.committer import Committer
+from connect_bridge.bridge.handlers import LocalApis, now_ms
 from connect_bridge.bridge.metrics import Metrics
+from connect_bridge.bridge.runtime import CoordinatorRuntime
 from connect_bridge.bridge.server import BridgeServer, ServerOptions
 from connect_bridge.bridge.store import MemoryRecordStore
 from connect_bridge.codecs.connect_protocol import Assignment, Subscription, encode_subscription
@@ -226,11 +228,9 @@ def test_a_step_refreshes_the_metrics_of_the_groups_it_touched_only(counted: dic
             for name in counted:
                 counted[name] = 0
             now = server.clock()
-            server.coordinator.connect_heartbeat(join("fresh", "m"), now)  # a new group
-            server.after_step()
-            server.coordinator.connect_heartbeat(join("g7", "m2"), now)  # a member joins another
-            server.after_step()
-            server.after_step()  # a step without records refreshes nothing
+            server.runtime.run(lambda c: c.connect_heartbeat(join("fresh", "m"), now))  # a new group
+            server.runtime.run(lambda c: c.connect_heartbeat(join("g7", "m2"), now))  # a member joins another
+            server.runtime.run(lambda c: None)  # a step without records refreshes nothing
             assert counted == {"describe_any": 0, "metrics_view": 2}
             assert 'connect_bridge_group_epoch{group="fresh"} 1.0' in metrics.render().decode()
             epoch, counts = server.coordinator.metrics_view("g7")
@@ -253,14 +253,13 @@ def test_a_deleted_group_loses_its_series(counted: dict[str, int]) -> None:
             now = server.clock()
             for gid in ("kept", "gone"):
                 for member in ("m", "m2"):  # the second join is a rebalance
-                    server.coordinator.connect_heartbeat(join(gid, member), now)
-                    server.after_step()
+                    server.runtime.run(lambda c: c.connect_heartbeat(join(gid, member), now))  # noqa: B023
             assert epoch_series(metrics) == {"kept", "gone"}
             assert 'connect_bridge_rebalances_total{group="gone"}' in metrics.render().decode()
             group = server.coordinator.groups.pop("gone")  # what deleting the group does
             group.tombstone_all()
             server.coordinator._records.extend(group.drain_records())
-            server.after_step()
+            server.runtime.run(lambda c: None)
             text = metrics.render().decode()
             assert epoch_series(metrics) == {"kept"}
             assert 'group="gone"' not in text
@@ -282,8 +281,15 @@ def describe_groups_request(ids: list[str], version: int) -> Any:
     return decoded(DescribeGroupsRequest(groups=ids, include_authorized_operations=False), version)
 
 
+def loaded_runtime(coord: GroupCoordinator) -> CoordinatorRuntime:
+    """The runtime of a loaded bridge over ``coord`` (records kept in memory)."""
+    runtime = CoordinatorRuntime(coord, Committer(MemoryRecordStore()), now_ms)
+    runtime.loaded = True
+    return runtime
+
+
 def apis_with(coord: GroupCoordinator, **limits: int) -> LocalApis:
-    apis = LocalApis(coord, ("127.0.0.1", 9092), lambda: None, lambda: True)
+    apis = LocalApis(loaded_runtime(coord), ("127.0.0.1", 9092))
     apis.limits = SimpleNamespace(**{f"describe_max_{k}": v for k, v in limits.items()})
     return apis
 
@@ -294,7 +300,7 @@ def test_describe_groups_describes_at_most_the_cap_and_defers_the_rest(
 ) -> None:
     coord = GroupCoordinator(CONFIG)
     coord.connect_heartbeat(join("real", "m"), 0)
-    apis = LocalApis(coord, ("127.0.0.1", 9092), lambda: None, lambda: True)
+    apis = LocalApis(loaded_runtime(coord), ("127.0.0.1", 9092))
     cap, total = _L.describe_max_groups, _L.describe_max_groups + 500
     assert total <= _L.describe_max_ids
     ids = ["real"] + [f"g{i}" for i in range(total - 1)]
@@ -339,7 +345,7 @@ def test_too_many_ids_are_refused_before_any_work() -> None:
     """Answering each id costs ~8 us even unlooked-up: past the id cap the connection is closed
     (the server closes on a handler exception), as for an oversized frame."""
     coord = GroupCoordinator(CONFIG)
-    apis = LocalApis(coord, ("127.0.0.1", 9092), lambda: None, lambda: True)
+    apis = LocalApis(loaded_runtime(coord), ("127.0.0.1", 9092))
     too_many = [f"g{i}" for i in range(_L.describe_max_ids + 1)]
     with pytest.raises(ValueError, match="more than"):
         apis.describe_groups(describe_groups_request(too_many, 5).body, 5)

@@ -3,25 +3,25 @@
 A stable member sends the same ConnectGroupHeartbeat bytes every interval, but for the correlation
 id; the answer is the same bytes too while nothing changes (no assignment, no error). So the decoded
 engine request is cached by the request bytes without the correlation id, and the encoded response
-body by the fields it is made of. The coordinator still handles every heartbeat (sessions are
-renewed, epochs checked); only decoding and encoding are saved. Anything unusual takes the full path.
+body by the fields it is made of. The coordinator still handles every heartbeat, through the
+runtime like every other caller (sessions are renewed, epochs checked, the result applied); only
+decoding and encoding are saved. Anything unusual takes the full path.
 """
 
 from __future__ import annotations
 
 import struct
 from collections import OrderedDict
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from connect_bridge.bridge import wire_map as wm
+from connect_bridge.bridge.runtime import CoordinatorRuntime
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.messages import API_SPECS, ApiKey
 from connect_bridge.codecs.requests import decode_request, response_frame
 from connect_bridge.state import classic_api as capi
-from connect_bridge.state.adoption_records import OwnershipState
 from connect_bridge.state.api import HeartbeatRequest, HeartbeatResponse
-from connect_bridge.state.coordinator import GroupCoordinator
+from connect_bridge.state.result import CoordinatorResult
 
 _KEY = struct.Struct(">hhi")
 _HEARTBEAT = int(ApiKey.CONNECT_GROUP_HEARTBEAT)
@@ -72,24 +72,22 @@ class SteadyHeartbeats:
 
     def __init__(
         self,
-        coordinator: Callable[[], GroupCoordinator],
-        clock: Callable[[], int],
+        runtime: CoordinatorRuntime,
         limit_bytes: int = 16 * 1024 * 1024,
         max_frame: int = 4096,
     ) -> None:
-        self.coordinator = coordinator
-        self.clock = clock
-        self.answers_for: Callable[[str], bool] = lambda group_id: True
-        """Several bridges: whether this bridge answers for a group now (its partition owned, its
-        lease fresh); any other group takes the full path, which says NOT_COORDINATOR."""
+        self.runtime = runtime
+        """The way to the coordinator: its checks (``answers_here``) and its steps."""
         self.max_frame = max_frame
         """Larger frames take the full path (a steady heartbeat is a few dozen bytes)."""
         self.requests: _Lru = _Lru(limit_bytes // 3)
         self.classic_requests: _Lru = _Lru(limit_bytes // 3)
         self.bodies: _Lru = _Lru(limit_bytes // 3)
 
-    def answer(self, payload: bytes) -> Framed | None:
-        """The framed response and its error code, or None when this frame needs the full path."""
+    def answer(self, payload: bytes) -> tuple[Framed, CoordinatorResult[Any]] | None:
+        """The framed response (with its error code) and the step's result, submitted but not
+        settled (``CoordinatorRuntime.settle`` it once the answer is written), or None when this
+        frame needs the full path."""
         api_key, version, correlation = _KEY.unpack_from(payload, 0)
         if len(payload) > self.max_frame:
             return None
@@ -105,10 +103,12 @@ class SteadyHeartbeats:
             req = wm.heartbeat_from_wire(decoded.body, decoded.client_id or "", "")
             if not _steady_request(req):
                 return None
-        coordinator = self.coordinator()
-        if _upstream_owns(coordinator, req.group_id) or not self.answers_for(req.group_id):
+        runtime = self.runtime
+        if not runtime.answers_here(req.group_id):
             return None
-        resp = coordinator.connect_heartbeat(req, self.clock())
+        now = runtime.clock()
+        result = runtime.submit(lambda coordinator: coordinator.connect_heartbeat(req, now))
+        resp = result.response
         if not known and resp.error_code == _NONE:
             # Cached only once the coordinator knew the member: requests naming unknown members
             # must not fill the cache (issue 11.4).
@@ -116,10 +116,12 @@ class SteadyHeartbeats:
         if resp.assignment is not None or resp.error_code != _NONE:
             # Not steady after all: the caller must not have changed state twice, so answer here.
             body = wm.heartbeat_response_to_wire(resp, version).encode(version=version)
-            return Framed(response_frame(correlation, _RESPONSE_HEADER, body), resp.error_code)
-        return Framed(response_frame(correlation, _RESPONSE_HEADER, self._body(resp)), _NONE)
+            return Framed(response_frame(correlation, _RESPONSE_HEADER, body), resp.error_code), result
+        return Framed(response_frame(correlation, _RESPONSE_HEADER, self._body(resp)), _NONE), result
 
-    def _classic(self, payload: bytes, version: int, correlation: int) -> Framed | None:
+    def _classic(
+        self, payload: bytes, version: int, correlation: int
+    ) -> tuple[Framed, CoordinatorResult[Any]] | None:
         """A Java worker's classic Heartbeat (the same bytes every interval) for a group this bridge
         holds; any other group takes the full path, which relays it upstream in proxy mode."""
         key = payload[:4] + payload[8:]
@@ -128,14 +130,12 @@ class SteadyHeartbeats:
         if req is None:
             decoded = decode_request(payload, framed=False)
             req = wm.classic_heartbeat_from_wire(decoded.body, version)
-        coordinator = self.coordinator()
-        if (
-            req.group_id not in coordinator.groups
-            or _upstream_owns(coordinator, req.group_id)
-            or not self.answers_for(req.group_id)
-        ):
+        runtime = self.runtime
+        if req.group_id not in runtime.coordinator.groups or not runtime.answers_here(req.group_id):
             return None
-        resp = coordinator.classic_heartbeat(req, self.clock())
+        now = runtime.clock()
+        result = runtime.submit(lambda coordinator: coordinator.classic_heartbeat(req, now))
+        resp = result.response
         if not known and resp.error_code == _NONE:
             self.classic_requests.put(key, req)  # known members only, as above
         body_key = ("classic", version, resp.error_code)
@@ -143,7 +143,8 @@ class SteadyHeartbeats:
         if body is None:
             body = bytes(wm.classic_heartbeat_response_to_wire(resp, version).encode(version=version))
             self.bodies.put(body_key, body)
-        return Framed(response_frame(correlation, _CLASSIC_RESPONSE_HEADER[version], body), resp.error_code)
+        frame = response_frame(correlation, _CLASSIC_RESPONSE_HEADER[version], body)
+        return Framed(frame, resp.error_code), result
 
     def _body(self, resp: HeartbeatResponse) -> bytes:
         key = (resp.member_id, resp.member_epoch, resp.heartbeat_interval_ms)
@@ -154,15 +155,6 @@ class SteadyHeartbeats:
             )
             self.bodies.put(key, body)
         return body
-
-
-def _upstream_owns(coordinator: GroupCoordinator, group_id: str) -> bool:
-    """A group under adoption that the upstream coordinates (``relaying``/``released``): relayed,
-    even when the bridge holds an empty group of that id (a config view makes one). A ``releasing``
-    group is not answered here either: each of its members is sent back upstream at its next
-    request (``server_adoption``), which the full path does."""
-    phase = coordinator.ownership.state(group_id)
-    return phase is not None and phase is not OwnershipState.ADOPTED
 
 
 def _steady_request(req: HeartbeatRequest) -> bool:

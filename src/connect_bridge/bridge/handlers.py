@@ -2,18 +2,18 @@
 
 Which method answers which API key is a column of ``api_table``: a cluster API names a method of
 :class:`LocalApis`, a group API a :class:`GroupCall` (``wire_map`` to the coordinator's typed
-request, the coordinator method, ``wire_map`` back). The group path is written once here: refuse
-while the coordinator is loading, refuse requests the codec or the limits reject, park the
-JoinGroup/SyncGroup the classic protocol answers later.
+request, the coordinator method, ``wire_map`` back). The group path is the runtime's
+(``runtime.CoordinatorRuntime.call``): refuse while the coordinator is loading, refuse requests the
+codec, the authorizer, the partition gate or the limits reject, park the JoinGroup/SyncGroup the
+classic protocol answers later.
 """
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
@@ -21,17 +21,16 @@ from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeRequest, 
 
 from connect_bridge.bridge import wire_map as wm
 from connect_bridge.bridge.acls import Operation
-from connect_bridge.bridge.api_table import GROUP_CALLS, LOCAL_HANDLERS, Client, GroupCall
+from connect_bridge.bridge.api_table import GROUP_CALLS, LOCAL_HANDLERS, Client
 from connect_bridge.bridge.authorization import GroupAuthorizer
+from connect_bridge.bridge.runtime import CoordinatorRuntime, Parked
 from connect_bridge.codecs.error_codes import ErrorCode
-from connect_bridge.codecs.errors import CodecError
 from connect_bridge.codecs.messages import supported_api_versions
 from connect_bridge.codecs.requests import DecodedRequest
 from connect_bridge.state import api as napi
 from connect_bridge.state.classic_group import ClassicDescribedGroup
 from connect_bridge.state.coordinator import GroupCoordinator
-from connect_bridge.state.limits import RequestLimits, oversize
-from connect_bridge.state.model import ANONYMOUS
+from connect_bridge.state.limits import RequestLimits
 
 __all__ = ["BRIDGE_NODE_ID", "CLUSTER_ID", "Client", "LocalApis", "Parked", "now_ms", "versions_response"]
 
@@ -58,15 +57,6 @@ def _s(value: str | None) -> str:
     return value if value is not None else ""
 
 
-@dataclass(slots=True)
-class Parked:
-    """The token of a JoinGroup/SyncGroup the classic protocol answers later."""
-
-    future: asyncio.Future[Any]
-    version: int
-    to_wire: Callable[[Any, int], Any]
-
-
 def now_ms() -> int:
     """Wall-clock milliseconds: held-work deadlines in the records must survive a restart."""
     return int(time.time() * 1000)
@@ -80,27 +70,34 @@ def versions_response(rows: list[tuple[int, int, int]]) -> Any:
 
 @dataclass(eq=False)
 class LocalApis:
-    """Answers the requests the bridge owns; ``after_step`` persists and releases parked responses."""
+    """Answers the requests the bridge owns; group requests go to the coordinator through the
+    runtime (``runtime.CoordinatorRuntime.call``), which checks them and applies their effects."""
 
-    coordinator: GroupCoordinator
+    runtime: CoordinatorRuntime
     advertised: tuple[str, int]
-    after_step: Callable[[], None]
-    loaded: Callable[[], bool]
-    clock: Callable[[], int] = now_ms
     node_id: int = BRIDGE_NODE_ID
     advertised_versions: Callable[[], list[tuple[int, int, int]]] | None = None
     """Proxy mode: the versions advertised (upstream's intersected with the bridge's)."""
     limits: RequestLimits = field(default_factory=RequestLimits)
-    authorizer: GroupAuthorizer | None = None
-    """``authorization.enabled``: READ for every group call, DESCRIBE per group described or listed
-    (Kafka's mapping); None lets everyone in, as before."""
-    gate: Callable[[str], int | None] | None = None
-    """Several bridges (``server_ha``): the error code of a group this bridge does not answer for
-    (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS), None when it does; None: every group is ours."""
+    """The describe bounds (``limits.describe_max_*``)."""
 
     def __post_init__(self) -> None:
         if self.limits is None:
             self.limits = RequestLimits()
+
+    @property
+    def coordinator(self) -> GroupCoordinator:
+        return self.runtime.coordinator
+
+    @property
+    def authorizer(self) -> GroupAuthorizer | None:
+        return self.runtime.authorizer
+
+    def loaded(self) -> bool:
+        return self.runtime.loaded
+
+    def clock(self) -> int:
+        return self.runtime.clock()
 
     def handle(self, req: DecodedRequest, client: Client) -> Any:
         """A wire response, or a future of one (a parked classic request); None = no response."""
@@ -109,45 +106,11 @@ class LocalApis:
             if method in _AUTHORIZED_LISTS:
                 return getattr(self, method)(req.body, req.api_version, client)
             return getattr(self, method)(req.body, req.api_version)
-        return self._group(GROUP_CALLS[req.api_key], req.body, req.api_version, client)
+        return self.runtime.call(GROUP_CALLS[req.api_key], req.body, req.api_version, client)
 
     def _may(self, client: Client | None, operation: Operation, group_id: str) -> bool:
         """Authorization of one group (always yes without an authorizer)."""
-        if self.authorizer is None:
-            return True
-        principal, host = (client.principal, client.host) if client is not None else (ANONYMOUS, "")
-        # ClientHost is Kafka's "/1.2.3.4"; ACL hosts are bare addresses.
-        return self.authorizer.allowed(principal, host.lstrip("/"), operation, group_id)
-
-    def _group(self, api: GroupCall, body: Any, version: int, client: Client) -> Any:
-        if not self.loaded():
-            return api.to_wire(api.error(_LOADING, "the coordinator is loading its state"), version)
-        try:
-            engine_req = api.from_wire(body, version, client)
-        except CodecError as exc:
-            return api.to_wire(api.error(_INVALID, str(exc)), version)
-        if not self._may(client, Operation.READ, engine_req.group_id):
-            # Kafka answers every group call without READ on the group this way, before any lookup.
-            return api.to_wire(api.error(_DENIED, None), version)
-        refused = self.gate(engine_req.group_id) if self.gate is not None else None
-        if refused is not None:  # Kafka's answer from a broker that does not coordinate the group
-            return api.to_wire(api.error(refused, None), version)
-        if client.principal != ANONYMOUS:
-            engine_req = replace(engine_req, principal=client.principal)  # the member's owner
-        too_large = oversize(engine_req, self.limits)
-        if too_large is not None:  # refused before anything changes (issue 11.1, 11.2)
-            return api.to_wire(api.error(_INVALID, too_large), version)
-        parked: Parked | None = None
-        if api.parks:
-            future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-            parked = Parked(future, version, api.to_wire)
-            engine_req = replace(engine_req, token=parked)
-        response = api.call(self.coordinator, engine_req, self.clock())
-        self.after_step()
-        if response is None:
-            assert parked is not None
-            return parked.future
-        return api.to_wire(response, version)
+        return self.runtime.may(client, operation, group_id)
 
     # ------------------------------------------------------------------ cluster APIs
     def api_versions(self, body: Any = None, version: int = 0) -> Any:

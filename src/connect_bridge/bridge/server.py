@@ -7,7 +7,9 @@ authentication), one request in flight for the bridge's own answers, and queues,
 order, either a ready response or a future of one; a writer sends them in that same order, each
 only after the records it may reveal are durable (``Committer``). Timers run from a task that
 sleeps until the coordinator's next deadline. Records are replayed before group APIs are served
-(COORDINATOR_LOAD_IN_PROGRESS meanwhile).
+(COORDINATOR_LOAD_IN_PROGRESS meanwhile). Every change to the coordinator goes through one
+``runtime.CoordinatorRuntime``, which checks requests, submits records, completes parked requests
+and wakes the timer loop.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import signal
 import ssl
 import struct
 import time
-from collections.abc import Callable, Iterable, Set
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from connect_bridge.bridge.api_table import (
@@ -30,16 +32,15 @@ from connect_bridge.bridge.api_table import (
     DECODED_FOR_ROUTING,
 )
 from connect_bridge.bridge.committer import Committer, Fenced
-from connect_bridge.bridge.config_source import view_behind
-from connect_bridge.bridge.decisions import log_decisions
 from connect_bridge.bridge.decoding import FrameDecoder
 from connect_bridge.bridge.fastpath import Framed, SteadyHeartbeats
-from connect_bridge.bridge.handlers import Client, LocalApis, Parked, now_ms
+from connect_bridge.bridge.ha_owners import BridgeAddress
+from connect_bridge.bridge.handlers import Client, LocalApis, now_ms
 from connect_bridge.bridge.metrics import Metrics
+from connect_bridge.bridge.runtime import CoordinatorRuntime
 from connect_bridge.bridge.server_accept import ConnectionSlots, Listener, Slot, start_listener
 from connect_bridge.bridge.server_adoption import Adoption
 from connect_bridge.bridge.server_connection import (
-    ANONYMOUS,
     AcceptFailures,
     Answering,
     Connection,
@@ -49,7 +50,7 @@ from connect_bridge.bridge.server_connection import (
     idle_watchdog,
 )
 from connect_bridge.bridge.server_frames import FrameAdmission
-from connect_bridge.bridge.server_ha import HighAvailability, high_availability, membership_factory
+from connect_bridge.bridge.server_ha import HighAvailability, membership_factory
 from connect_bridge.bridge.server_options import ServerOptions
 from connect_bridge.bridge.server_proxy import (
     LISTEN_BUFFER,
@@ -97,23 +98,36 @@ class BridgeServer:
         config = options.coordinator
         if not config.member_id_salt:  # unguessable member ids on the wire (issue 11.3)
             config = dataclasses.replace(config, member_id_salt=secrets.token_hex(16))
-        self.coordinator = GroupCoordinator(config)
-        self.loaded = False
         self.failure: str | None = None
         """Why the bridge stopped itself (a background task or the store failed); None while healthy."""
-        self._groups_observed = False
-        """Whether the metrics have seen every group once (after loading)."""
         self._refused = RateLimited()
         self._unauthenticated_closed = RateLimited()
         self.slots = ConnectionSlots(options.max_connections, options.connections)
         """Who holds a connection slot, counted from accept (before the TLS handshake)."""
-        self.committer = Committer(store, on_fsync=self._observe_fsync, on_failure=self._store_failed)
         self.ha: HighAvailability | None = None
-        """``ha.enabled``: the partitions this bridge holds and the gate in front of their groups."""
+        """``ha.enabled`` in proxy mode: the partitions this bridge holds and the gate in front of
+        their groups (the runtime's ``gate``, the relay's ``may_forward``)."""
+        if options.ha is not None and options.upstream:
+            self.ha = HighAvailability(options.ha, store, self.apply_view_to, self.fatal, metrics)
+        self.committer = Committer(
+            store,
+            on_fsync=self._observe_fsync,
+            on_failure=self._store_failed,
+            on_fenced=self.ha.fenced if self.ha is not None else None,
+        )
+        self.runtime = CoordinatorRuntime(
+            GroupCoordinator(config),
+            self.committer,
+            clock,
+            fatal=self.fatal,
+            metrics=metrics,
+            authorizer=options.authorizer,
+            limits=options.limits,
+            gate=self.ha,
+            view_behind=self._view_behind,
+        )
+        """The one way into the coordinator (``runtime``): handlers, fast path, timers, HA, adoption."""
         self._server: Listener | None = None
-        self._timer_wake = asyncio.Event()
-        self._sleeping_until: int | None = None
-        """The deadline the timer loop sleeps until (None: not sleeping on one)."""
         self._tasks: list[asyncio.Task[Any]] = []
         self._connections: set[asyncio.Task[Any]] = set()
         self.open_connections: set[Connection] = set()
@@ -135,6 +149,15 @@ class BridgeServer:
         self.broker_listeners: BrokerListeners | None = None
         """Proxy mode: the relay listener of every upstream broker, opened as brokers appear."""
 
+    @property
+    def coordinator(self) -> GroupCoordinator:
+        return self.runtime.coordinator
+
+    @property
+    def loaded(self) -> bool:
+        """Whether the saved state is replayed (group APIs are answered only then)."""
+        return self.runtime.loaded
+
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         """Listen (and discover the upstream cluster in proxy mode); the state loads in the background."""
@@ -145,6 +168,8 @@ class BridgeServer:
         self.committer.start()
         self._server = await self._bind()
         self.port = self._server.sockets[0].getsockname()[1]
+        if self.ha is not None and self.ha.node_id is None:
+            self.ha.node_id = self.port  # named by its listen port unless ``ha.node_id`` says
         advertised = (
             self.options.advertised_host or self.options.host,
             self.options.advertised_port or self.port,
@@ -192,21 +217,13 @@ class BridgeServer:
         """What every connection meets, built before the first is accepted: the local APIs, the
         fast path, the HA gate in front of them, SASL and the frame checks."""
         self.apis = LocalApis(
-            self.coordinator,
+            self.runtime,
             advertised,
-            self.after_step,
-            lambda: self.loaded,
-            self.clock,
             node_id=node,
             advertised_versions=self.relay.cluster.advertised_versions if self.relay else None,
             limits=self.options.limits,
-            authorizer=self.options.authorizer,
         )
-        self.steady = SteadyHeartbeats(
-            lambda: self.coordinator, self.clock, limit_bytes=self.options.heartbeat_cache_bytes
-        )
-        if self.options.ha is not None and self.relay is not None:
-            self.ha = high_availability(self)
+        self.steady = SteadyHeartbeats(self.runtime, limit_bytes=self.options.heartbeat_cache_bytes)
         if self.options.sasl is not None and self.options.sasl.enabled:
             relay = self.relay
             self.sasl = SaslGate(
@@ -268,16 +285,16 @@ class BridgeServer:
                 "it away to start with no state (every group then rebalances from nothing)"
             )
             return
-        self.coordinator.replay(records, self.clock())
-        self.loaded = True
+        self.runtime.load(records)
         if self._pending_view is not None:
             self.set_config_view(self._pending_view)
         log.info("loaded %d records; coordinating %d groups", len(records), len(self.coordinator.groups))
-        self.after_step()
-        self._tasks.append(self.supervise(self._timer_loop(), "the timer loop"))
+        self._tasks.append(self.supervise(self.runtime.timer_loop(), "the timer loop"))
         if self.ha is not None:  # partitions (and their groups) arrive through the bridges' group
-            assert self.apis is not None
-            self.ha.start(membership_factory(self, self.apis.advertised[0]))
+            assert self.apis is not None and self.relay is not None
+            options = self.options
+            me = BridgeAddress(self.ha.node_id, self.apis.advertised[0], self.relay.cluster.advertised_base)
+            self.ha.start(self.runtime, membership_factory(options.ha, options, me))
             self._tasks.append(self.supervise(self.ha.watch(), "the partition map watch"))
         if self.adoption is not None:
             for group_id in self.coordinator.ownership.snapshot():
@@ -340,55 +357,10 @@ class BridgeServer:
         log.info("stopped")
 
     # ------------------------------------------------------------------ the coordinator side
-    def after_step(self) -> None:
-        """After any coordinator call: persist records, release parked responses, re-arm timers."""
-        self._settle_step(self._submit_step())
-
-    def _submit_step(self) -> list[Any]:
-        """The part of :meth:`after_step` an answer must wait for: the step's records go to the
-        committer (the answer is written once they are durable). The records, for the rest."""
-        records = self.coordinator.drain_records()
-        try:
-            self.committer.submit(records)
-        except Exception as exc:
-            # Memory has changed and the records cannot be written: never answer from that state.
-            # Request limits (state/limits.py) keep every record storable, so this is a bug or a disk.
-            self.fatal(f"cannot write {len(records)} records: {exc}")
-            raise
-        if records:
-            log_decisions(records)
-            if self.config_refresh is not None and view_behind(records, self.coordinator.view):
-                self.config_refresh()
-        return records
-
-    def _settle_step(self, records: list[Any]) -> None:
-        """The part of :meth:`after_step` no answer waits for: parked responses released, metrics
-        of the groups ``records`` touched, the timer loop woken for an earlier deadline."""
-        for token, response in self.coordinator.drain_responses():
-            if isinstance(token, Parked) and not token.future.done():
-                token.future.set_result(token.to_wire(response, token.version))
-        if self.metrics is not None:
-            classic = self.coordinator.drain_classic_state_changes()
-            if records or classic or not self._groups_observed:
-                self._observe_groups(records, classic)
-        deadline = self.coordinator.next_deadline()
-        if deadline is not None and (self._sleeping_until is None or deadline < self._sleeping_until):
-            self._timer_wake.set()  # only when the timer loop would otherwise sleep past it
-
-    async def _timer_loop(self) -> None:
-        while True:
-            deadline = self.coordinator.next_deadline()
-            timeout = None if deadline is None else max(0.0, (deadline - self.clock()) / 1000)
-            self._timer_wake.clear()
-            self._sleeping_until = deadline
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._timer_wake.wait(), timeout)
-            self._sleeping_until = None
-            now = self.clock()
-            deadline = self.coordinator.next_deadline()
-            if deadline is not None and deadline <= now:
-                self.coordinator.advance(now)
-                self.after_step()
+    def _view_behind(self) -> None:
+        """A member reported a config offset its group's view has not reached: read it again now."""
+        if self.config_refresh is not None:
+            self.config_refresh()
 
     def set_config_view(self, view: ConfigView) -> None:
         """A new config view (from the watched file or the config topic)."""
@@ -404,13 +376,18 @@ class BridgeServer:
         view, config_group = self._pending_view, self.options.config_group
         if view is None:
             return
-        for gid in group_ids:
-            if config_group and gid != config_group:
-                continue
-            if self.ha is not None and self.ha.refusal(gid) is not None:
-                continue
-            self.coordinator.set_config(gid, view, self.clock())
-        self.after_step()
+        now = self.clock()
+        runtime = self.runtime
+
+        def give_view(coordinator: GroupCoordinator) -> None:
+            for gid in group_ids:
+                if config_group and gid != config_group:
+                    continue
+                if runtime.refusal(gid) is not None:
+                    continue
+                coordinator.set_config(gid, view, now)
+
+        runtime.run(give_view)
 
     # ------------------------------------------------------------------ connections
     async def _on_connection(
@@ -562,27 +539,21 @@ class BridgeServer:
                     return True
                 if admitted is Admission.DONE:
                     continue
-            if self.loaded and len(payload) >= 8 and self._fast_path_for(conn):
+            if len(payload) >= 8 and self.runtime.fast_path_open(conn.principal):
                 try:
-                    frame = self.steady.answer(payload)
+                    answered = self.steady.answer(payload)
                 except Exception:  # anything odd takes the full path, which reports it properly
-                    frame = None
-                if frame is not None:
-                    records = self._submit_step()
+                    answered = None
+                if answered is not None:
+                    frame, result = answered
                     answering = Answering(*_PEEK.unpack_from(payload, 0))
                     # The rest of the step's bookkeeping runs once the answer is written, off the
                     # path of a worker waiting for it (and before anything else can run).
-                    settle = functools.partial(self._settle_step, records)
+                    settle = functools.partial(self.runtime.settle, result)
                     await self._respond(conn, answering, frame, self.committer.written, started, settle)
                     continue
             if not await self._serve(conn, payload, started):
                 return True
-
-    def _fast_path_for(self, conn: Connection) -> bool:
-        """The steady-heartbeat cache keys on request bytes alone: it serves anonymous clients of a
-        bridge without authorization. Anything else takes the full path, where the group is
-        authorized and the request carries the connection's principal (member ownership)."""
-        return self.options.authorizer is None and conn.principal == ANONYMOUS
 
     async def _serve(self, conn: Connection, payload: bytes, started: float) -> bool:
         """Answer one request here or relay it upstream; False when the connection must close."""
@@ -728,18 +699,3 @@ class BridgeServer:
     def _observe_fsync(self, seconds: float) -> None:
         if self.metrics is not None:
             self.metrics.observe_fsync(seconds)
-
-    def _observe_groups(self, records: list[Any], classic: Set[str] = frozenset()) -> None:
-        """Refresh the metrics of the groups this step's records touched (records carry their group
-        id): per step, work in proportion to what changed, not to how many groups exist (issue 11.6).
-        A touched group that no longer exists has its series dropped. Once loaded, the first call
-        observes every group (replay leaves no records behind), setting each one's baseline.
-        ``classic``: classic groups whose state changed without a record (a rebalance starting)."""
-        if self._groups_observed:
-            touched = {r.group_id for r in records} | classic
-        elif self.loaded:
-            self._groups_observed = True
-            touched = {*self.coordinator.groups, *(r.group_id for r in records)}
-        else:
-            return
-        self.metrics.observe_groups(touched, self.coordinator.metrics_view)

@@ -36,8 +36,8 @@ from typing import Any
 from connect_bridge.bridge.adoption_settings import AdoptionSettings
 from connect_bridge.bridge.adoption_upstream import UpstreamGroups
 from connect_bridge.bridge.relay_observer import OBSERVED_APIS, RelayObserver
+from connect_bridge.bridge.runtime import CoordinatorRuntime
 from connect_bridge.bridge.server_connection import Connection
-from connect_bridge.bridge.server_hooks import StepHooks
 from connect_bridge.bridge.wire_classic import join_from_wire
 from connect_bridge.codecs.messages import ApiKey
 from connect_bridge.codecs.requests import DecodedRequest, decode_response
@@ -90,15 +90,16 @@ def _locally_ready(obs: Observation, behind: set[str]) -> bool:
 
 @dataclass(eq=False, repr=False)
 class Adoption:
-    """The server's adoption side; ``hooks`` are the server's steps (``server_hooks.StepHooks``: the
-    coordinator getter, the step that submits records, the wait until they are durable, the clock).
+    """The server's adoption side. Every change it makes to the coordinator (an ownership phase, a
+    takeover, a member sent away) is a step run through ``runtime``, as a request's is, and awaited
+    durable there before anything that depends on it.
 
-    A dataclass: it is the server's hooks plus per-group bookkeeping that starts empty; the relay
-    observer is derived from the settings in ``__post_init__``."""
+    A dataclass: the runtime plus per-group bookkeeping that starts empty; the relay observer is
+    derived from the settings in ``__post_init__``."""
 
     settings: AdoptionSettings
     upstream: UpstreamGroups
-    hooks: StepHooks
+    runtime: CoordinatorRuntime
     metrics: Any = None
     observer: RelayObserver = field(init=False)
     progress: dict[str, GroupProgress] = field(default_factory=dict, init=False)
@@ -120,7 +121,7 @@ class Adoption:
 
     # ------------------------------------------------------------------ routing
     def phase(self, group_id: str) -> OwnershipState | None:
-        return self.hooks.coordinator().ownership.state(group_id)
+        return self.runtime.coordinator.ownership.state(group_id)
 
     async def before_routing(self, conn: Connection, api_key: int, decoded: DecodedRequest) -> bool:
         """Called for a decoded group request before it is routed. Waits while the group is being
@@ -137,7 +138,7 @@ class Adoption:
         if self.phase(group_id) is OwnershipState.RELEASING and api_key == ApiKey.JOIN_GROUP:
             await self._route_releasing(conn, group_id, decoded)
         if api_key == ApiKey.JOIN_GROUP and self.phase(group_id) is None:
-            local = self.hooks.coordinator().groups.get(group_id)
+            local = self.runtime.coordinator.groups.get(group_id)
             if local is None or not local.members:  # a config view makes an empty one
                 await self._classify(group_id)
         if self.phase(group_id) not in _OBSERVED_PHASES:
@@ -157,8 +158,9 @@ class Adoption:
             lives_upstream = True
         if not lives_upstream or self.phase(group_id) is not None:
             return
-        self.hooks.coordinator().change_ownership(group_id, OwnershipState.RELAYING, -1, self.hooks.clock())
-        self.hooks.after_step()
+        self.runtime.run(
+            lambda c: c.change_ownership(group_id, OwnershipState.RELAYING, -1, self.runtime.clock())
+        )
         log.info(
             "adoption: group %s lives upstream: relaying it until every member is behind the bridge", group_id
         )
@@ -191,7 +193,7 @@ class Adoption:
         api_key, body = decoded.api_key, decoded.body
         group_id = body.group_id
         if api_key in OBSERVED_APIS:
-            self.observer.observe(_SIZE.pack(len(payload)) + payload, frame, self.hooks.clock(), conn.host)
+            self.observer.observe(_SIZE.pack(len(payload)) + payload, frame, self.runtime.clock(), conn.host)
         ids = self._members.setdefault(conn, {}).setdefault(group_id, set())
         if api_key in _MEMBER_APIS and body.member_id:
             ids.add(body.member_id)
@@ -222,25 +224,25 @@ class Adoption:
         worker, which has stopped, and is removed at once (``release_returned``). Other requests
         of the group are the bridge's to answer (a removed member's Heartbeat: UNKNOWN_MEMBER_ID)."""
         member_id = decoded.body.member_id or ""
-        group = self.hooks.coordinator().groups.get(group_id)
+        group = self.runtime.coordinator.groups.get(group_id)
         if member_id and member_id in (getattr(group, "members", None) or {}):
             protocols = join_from_wire(decoded.body, decoded.api_version).protocols
             if not reports_nothing(protocols):
                 return  # joins the revoking generation
-            if self.hooks.coordinator().release_member(group_id, member_id, self.hooks.clock()):
-                self.hooks.after_step()
+            if self.runtime.run(lambda c: c.release_member(group_id, member_id, self.runtime.clock())):
                 self._sent_away.setdefault(group_id, set()).add(conn)
                 log.info("adoption: hand-back of %s: member %s sent upstream", group_id, member_id)
                 await self.finish_release(group_id)
             return
         join = join_from_wire(decoded.body, decoded.api_version)
-        stale = self.hooks.coordinator().release_returned(
-            group_id, join.protocols, join.group_instance_id, self.hooks.clock()
+        stale = self.runtime.run(
+            lambda c: c.release_returned(
+                group_id, join.protocols, join.group_instance_id, self.runtime.clock()
+            )
         )
         if stale:  # an earlier incarnation of this worker, which has stopped: no hold for it
-            self.hooks.after_step()
             log.info("adoption: hand-back of %s: %s came back stopped, sent upstream", group_id, stale)
-        if self.hooks.coordinator().unsynced_round_due(join):
+        if self.runtime.coordinator.unsynced_round_due(join):
             return  # answered here with a leader round it never syncs (``state.handback``), then held
         released = self._released.setdefault(group_id, asyncio.Event())
         held = self._held.setdefault(group_id, set())
@@ -255,7 +257,7 @@ class Adoption:
         """Write the tombstone and ``released`` once the bridge's group is empty and every member
         sent away is back with its rejoin (held), or ``settle_timeout_ms`` after the group emptied
         (a worker that does not come back is gone or partitioned: as after its session timeout)."""
-        group = self.hooks.coordinator().groups.get(group_id)
+        group = self.runtime.coordinator.groups.get(group_id)
         if self.phase(group_id) is not OwnershipState.RELEASING or getattr(group, "members", None):
             return False
         loop = asyncio.get_running_loop()
@@ -264,10 +266,9 @@ class Adoption:
         if missing and loop.time() - emptied < self.settings.settle_timeout_ms / 1000:
             return False
         async with self._locks.setdefault(group_id, asyncio.Lock()):
-            if not self.hooks.coordinator().finish_release(group_id, self.hooks.clock()):
+            if not self.runtime.run(lambda c: c.finish_release(group_id, self.runtime.clock())):
                 return self.phase(group_id) is OwnershipState.RELEASED
-            self.hooks.after_step()
-            await self.hooks.durable()  # before any held rejoin goes upstream
+            await self.runtime.durable()  # before any held rejoin goes upstream
         self._sent_away.pop(group_id, None)
         self._empty_since.pop(group_id, None)
         held = len(self._held.get(group_id, ()))
@@ -277,7 +278,7 @@ class Adoption:
         return True
 
     def _local_members(self, group_id: str) -> int:
-        return len(getattr(self.hooks.coordinator().groups.get(group_id), "members", None) or {})
+        return len(getattr(self.runtime.coordinator.groups.get(group_id), "members", None) or {})
 
     async def command_release(self, group_id: str) -> tuple[bool, str]:
         """``connect-bridge release GROUP``: start handing an adopted group back (or report that it
@@ -288,13 +289,12 @@ class Adoption:
         if phase is OwnershipState.ADOPTED:
             async with self._locks.setdefault(group_id, asyncio.Lock()):
                 try:
-                    self.hooks.coordinator().start_release(group_id, self.hooks.clock())
+                    self.runtime.run(lambda c: c.start_release(group_id, self.runtime.clock()))
                 except (AdoptionError, OwnershipError) as exc:
                     return False, str(exc)
                 self._released[group_id] = asyncio.Event()
                 self._empty_since.pop(group_id, None)
-                self.hooks.after_step()
-                await self.hooks.durable()  # before any member is sent away
+                await self.runtime.durable()  # before any member is sent away
             log.info("adoption: hand-back of group %s started", group_id)
             self.observe_phase(group_id)
             await self.finish_release(group_id)
@@ -385,13 +385,12 @@ class Adoption:
                 for member_id in groups.get(group_id, ())
             }
             try:
-                self.hooks.coordinator().adopt(check.generation, self.hooks.clock(), principals)
+                self.runtime.run(lambda c: c.adopt(check.generation, self.runtime.clock(), principals))
             except (AdoptionError, OwnershipError) as exc:
                 log.error("adoption: cannot take %s over: %s", group_id, exc)
                 return TakeoverCheck(False, str(exc), check.behind, check.total)
-            self.hooks.after_step()
             progress.takeover_step = "committing"
-            await self.hooks.durable()  # before anything of the group is answered locally
+            await self.runtime.durable()  # before anything of the group is answered locally
         finally:
             del self._holds[group_id]
             hold.set()
@@ -415,13 +414,12 @@ class Adoption:
         obs = self.observer.observation(group_id)
         generation = obs.generation_id if obs is not None else -1
         try:
-            self.hooks.coordinator().adopt_emptied(group_id, generation, self.hooks.clock())
+            self.runtime.run(lambda c: c.adopt_emptied(group_id, generation, self.runtime.clock()))
         except (AdoptionError, OwnershipError) as exc:
             log.error("adoption: cannot take %s over: %s", group_id, exc)
             return TakeoverCheck(False, str(exc))
-        self.hooks.after_step()
         progress.takeover_step = "committing"
-        await self.hooks.durable()
+        await self.runtime.durable()
         progress.taken_over_generation = generation
         log.info("adoption: took group %s over with no member (%s)", group_id, check.reason)
         self.observe_phase(group_id)
@@ -460,7 +458,7 @@ class Adoption:
         upstream for a conflict."""
         while True:
             await asyncio.sleep(self.settings.check_interval_ms / 1000)
-            for group_id, owned in list(self.hooks.coordinator().ownership.snapshot().items()):
+            for group_id, owned in list(self.runtime.coordinator.ownership.snapshot().items()):
                 if not self.settings.watches(group_id):
                     continue
                 if owned.state is OwnershipState.RELAYING:
@@ -471,7 +469,7 @@ class Adoption:
                     await self.finish_release(group_id)
 
     async def _watch_upstream(self, group_id: str) -> None:
-        group = self.hooks.coordinator().groups.get(group_id)
+        group = self.runtime.coordinator.groups.get(group_id)
         adopted = set(getattr(group, "members", {}) or {})
         try:
             described = await self.upstream.describe(group_id)
@@ -495,7 +493,7 @@ class Adoption:
     def status(self) -> dict[str, Any]:
         """Every group with an ownership record: its phase and progress (the admin endpoint)."""
         out: dict[str, Any] = {}
-        for group_id, owned in sorted(self.hooks.coordinator().ownership.snapshot().items()):
+        for group_id, owned in sorted(self.runtime.coordinator.ownership.snapshot().items()):
             progress = self.progress.get(group_id, GroupProgress())
             check = progress.last_check
             obs = self.observer.observation(group_id)
@@ -550,11 +548,10 @@ class Adoption:
         async with self._locks.setdefault(group_id, asyncio.Lock()):
             if self.phase(group_id) is not OwnershipState.RELEASED:
                 return False
-            now = self.hooks.clock()
-            self.hooks.coordinator().change_ownership(group_id, OwnershipState.RELAYING, -1, now)
+            now = self.runtime.clock()
+            self.runtime.run(lambda c: c.change_ownership(group_id, OwnershipState.RELAYING, -1, now))
             self.progress[group_id] = GroupProgress()
-            self.hooks.after_step()
-            await self.hooks.durable()
+            await self.runtime.durable()
         log.info("adoption: released group %s is relaying again, to be adopted once more", group_id)
         self.observe_phase(group_id)
         return True

@@ -26,20 +26,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
 
-from connect_bridge.bridge import server_hooks
 from connect_bridge.bridge.ha_owners import BridgeAddress
 from connect_bridge.bridge.ha_settings import HaSettings
 from connect_bridge.bridge.metrics import Metrics
 from connect_bridge.bridge.partitioned_store import PartitionedFenced
 from connect_bridge.bridge.proxy import OWNER_UNKNOWN
-from connect_bridge.bridge.server_hooks import StepHooks
+from connect_bridge.bridge.runtime import CoordinatorRuntime
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state.partitioning import partition_for
 from connect_bridge.state.records import Record
@@ -71,6 +69,14 @@ class PartitionStore(Protocol):
     def release(self, partition: int) -> None: ...
 
 
+class UpstreamOptions(Protocol):
+    """What the membership needs of the server's options (``server_options.ServerOptions``)."""
+
+    upstream: list[tuple[str, int]]
+    state_topic: str
+    upstream_security: Any
+
+
 class Membership(Protocol):
     """What this module needs of ``ha_membership.BridgeMembership``."""
 
@@ -88,7 +94,6 @@ class HighAvailability:
 
     settings: HaSettings
     store: PartitionStore
-    hooks: StepHooks
     on_loaded: Callable[[set[str]], None]
     """Called with the group ids a partition brought in (the server applies the config view)."""
     fail: Callable[[str], None]
@@ -99,13 +104,24 @@ class HighAvailability:
     """Groups this bridge gave up: their requests get NOT_COORDINATOR here rather than being relayed
     upstream (which knows nothing of them) until their partition comes back."""
     membership: Membership | None = None
-    node_id: int = 0
+    node_id: int | None = None
+    """This bridge's name among the bridges: ``ha.node_id``, else its listen port (the server
+    sets it once bound)."""
+    runtime: CoordinatorRuntime | None = None
+    """The way to the coordinator, from :meth:`start` on: partitions are loaded and dropped
+    through it, as requests change it."""
     _loop: asyncio.AbstractEventLoop | None = None
     _held_lease: bool = False
 
     # ------------------------------------------------------------------ lifecycle
-    def start(self, membership_factory: Callable[..., Membership]) -> None:
-        """Join the bridges' group; partitions arrive through the callbacks."""
+    def __post_init__(self) -> None:
+        if self.node_id is None:
+            self.node_id = self.settings.node_id
+
+    def start(self, runtime: CoordinatorRuntime, membership_factory: Callable[..., Membership]) -> None:
+        """Join the bridges' group; partitions arrive through the callbacks and are loaded into
+        the coordinator through ``runtime``."""
+        self.runtime = runtime
         self._loop = asyncio.get_running_loop()
         self.membership = membership_factory(on_assigned=self._assigned, on_revoked=self._revoked)
         self.membership.start()
@@ -200,12 +216,14 @@ class HighAvailability:
                 return
             if self.phases.get(partition) is not PartitionPhase.LOADING:
                 continue  # revoked while it loaded
-            loaded = self.hooks.coordinator().replay(records, self.hooks.clock())
+            runtime = self.runtime
+            assert runtime is not None
+            now = runtime.clock()
+            loaded = runtime.run(lambda coordinator: coordinator.replay(records, now))  # noqa: B023
             self.lost -= {g for g in self.lost if self.partition(g) == partition}
             self.phases[partition] = PartitionPhase.OWNED
             self._held_lease = True
             self.on_loaded(loaded)
-            self.hooks.after_step()
             log.info(
                 "now coordinating partition %d of the state topic: %d records, %d groups",
                 partition,
@@ -217,13 +235,14 @@ class HighAvailability:
     def _drop(self, partitions: frozenset[int]) -> set[str]:
         """Stop answering for ``partitions`` now: close the gate, unload their groups (parked
         JoinGroup/SyncGroup answered NOT_COORDINATOR) and remember them as given up."""
-        coordinator = self.hooks.coordinator()
+        runtime = self.runtime
         for partition in partitions:
             self.phases.pop(partition, None)
-        groups = {g for g in coordinator.groups if self.partition(g) in partitions}
-        coordinator.unload(groups)
+        if runtime is None:  # not started: nothing loaded
+            return set()
+        groups = {g for g in runtime.coordinator.groups if self.partition(g) in partitions}
+        runtime.run(lambda coordinator: coordinator.unload(groups))
         self.lost |= groups
-        self.hooks.after_step()
         return groups
 
     async def _give_up(self, partitions: frozenset[int]) -> None:
@@ -231,7 +250,8 @@ class HighAvailability:
         the store stop writing them (the membership hands them on when this returns)."""
         groups = self._drop(partitions)
         try:
-            await self.hooks.durable()
+            if self.runtime is not None:
+                await self.runtime.durable()
         except Exception as exc:  # fenced or failed: the store says so on its own path
             log.warning("giving up partitions %s: writes not confirmed: %s", sorted(partitions), exc)
         loop = asyncio.get_running_loop()
@@ -279,7 +299,9 @@ class HighAvailability:
             "owned": self.owned(),
             "loading": sorted(p for p, phase in self.phases.items() if phase is PartitionPhase.LOADING),
             "owners": {str(p): dataclasses.asdict(a) for p, a in sorted(owners.items())},
-            "groups": {g: self.partition(g) for g in sorted(self.hooks.coordinator().groups)},
+            "groups": {
+                g: self.partition(g) for g in sorted(self.runtime.coordinator.groups if self.runtime else ())
+            },
         }
 
     def _observe(self) -> None:
@@ -289,52 +311,23 @@ class HighAvailability:
         self.metrics.observe_ha(owners, self.owned(), self.lease_valid())
 
 
-def high_availability(server: Any) -> HighAvailability:
-    """The HA side of a ``BridgeServer`` in proxy mode with ``ha.enabled`` (its options, store,
-    coordinator, committer and metrics); the membership starts once the server has loaded.
-
-    It puts itself in front of every way a request reaches a group (the local APIs' gate, the
-    steady-heartbeat fast path, the relay and its metadata rewriting), so the server's start has
-    one HA step and none of these can be left unguarded."""
-    settings: HaSettings = server.options.ha
-    ha = HighAvailability(
-        settings,
-        server.store,
-        server_hooks.of_server(server),
-        server.apply_view_to,
-        server.fatal,
-        server.metrics,
-        node_id=settings.node_id if settings.node_id is not None else server.port,
-    )
-    server.committer.on_fenced = ha.fenced
-    server.apis.gate = ha.refusal
-    server.steady.answers_for = lambda group_id: ha.refusal(group_id) is None
-    relay = server.relay
-    relay.gave_up = ha.gave_up
-    relay.may_forward = ha.relay_allowed
-    relay.cluster.owner_of = functools.partial(ha.listener_for, relay.matches)
-    return ha
-
-
-def membership_factory(server: Any, advertised_host: str) -> Callable[..., Membership]:
-    """Builds the ``BridgeMembership``: this bridge is named by its node id and reached at its
-    proxy listeners (upstream broker N's listener is base port + N on every bridge)."""
+def membership_factory(
+    settings: HaSettings, options: UpstreamOptions, me: BridgeAddress
+) -> Callable[..., Membership]:
+    """Builds the ``BridgeMembership``: this bridge (``me``) is named by its node id and reached at
+    its proxy listeners (upstream broker N's listener is base port + N on every bridge)."""
     from connect_bridge.bridge.ha_membership import BridgeMembership
-
-    settings: HaSettings = server.options.ha
-    assert server.relay is not None
-    me = BridgeAddress(server.ha.node_id, advertised_host, server.relay.cluster.advertised_base)
 
     def build(**callbacks: Any) -> Membership:
         return BridgeMembership(  # type: ignore[no-any-return]
-            ",".join(f"{h}:{p}" for h, p in server.options.upstream),
-            server.options.state_topic,
+            ",".join(f"{h}:{p}" for h, p in options.upstream),
+            options.state_topic,
             settings.group,
             me,
             session_timeout_ms=settings.session_timeout_ms,
             heartbeat_interval_ms=settings.heartbeat_interval_ms,
             refresh_owners_ms=settings.refresh_owners_ms,
-            client_options=server.options.upstream_security.kafka_python_options(),
+            client_options=options.upstream_security.kafka_python_options(),
             **callbacks,
         )
 

@@ -8,14 +8,15 @@ server module keeps to connections and the coordinator loop.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from typing import Any
 
-from connect_bridge.bridge import server_hooks
 from connect_bridge.bridge.adoption_upstream import UpstreamGroups
 from connect_bridge.bridge.proxy import UpstreamCluster, group_matcher
 from connect_bridge.bridge.server_accept import Listener
 from connect_bridge.bridge.server_adoption import Adoption
+from connect_bridge.bridge.server_ha import HighAvailability
 from connect_bridge.bridge.server_relay import UNREACHABLE, Relay
 from connect_bridge.bridge.startup import address, bind_error, retry_until
 from connect_bridge.bridge.task_clients import RelayedClients
@@ -45,9 +46,12 @@ async def start_proxy(server: Any, advertised_host: str) -> int:
         matches,
         lambda: server.coordinator.groups,
         lambda request, client: server.apis.handle(request, client),
+        **_high_availability(server.ha),
     )
     cluster = relay.cluster
     cluster.coordinated = relay.coordinates
+    if server.ha is not None:  # FindCoordinator names the bridge owning the group's partition
+        cluster.owner_of = functools.partial(server.ha.listener_for, relay.matches)
     relay.owner = lambda group_id: server.coordinator.ownership.state(group_id)
     metrics = server.metrics
     relay.clients = RelayedClients(
@@ -59,7 +63,7 @@ async def start_proxy(server: Any, advertised_host: str) -> int:
         server.adoption = Adoption(
             adoption,
             UpstreamGroups(server.options.upstream, server.options.upstream_security),
-            server_hooks.of_server(server),
+            server.runtime,
             server.metrics,
         )
     upstream = ",".join(address(host, port) for host, port in server.options.upstream)
@@ -173,6 +177,14 @@ class BrokerListeners:
             for node_id in sorted(self.cluster.brokers):
                 self.learned(node_id)
             await self.ready()
+
+
+def _high_availability(ha: HighAvailability | None) -> dict[str, Any]:
+    """The relay's several-bridges checks (``Relay``'s ``may_forward`` and ``gave_up``), none
+    without ``ha``."""
+    if ha is None:
+        return {}
+    return {"may_forward": ha.relay_allowed, "gave_up": ha.gave_up}
 
 
 async def forward_upstream(server: Any, conn: Any, payload: bytes, api_key: int, started: float) -> bool:

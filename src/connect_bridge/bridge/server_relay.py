@@ -40,6 +40,9 @@ class Relay:
         matches: Callable[[str], bool],
         groups: Callable[[], Container[str]],
         handle: Callable[[DecodedRequest, Client], Any],
+        *,
+        may_forward: Callable[[], bool] = lambda: True,
+        gave_up: Callable[[str], bool] = lambda group_id: False,
     ) -> None:
         self.cluster = cluster
         self.matches = matches
@@ -50,19 +53,19 @@ class Relay:
         """Answers a request locally (``LocalApis.handle``)."""
         self.owner: Callable[[str], OwnershipState | None] = lambda group_id: None
         """A group's adoption phase (``GroupCoordinator.ownership``; docs/adoption.md)."""
-        self.may_forward: Callable[[], bool] = lambda: True
+        self.may_forward = may_forward
         """Several bridges: False while this bridge may be a zombie (its lease in the bridges'
         group ran out, e.g. it was paused): requests read now may have waited in its buffers
         since before another bridge took its groups over, so they are dropped with their
         connection instead of reaching the brokers late."""
-        self.clients: RelayedClients | None = None
-        """Counts relayed requests per client kind (task data or not); None: not counted."""
         self.listeners_ready: Callable[[], Awaitable[None]] | None = None
         """Waits for the listeners of brokers a rewritten response just named for the first time
         (``BrokerListeners.ready``), so the client reads an address that accepts connections."""
-        self.gave_up: Callable[[str], bool] = lambda group_id: False
+        self.gave_up = gave_up
         """Several bridges: a group this bridge coordinated and gave up to another bridge; its
         requests are answered here (NOT_COORDINATOR), never relayed to the upstream cluster."""
+        self.clients: RelayedClients | None = None
+        """Counts relayed requests per client kind (task data or not); None: not counted."""
 
     def coordinates(self, group_id: str, joining_protocol_type: str | None = None) -> bool:
         """One of the bridge's groups. Its id matches ``coordinated_groups`` and the bridge has it

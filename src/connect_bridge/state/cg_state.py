@@ -42,6 +42,7 @@ from connect_bridge.state.model import (
     split_target_member,
 )
 from connect_bridge.state.records import Record, RecordType
+from connect_bridge.state.result import Touched
 from connect_bridge.state.target_assignment import target_records, work_records
 from connect_bridge.state.timers import TimerKey, Timers
 
@@ -83,6 +84,9 @@ class ConnectGroupState:
         config offsets, (protocol, state) counts, sorted ids), changed only by the appliers below
         (like ``working``, ``untargeted`` and ``departed``), so replay rebuilds them."""
         self._records: list[Record] = []
+        self.touched: Touched | None = None
+        """The coordinator's set of changed groups (``state.result``): a record written marks this
+        group there, so a step's result is built from the groups it changed only."""
 
     # ------------------------------------------------------------------ derived views
     @property
@@ -245,6 +249,8 @@ class ConnectGroupState:
         """The one way persisted state changes: apply the record as replay would, and queue it."""
         self.apply(record)
         self._records.append(record)
+        if self.touched is not None:
+            self.touched[self.group_id] = None
 
     def _set_metadata(self, **changes: object) -> None:
         self._write(group_metadata_record(self.group_id, replace(self.metadata, **changes)))

@@ -37,6 +37,7 @@ from connect_bridge.state.classic_records import (
 )
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.records import Record, RecordType
+from connect_bridge.state.result import Touched
 from connect_bridge.state.timers import TimerKey, Timers
 
 NEW_MEMBER_JOIN_TIMEOUT_MS = 300_000
@@ -160,6 +161,9 @@ class ClassicGroupBase:
         """True once the group has a record (Kafka: the group exists in the log)."""
         self._records: list[Record] = []
         self._outbox: list[tuple[ParkedRequest, object]] = []
+        self.touched: Touched | None = None
+        """The coordinator's set of changed groups (``state.result``): a record, a released parked
+        answer or a state transition marks this group there."""
 
     # ------------------------------------------------------------------ read accessors
     @property
@@ -254,6 +258,7 @@ class ClassicGroupBase:
         if parked is None:
             return False
         self._outbox.append((parked, response))
+        self._touch()
         return True
 
     def complete_join(self, member: ClassicMember, response: JoinGroupResponse) -> bool:
@@ -293,6 +298,7 @@ class ClassicGroupBase:
         """Append the group's record (a snapshot, or ``None``: the tombstone) to the log."""
         record = classic_group_record(self.group_id, value)
         self._records.append(record)
+        self._touch()
         self.persisted = True
         self.persisted_snapshot = value
         return record
@@ -385,6 +391,11 @@ class ClassicGroupBase:
         self.previous_state = self.state
         self.state = target
         self.state_timestamp = now_ms
+        self._touch()
+
+    def _touch(self) -> None:
+        if self.touched is not None:
+            self.touched[self.group_id] = None
 
     def can_rebalance(self) -> bool:
         return self.state in _VALID_PREVIOUS[ClassicGroupState.PREPARING_REBALANCE]

@@ -2,15 +2,18 @@
 ``classic`` and ``connect``, and owns the shared timers.
 
 Like Apache Kafka's GroupMetadataManager it is one deterministic state machine for many groups:
-callers hand in requests and ``now_ms``, call ``advance(now_ms)`` at ``next_deadline()``, persist
-what ``drain_records()`` returns before revealing responses, and deliver parked classic responses
-from ``drain_responses()``.
+callers hand in requests and ``now_ms`` and call ``advance(now_ms)`` at the next deadline. After a
+step, :meth:`GroupCoordinator.result` is its effects as one value (``state.result``: the records to
+make durable before revealing the response, parked classic answers released, the next deadline),
+built from the groups the step changed; ``bridge/runtime.py`` applies it. ``drain_records`` and
+``drain_responses`` take parts of the same effects, for callers that drive the engine by hand
+(tests, drills).
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state import classic_api as capi
@@ -41,11 +44,13 @@ from connect_bridge.state.holds import timer_removal_hold_ms
 from connect_bridge.state.model import ConfigView, GroupType
 from connect_bridge.state.ownership import refusal, split_leaving
 from connect_bridge.state.records import Record, RecordType
+from connect_bridge.state.result import CoordinatorResult, R, Touched
 from connect_bridge.state.timers import Timers
 
 _PREPARING = ClassicGroupState.PREPARING_REBALANCE
 
 Group = ConnectGroup | ClassicGroup
+G = TypeVar("G", ConnectGroup, ClassicGroup)
 
 
 class GroupCoordinator(OwnershipSteps):
@@ -60,7 +65,11 @@ class GroupCoordinator(OwnershipSteps):
         self._unsynced_rounds: dict[str, set[str]] = {}
         self._responses: list[tuple[object, object]] = []
         self._classic_states: dict[str, ClassicGroupState] = {}
-        """Each classic group's state as :meth:`drain_classic_state_changes` last reported it."""
+        """Each classic group's state as the last result reported it (``classic_changed``)."""
+        self._classic_changed: set[str] = set()
+        """Classic groups changed since the last result (gathered, not reported yet)."""
+        self._touched: Touched = {}
+        """Groups changed since their effects were last gathered (``state.result.Touched``)."""
         self.ownership = OwnershipTable()
         """Which side coordinates each adopted or released group (docs/adoption.md)."""
 
@@ -69,13 +78,19 @@ class GroupCoordinator(OwnershipSteps):
         return self.views.get(group_id, self.default_view)
 
     def _new_connect(self, group_id: str) -> ConnectGroup:
-        group = ConnectGroup(group_id, self.config, self.timers, self.view(group_id))
+        group = self._tracked(ConnectGroup(group_id, self.config, self.timers, self.view(group_id)))
         self.groups[group_id] = group
         return group
 
     def _new_classic(self, group_id: str) -> ClassicGroup:
-        group = ClassicGroup(group_id, self.config, self.timers)
+        group = self._tracked(ClassicGroup(group_id, self.config, self.timers))
         self.groups[group_id] = group
+        return group
+
+    def _tracked(self, group: G) -> G:
+        """``group``, marking itself in :attr:`_touched` whenever it changes (and marked now)."""
+        group.touched = self._touched
+        self._touched[group.group_id] = None
         return group
 
     def _full(self) -> bool:
@@ -99,10 +114,12 @@ class GroupCoordinator(OwnershipSteps):
             group = self._new_connect(group_id)
         self.views[group_id] = view
         self._records.append(Record(RecordType.CONFIG, group_id, "", view))
+        self._touched[group_id] = None
         if isinstance(group, ConnectGroup):
             group.set_config(view, now_ms)
 
     def _flush(self, group: Group) -> None:
+        self._touched[group.group_id] = None
         self._records.extend(group.drain_records())
         if isinstance(group, ClassicGroup):
             self._responses.extend(group.drain_responses())
@@ -117,7 +134,9 @@ class GroupCoordinator(OwnershipSteps):
                 return f"group {classic.group_id} is at its maximum size"
             if classic.protocol_type not in (None, PROTOCOL_TYPE_CONNECT):
                 return f"group {classic.group_id} has protocol type {classic.protocol_type!r}"
-        group = ConnectGroup(classic.group_id, self.config, self.timers, self.view(classic.group_id))
+        group = self._tracked(
+            ConnectGroup(classic.group_id, self.config, self.timers, self.view(classic.group_id))
+        )
         try:
             if classic.members:
                 upgrade(classic, group, now_ms)
@@ -132,6 +151,7 @@ class GroupCoordinator(OwnershipSteps):
 
     def _after(self, group_id: str, now_ms: int) -> None:
         """Flush a group's effects and run a pending downgrade."""
+        self._touched[group_id] = None
         group = self.groups.get(group_id)
         if group is None:
             return
@@ -144,7 +164,7 @@ class GroupCoordinator(OwnershipSteps):
                 group.downgrade_pending = False
             elif group.ready_to_downgrade():
                 group.downgrade_pending = False
-                classic = ClassicGroup(group_id, self.config, self.timers)
+                classic = self._tracked(ClassicGroup(group_id, self.config, self.timers))
                 downgrade(group, classic, now_ms)
                 self._flush(group)
                 self.groups[group_id] = classic
@@ -183,7 +203,9 @@ class GroupCoordinator(OwnershipSteps):
                 return _heartbeat_error(
                     req, ErrorCode.UNKNOWN_MEMBER_ID, f"group {req.group_id} does not exist"
                 )
-            group = ConnectGroup(req.group_id, self.config, self.timers, self.view(req.group_id))
+            group = self._tracked(
+                ConnectGroup(req.group_id, self.config, self.timers, self.view(req.group_id))
+            )
             response = group.heartbeat(req, now_ms)
             if not group.members:
                 group.drain_records()  # a failed first join leaves no group behind
@@ -514,30 +536,45 @@ class GroupCoordinator(OwnershipSteps):
         converted.downgrade_pending = True
         return converted
 
-    def drain_responses(self) -> list[tuple[object, object]]:
-        """Parked JoinGroup/SyncGroup responses released since the last call: (token, response)."""
-        for group in self.groups.values():
+    # ------------------------------------------------------------------ effects
+    def _gather(self) -> None:
+        """Move the effects of the groups changed since the last call into the coordinator's own
+        queues: their records, their released parked answers, and whether their classic state
+        changed. Only the changed groups are visited (``state.result.Touched``)."""
+        touched = self._touched
+        if not touched:
+            return
+        groups, states = self.groups, self._classic_states
+        for gid in touched:
+            group = groups.get(gid)
+            if group is None:
+                if states.pop(gid, None) is not None:
+                    self._classic_changed.add(gid)  # deleted
+                continue
+            self._records.extend(group.drain_records())
             if isinstance(group, ClassicGroup):
                 self._responses.extend(group.drain_responses())
+                if states.get(gid) is not group.state:
+                    states[gid] = group.state
+                    self._classic_changed.add(gid)
+            elif states.pop(gid, None) is not None:
+                self._classic_changed.add(gid)  # converted to a connect group
+        touched.clear()
+
+    def result(self, response: R = None) -> CoordinatorResult[R]:  # type: ignore[assignment]
+        """The effects of the steps since the last result, with ``response``: what a caller must
+        make durable, the parked answers it must deliver, and when the next timer is due."""
+        self._gather()
+        records, self._records = self._records, []
+        released, self._responses = self._responses, []
+        changed, self._classic_changed = self._classic_changed, set()
+        return CoordinatorResult(response, records, released, frozenset(changed), self.timers.next_deadline())
+
+    def drain_responses(self) -> list[tuple[object, object]]:
+        """Parked JoinGroup/SyncGroup responses released since the last call: (token, response)."""
+        self._gather()
         out, self._responses = self._responses, []
         return out
-
-    def drain_classic_state_changes(self) -> set[str]:
-        """Classic groups whose state (PreparingRebalance, CompletingRebalance, Stable, ...) changed
-        since the last call, or that were deleted. A classic group writes a record only per
-        generation, so the metrics, which follow records, would otherwise miss a rebalance that
-        started and never completed: exactly the one an alert must see."""
-        changed = set(self._classic_states) - self.groups.keys()
-        for gid in changed:
-            del self._classic_states[gid]
-        for gid, group in self.groups.items():
-            if isinstance(group, ClassicGroup):
-                if self._classic_states.get(gid) is not group.state:
-                    self._classic_states[gid] = group.state
-                    changed.add(gid)
-            elif self._classic_states.pop(gid, None) is not None:
-                changed.add(gid)  # converted to a connect group
-        return changed
 
     # ------------------------------------------------------------------ time
     def next_deadline(self) -> int | None:
@@ -557,8 +594,8 @@ class GroupCoordinator(OwnershipSteps):
 
     # ------------------------------------------------------------------ records
     def drain_records(self) -> list[Record]:
-        for group in self.groups.values():
-            self._records.extend(group.drain_records())
+        """Records written since the last call (or result), to be made durable."""
+        self._gather()
         out, self._records = self._records, []
         return out
 
@@ -576,6 +613,7 @@ class GroupCoordinator(OwnershipSteps):
         for record in records:
             touched.add(record.group_id)
             self._replay_one(record)
+        self._touched.update(dict.fromkeys(sorted(touched)))
         for gid, group in [(gid, g) for gid, g in self.groups.items() if gid in touched]:
             if isinstance(group, ClassicGroup) and group.state is ClassicGroupState.DEAD:
                 del self.groups[gid]
@@ -627,6 +665,7 @@ class GroupCoordinator(OwnershipSteps):
         workers look for the new coordinator at once; their timers stop firing here.
         """
         for gid in group_ids:
+            self._touched[gid] = None
             group = self.groups.pop(gid, None)
             if isinstance(group, ClassicGroup):
                 group.release_parked(ErrorCode.NOT_COORDINATOR)

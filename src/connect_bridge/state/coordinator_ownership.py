@@ -26,6 +26,7 @@ from connect_bridge.state.handback import (
 )
 from connect_bridge.state.holds import timer_removal_hold_ms
 from connect_bridge.state.records import Record
+from connect_bridge.state.result import Touched
 
 _PREPARING = ClassicGroupState.PREPARING_REBALANCE
 
@@ -37,6 +38,7 @@ class OwnershipSteps:
     groups: dict[str, ConnectGroup | ClassicGroup]
     ownership: OwnershipTable
     _records: list[Record]
+    _touched: Touched
     _release_rejoins: set[str]
     """``releasing`` groups whose join phase began before ``releasing`` was written (see
     :meth:`_rebalance_to_release`)."""
@@ -86,6 +88,7 @@ class OwnershipSteps:
             del self.groups[gen.group_id]
             existing = None
         group = existing if isinstance(existing, ClassicGroup) else self._new_classic(gen.group_id)
+        self._touched[gen.group_id] = None  # loaded below as replay loads it: no step marks it
         group.drain_records()
         group.apply(records[0])
         group.rebuild_after_load(now_ms)
@@ -310,4 +313,3 @@ class OwnershipSteps:
             self._records.extend(group.drain_records())
             group.drain_responses()
             del self.groups[gid]
-
