@@ -143,3 +143,13 @@ def test_the_round_makes_connects_assignor_deal_what_it_remembered_at_once() -> 
         subscriptions(w0=fs()), "w0", None, VIEW, 17, 150_000, 60_000, last_completed_generation=16
     )
     assert {AC, A0, A1} <= first_classic_generation(forgetting)  # the round (17) was never completed
+
+
+def test_no_round_when_the_connect_group_never_had_a_member() -> None:
+    """A config view set before any worker creates an empty connect group (its epoch bumped by the
+    config); the all-legacy cluster that then starts classic has no connect era to forget."""
+    coord = coordinator()
+    coord.set_config(G, VIEW, 0)
+    assert not connect(coord).members and connect(coord).metadata.member_seq == 0
+    joined = cjoin(coord, "", "http://w0/", now=T)
+    assert joined is not None and joined.error_code == int(ErrorCode.MEMBER_ID_REQUIRED)

@@ -296,8 +296,8 @@ class GroupCoordinator(OwnershipSteps):
             # which downgrades once the hold is over (ready_to_downgrade). An empty group keeps
             # its holds past their deadline (only a target computation drops them), so the
             # deadline decides: afterwards the group id is free, any protocol type included.
-            if group.group_epoch > 0:  # it had members: their first JoinGroups make them forget
-                self._forget_rounds[req.group_id] = ForgetRounds(group.group_epoch + 1)  # classic_join
+            if group.metadata.member_seq > 0:  # it had members: they forget first (classic_join)
+                self._forget_rounds[req.group_id] = ForgetRounds(group.group_epoch + 1)
             group.tombstone_all()
             self._flush(group)
             group = None
