@@ -28,6 +28,7 @@ from connect_bridge.state.classic_rebalance import (
 )
 from connect_bridge.state.classic_records import empty_group_snapshot
 from connect_bridge.state.classic_state import ClassicGroupBase, join_error
+from connect_bridge.state.leader_memory import unsynced_leader_round, unsynced_round_key
 
 SKIP_ASSIGNMENT_MIN_VERSION = 9
 """JoinGroup v9 added ``SkipAssignment`` (Kafka's ``JoinGroupRequest.supportsSkippingAssignment``)."""
@@ -48,6 +49,9 @@ def join(group: ClassicGroupBase, req: JoinGroupRequest, now_ms: int) -> JoinGro
         <= config.classic_max_session_timeout_ms
     ):
         return join_error(ErrorCode.INVALID_SESSION_TIMEOUT, req.member_id)
+    forget = forget_round(group, req)
+    if forget is not None:
+        return forget
     new_group = not group.persisted and not group.members and not group.pending_members
     if new_group and req.member_id:
         # Kafka creates a group only for a member without an id.
@@ -61,6 +65,34 @@ def join(group: ClassicGroupBase, req: JoinGroupRequest, now_ms: int) -> JoinGro
     if new_group and not group.persisted:  # nothing written on the way: the group's first record
         group.write(empty_group_snapshot(group.generation_id, group.member_seq, group.state_timestamp))
     return response
+
+
+def forget_round(group: ClassicGroupBase, req: JoinGroupRequest) -> JoinGroupResponse | None:
+    """The unsynced leader round (``leader_memory.unsynced_leader_round``) that answers a worker's
+    first JoinGroup into a classic group that replaced an emptied connect group; ``None`` when none
+    is due.
+
+    In the connect group the bridge elected a legacy worker Connect leader in each of its
+    JoinGroups and ignored what its assignor sent back; the assignor still remembers that
+    assignment, in which work the bridge held for a departed member was dealt out (it ran nowhere
+    in the leader's view). If that worker's last completed generation is the one it led and it
+    leads this group's first generation, it takes everything it remembers and no member reports
+    for lost and delays it ``scheduled.rebalance.max.delay.ms`` once more, after the bridge's own
+    hold on it (drill 97000291025209: 93.1 s of could-run time against a 90 s bound). Kafka's
+    leader of such a group would either remember nothing or hold the work only until the first
+    delay ends. So every worker (by url, else instance id) offering a cooperative protocol with an
+    empty member id gets one round first, whoever then leads: a member that later becomes leader
+    in its first generation here would otherwise use the same memory."""
+    rounds = group.forget_rounds
+    if req.member_id or rounds is None:
+        return None
+    key = unsynced_round_key(req)
+    if not key or key in rounds.done:
+        return None
+    answer = unsynced_leader_round(rounds.generation - 1, req, "forget")
+    if answer is not None:
+        rounds.done.add(key)
+    return answer
 
 
 def _join(

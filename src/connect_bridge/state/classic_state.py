@@ -36,6 +36,7 @@ from connect_bridge.state.classic_records import (
     classic_group_record,
 )
 from connect_bridge.state.config import CoordinatorConfig
+from connect_bridge.state.leader_memory import ForgetRounds
 from connect_bridge.state.records import Record, RecordType
 from connect_bridge.state.result import Touched
 from connect_bridge.state.timers import TimerKey, Timers
@@ -102,7 +103,9 @@ class ClassicGroupBase:
     JoinGroup/SyncGroup requests (they belong to client connections that a restart closes), the
     timers and which deadlines this group armed (re-armed from ``now_ms`` on load), the pending
     MEMBER_ID_REQUIRED ids and the members yet to sync (answers the clients must repeat anyway),
-    the initial-delay bookkeeping, ``previous_state`` and whether the last generation was eager.
+    the initial-delay bookkeeping, ``previous_state``, whether the last generation was eager, and
+    the unsynced leader rounds of a group that replaced a connect group (after a restart a worker
+    gets none: its assignor may remember the connect era once more).
     """
 
     def __init__(
@@ -155,6 +158,9 @@ class ClassicGroupBase:
         """The generation a downgrade loaded the group at (one past the connect group's epoch,
         ``conversion.downgrade``), until a later one: the legacy members still name their
         connect-era epochs in their heartbeats meanwhile (``classic_sync.heartbeat``)."""
+        self.forget_rounds: ForgetRounds | None = None
+        """The unsynced leader rounds of a group that replaced an emptied connect group
+        (``classic_join.forget_round``); None: it replaced none."""
         self.armed: dict[TimerKey, int] = {}
         """Deadlines of this group's live timers (tells a stale timer delivery from a due one)."""
         self.persisted = False
@@ -366,6 +372,7 @@ class ClassicGroupBase:
         self.initial_delay = None
         self.state_timestamp = -1
         self.extra_rebalance_at_ms = -1
+        self.forget_rounds = None
 
     def snapshot(self) -> dict:
         """The persisted part of the current state, comparable (replay tests compare these)."""

@@ -40,7 +40,15 @@ def _inconsistent(requested: str | None, group: str | None) -> bool:
 
 def generation_error(group: ClassicGroupBase, req: GenerationRequest) -> ErrorCode | None:
     """Kafka's check of a SyncGroup or Heartbeat: the member (and its instance id), then the
-    generation it names."""
+    generation it names.
+
+    A request of an unsynced leader round (``classic_join.forget_round``: no member here, at the
+    round's generation) is answered UNKNOWN_MEMBER_ID, as the round intends, before the
+    static-member check: a static worker whose instance id names a member of the group would
+    otherwise get FENCED_INSTANCE_ID, which is fatal to a Java worker."""
+    rounds = group.forget_rounds
+    if rounds is not None and req.member_id not in group.members and req.generation_id == rounds.generation:
+        return ErrorCode.UNKNOWN_MEMBER_ID
     error = group.validate_member(req.member_id, req.group_instance_id)
     if error is None and req.generation_id != group.generation_id:
         error = ErrorCode.ILLEGAL_GENERATION

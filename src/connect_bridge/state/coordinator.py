@@ -41,6 +41,7 @@ from connect_bridge.state.coordinator_ownership import OwnershipSteps
 from connect_bridge.state.errors import RequestError
 from connect_bridge.state.handback import removed_by_admin, revoke_all
 from connect_bridge.state.holds import timer_removal_hold_ms
+from connect_bridge.state.leader_memory import ForgetRounds
 from connect_bridge.state.model import ConfigView, GroupType
 from connect_bridge.state.ownership import refusal, split_leaving
 from connect_bridge.state.records import Record, RecordType
@@ -63,6 +64,11 @@ class GroupCoordinator(OwnershipSteps):
         self._records: list[Record] = []
         self._release_rejoins: set[str] = set()
         self._unsynced_rounds: dict[str, set[str]] = {}
+        self._forget_rounds: dict[str, ForgetRounds] = {}
+        """Group id -> the unsynced leader rounds of the classic group that replaces the emptied
+        connect group it named (``classic_join.forget_round``), until that classic group is
+        persisted and carries them itself (an unpersisted empty one is dropped after each
+        JoinGroup). Soft."""
         self._responses: list[tuple[object, object]] = []
         self._classic_states: dict[str, ClassicGroupState] = {}
         """Each classic group's state as the last result reported it (``classic_changed``)."""
@@ -78,6 +84,7 @@ class GroupCoordinator(OwnershipSteps):
         return self.views.get(group_id, self.default_view)
 
     def _new_connect(self, group_id: str) -> ConnectGroup:
+        self._forget_rounds.pop(group_id, None)
         group = self._tracked(ConnectGroup(group_id, self.config, self.timers, self.view(group_id)))
         self.groups[group_id] = group
         return group
@@ -311,6 +318,8 @@ class GroupCoordinator(OwnershipSteps):
             # which downgrades once the hold is over (ready_to_downgrade). An empty group keeps
             # its holds past their deadline (only a target computation drops them), so the
             # deadline decides: afterwards the group id is free, any protocol type included.
+            if group.metadata.member_seq > 0:  # it had members: they forget first (classic_join)
+                self._forget_rounds[req.group_id] = ForgetRounds(group.group_epoch + 1)
             group.tombstone_all()
             self._flush(group)
             group = None
@@ -322,6 +331,7 @@ class GroupCoordinator(OwnershipSteps):
                     error_message=self._full_message(),
                 )
             group = self._new_classic(req.group_id)
+            group.forget_rounds = self._forget_rounds.get(req.group_id)
         if isinstance(group, ConnectGroup):
             if not policy.allows_upgrade and not policy.allows_downgrade:
                 response: capi.JoinGroupResponse | None = capi.JoinGroupResponse(
@@ -337,6 +347,8 @@ class GroupCoordinator(OwnershipSteps):
         else:
             _heard_from(group, req.member_id, now_ms)
             response = group.join(req, now_ms)
+            if group.persisted:
+                self._forget_rounds.pop(req.group_id, None)  # the group carries them from now on
         self._after(req.group_id, now_ms)
         return response
 

@@ -41,7 +41,6 @@ from connect_bridge.codecs.connect_protocol import (
 from connect_bridge.codecs.errors import CodecError
 from connect_bridge.state.classic_api import (
     EAGER_PROTOCOL,
-    JoinGroupMember,
     JoinGroupRequest,
     JoinGroupResponse,
     LeaveGroupRequest,
@@ -49,6 +48,8 @@ from connect_bridge.state.classic_api import (
 from connect_bridge.state.classic_group import ClassicGroup, ClassicMember
 from connect_bridge.state.conversion import ConversionError, allocation
 from connect_bridge.state.holds import zombie_grace_ms
+from connect_bridge.state.leader_memory import unsynced_leader_round as leader_memory_round
+from connect_bridge.state.leader_memory import unsynced_round_key, worker_url
 
 
 def reports_nothing(protocols: Iterable[tuple[str, bytes]]) -> bool:
@@ -74,18 +75,6 @@ def hand_back_hold_ms(protocol_name: str | None, session_timeout_ms: int, schedu
     eager worker's leader holds nothing, so only the grace applies to it, as outside a hand-back."""
     delay = 0 if protocol_name == EAGER_PROTOCOL else max(0, scheduled_delay_ms)
     return max(delay, zombie_grace_ms(session_timeout_ms))
-
-
-def worker_url(protocols: Iterable[tuple[str, bytes]]) -> str:
-    """The REST url a Connect JoinGroup's subscriptions carry ("" when none can be read)."""
-    for name, metadata in protocols:
-        if name not in CONNECT_PROTOCOL_NAMES or not metadata:
-            continue
-        try:
-            return decode_subscription(metadata).url
-        except CodecError:
-            continue
-    return ""
 
 
 def earlier_incarnations(
@@ -125,48 +114,17 @@ def removed_by_admin(group: ClassicGroup, req: LeaveGroupRequest) -> list[Classi
     return out
 
 
-def unsynced_round_key(req: JoinGroupRequest) -> str:
-    """Who a JoinGroup of a ``releasing`` group comes from, for :func:`unsynced_leader_round`: the
-    worker's REST url, else its instance id ("" when neither is known: no round for it)."""
-    return worker_url(req.protocols) or (f"instance:{req.group_instance_id}" if req.group_instance_id else "")
-
-
 def unsynced_leader_round(last_generation: int, req: JoinGroupRequest) -> JoinGroupResponse | None:
-    """The answer that makes a Connect worker going upstream forget the bridge's generations.
+    """The answer that makes a Connect worker going upstream forget the bridge's generations
+    (``leader_memory.unsynced_leader_round``).
 
-    Connect's cooperative assignor keeps the assignment it last computed as leader and uses it in
-    its next leader round only if the worker's last *completed* generation is the one it led
-    (``IncrementalCooperativeAssignor.performTaskAssignment`` compares its ``previousGenerationId``,
-    set whenever it computes, with ``WorkerCoordinator.lastCompletedGenerationId``, set only in
-    ``onJoinComplete``). A worker that led its last bridge generation (the revoking one, or the
-    one before a timer removed it) would, as upstream's first leader, take everything the
-    hand-back revoked for lost and delay it ``scheduled.rebalance.max.delay.ms`` once more, after
-    the hand-back's own hold. This answer makes the worker the leader of a generation of its own,
-    ``last_generation + 1`` (above any generation of the bridge's group, so above its last
-    completed one), which it never completes: the worker is no member of the group, so its
-    SyncGroup is answered UNKNOWN_MEMBER_ID and it joins again with an empty id. Its assignor then
-    remembers a generation it did not complete, and clears that memory in its next leader round.
-
-    Only for a JoinGroup that offers a cooperative protocol (the eager assignor remembers nothing);
-    ``None`` otherwise. Whether it reports work or not: the worker receives no assignment from the
-    round, so what it runs does not change (a worker removed by a timer may come back still running
-    its tasks; it must forget too, or it would take what the others stopped for lost). The member
-    id is the request's, or for an empty one a name made from the generation (never added to the
-    group)."""
-    offered = [(name, data) for name, data in req.protocols if CONNECT_PROTOCOL_NAMES.get(name, 0) > 0]
-    if not offered:
-        return None
-    name, metadata = offered[0]
-    generation = last_generation + 1
-    member_id = req.member_id or f"{req.client_id or 'connect'}-handback-{generation}"
-    return JoinGroupResponse(
-        generation_id=generation,
-        protocol_type=req.protocol_type,
-        protocol_name=name,
-        leader=member_id,
-        member_id=member_id,
-        members=(JoinGroupMember(member_id, req.group_instance_id, metadata),),
-    )
+    A worker that led its last bridge generation (the revoking one, or the one before a timer
+    removed it) would, as upstream's first leader, take everything the hand-back revoked for lost
+    and delay it ``scheduled.rebalance.max.delay.ms`` once more, after the hand-back's own hold.
+    ``last_generation`` is the bridge's group's generation, so the round's lies above any the
+    worker completed. A worker removed by a timer may come back still running its tasks; it must
+    forget too, or it would take what the others stopped for lost."""
+    return leader_memory_round(last_generation, req, "handback")
 
 
 Assignments = tuple[tuple[str, bytes], ...]
