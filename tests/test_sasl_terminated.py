@@ -151,6 +151,15 @@ def test_nothing_but_api_versions_and_sasl_before_authentication(bridge: Running
         early = await conn.request(SaslAuthenticateRequest(auth_bytes=b"n,,n=alice,r=x"), 1)
         assert early.error_code == ErrorCode.ILLEGAL_SASL_STATE
         assert await closed(conn)
+        # Once authenticated, a stray SaslAuthenticate (no new SaslHandshake) is answered and the
+        # connection kept, as Kafka's KafkaApis does (the 1,000,000-frame fuzz campaign met it).
+        conn = await KafkaConnection.connect(HOST, bridge.port)
+        await sasl_login(conn, login("alice", "SCRAM-SHA-256"))
+        stray = await conn.request(SaslAuthenticateRequest(auth_bytes=b"n,,n=alice,r=x"), 1)
+        assert stray.error_code == ErrorCode.ILLEGAL_SASL_STATE
+        assert stray.error_message == "SaslAuthenticate request received after successful authentication"
+        assert (await conn.request(m.MetadataRequest(topics=[]), 1)).brokers  # still served
+        await conn.close()
         conn = await KafkaConnection.connect(HOST, bridge.port)
         unknown = await conn.request(SaslHandshakeRequest(mechanism="GSSAPI"), 1)
         assert unknown.error_code == ErrorCode.UNSUPPORTED_SASL_MECHANISM

@@ -16,7 +16,9 @@ Either way, as Kafka's broker:
 
 - before the exchange succeeded only ApiVersions, SaslHandshake and SaslAuthenticate are served
   (``api_table.BEFORE_AUTH``); anything else closes the connection unanswered. A SaslAuthenticate
-  without an accepted SaslHandshake is answered ILLEGAL_SASL_STATE and the connection closed;
+  without an accepted SaslHandshake is answered ILLEGAL_SASL_STATE and the connection closed (once
+  authenticated, it is answered ILLEGAL_SASL_STATE and the connection kept, as Kafka's KafkaApis
+  answers it);
 - a failed authentication is answered (SASL_AUTHENTICATION_FAILED with Kafka's message, or the
   broker's own answer when passed through) and the connection closed; terminated, the answer waits
   ``sasl.failed_authentication_delay_ms`` first (Kafka's ``connection.failed.authentication.delay.ms``),
@@ -247,6 +249,13 @@ class SaslGate:
     async def _authenticate(
         self, conn: Connection, state: _State, body: Any, answering: Answering, payload: bytes
     ) -> Admission:
+        if state.mechanism is None and conn.authenticated:
+            # An authenticated connection not re-authenticating: Kafka's KafkaApis answers this and
+            # keeps serving (only its SaslServerAuthenticator, before a login, closes).
+            message = "SaslAuthenticate request received after successful authentication"
+            refusal = _auth_error(ErrorCode.ILLEGAL_SASL_STATE, message)
+            await self.respond(conn, answering, refusal)
+            return Admission.DONE
         if state.mechanism is None:
             await self.respond(
                 conn,
