@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +29,7 @@ import pytest
 from kafka.protocol.metadata import MetadataRequest
 
 from connect_bridge.bridge.client import KafkaConnection
-from kafka_fixtures import KafkaBroker, broker_properties
+from kafka_fixtures import KafkaBroker, broker_properties, format_storage
 from kafka_processes import (
     HOST,
     KafkaStartError,
@@ -179,29 +178,8 @@ class KafkaCluster:
     def _format(self, node_id: int, config: Path, directory: Path) -> None:
         """``kafka.tools.StorageTool format``: the controller as a standalone quorum, a broker
         with the cluster id only (it finds the quorum through ``controller.quorum.bootstrap.servers``)."""
-        extra = ["--standalone"] if node_id == CONTROLLER_ID else ["--no-initial-controllers"]
-        fmt = subprocess.run(
-            jvm_command(
-                "kafka.tools.StorageTool",
-                "format",
-                "--config",
-                str(config),
-                "--cluster-id",
-                self.cluster_id,
-                *extra,
-                heap="128m",
-            ),
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-            cwd=directory,
-        )
-        (directory / "format.log").write_text(fmt.stdout + fmt.stderr, encoding="utf-8")
-        if fmt.returncode != 0:
-            raise KafkaStartError(
-                f"formatting node {node_id} failed (exit {fmt.returncode}):\n{fmt.stdout}{fmt.stderr}"
-            )
+        quorum = ("--standalone",) if node_id == CONTROLLER_ID else ("--no-initial-controllers",)
+        format_storage(config, directory, cluster_id=self.cluster_id, quorum=quorum, heap="128m")
 
 
 async def _metadata_brokers(host: str, port: int) -> set[int]:

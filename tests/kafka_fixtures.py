@@ -153,11 +153,19 @@ def broker_properties(workdir: Path, port: int, controller_port: int) -> dict[st
     }
 
 
-def format_storage(config: Path, workdir: Path, *extra: str) -> str:
-    """``kafka.tools.StorageTool format --standalone`` for a new cluster id (returned), as
+def format_storage(
+    config: Path,
+    workdir: Path,
+    *extra: str,
+    cluster_id: str | None = None,
+    quorum: tuple[str, ...] = ("--standalone",),
+    heap: str = "256m",
+) -> str:
+    """``kafka.tools.StorageTool format`` for ``cluster_id`` (default: a new one; returned), as
     ``kafka-storage.sh`` does before a KRaft node's first start; its output goes to ``format.log``.
+    ``quorum``: how the node finds its controllers (a standalone controller by default);
     ``extra``: more arguments (``--add-scram ...`` for SCRAM users)."""
-    cluster_id = kafka_uuid()
+    cluster_id = cluster_id or kafka_uuid()
     fmt = subprocess.run(
         jvm_command(
             "kafka.tools.StorageTool",
@@ -166,9 +174,9 @@ def format_storage(config: Path, workdir: Path, *extra: str) -> str:
             str(config),
             "--cluster-id",
             cluster_id,
-            "--standalone",
+            *quorum,
             *extra,
-            heap="256m",
+            heap=heap,
         ),
         capture_output=True,
         text=True,

@@ -163,12 +163,21 @@ class Member:
     group: str
     member_id: str = ""
     generation: int = -1
+    session_ms: int = 10_000
+    rebalance_ms: int = 30_000
 
     async def join(self) -> int:
         """JoinGroup (twice: v4+ asks for the member id first), then SyncGroup as the leader."""
         for _ in range(2):
             msg = await self.conn.request(
-                join_message(self.member_id, protocols("http://w1:8083"), self.group), 5
+                join_message(
+                    self.member_id,
+                    protocols("http://w1:8083"),
+                    self.group,
+                    self.session_ms,
+                    self.rebalance_ms,
+                ),
+                5,
             )
             joined = wm.join_response_from_wire(msg)
             if joined.error_code != ErrorCode.MEMBER_ID_REQUIRED:

@@ -169,8 +169,14 @@ def protocols(url: str, owned: frozenset[ConnectorTaskId] = frozenset()) -> tupl
     )
 
 
-def join_message(member_id: str, protos: tuple[tuple[str, bytes], ...], group: str = G) -> m.JoinGroupRequest:
-    req = capi.JoinGroupRequest(group, member_id, "connect", protos, 10_000, 30_000)
+def join_message(
+    member_id: str,
+    protos: tuple[tuple[str, bytes], ...],
+    group: str = G,
+    session_ms: int = 10_000,
+    rebalance_ms: int = 30_000,
+) -> m.JoinGroupRequest:
+    req = capi.JoinGroupRequest(group, member_id, "connect", protos, session_ms, rebalance_ms)
     return wm.join_to_wire(req, JOIN_V)
 
 

@@ -40,16 +40,13 @@ import pytest
 from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.protocol.metadata import MetadataRequest
 
-from connect_bridge.bridge import wire_map as wm
 from connect_bridge.bridge.client import KafkaConnection
 from connect_bridge.codecs.error_codes import ErrorCode
-from connect_bridge.state import classic_api as capi
 from kafka_cluster import KafkaCluster, metadata_brokers, running_cluster
 from kafka_fixtures import BridgeProcess, KafkaStartError, accepts, start_bridge
 from kafka_processes import HOST, free_ports
 from polling import wait_until
 from test_ha import Member
-from test_server import JOIN_V, SYNC_V, protocols
 
 pytestmark = pytest.mark.heavy
 
@@ -444,29 +441,14 @@ def metadata_view(port: int, topic: str) -> dict[str, Any]:
 PATIENT_SESSION_MS = 300_000
 
 
+@dataclass
 class PatientMember(Member):
     """A Connect member with a five-minute session: test (d) does not heartbeat while it waits
     (joins while a broker is down, the bridge's restart), and its session must not end meanwhile
     (a removal would be acknowledged state too)."""
 
-    async def join(self) -> int:
-        for _ in range(2):
-            request = capi.JoinGroupRequest(
-                self.group, self.member_id, "connect", protocols("http://w1:8083"), PATIENT_SESSION_MS
-            )
-            answer = await self.conn.request(wm.join_to_wire(request, JOIN_V), 5)  # as Member.join
-            joined = wm.join_response_from_wire(answer)
-            if joined.error_code != ErrorCode.MEMBER_ID_REQUIRED:
-                break
-            self.member_id = joined.member_id
-        if joined.error_code:
-            return joined.error_code
-        self.member_id, self.generation = joined.member_id, joined.generation_id
-        sync = capi.SyncGroupRequest(
-            self.group, self.member_id, self.generation, None, "connect", "sessioned", ()
-        )
-        synced = wm.sync_response_from_wire(await self.conn.request(wm.sync_to_wire(sync, SYNC_V), SYNC_V))
-        return synced.error_code
+    session_ms: int = PATIENT_SESSION_MS
+    rebalance_ms: int = 60_000
 
 
 def ha_status(admin: str) -> dict[str, Any]:
