@@ -29,18 +29,9 @@ from connect_bridge.pipeline import fleet
 from connect_bridge.pipeline.analyze import analyze
 from connect_bridge.pipeline.session import PACKAGE_ZIP
 from spark_cluster import StandaloneCluster, client_env, standalone_cluster
+from test_fleet import NUMBERS  # the per-drill numbers both sides must give
 
 COUNT = 4
-NUMBERS = (
-    "events",
-    "overlaps",
-    "overlap_ms",
-    "converged",
-    "balanced",
-    "moves",
-    "rebalances",
-    "unassigned_item_ms",
-)
 SEED = 31
 COMMAND_TIMEOUT = 600
 
