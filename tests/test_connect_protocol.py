@@ -742,3 +742,24 @@ def test_int32_array_construct_compiles_and_explains() -> None:
     with pytest.raises(CodecError) as info:
         layout.parse_stream(Window(data[:-1], base=100))
     assert (info.value.field, info.value.offset) == ("tasks[1]", 108)
+
+
+def test_remembered_encodings_refuse_what_an_equal_value_would_not() -> None:
+    """The codec remembers what it encoded and decoded (``MEMO_SIZE``); a value equal to a
+    remembered one but of another type (``5.0 == 5``, ``True == 1``) is still refused, and a
+    remembered answer is the very one a fresh encode gives."""
+    good = Assignment(0, "leader", "http://w:8083", 5, (ConnectorGroup("c", (0, 1)),), (), 0)
+    first = encode_assignment(good, 1)
+    assert encode_assignment(good, 1) == first
+    assert decode_assignment(first) == good and decode_assignment(first) is decode_assignment(first)
+    with pytest.raises(CodecError):
+        encode_assignment(good, True)
+    with pytest.raises(CodecError):
+        encode_assignment(dataclasses.replace(good, config_offset=5.0), 1)
+    with pytest.raises(CodecError):
+        encode_assignment(dataclasses.replace(good, assignment=(ConnectorGroup("c", (0, 1.0)),)), 1)
+    sub = Subscription("http://w:8083", 5, good)
+    assert encode_subscription(sub, 1) == encode_subscription(Subscription("http://w:8083", 5, good), 1)
+    with pytest.raises(CodecError):
+        encode_subscription(dataclasses.replace(sub, config_offset=5.0), 1)
+    assert decode_subscription(bytearray(encode_subscription(sub, 1))) == sub  # not remembered: still decoded

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Final
 
 from construct import Struct
@@ -383,18 +384,43 @@ def _assignment_from_raw(raw: Any) -> Assignment:
     )
 
 
+MEMO_SIZE: Final = 4096
+"""Decoded and encoded payloads remembered per process (least recently used first out). A worker
+sends the same subscription bytes at every join and the same assignment comes back to it; the
+values are frozen (tuples inside), so one decoded value can be handed out any number of times. A
+simulated drill joins thousands of times: remembering saves most of ``construct``'s time there."""
+
+
 def decode_assignment(data: bytes) -> Assignment:
     """Decode SyncGroup assignment bytes of any version >= 0, as tolerantly as Java's v1 reader."""
+    if type(data) is bytes:
+        return _decode_assignment_bytes(data)
+    return _decode_assignment(data)
+
+
+def _decode_assignment(data: bytes) -> Assignment:
     return _assignment_from_raw(_parse(_ASSIGNMENT_FAST, _ASSIGNMENT_STRUCT, data, "assignment"))
+
+
+_decode_assignment_bytes: Final = lru_cache(maxsize=MEMO_SIZE)(_decode_assignment)
 
 
 def decode_subscription(data: bytes) -> Subscription:
     """Decode JoinGroup metadata bytes of any version >= 0, as tolerantly as Java's v1 reader."""
+    if type(data) is bytes:
+        return _decode_subscription_bytes(data)
+    return _decode_subscription(data)
+
+
+def _decode_subscription(data: bytes) -> Subscription:
     raw = _parse(_SUBSCRIPTION_FAST, _SUBSCRIPTION_STRUCT, data, "subscription")
     allocation = raw["allocation"]
     if allocation is not None and allocation is not ABSENT:
         allocation = _assignment_from_raw(allocation)
     return Subscription(raw["url"], raw["config_offset"], allocation)
+
+
+_decode_subscription_bytes: Final = lru_cache(maxsize=MEMO_SIZE)(_decode_subscription)
 
 
 def payload_version(data: bytes) -> int:
@@ -459,6 +485,42 @@ def _build(fast: Any, wire: dict[str, Any], explain: Callable[[], None], kind: s
         raise CodecError(f"cannot encode {kind}: {exc}") from None
 
 
+def _remembered(encode: Callable[[Any, Any], bytes]) -> Callable[[Any, Any], bytes]:
+    """``encode`` remembering its answers, keyed by the value's ``repr``: unlike equality, it tells
+    ``1`` from ``True`` and ``1.0`` and a tuple from a list, so a value the codec refuses never
+    gets the bytes of an equal one it took (and lists need no hashing). A version that is not
+    exactly an ``int`` is never remembered: it is refused."""
+
+    @lru_cache(maxsize=MEMO_SIZE)
+    def by_repr(kind: type, text: str, version: int, carried: _Unkeyed) -> bytes:
+        return encode(carried.value, version)
+
+    def call(value: Any, version: Any) -> bytes:
+        if type(version) is not int:
+            return encode(value, version)
+        return by_repr(type(value), repr(value), version, _Unkeyed(value))
+
+    call.__doc__ = encode.__doc__
+    call.__name__ = encode.__name__
+    return call
+
+
+class _Unkeyed:
+    """Carries a value through ``lru_cache`` without taking part in its key (the ``repr`` does)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Unkeyed)
+
+
+@_remembered
 def encode_assignment(asg: Assignment, version: int) -> bytes:
     """Encode at ``version``: v0 layout for 0, v1 layout for >= 1, writing exactly the present fields."""
     version = _check_encode_version(version)
@@ -466,6 +528,7 @@ def encode_assignment(asg: Assignment, version: int) -> bytes:
     return _build(_ASSIGNMENT_FAST, wire, lambda: _validate_assignment(asg, ""), "assignment")
 
 
+@_remembered
 def encode_subscription(sub: Subscription, version: int) -> bytes:
     """Encode at ``version``; the allocation's inner header gets the same version."""
     version = _check_encode_version(version)
