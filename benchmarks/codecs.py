@@ -180,12 +180,14 @@ def main() -> None:
 
     cases = {
         "subscription": (
-            lambda: encode_subscription(decode_subscription(sub_bytes), VERSION),
+            lambda: encode_subscription(
+                decode_subscription(sub_bytes, remember=False), VERSION, remember=False
+            ),
             lambda: baseline_encode_subscription(baseline_decode_subscription(sub_bytes)),
             len(sub_bytes),
         ),
         "assignment": (
-            lambda: encode_assignment(decode_assignment(asg_bytes), VERSION),
+            lambda: encode_assignment(decode_assignment(asg_bytes, remember=False), VERSION, remember=False),
             lambda: baseline_encode_assignment(baseline_decode_assignment(asg_bytes)),
             len(asg_bytes),
         ),

@@ -752,6 +752,9 @@ def test_remembered_encodings_refuse_what_an_equal_value_would_not() -> None:
     first = encode_assignment(good, 1)
     assert encode_assignment(good, 1) == first
     assert decode_assignment(first) == good and decode_assignment(first) is decode_assignment(first)
+    fresh = decode_assignment(first, remember=False)
+    assert fresh == good and fresh is not decode_assignment(first)
+    assert encode_assignment(good, 1, remember=False) == first
     with pytest.raises(CodecError):
         encode_assignment(good, True)
     with pytest.raises(CodecError):

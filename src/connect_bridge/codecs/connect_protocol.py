@@ -385,34 +385,36 @@ def _assignment_from_raw(raw: Any) -> Assignment:
 
 
 MEMO_SIZE: Final = 4096
-"""Decoded and encoded payloads remembered per process (least recently used first out). A worker
-sends the same subscription bytes at every join and the same assignment comes back to it; the
-values are frozen (tuples inside), so one decoded value can be handed out any number of times. A
-simulated drill joins thousands of times: remembering saves most of ``construct``'s time there."""
+"""Decoded and encoded payloads remembered per process (least recently used first out), unless a
+caller passes ``remember=False``. A worker sends the same subscription bytes at every join and the
+same assignment comes back to it; the values are frozen (tuples inside), so one decoded value can be
+handed out any number of times. A simulated drill joins thousands of times: remembering saves most
+of ``construct``'s time there (``benchmarks/codecs.py`` measures the codec itself, remembering
+nothing)."""
 
 
-def decode_assignment(data: bytes) -> Assignment:
+def decode_assignment(data: bytes, *, remember: bool = True) -> Assignment:
     """Decode SyncGroup assignment bytes of any version >= 0, as tolerantly as Java's v1 reader."""
-    if type(data) is bytes:
-        return _decode_assignment_bytes(data)
-    return _decode_assignment(data)
+    if remember and type(data) is bytes:
+        return _remembered_assignment(data)
+    return _parse_assignment(data)
 
 
-def _decode_assignment(data: bytes) -> Assignment:
+def _parse_assignment(data: bytes) -> Assignment:
     return _assignment_from_raw(_parse(_ASSIGNMENT_FAST, _ASSIGNMENT_STRUCT, data, "assignment"))
 
 
-_decode_assignment_bytes: Final = lru_cache(maxsize=MEMO_SIZE)(_decode_assignment)
+_remembered_assignment: Final = lru_cache(maxsize=MEMO_SIZE)(_parse_assignment)
 
 
-def decode_subscription(data: bytes) -> Subscription:
+def decode_subscription(data: bytes, *, remember: bool = True) -> Subscription:
     """Decode JoinGroup metadata bytes of any version >= 0, as tolerantly as Java's v1 reader."""
-    if type(data) is bytes:
-        return _decode_subscription_bytes(data)
-    return _decode_subscription(data)
+    if remember and type(data) is bytes:
+        return _remembered_subscription(data)
+    return _parse_subscription(data)
 
 
-def _decode_subscription(data: bytes) -> Subscription:
+def _parse_subscription(data: bytes) -> Subscription:
     raw = _parse(_SUBSCRIPTION_FAST, _SUBSCRIPTION_STRUCT, data, "subscription")
     allocation = raw["allocation"]
     if allocation is not None and allocation is not ABSENT:
@@ -420,7 +422,7 @@ def _decode_subscription(data: bytes) -> Subscription:
     return Subscription(raw["url"], raw["config_offset"], allocation)
 
 
-_decode_subscription_bytes: Final = lru_cache(maxsize=MEMO_SIZE)(_decode_subscription)
+_remembered_subscription: Final = lru_cache(maxsize=MEMO_SIZE)(_parse_subscription)
 
 
 def payload_version(data: bytes) -> int:
@@ -485,28 +487,8 @@ def _build(fast: Any, wire: dict[str, Any], explain: Callable[[], None], kind: s
         raise CodecError(f"cannot encode {kind}: {exc}") from None
 
 
-def _remembered(encode: Callable[[Any, Any], bytes]) -> Callable[[Any, Any], bytes]:
-    """``encode`` remembering its answers, keyed by the value's ``repr``: unlike equality, it tells
-    ``1`` from ``True`` and ``1.0`` and a tuple from a list, so a value the codec refuses never
-    gets the bytes of an equal one it took (and lists need no hashing). A version that is not
-    exactly an ``int`` is never remembered: it is refused."""
-
-    @lru_cache(maxsize=MEMO_SIZE)
-    def by_repr(kind: type, text: str, version: int, carried: _Unkeyed) -> bytes:
-        return encode(carried.value, version)
-
-    def call(value: Any, version: Any) -> bytes:
-        if type(version) is not int:
-            return encode(value, version)
-        return by_repr(type(value), repr(value), version, _Unkeyed(value))
-
-    call.__doc__ = encode.__doc__
-    call.__name__ = encode.__name__
-    return call
-
-
-class _Unkeyed:
-    """Carries a value through ``lru_cache`` without taking part in its key (the ``repr`` does)."""
+class _Carried:
+    """Carries a value through ``lru_cache`` without taking part in its key (its ``repr`` does)."""
 
     __slots__ = ("value",)
 
@@ -517,20 +499,43 @@ class _Unkeyed:
         return 0
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, _Unkeyed)
+        return isinstance(other, _Carried)
 
 
-@_remembered
-def encode_assignment(asg: Assignment, version: int) -> bytes:
+@lru_cache(maxsize=MEMO_SIZE)
+def _remembered_encoding(
+    build: Callable[[Any, int], bytes], kind: type, text: str, version: int, carried: _Carried
+) -> bytes:
+    """``build(value, version)``, remembered by the value's type and ``repr``: unlike equality, the
+    ``repr`` tells ``1`` from ``True`` and ``1.0`` and a tuple from a list, so a value the codec
+    refuses never gets the bytes of an equal one it took."""
+    return build(carried.value, version)
+
+
+def _encode(build: Callable[[Any, int], bytes], value: Any, version: Any, remember: bool) -> bytes:
+    """A version that is not exactly an ``int`` is never remembered: it is refused."""
+    if remember and type(version) is int:
+        return _remembered_encoding(build, type(value), repr(value), version, _Carried(value))
+    return build(value, version)
+
+
+def encode_assignment(asg: Assignment, version: int, *, remember: bool = True) -> bytes:
     """Encode at ``version``: v0 layout for 0, v1 layout for >= 1, writing exactly the present fields."""
+    return _encode(_build_assignment, asg, version, remember)
+
+
+def _build_assignment(asg: Assignment, version: int) -> bytes:
     version = _check_encode_version(version)
     wire = _assignment_wire(asg, version, "")
     return _build(_ASSIGNMENT_FAST, wire, lambda: _validate_assignment(asg, ""), "assignment")
 
 
-@_remembered
-def encode_subscription(sub: Subscription, version: int) -> bytes:
+def encode_subscription(sub: Subscription, version: int, *, remember: bool = True) -> bytes:
     """Encode at ``version``; the allocation's inner header gets the same version."""
+    return _encode(_build_subscription, sub, version, remember)
+
+
+def _build_subscription(sub: Subscription, version: int) -> bytes:
     version = _check_encode_version(version)
     if not isinstance(sub, Subscription):
         raise CodecError(f"expected a Subscription, got {type(sub).__name__}")
