@@ -63,7 +63,16 @@ def prepare_rebalance(group: ClassicGroupBase, now_ms: int) -> None:
 
 
 def complete_join_phase(group: ClassicGroupBase, now_ms: int) -> None:
-    """End of the barrier: drop dynamic members that did not rejoin, elect, answer everyone."""
+    """End of the barrier: drop dynamic members that did not rejoin, elect, answer everyone.
+
+    Not yet while a static member that has not rejoined may still wait on a JoinGroup it sent to
+    the previous coordinator (``ClassicMember.waits_elsewhere_until_ms``, set at a load): Kafka keeps
+    such a member in the generation with the metadata of its last join, so the leader would deal
+    out what it was given since, while it still runs it (deviation 20, docs/classic-group.md)."""
+    waiting = waits_elsewhere_until(group, now_ms)
+    if waiting is not None:
+        group.schedule_join(now_ms, waiting - now_ms)
+        return
     group.cancel_join()
     for member in [m for m in group.members.values() if not m.awaiting_join and not m.is_static]:
         group.remove_member(member.member_id)
@@ -85,6 +94,18 @@ def complete_join_phase(group: ClassicGroupBase, now_ms: int) -> None:
         group.pending_sync[member.member_id] = None
     group.sync_generation = group.generation_id
     group.schedule(group.sync_key, now_ms + group.rebalance_timeout_ms)
+
+
+def waits_elsewhere_until(group: ClassicGroupBase, now_ms: int) -> int | None:
+    """When the last static member that has not rejoined this join phase gives up a JoinGroup it
+    may have parked at the previous coordinator (its client then finds this one and joins with
+    what it runs); None if no such member may still be waiting."""
+    waits = [
+        m.waits_elsewhere_until_ms
+        for m in group.members.values()
+        if m.is_static and not m.awaiting_join and (m.waits_elsewhere_until_ms or 0) > now_ms
+    ]
+    return max(waits, default=None)
 
 
 def init_next_generation(group: ClassicGroupBase, now_ms: int) -> None:
