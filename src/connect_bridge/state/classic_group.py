@@ -107,7 +107,7 @@ def load_converted(group: ClassicGroup, snapshot: ClassicGroupSnapshot, now_ms: 
     with every worker's allocation in front of it. The group changes only by applying the record it
     writes, as replay would load it.
     """
-    group.apply(group.write(snapshot))
+    group.commit(snapshot)
     group.rebuild_after_load(now_ms)
     group.downgraded_generation = snapshot.generation
     if group.members:

@@ -63,7 +63,7 @@ def join(group: ClassicGroupBase, req: JoinGroupRequest, now_ms: int) -> JoinGro
     if response is None:
         response = group.take(parked)  # type: ignore[assignment]
     if new_group and not group.persisted:  # nothing written on the way: the group's first record
-        group.write(empty_group_snapshot(group.generation_id, group.member_seq, group.state_timestamp))
+        group.commit(empty_group_snapshot(group.generation_id, group.member_seq, group.state_timestamp))
     return response
 
 
@@ -259,10 +259,6 @@ def _replace_static_member(
         and group.protocol_name == group.select_protocol()
         and group.protocol_type != PROTOCOL_TYPE_CONNECT
     )
-    if not keep and req.group_instance_id is not None:
-        # Kafka persists the replacement only when it keeps the generation; the bridge persists
-        # it in every state, so a restart before the next generation keeps the new id.
-        group.persist_static_replacement(req.group_instance_id, new_id)
     if keep:
         _keep_generation(group, req, new, current_leader)
         return None
@@ -275,6 +271,11 @@ def _replace_static_member(
         raise IllegalStateError(f"group {group.group_id} cannot replace a static member while {state}")
     else:
         maybe_complete_join_phase(group, now_ms)
+    if req.group_instance_id is not None:
+        # Kafka persists the replacement only when it keeps the generation; the bridge persists
+        # it in the rebalance that follows too, so a restart before the next generation keeps
+        # the new id. Committed once the rebalance began: its working generation stays as it is.
+        group.persist_static_replacement(req.group_instance_id, new_id)
     return None
 
 

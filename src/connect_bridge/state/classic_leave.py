@@ -60,9 +60,8 @@ def delete(
         group.cancel(group.session_key(member_id))
     group.cancel_join()
     group.cancel(group.sync_key)
-    group.clear()
     group.transition(_S.DEAD, now_ms)
-    group.write(None)
+    group.commit(None)  # applying the tombstone empties the group
 
 
 __all__ = ["delete", "leave"]

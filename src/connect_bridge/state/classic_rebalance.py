@@ -7,6 +7,8 @@ The steps the JoinGroup, SyncGroup, LeaveGroup handlers and the timers share (Ka
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state.classic_api import (
     EAGER_PROTOCOL,
@@ -75,7 +77,6 @@ def complete_join_phase(group: ClassicGroupBase, now_ms: int) -> None:
         return
     init_next_generation(group, now_ms)
     if group.state is _S.EMPTY:
-        group.persist()
         return
     for member in group.members.values():
         is_leader = member.member_id == group.leader_id
@@ -88,19 +89,28 @@ def complete_join_phase(group: ClassicGroupBase, now_ms: int) -> None:
 
 
 def init_next_generation(group: ClassicGroupBase, now_ms: int) -> None:
+    """The next generation: with members, the working generation (in memory until its leader's
+    SyncGroup commits it Stable, as in Kafka); without, an Empty generation, committed at once."""
     group.eager_before = (
         group.protocol_type == PROTOCOL_TYPE_CONNECT and group.protocol_name == EAGER_PROTOCOL
     )
     group.cancel(group.switch_key)
-    group.extra_rebalance_at_ms = -1
-    group.generation_id += 1
+    group.pending_sync.clear()
     if group.members:
+        group.extra_rebalance_at_ms = -1
+        group.generation_id += 1
         group.protocol_name = group.select_protocol()
         group.transition(_S.COMPLETING_REBALANCE, now_ms)
-    else:
-        group.protocol_name = None
-        group.transition(_S.EMPTY, now_ms)
-    group.pending_sync.clear()
+        return
+    group.transition(_S.EMPTY, now_ms)
+    group.commit(
+        replace(
+            group.to_snapshot(),
+            generation=group.generation_id + 1,
+            protocol_name=None,
+            extra_rebalance_at_ms=-1,
+        )
+    )
 
 
 def reset_and_propagate_assignment_error(group: ClassicGroupBase, error: ErrorCode, now_ms: int) -> None:

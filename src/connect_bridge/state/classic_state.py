@@ -60,6 +60,10 @@ _VALID_PREVIOUS: dict[ClassicGroupState, frozenset[ClassicGroupState]] = {
 IN_GENERATION = frozenset({_S.COMPLETING_REBALANCE, _S.STABLE})
 """States in which the group has a generation its members sync and heartbeat in."""
 
+REBALANCING = frozenset({_S.PREPARING_REBALANCE, _S.COMPLETING_REBALANCE})
+"""States in which the working generation is ahead of the log: a record applied then is what a
+restart would load, and leaves the working generation alone (``ClassicGroupBase.apply``)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ClassicDescribedMember:
@@ -300,30 +304,33 @@ class ClassicGroupBase:
             extra_rebalance_at_ms=self.extra_rebalance_at_ms,
         )
 
-    def write(self, value: ClassicGroupSnapshot | None) -> Record:
-        """Append the group's record (a snapshot, or ``None``: the tombstone) to the log."""
+    def commit(self, value: ClassicGroupSnapshot | None) -> Record:
+        """The one way the group's durable state changes: queue its record (a snapshot, or
+        ``None``: the tombstone) for the log and apply it, with the :meth:`apply` replay uses."""
         record = classic_group_record(self.group_id, value)
         self._records.append(record)
         self._touch()
-        self.persisted = True
-        self.persisted_snapshot = value
+        self.apply(record)
         return record
 
     def persist(self) -> None:
-        """Write the group as it is now."""
-        self.write(self.to_snapshot())
+        """Commit the group as it is now (a step that changed it in place at rest: the record
+        carries what the step changed, and applying it changes nothing more)."""
+        self.commit(self.to_snapshot())
 
     def persist_static_replacement(self, group_instance_id: str, new_id: str) -> None:
-        """A static member replaced outside Kafka's persisted path (during a rebalance, or in a
-        Stable Connect group, which rebalances): write the group as the log has it, with the
-        instance's member under ``new_id`` (and the current member id counter).
+        """A static member replaced during a rebalance (a Stable Connect group rebalances first):
+        commit the group as the log has it, with the instance's member under ``new_id`` (and the
+        current member id counter).
 
         Kafka writes a static replacement only in Stable; elsewhere it lives in memory until the
         next generation is persisted, so a restart in between loads the old member id and fences
         the new process (FENCED_INSTANCE_ID, fatal for a Java client) once it has its new id. The
-        rest of the rebalance stays soft state, as for every other rebalance: the loaded group is
+        rest of the rebalance stays in memory, as for every other rebalance: the loaded group is
         the last generation with only the id replaced. Nothing to write if the log does not know
         the instance (the new process is then UNKNOWN_MEMBER_ID after a restart, and rejoins)."""
+        if self.state not in REBALANCING:
+            raise IllegalStateError(f"group {self.group_id}: a static replacement outside a rebalance")
         last = self.persisted_snapshot
         if last is None or not any(m.group_instance_id == group_instance_id for m in last.members):
             return
@@ -333,44 +340,71 @@ class ClassicGroupBase:
             for m in last.members
         )
         leader = new_id if last.leader == old_id else last.leader
-        self.write(replace(last, members=members, leader=leader, member_seq=self.member_seq))
+        self.commit(replace(last, members=members, leader=leader, member_seq=self.member_seq))
 
     def apply(self, record: Record) -> None:
-        """Load the group from its record, as Kafka's ``replay(GroupMetadataKey, GroupMetadataValue)``."""
+        """Change the group by its record, for a live step (:meth:`commit`) and for replay alike
+        (Kafka's ``replay(GroupMetadataKey, GroupMetadataValue)``).
+
+        The record becomes the group as the log has it (``persisted_snapshot``). A tombstone
+        empties the group and makes it Dead. Otherwise, unless a rebalance is in progress, the
+        group takes every persisted field from the record and is Stable (members) or Empty, its
+        soft state kept: this is how a loaded group starts, and how a step's change at rest (a
+        generation made Stable or Empty, a static member replaced in Stable, a conversion, an
+        adoption) takes effect. During a rebalance the working generation is ahead of the log
+        (Kafka keeps it only in memory too): the record is what a restart would load, and changes
+        only ``persisted_snapshot``."""
         if record.type is not RecordType.CLASSIC_GROUP:
             return
-        self.clear()
-        self.persisted = True
         value = record.value
-        self.persisted_snapshot = value if isinstance(value, ClassicGroupSnapshot) else None
+        self.persisted = True
         if value is None:
+            self.persisted_snapshot = None
+            self.clear()
             self.state = ClassicGroupState.DEAD
             return
         assert isinstance(value, ClassicGroupSnapshot)
-        self.extra_rebalance_at_ms = value.extra_rebalance_at_ms
+        self.persisted_snapshot = value
+        if self.state in REBALANCING:
+            return
+        self._load(value)
+
+    def _load(self, value: ClassicGroupSnapshot) -> None:
+        """Every persisted field from ``value``; members the record keeps keep their soft state."""
         self.generation_id = value.generation
         self.protocol_type = value.protocol_type or None
         self.protocol_name = value.protocol_name
         self.leader_id = value.leader
         self.member_seq = value.member_seq
         self.state_timestamp = value.current_state_timestamp
+        self.extra_rebalance_at_ms = value.extra_rebalance_at_ms
+        before = dict(self.members)
+        self.members.clear()  # the dict itself stays (callers may hold it)
+        self.static.clear()
         for s in value.members:
-            self.members[s.member_id] = ClassicMember.from_snapshot(s, value.protocol_type)
+            member = before.pop(s.member_id, None)
+            if member is None:
+                member = ClassicMember.from_snapshot(s, value.protocol_type)
+            else:
+                member.load(s, value.protocol_type)
+            self.members[s.member_id] = member
             if s.group_instance_id is not None:
                 self.static[s.group_instance_id] = s.member_id
+        for gone in before.values():  # replay of an older snapshot's members: nothing parked
+            self.complete_join(gone, join_error(ErrorCode.UNKNOWN_MEMBER_ID))
+            self.complete_sync(gone, SyncGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID)))
         self.state = ClassicGroupState.STABLE if self.members else ClassicGroupState.EMPTY
 
     def clear(self) -> None:
+        """Forget every member and persisted field (a deleted group)."""
         self.generation_id = 0
         self.protocol_type = self.protocol_name = self.leader_id = None
         self.members.clear()
         self.static.clear()
         self.pending_members.clear()
         self.pending_sync.clear()
-        self.previous_state = ClassicGroupState.DEAD
         self.new_member_added = False
         self.initial_delay = None
-        self.state_timestamp = -1
         self.extra_rebalance_at_ms = -1
         self.forget_rounds = None
 

@@ -1,10 +1,12 @@
 """SyncGroup and Heartbeat on a classic group (Kafka's ``classicGroupSync`` / ``classicGroupHeartbeat``).
 
 A follower's SyncGroup parks until the leader's arrives with the assignment; the leader's installs
-it, answers every parked SyncGroup and makes the generation Stable (and persisted).
+it by committing the Stable generation's record, answers every parked SyncGroup.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state.classic_api import (
@@ -99,21 +101,27 @@ def _install_assignment(group: ClassicGroupBase, assignments: dict[str, bytes], 
     """The leader's assignment: store it per member (absent = b""), answer every parked
     SyncGroup, become Stable and persist the group."""
     assignments = hold_unstopped(group, assignments)
-    for member in group.members.values():
-        member.assignment = assignments.get(member.member_id, b"")
     answered = [m for m in group.members.values() if m.awaiting_sync]
-    propagate_assignment(group, ErrorCode.NONE, now_ms)
+    delay = group.config.classic_cooperative_switch_rebalance_ms
+    # Connect's own stall after leaving eager (docs/live-drills.md): one more round restarts the
+    # tasks its workers stopped on stale task-config updates. Persisted with the generation, so a
+    # restart before it is due still starts it.
+    switch = group.eager_before and group.protocol_name != EAGER_PROTOCOL and delay is not None
     group.transition(_S.STABLE, now_ms)
+    current = group.to_snapshot()
+    # The generation, its assignments and the extra round take effect by applying its record.
+    group.commit(
+        replace(
+            current,
+            members=tuple(replace(m, assignment=assignments.get(m.member_id, b"")) for m in current.members),
+            extra_rebalance_at_ms=now_ms + delay if switch and delay is not None else -1,
+        )
+    )
+    propagate_assignment(group, ErrorCode.NONE, now_ms)
     for member in answered:
         given_assignment(group, member, now_ms)
-    delay = group.config.classic_cooperative_switch_rebalance_ms
-    if group.eager_before and group.protocol_name != EAGER_PROTOCOL and delay is not None:
-        # Connect's own stall after leaving eager (docs/live-drills.md): one more round
-        # restarts the tasks its workers stopped on stale task-config updates. Persisted with
-        # the generation, so a restart before it is due still starts it.
-        group.extra_rebalance_at_ms = now_ms + delay
+    if switch:
         group.schedule(group.switch_key, group.extra_rebalance_at_ms)
-    group.persist()
 
 
 def _remove_pending_sync(group: ClassicGroupBase, member_id: str) -> None:

@@ -165,12 +165,8 @@ class GroupCoordinator(OwnershipSteps):
         if isinstance(group, ClassicGroup):
             self._rejoin_after_early_join(group, now_ms)
         self._flush(group)
-        if isinstance(group, ConnectGroup) and group.downgrade_pending:
-            legacy_only = group.members and all(m.metadata.is_legacy for m in group.members.values())
-            if not legacy_only or not self.config.migration_policy.allows_downgrade:
-                group.downgrade_pending = False
-            elif group.ready_to_downgrade():
-                group.downgrade_pending = False
+        if isinstance(group, ConnectGroup):
+            if group.downgrade_due(self.config.migration_policy.allows_downgrade):
                 classic = self._tracked(ClassicGroup(group_id, self.config, self.timers))
                 downgrade(group, classic, now_ms)
                 self._flush(group)
@@ -343,7 +339,7 @@ class GroupCoordinator(OwnershipSteps):
                 _heard_from(group, req.member_id, now_ms)
                 response = group.legacy.join(req, now_ms)
                 if all(m.metadata.is_legacy for m in group.members.values()):
-                    group.downgrade_pending = True  # no new-protocol member left to wait for
+                    group.expect_downgrade()  # no new-protocol member left to wait for
         else:
             _heard_from(group, req.member_id, now_ms)
             response = group.join(req, now_ms)
@@ -545,7 +541,7 @@ class GroupCoordinator(OwnershipSteps):
         converted = self._upgrade(classic, now_ms)
         if isinstance(converted, str):
             return None
-        converted.downgrade_pending = True
+        converted.expect_downgrade()
         return converted
 
     # ------------------------------------------------------------------ effects

@@ -87,9 +87,10 @@ class OwnershipSteps:
             self._flush(existing)
             del self.groups[gen.group_id]
             existing = None
-        group = existing if isinstance(existing, ClassicGroup) else self._new_classic(gen.group_id)
-        self._touched[gen.group_id] = None  # loaded below as replay loads it: no step marks it
-        group.drain_records()
+        # A fresh group (an empty classic one the bridge had is replaced, its timers stale), loaded
+        # below as replay loads it: no step marks it.
+        group = self._new_classic(gen.group_id)
+        self._touched[gen.group_id] = None
         group.apply(records[0])
         group.rebuild_after_load(now_ms)
         self._records.extend(records)
