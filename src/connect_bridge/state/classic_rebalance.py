@@ -16,19 +16,19 @@ from connect_bridge.state.classic_api import (
     ClassicGroupState,
     SyncGroupResponse,
 )
-from connect_bridge.state.classic_state import ClassicGroupBase
+from connect_bridge.state.classic_state import ClassicGroup
 
 _S = ClassicGroupState
 
 
-def maybe_prepare_rebalance_or_complete_join(group: ClassicGroupBase, now_ms: int) -> None:
+def maybe_prepare_rebalance_or_complete_join(group: ClassicGroup, now_ms: int) -> None:
     if group.can_rebalance():
         prepare_rebalance(group, now_ms)
     else:
         maybe_complete_join_phase(group, now_ms)
 
 
-def maybe_complete_join_phase(group: ClassicGroupBase, now_ms: int) -> None:
+def maybe_complete_join_phase(group: ClassicGroup, now_ms: int) -> None:
     """Complete the join phase early once everyone is in, except during the initial delay."""
     if group.state is not _S.PREPARING_REBALANCE:
         return
@@ -38,7 +38,7 @@ def maybe_complete_join_phase(group: ClassicGroupBase, now_ms: int) -> None:
         complete_join_phase(group, now_ms)
 
 
-def rebalance_after_removal(group: ClassicGroupBase, now_ms: int) -> None:
+def rebalance_after_removal(group: ClassicGroup, now_ms: int) -> None:
     """Members left a group in a generation: rebalance, or finish a join phase they held up."""
     if group.state in (_S.STABLE, _S.COMPLETING_REBALANCE):
         maybe_prepare_rebalance_or_complete_join(group, now_ms)
@@ -46,7 +46,7 @@ def rebalance_after_removal(group: ClassicGroupBase, now_ms: int) -> None:
         complete_join_phase(group, now_ms)
 
 
-def prepare_rebalance(group: ClassicGroupBase, now_ms: int) -> None:
+def prepare_rebalance(group: ClassicGroup, now_ms: int) -> None:
     if group.state is _S.COMPLETING_REBALANCE:
         reset_and_propagate_assignment_error(group, ErrorCode.REBALANCE_IN_PROGRESS, now_ms)
     group.pending_sync.clear()
@@ -64,7 +64,7 @@ def prepare_rebalance(group: ClassicGroupBase, now_ms: int) -> None:
             group.schedule_join(now_ms, group.rebalance_timeout_ms)
 
 
-def complete_join_phase(group: ClassicGroupBase, now_ms: int) -> None:
+def complete_join_phase(group: ClassicGroup, now_ms: int) -> None:
     """End of the barrier: drop dynamic members that did not rejoin, elect, answer everyone."""
     group.cancel_join()
     for member in [m for m in group.members.values() if not m.awaiting_join and not m.is_static]:
@@ -88,7 +88,7 @@ def complete_join_phase(group: ClassicGroupBase, now_ms: int) -> None:
     group.schedule(group.sync_key, now_ms + group.rebalance_timeout_ms)
 
 
-def init_next_generation(group: ClassicGroupBase, now_ms: int) -> None:
+def init_next_generation(group: ClassicGroup, now_ms: int) -> None:
     """The next generation: with members, the working generation (in memory until its leader's
     SyncGroup commits it Stable, as in Kafka); without, an Empty generation, committed at once."""
     group.eager_before = (
@@ -113,13 +113,13 @@ def init_next_generation(group: ClassicGroupBase, now_ms: int) -> None:
     )
 
 
-def reset_and_propagate_assignment_error(group: ClassicGroupBase, error: ErrorCode, now_ms: int) -> None:
+def reset_and_propagate_assignment_error(group: ClassicGroup, error: ErrorCode, now_ms: int) -> None:
     for member in group.members.values():
         member.assignment = b""
     propagate_assignment(group, error, now_ms)
 
 
-def propagate_assignment(group: ClassicGroupBase, error: ErrorCode, now_ms: int) -> None:
+def propagate_assignment(group: ClassicGroup, error: ErrorCode, now_ms: int) -> None:
     """Answer every parked SyncGroup: the member's assignment, or ``error`` without protocol."""
     ok = error is ErrorCode.NONE
     for member in group.members.values():

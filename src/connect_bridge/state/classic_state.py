@@ -1,16 +1,21 @@
-"""The state of a classic group (Kafka's ``classic.ClassicGroup``): members, state machine, records.
+"""The state of a classic group (Kafka's ``classic.ClassicGroup``): members, state machine, record.
 
-The join/sync/heartbeat/leave steps and the timers (``classic_join``, ``classic_sync``,
-``classic_leave``, ``classic_rebalance``, ``classic_timers``) read and change this state through
-the primitives here; :class:`connect_bridge.state.classic_group.ClassicGroup` binds them together.
+The steps (``classic_join``, ``classic_sync``, ``classic_leave``, ``classic_rebalance``,
+``classic_timers``, ``classic_load``; ``classic_group`` is their public face) are functions that
+take a :class:`ClassicGroup` and change it through the primitives here; none of them touches its
+private parts.
 
-Persisted state changes reach the log only as ``CLASSIC_GROUP`` snapshot records built by
-:func:`classic_group_record` in :meth:`ClassicGroupBase.write`, and replay loads them with
-:meth:`ClassicGroupBase.apply`. The steps mutate the in-memory group first and write the snapshot at
-the points Kafka writes ``GroupMetadata`` (a JoinGroup creating the group, a generation becoming
-Stable or Empty, a static member replaced, deletion), not by applying each record: between those
-points the group holds soft state a record cannot carry (below), which ``apply`` would wipe.
+The group's durable state changes only by applying its ``CLASSIC_GROUP`` record: a step calls
+:meth:`ClassicGroup.commit`, which queues the record (built by :func:`classic_group_record`) and
+applies it with :meth:`ClassicGroup.apply`, the function replay uses. Like Kafka's
+``GroupMetadata`` record it is a whole-group snapshot, committed where Kafka writes one (a JoinGroup
+creating the group, a generation becoming Stable or Empty, a static member replaced, deletion,
+a conversion or adoption loading the group). During a rebalance the working generation (who
+rejoined, the next generation number, the elected protocol) is ahead of the log, in memory only as
+in Kafka: a record applied then is what a restart would load and leaves the working generation
+alone; at rest (Stable or Empty) the group's persisted fields are the last record's.
 """
+
 
 from __future__ import annotations
 
@@ -62,7 +67,7 @@ IN_GENERATION = frozenset({_S.COMPLETING_REBALANCE, _S.STABLE})
 
 REBALANCING = frozenset({_S.PREPARING_REBALANCE, _S.COMPLETING_REBALANCE})
 """States in which the working generation is ahead of the log: a record applied then is what a
-restart would load, and leaves the working generation alone (``ClassicGroupBase.apply``)."""
+restart would load, and leaves the working generation alone (``ClassicGroup.apply``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,14 +99,20 @@ def join_error(code: ErrorCode, member_id: str = "") -> JoinGroupResponse:
     return JoinGroupResponse(error_code=int(code), member_id=member_id)
 
 
-class ClassicGroupBase:
+class ClassicGroup:
     """One classic group's state and the primitives the steps change it with.
 
-    Persisted (in the ``CLASSIC_GROUP`` snapshot): generation, protocol type and name, leader,
-    members with their protocols and assignments, the member id counter, the state timestamp,
-    when the extra rebalance after leaving eager is due. The last snapshot written or loaded is
-    kept (``persisted_snapshot``) so a static replacement during a rebalance can be written on top
-    of it (:meth:`persist_static_replacement`).
+    Durable (the ``CLASSIC_GROUP`` snapshot; changed only by :meth:`apply`): ``generation_id``,
+    ``protocol_type``, ``protocol_name``, ``leader_id``, the members' persisted fields (id,
+    instance id, client id and host, timeouts, protocols, assignment, principal), ``member_seq``,
+    ``state_timestamp``, ``extra_rebalance_at_ms``, and the record itself as the log has it
+    (``persisted_snapshot``, ``persisted``). At rest (Stable, Empty) these fields are the last
+    record's; during a rebalance the steps change them in memory for the working generation, which
+    the next committed generation makes durable (a restart in between loads the last one, as
+    Kafka's does). ``member_seq`` alone may run ahead of the log at rest: an id handed out with
+    MEMBER_ID_REQUIRED is not written (Kafka writes none), and ``now_ms`` in the id's name keeps ids
+    unique across a restart. The invariant is checked after every step of random runs
+    (``tests/test_record_replay_property.py``).
 
     Soft (memory only, as in Kafka, whose reload starts from Stable or Empty): the parked
     JoinGroup/SyncGroup requests (they belong to client connections that a restart closes), the
@@ -109,7 +120,10 @@ class ClassicGroupBase:
     MEMBER_ID_REQUIRED ids and the members yet to sync (answers the clients must repeat anyway),
     the initial-delay bookkeeping, ``previous_state``, whether the last generation was eager, and
     the unsynced leader rounds of a group that replaced a connect group (after a restart a worker
-    gets none: its assignor may remember the connect era once more).
+    gets none: its assignor may remember the connect era once more), the members held back in an
+    eager generation, the generation a downgrade loaded (:meth:`mark_downgraded`), the group's
+    ``state`` itself (a loaded group is Stable or Empty), and the members' soft fields
+    (``classic_member``).
     """
 
     def __init__(
@@ -119,6 +133,7 @@ class ClassicGroupBase:
         timers: Timers,
         *,
         new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS,
+        forget_rounds: ForgetRounds | None = None,
     ) -> None:
         self.group_id = group_id
         self.config = config
@@ -127,8 +142,9 @@ class ClassicGroupBase:
         self.join_key = TimerKey.classic_join(group_id)
         self.sync_key = TimerKey.classic_sync(group_id)
         self.switch_key = TimerKey.classic_switch(group_id)
-        # persisted state
         self.state = ClassicGroupState.EMPTY
+        """A loaded group is Stable (members) or Empty; the steps move it through a rebalance."""
+        # durable state (the record; changed by apply, or in memory for a working generation)
         self.generation_id = 0
         self.protocol_type: str | None = None
         self.protocol_name: str | None = None
@@ -139,7 +155,7 @@ class ClassicGroupBase:
         self.extra_rebalance_at_ms = -1
         """When the extra rebalance after leaving eager is due (-1: none); re-armed on load."""
         self.persisted_snapshot: ClassicGroupSnapshot | None = None
-        """The group as the log has it now (the last snapshot written or loaded)."""
+        """The group as the log has it now (the last record applied; None: none, or a tombstone)."""
         # soft state
         self.previous_state = ClassicGroupState.DEAD
         self.pending_members: dict[str, str] = {}
@@ -162,13 +178,13 @@ class ClassicGroupBase:
         """The generation a downgrade loaded the group at (one past the connect group's epoch,
         ``conversion.downgrade``), until a later one: the legacy members still name their
         connect-era epochs in their heartbeats meanwhile (``classic_sync.heartbeat``)."""
-        self.forget_rounds: ForgetRounds | None = None
+        self.forget_rounds: ForgetRounds | None = forget_rounds
         """The unsynced leader rounds of a group that replaced an emptied connect group
         (``classic_join.forget_round``); None: it replaced none."""
         self.armed: dict[TimerKey, int] = {}
         """Deadlines of this group's live timers (tells a stale timer delivery from a due one)."""
         self.persisted = False
-        """True once the group has a record (Kafka: the group exists in the log)."""
+        """True once the group has a record (Kafka: the group exists in the log); set by apply."""
         self._records: list[Record] = []
         self._outbox: list[tuple[ParkedRequest, object]] = []
         self.touched: Touched | None = None
@@ -249,6 +265,19 @@ class ClassicGroupBase:
             protocol_data=(self.protocol_name or "") if stable else "",
             members=members,
         )
+
+    # ------------------------------------------------------------------ soft flags
+    def mark_downgraded(self) -> None:
+        """The group was just loaded by a downgrade (``classic_load.load_converted``): until a
+        later generation its members may name their connect-era epochs (``downgraded_generation``)."""
+        self.downgraded_generation = self.generation_id
+
+    def heard_from(self, member_id: str) -> None:
+        """A request of ``member_id`` reached this coordinator: it no longer waits on a JoinGroup
+        parked at a previous one (``ClassicMember.waits_elsewhere_until_ms``)."""
+        member = self.members.get(member_id)
+        if member is not None:
+            member.waits_elsewhere_until_ms = None
 
     # ------------------------------------------------------------------ parked responses
     def drain_responses(self) -> list[tuple[object, object]]:
@@ -360,7 +389,7 @@ class ClassicGroupBase:
         self.persisted = True
         if value is None:
             self.persisted_snapshot = None
-            self.clear()
+            self._clear()
             self.state = ClassicGroupState.DEAD
             return
         assert isinstance(value, ClassicGroupSnapshot)
@@ -395,7 +424,7 @@ class ClassicGroupBase:
             self.complete_sync(gone, SyncGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID)))
         self.state = ClassicGroupState.STABLE if self.members else ClassicGroupState.EMPTY
 
-    def clear(self) -> None:
+    def _clear(self) -> None:
         """Forget every member and persisted field (a deleted group)."""
         self.generation_id = 0
         self.protocol_type = self.protocol_name = self.leader_id = None
@@ -617,6 +646,6 @@ __all__ = [
     "NEW_MEMBER_JOIN_TIMEOUT_MS",
     "ClassicDescribedGroup",
     "ClassicDescribedMember",
-    "ClassicGroupBase",
+    "ClassicGroup",
     "join_error",
 ]

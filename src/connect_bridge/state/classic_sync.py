@@ -21,12 +21,12 @@ from connect_bridge.state.classic_api import (
 from connect_bridge.state.classic_eager_hold import given_assignment, hold_unstopped
 from connect_bridge.state.classic_member import ParkedRequest
 from connect_bridge.state.classic_rebalance import propagate_assignment
-from connect_bridge.state.classic_state import IN_GENERATION, ClassicGroupBase
+from connect_bridge.state.classic_state import IN_GENERATION, ClassicGroup
 
 _S = ClassicGroupState
 
 
-def sync(group: ClassicGroupBase, req: SyncGroupRequest, now_ms: int) -> SyncGroupResponse | None:
+def sync(group: ClassicGroup, req: SyncGroupRequest, now_ms: int) -> SyncGroupResponse | None:
     """SyncGroup: the response, or ``None`` for a follower parked until the leader syncs."""
     parked = ParkedRequest(req.token, req.api_version)
     response = _sync(group, req, parked, now_ms)
@@ -40,7 +40,7 @@ def _inconsistent(requested: str | None, group: str | None) -> bool:
     return requested is not None and group is not None and requested != group
 
 
-def generation_error(group: ClassicGroupBase, req: GenerationRequest) -> ErrorCode | None:
+def generation_error(group: ClassicGroup, req: GenerationRequest) -> ErrorCode | None:
     """Kafka's check of a SyncGroup or Heartbeat: the member (and its instance id), then the
     generation it names.
 
@@ -57,7 +57,7 @@ def generation_error(group: ClassicGroupBase, req: GenerationRequest) -> ErrorCo
     return error
 
 
-def _sync_error(group: ClassicGroupBase, req: SyncGroupRequest) -> ErrorCode | None:
+def _sync_error(group: ClassicGroup, req: SyncGroupRequest) -> ErrorCode | None:
     if group.state is _S.EMPTY:
         return ErrorCode.UNKNOWN_MEMBER_ID
     if group.state is _S.DEAD:
@@ -75,7 +75,7 @@ def _sync_error(group: ClassicGroupBase, req: SyncGroupRequest) -> ErrorCode | N
 
 
 def _sync(
-    group: ClassicGroupBase, req: SyncGroupRequest, parked: ParkedRequest, now_ms: int
+    group: ClassicGroup, req: SyncGroupRequest, parked: ParkedRequest, now_ms: int
 ) -> SyncGroupResponse | None:
     error = _sync_error(group, req)
     if error is not None:
@@ -97,7 +97,7 @@ def _sync(
     )
 
 
-def _install_assignment(group: ClassicGroupBase, assignments: dict[str, bytes], now_ms: int) -> None:
+def _install_assignment(group: ClassicGroup, assignments: dict[str, bytes], now_ms: int) -> None:
     """The leader's assignment: store it per member (absent = b""), answer every parked
     SyncGroup, become Stable and persist the group."""
     assignments = hold_unstopped(group, assignments)
@@ -124,13 +124,13 @@ def _install_assignment(group: ClassicGroupBase, assignments: dict[str, bytes], 
         group.schedule(group.switch_key, group.extra_rebalance_at_ms)
 
 
-def _remove_pending_sync(group: ClassicGroupBase, member_id: str) -> None:
+def _remove_pending_sync(group: ClassicGroup, member_id: str) -> None:
     group.pending_sync.pop(member_id, None)
     if group.state not in IN_GENERATION or not group.pending_sync:
         group.cancel(group.sync_key)
 
 
-def _before_downgrade(group: ClassicGroupBase, generation_id: int) -> bool:
+def _before_downgrade(group: ClassicGroup, generation_id: int) -> bool:
     """A member's heartbeat names the epoch it last got from the connect group this group was
     downgraded from, while the rebalance the downgrade started runs.
 
@@ -147,7 +147,7 @@ def _before_downgrade(group: ClassicGroupBase, generation_id: int) -> bool:
     )
 
 
-def heartbeat(group: ClassicGroupBase, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
+def heartbeat(group: ClassicGroup, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
     """Heartbeat: keeps the session; REBALANCE_IN_PROGRESS tells a member to rejoin."""
     if group.state is _S.DEAD:
         return HeartbeatResponse(int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
