@@ -115,10 +115,11 @@ class ClassicWorker:
 
 
 class Run:
-    def __init__(self) -> None:
+    def __init__(self, initial_delay_ms: int = 0, max_group_size: int = 2147483647) -> None:
         self.coord = GroupCoordinator(
             CoordinatorConfig(
-                classic_initial_rebalance_delay_ms=0,
+                classic_initial_rebalance_delay_ms=initial_delay_ms,
+                max_group_size=max_group_size,
                 session_timeout_ms=10_000,
                 scheduled_rebalance_max_delay_ms=15_000,
                 migration_policy=MigrationPolicy.BIDIRECTIONAL,
@@ -285,13 +286,22 @@ class Run:
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(ops=st.lists(op, min_size=25, max_size=80), mixed=st.booleans())
-def test_every_step_replays_to_the_live_durable_state(ops: list[tuple[str, str, int]], mixed: bool) -> None:
+@given(
+    ops=st.lists(op, min_size=25, max_size=80),
+    mixed=st.booleans(),
+    initial_delay_ms=st.sampled_from((0, 3_000)),
+    max_group_size=st.sampled_from((2147483647, 3)),
+)
+def test_every_step_replays_to_the_live_durable_state(
+    ops: list[tuple[str, str, int]], mixed: bool, initial_delay_ms: int, max_group_size: int
+) -> None:
     """``mixed``: new-protocol workers take part (conversions); else classic workers only, whose
-    groups then reach more generations."""
+    groups then reach more generations. A worker joining with version 0 makes a generation eager
+    (and the one after it gets the extra round); the initial rebalance delay and a group size
+    limit take their own paths."""
     if not mixed:
         ops = [o for o in ops if not o[0].startswith("n")]
-    run = Run()
+    run = Run(initial_delay_ms, max_group_size)
     for kind, name, arg in ops:
         run.step(kind, name, arg)
         run.check_durable_state()

@@ -5,9 +5,10 @@ metadata) changes only in :meth:`ConnectGroupState._write`: it applies a record 
 the very code a restart replays, and queues it for ``drain_records``. So what a run wrote and what
 it holds cannot drift apart. The steps that decide what to write live in ``connect_group``.
 
-Soft state, set directly because no record carries it: the owner index (derived from the current
-assignments, rebuilt after a load), the config view (the coordinator writes its CONFIG record),
-and the timers.
+Derived from the records, by the appliers only (so replay rebuilds them): the owner index (who
+owns each item, from the current assignments) and the member aggregates (``MemberIndex``,
+``working``, ``untargeted``, ``departed``). Soft state, set directly because no record carries it:
+the config view (the coordinator writes its CONFIG record) and the timers.
 """
 
 from __future__ import annotations
