@@ -16,7 +16,6 @@ in Kafka: a record applied then is what a restart would load and leaves the work
 alone; at rest (Stable or Empty) the group's persisted fields are the last record's.
 """
 
-
 from __future__ import annotations
 
 import uuid
