@@ -24,6 +24,7 @@ from connect_bridge.bridge.relay_observer import RelayObserver
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.requests import encode_request, encode_response_frame
 from connect_bridge.state import classic_api as capi
+from connect_bridge.state import classic_group as classic
 from connect_bridge.state.adoption import Observation, takeover_ready, upstream_conflict
 from connect_bridge.state.adoption_build import AdoptionError, adoption_records
 from connect_bridge.state.adoption_records import (
@@ -461,7 +462,7 @@ def _phases() -> tuple[Relay, list[list[Record]], GroupCoordinator]:
     steps.append(bridge.drain_records())
     group = bridge.groups.pop(G)
     assert isinstance(group, ClassicGroup)
-    group.delete(t + 3)
+    classic.delete(group, t + 3)
     steps.append(group.drain_records())
     bridge.change_ownership(G, OWN.RELEASED, generation, t + 3)
     steps.append(bridge.drain_records())

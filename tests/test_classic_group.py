@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.state import classic_group as classic
 from connect_bridge.state.classic_api import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -67,7 +68,7 @@ class Harness:
         while (deadline := self.timers.next_deadline()) is not None and deadline <= now_ms:
             self.now = max(self.now, deadline)  # each timer fires at its own deadline
             for key in self.timers.expired(self.now):
-                self.group.on_timer(key, self.now)
+                classic.on_timer(self.group, key, self.now)
         self.now = now_ms
         self._collect()
         return self
@@ -91,7 +92,7 @@ class Harness:
             token=token,
             **kw,
         )
-        response = self.group.join(req, self.now)
+        response = classic.join(self.group, req, self.now)
         self._collect()
         return response
 
@@ -99,18 +100,19 @@ class Harness:
         self, member_id: str, generation: int, assignments: dict[str, bytes] | None = None, **kw: object
     ) -> SyncGroupResponse | None:
         req = SyncGroupRequest(G, member_id, generation, assignments=tuple((assignments or {}).items()), **kw)
-        response = self.group.sync(req, self.now)
+        response = classic.sync(self.group, req, self.now)
         self._collect()
         return response
 
     def heartbeat(self, member_id: str, generation: int, instance: str | None = None) -> int:
-        response = self.group.heartbeat(HeartbeatRequest(G, member_id, generation, instance), self.now)
+        request = HeartbeatRequest(G, member_id, generation, instance)
+        response = classic.heartbeat(self.group, request, self.now)
         self._collect()
         return response.error_code
 
     def leave(self, *members: tuple[str, str | None]) -> list[tuple[str, str | None, int]]:
         req = LeaveGroupRequest(G, tuple(LeavingMember(mid, iid) for mid, iid in members))
-        response = self.group.leave(req, self.now)
+        response = classic.leave(self.group, req, self.now)
         self._collect()
         return response.members
 
@@ -678,7 +680,7 @@ def replay(records: list[Record], now_ms: int, config: CoordinatorConfig | None 
     group = ClassicGroup(G, config or CoordinatorConfig(), timers)
     for record in records:
         group.apply(record)
-    group.rebuild_after_load(now_ms)
+    classic.rebuild_after_load(group, now_ms)
     return group
 
 
@@ -700,8 +702,8 @@ def test_records_replay_rebuilds_the_group() -> None:
     for mid in loaded.members:
         assert loaded.timers.deadline(TimerKey.classic_session(G, mid)) == 100_000 + SESSION
     # The loaded group carries on: a member's heartbeat, then a rebalance.
-    assert loaded.heartbeat(HeartbeatRequest(G, w1, 2), 100_000).error_code == NONE
-    assert loaded.join(JoinGroupRequest(G, w1, "connect", SESSIONED, token="x"), 100_000) is None
+    assert classic.heartbeat(loaded, HeartbeatRequest(G, w1, 2), 100_000).error_code == NONE
+    assert classic.join(loaded, JoinGroupRequest(G, w1, "connect", SESSIONED, token="x"), 100_000) is None
     assert loaded.state is S.PREPARING_REBALANCE
 
 
@@ -713,9 +715,9 @@ def test_records_replay_of_an_emptied_group_and_of_a_tombstone() -> None:
     assert loaded.state is S.EMPTY and loaded.snapshot() == h.group.snapshot()
     assert loaded.generation_id == 2 and loaded.member_seq == h.group.member_seq
     # New ids keep counting from the persisted counter.
-    assert loaded.join(JoinGroupRequest(G, "", "connect", SESSIONED), 1).member_id not in {m1}
+    assert classic.join(loaded, JoinGroupRequest(G, "", "connect", SESSIONED), 1).member_id not in {m1}
     assert loaded.member_seq == h.group.member_seq + 1
-    h.group.delete(h.now)
+    classic.delete(h.group, h.now)
     assert h.group.drain_records()[-1].value is None
     assert replay([*h.records, Record(RecordType.CLASSIC_GROUP, G)], 0).state is S.DEAD
 
@@ -732,7 +734,7 @@ def test_delete_releases_parked_requests_and_timers() -> None:
     m1, _ = stable_group(h, SESSIONED, SESSIONED)
     h.join(m1, SESSIONED, token="j1")
     assert h.group.parked_tokens() == ["j1"]
-    h.group.delete(h.now)
+    classic.delete(h.group, h.now)
     h.at(h.now)
     assert h.responses["j1"].error_code == ErrorCode.REBALANCE_IN_PROGRESS
     assert h.group.state is S.DEAD and not h.group.members and not h.timers.keys()
@@ -760,7 +762,7 @@ def test_a_superseded_parked_join_is_answered() -> None:
 def test_heartbeat_response_type() -> None:
     h = Harness()
     (m1,) = stable_group(h, SESSIONED)
-    response = h.group.heartbeat(HeartbeatRequest(G, m1, 1), h.now)
+    response = classic.heartbeat(h.group, HeartbeatRequest(G, m1, 1), h.now)
     assert response == HeartbeatResponse()
 
 
@@ -773,7 +775,7 @@ def test_stale_timer_deliveries_in_one_batch_are_ignored() -> None:
     h.join(m2, SESSIONED, token="j2")
     late = h.now + 2 * REBALANCE
     for key in h.timers.expired(late):  # m3's session, m1's and m2's sessions, the join timer
-        h.group.on_timer(key, late)
+        classic.on_timer(h.group, key, late)
     h.at(late)
     # m3's expiry closed the barrier and re-armed m1's and m2's sessions: they stay.
     assert list(h.group.members) == [m1, m2]

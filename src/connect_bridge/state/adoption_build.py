@@ -6,7 +6,7 @@ assignments, so each worker's next Heartbeat and SyncGroup at that generation ar
 upstream would have answered them. The group is written as records *before* anything is answered
 locally: a ``CLASSIC_GROUP`` snapshot (the same record the group itself writes when a generation
 becomes Stable) and a ``GROUP_OWNERSHIP`` record saying the bridge now coordinates it. Loading them
-is ordinary replay (``ClassicGroupBase.apply`` then ``rebuild_after_load``), which gives Stable and
+is ordinary replay (``ClassicGroup.apply`` then ``rebuild_after_load``), which gives Stable and
 arms every member's session afresh from ``now_ms``, as Kafka's ``onLoaded`` does for a group it
 loads when it becomes coordinator.
 """

@@ -62,7 +62,7 @@ class ConnectGroupMembership(ConnectGroupState):
     (``legacy_members``), what members last reported owning (``_reported``), the leader, config
     offset and error each new-protocol member was last told (``_told``), the session timer keys
     (``_session_keys``), until when a legacy member may still wait on a JoinGroup at a previous
-    coordinator (``_waits_elsewhere_until``) and ``downgrade_pending``.
+    coordinator (``_waits_elsewhere_until``) and whether a downgrade is pending (``downgrade_pending``).
     """
 
     def __init__(
@@ -71,8 +71,9 @@ class ConnectGroupMembership(ConnectGroupState):
         super().__init__(group_id, config, timers, view)
         self.client_side = ClientSideAssignment(group_id, timers)
         self.legacy_members = LegacyMembers(group_id, timers)
-        self.downgrade_pending = False
-        """Set when the last new-protocol member left a group that still has legacy members."""
+        self._downgrade_pending = False
+        """Set when the last new-protocol member left a group that still has legacy members
+        (:meth:`expect_downgrade`), until :meth:`downgrade_due` says yes or drops it."""
         self._reported: dict[str, Items] = {}
         """What each member last reported owning (in memory only: after a restart nothing is resent
         until a member reports again)."""
@@ -125,16 +126,12 @@ class ConnectGroupMembership(ConnectGroupState):
         # leader, member seq) before it retires it, so nothing reads the group after this.
         self._write(target_metadata_tombstone(self.group_id))
         self._write(group_metadata_tombstone(self.group_id))
-        self.owners.clear()
 
     def rebuild_after_load(self, now_ms: int) -> None:
-        """Derive the owner index and re-arm timers once all records are replayed (a restart or a
-        takeover): a legacy member's first session lasts as long as a JoinGroup it may have parked
-        at the previous coordinator (``holds.first_session_after_load_ms``)."""
-        self.owners = {}
+        """Re-arm timers once all records are replayed (a restart or a takeover): a legacy member's
+        first session lasts as long as a JoinGroup it may have parked at the previous coordinator
+        (``holds.first_session_after_load_ms``). The owner index came with the records."""
         for mid, member in self.members.items():
-            for item in member.current.owned:
-                self.owners[item] = mid
             meta = member.metadata
             first = None
             if meta.is_legacy:
@@ -337,8 +334,6 @@ class ConnectGroupMembership(ConnectGroupState):
             self.legacy_members.note_returned(new_id, returning)
         self._set_member_metadata(new_id, metadata)
         member = self.members[new_id]
-        for item in current.owned:
-            self.owners[item] = new_id
         self._write(current_assignment_record(self.group_id, new_id, current))
         if target is not None:
             self._write(target_member_tombstone(self.group_id, old.member_id))
@@ -391,11 +386,35 @@ class ConnectGroupMembership(ConnectGroupState):
             and self.state is GroupState.STABLE
         )
 
+    @property
+    def downgrade_pending(self) -> bool:
+        """Only legacy members are left to serve, and the group has not converted back yet."""
+        return self._downgrade_pending
+
+    def expect_downgrade(self) -> None:
+        """No new-protocol member is left to wait for: convert back once :meth:`downgrade_due`."""
+        self._downgrade_pending = True
+
+    def downgrade_due(self, allowed: bool) -> bool:
+        """Whether the coordinator converts the group back to classic now. A pending downgrade is
+        dropped once a new-protocol member is back, the group emptied or ``allowed`` (the
+        migration policy) forbids it; otherwise it waits for :meth:`ready_to_downgrade`."""
+        if not self._downgrade_pending:
+            return False
+        legacy_only = bool(self.members) and all(m.metadata.is_legacy for m in self.members.values())
+        if not legacy_only or not allowed:
+            self._downgrade_pending = False
+            return False
+        if not self.ready_to_downgrade():
+            return False
+        self._downgrade_pending = False
+        return True
+
     def _check_downgrade(self, departed: MemberMetadata) -> None:
         if departed.is_legacy or not self.members:
             return
         if all(m.metadata.is_legacy for m in self.members.values()):
-            self.downgrade_pending = True
+            self.expect_downgrade()
 
     # ------------------------------------------------------------------ target assignment
     def maybe_update_target(self, now_ms: int) -> None:

@@ -5,9 +5,10 @@ metadata) changes only in :meth:`ConnectGroupState._write`: it applies a record 
 the very code a restart replays, and queues it for ``drain_records``. So what a run wrote and what
 it holds cannot drift apart. The steps that decide what to write live in ``connect_group``.
 
-Soft state, set directly because no record carries it: the owner index (derived from the current
-assignments, rebuilt after a load), the config view (the coordinator writes its CONFIG record),
-and the timers.
+Derived from the records, by the appliers only (so replay rebuilds them): the owner index (who
+owns each item, from the current assignments) and the member aggregates (``MemberIndex``,
+``working``, ``untargeted``, ``departed``). Soft state, set directly because no record carries it:
+the config view (the coordinator writes its CONFIG record) and the timers.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from connect_bridge.state.timers import TimerKey, Timers
 HELD_OWNER = "\0held"
 """Owner of work held for a departed worker that may still run it (never a member id)."""
 _PLACEHOLDER = MemberMetadata(url="\0placeholder")
+_NOTHING_OWNED = CurrentAssignment()
 """Metadata of a member whose current-assignment record was replayed before its metadata record."""
 
 
@@ -79,6 +81,8 @@ class ConnectGroupState:
         self.assignor_metadata: dict[str, AssignedMetadata] = {}
         """The client-side assignor's metadata per member of the target (only members that have some)."""
         self.owners: dict[ConnectorTaskId, str] = {}
+        """Who owns each item (assigned or pending revocation): derived from the members' current
+        assignments by the appliers below, so replay rebuilds it."""
         self.index = MemberIndex()
         """Aggregates over the members (assignor votes and counts, url and instance id lookups,
         config offsets, (protocol, state) counts, sorted ids), changed only by the appliers below
@@ -262,15 +266,7 @@ class ConnectGroupState:
         self._write(member_metadata_record(self.group_id, member_id, metadata))
 
     def _set_current(self, member: Member, current: CurrentAssignment) -> None:
-        """Write the member's current assignment; keep the owner index (soft) in step with it."""
-        old = member.current
-        if old.assigned is not current.assigned or old.revoking is not current.revoking:
-            mid = member.member_id
-            for item in old.owned - current.owned:
-                if self.owners.get(item) == mid:
-                    del self.owners[item]
-            for item in current.owned - old.owned:
-                self.owners[item] = mid
+        """Write the member's current assignment (its applier keeps the owner index in step)."""
         self._write(current_assignment_record(self.group_id, member.member_id, current))
         if current.state is not MemberState.UNREVOKED:
             self.timers.cancel(TimerKey.revoke(self.group_id, member.member_id))
@@ -344,11 +340,24 @@ class ConnectGroupState:
         else:
             self.assignor_metadata[mid] = data
 
+    def _owns(self, mid: str, old: CurrentAssignment, new: CurrentAssignment) -> None:
+        """The owner index follows a member's current assignment from ``old`` to ``new`` (applier
+        only; the engine never gives one item to two members, so the last one applied owns it)."""
+        if old.assigned is new.assigned and old.revoking is new.revoking:
+            return
+        owners = self.owners
+        for item in old.owned - new.owned:
+            if owners.get(item) == mid:
+                del owners[item]
+        for item in new.owned - old.owned:
+            owners[item] = mid
+
     def _member_in(self, member: Member) -> None:
         """A member entered ``members`` (applier only): the aggregates count it."""
         mid = member.member_id
         self.members[mid] = member
         self.index.added(mid, member.metadata, member.current.state)
+        self._owns(mid, _NOTHING_OWNED, member.current)
         if mid in self.target:
             self.departed.discard(mid)
         else:
@@ -359,6 +368,7 @@ class ConnectGroupState:
         mid = member.member_id
         del self.members[mid]
         self.index.removed(mid, member.metadata, member.current.state)
+        self._owns(mid, member.current, _NOTHING_OWNED)
         self.untargeted.discard(mid)
         if mid in self.target:
             self.departed.add(mid)
@@ -387,6 +397,7 @@ class ConnectGroupState:
         else:
             current: CurrentAssignment = value  # type: ignore[assignment]
             self.index.state_changed(member.metadata.protocol, member.current.state, current.state)
+            self._owns(mid, member.current, current)
             member.current = current
 
 

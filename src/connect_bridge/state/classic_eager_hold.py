@@ -33,7 +33,7 @@ from connect_bridge.codecs.connect_protocol import (
 from connect_bridge.codecs.errors import CodecError
 from connect_bridge.state.classic_api import EAGER_PROTOCOL, PROTOCOL_TYPE_CONNECT, ClassicGroupState
 from connect_bridge.state.classic_member import ClassicMember
-from connect_bridge.state.classic_state import ClassicGroupBase
+from connect_bridge.state.classic_state import ClassicGroup
 from connect_bridge.state.model import EMPTY, Items
 
 
@@ -64,7 +64,7 @@ def _without(data: bytes, foreign: Items) -> bytes | None:
     return encode_assignment(trimmed, version)
 
 
-def hold_unstopped(group: ClassicGroupBase, assignments: dict[str, bytes]) -> dict[str, bytes]:
+def hold_unstopped(group: ClassicGroup, assignments: dict[str, bytes]) -> dict[str, bytes]:
     """The leader's ``assignments`` with what another member may still run taken out; records in
     ``group.eager_holders`` whose work was kept from someone."""
     group.eager_holders = set()
@@ -86,7 +86,7 @@ def hold_unstopped(group: ClassicGroupBase, assignments: dict[str, bytes]) -> di
     return out
 
 
-def given_assignment(group: ClassicGroupBase, member: ClassicMember, now_ms: int) -> None:
+def given_assignment(group: ClassicGroup, member: ClassicMember, now_ms: int) -> None:
     """``member`` was given this generation's assignment: it knows the elected protocol now. The
     last holder of kept work to get there starts the round that deals that work."""
     member.synced_protocol = group.protocol_name
@@ -98,7 +98,7 @@ def given_assignment(group: ClassicGroupBase, member: ClassicMember, now_ms: int
         group.schedule(group.switch_key, now_ms)
 
 
-def resume_after_reload(group: ClassicGroupBase, now_ms: int) -> None:
+def resume_after_reload(group: ClassicGroup, now_ms: int) -> None:
     """A Stable eager group loaded from the log may hold work: who still had to see the election was
     soft state, and so was the rebalance that would deal it. A reported item that no stored
     assignment names is such work (the eager leader deals every configured item); one more

@@ -27,7 +27,7 @@ from connect_bridge.state.classic_rebalance import (
     prepare_rebalance,
 )
 from connect_bridge.state.classic_records import empty_group_snapshot
-from connect_bridge.state.classic_state import ClassicGroupBase, join_error
+from connect_bridge.state.classic_state import ClassicGroup, join_error
 from connect_bridge.state.leader_memory import unsynced_leader_round, unsynced_round_key
 
 SKIP_ASSIGNMENT_MIN_VERSION = 9
@@ -38,7 +38,7 @@ MEMBER_ID_REQUIRED_MIN_VERSION = 4
 _S = ClassicGroupState
 
 
-def join(group: ClassicGroupBase, req: JoinGroupRequest, now_ms: int) -> JoinGroupResponse | None:
+def join(group: ClassicGroup, req: JoinGroupRequest, now_ms: int) -> JoinGroupResponse | None:
     """JoinGroup: the response, or ``None`` when parked until the join phase completes."""
     if not req.group_id:
         return join_error(ErrorCode.INVALID_GROUP_ID, req.member_id)
@@ -63,11 +63,11 @@ def join(group: ClassicGroupBase, req: JoinGroupRequest, now_ms: int) -> JoinGro
     if response is None:
         response = group.take(parked)  # type: ignore[assignment]
     if new_group and not group.persisted:  # nothing written on the way: the group's first record
-        group.write(empty_group_snapshot(group.generation_id, group.member_seq, group.state_timestamp))
+        group.commit(empty_group_snapshot(group.generation_id, group.member_seq, group.state_timestamp))
     return response
 
 
-def forget_round(group: ClassicGroupBase, req: JoinGroupRequest) -> JoinGroupResponse | None:
+def forget_round(group: ClassicGroup, req: JoinGroupRequest) -> JoinGroupResponse | None:
     """The unsynced leader round (``leader_memory.unsynced_leader_round``) that answers a worker's
     first JoinGroup into a classic group that replaced an emptied connect group; ``None`` when none
     is due.
@@ -96,7 +96,7 @@ def forget_round(group: ClassicGroupBase, req: JoinGroupRequest) -> JoinGroupRes
 
 
 def _join(
-    group: ClassicGroupBase, req: JoinGroupRequest, parked: ParkedRequest, now_ms: int
+    group: ClassicGroup, req: JoinGroupRequest, parked: ParkedRequest, now_ms: int
 ) -> JoinGroupResponse | None:
     if not _accept_joining_member(group, req.member_id):
         group.remove_member(req.member_id)
@@ -110,7 +110,7 @@ def _join(
     return _join_existing_member(group, req, parked, now_ms)
 
 
-def _accept_joining_member(group: ClassicGroupBase, member_id: str) -> bool:
+def _accept_joining_member(group: ClassicGroup, member_id: str) -> bool:
     """Kafka's ``acceptJoiningMember`` (the ``group.max.size`` check)."""
     limit = group.config.max_group_size
     if group.state in (_S.EMPTY, _S.DEAD):
@@ -123,7 +123,7 @@ def _accept_joining_member(group: ClassicGroupBase, member_id: str) -> bool:
 
 
 def _join_new_member(
-    group: ClassicGroupBase, req: JoinGroupRequest, parked: ParkedRequest, now_ms: int
+    group: ClassicGroup, req: JoinGroupRequest, parked: ParkedRequest, now_ms: int
 ) -> JoinGroupResponse | None:
     new_id = group.generate_member_id(req.client_id, req.group_instance_id, now_ms)
     if req.group_instance_id is not None:
@@ -140,7 +140,7 @@ def _join_new_member(
 
 
 def _join_existing_member(
-    group: ClassicGroupBase, req: JoinGroupRequest, parked: ParkedRequest, now_ms: int
+    group: ClassicGroup, req: JoinGroupRequest, parked: ParkedRequest, now_ms: int
 ) -> JoinGroupResponse | None:
     member_id = req.member_id
     if member_id in group.pending_members:
@@ -180,7 +180,7 @@ def _join_existing_member(
     return join_error(ErrorCode.UNKNOWN_MEMBER_ID, member_id)  # Empty: no members to rejoin
 
 
-def _reports_less_than_given(group: ClassicGroupBase, member: ClassicMember) -> bool:
+def _reports_less_than_given(group: ClassicGroup, member: ClassicMember) -> bool:
     """Whether the member's join metadata (which a JoinGroup repeats byte for byte) reports an
     allocation lacking work its stored assignment gave it.
 
@@ -211,7 +211,7 @@ def _reports_less_than_given(group: ClassicGroupBase, member: ClassicMember) -> 
 
 
 def _add_member(
-    group: ClassicGroupBase, req: JoinGroupRequest, parked: ParkedRequest, member_id: str, now_ms: int
+    group: ClassicGroup, req: JoinGroupRequest, parked: ParkedRequest, member_id: str, now_ms: int
 ) -> JoinGroupResponse | None:
     member = ClassicMember(
         member_id,
@@ -235,7 +235,7 @@ def _add_member(
 
 
 def _replace_static_member(
-    group: ClassicGroupBase,
+    group: ClassicGroup,
     req: JoinGroupRequest,
     parked: ParkedRequest,
     old_id: str,
@@ -259,10 +259,6 @@ def _replace_static_member(
         and group.protocol_name == group.select_protocol()
         and group.protocol_type != PROTOCOL_TYPE_CONNECT
     )
-    if not keep and req.group_instance_id is not None:
-        # Kafka persists the replacement only when it keeps the generation; the bridge persists
-        # it in every state, so a restart before the next generation keeps the new id.
-        group.persist_static_replacement(req.group_instance_id, new_id)
     if keep:
         _keep_generation(group, req, new, current_leader)
         return None
@@ -275,11 +271,16 @@ def _replace_static_member(
         raise IllegalStateError(f"group {group.group_id} cannot replace a static member while {state}")
     else:
         maybe_complete_join_phase(group, now_ms)
+    if req.group_instance_id is not None:
+        # Kafka persists the replacement only when it keeps the generation; the bridge persists
+        # it in the rebalance that follows too, so a restart before the next generation keeps
+        # the new id. Committed once the rebalance began: its working generation stays as it is.
+        group.persist_static_replacement(req.group_instance_id, new_id)
     return None
 
 
 def _keep_generation(
-    group: ClassicGroupBase, req: JoinGroupRequest, new: ClassicMember, current_leader: str | None
+    group: ClassicGroup, req: JoinGroupRequest, new: ClassicMember, current_leader: str | None
 ) -> None:
     """Same elected protocol: keep the generation and the assignments, persist the new id."""
     group.persist()

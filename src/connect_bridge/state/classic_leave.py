@@ -9,12 +9,12 @@ from connect_bridge.state.classic_rebalance import (
     maybe_complete_join_phase,
     maybe_prepare_rebalance_or_complete_join,
 )
-from connect_bridge.state.classic_state import IN_GENERATION, ClassicGroupBase
+from connect_bridge.state.classic_state import IN_GENERATION, ClassicGroup
 
 _S = ClassicGroupState
 
 
-def leave(group: ClassicGroupBase, req: LeaveGroupRequest, now_ms: int) -> LeaveGroupResponse:
+def leave(group: ClassicGroup, req: LeaveGroupRequest, now_ms: int) -> LeaveGroupResponse:
     """LeaveGroup (batch): per-member results; one rebalance for the whole batch."""
     if group.state is _S.DEAD:
         return LeaveGroupResponse(error_code=int(ErrorCode.COORDINATOR_NOT_AVAILABLE))
@@ -30,7 +30,7 @@ def leave(group: ClassicGroupBase, req: LeaveGroupRequest, now_ms: int) -> Leave
     return LeaveGroupResponse(members=results)
 
 
-def _leave_one(group: ClassicGroupBase, member_id: str, group_instance_id: str | None) -> ErrorCode:
+def _leave_one(group: ClassicGroup, member_id: str, group_instance_id: str | None) -> ErrorCode:
     if not member_id:
         # Administrative removal by instance id.
         existing = group.static.get(group_instance_id) if group_instance_id is not None else None
@@ -47,7 +47,7 @@ def _leave_one(group: ClassicGroupBase, member_id: str, group_instance_id: str |
 
 
 def delete(
-    group: ClassicGroupBase, now_ms: int, parked_error: ErrorCode = ErrorCode.REBALANCE_IN_PROGRESS
+    group: ClassicGroup, now_ms: int, parked_error: ErrorCode = ErrorCode.REBALANCE_IN_PROGRESS
 ) -> None:
     """Tombstone the group: DeleteGroups of an Empty group, or conversion to a connect group.
 
@@ -60,9 +60,8 @@ def delete(
         group.cancel(group.session_key(member_id))
     group.cancel_join()
     group.cancel(group.sync_key)
-    group.clear()
     group.transition(_S.DEAD, now_ms)
-    group.write(None)
+    group.commit(None)  # applying the tombstone empties the group
 
 
 __all__ = ["delete", "leave"]

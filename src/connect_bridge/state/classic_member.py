@@ -1,8 +1,10 @@
 """A member of a classic group (Kafka's ``ClassicGroupMember``) and Java's hash order.
 
-The member carries both persisted fields (those :class:`ClassicMemberSnapshot` holds) and soft
-ones: ``is_new`` and the parked JoinGroup/SyncGroup, which only mean something to the process
-holding the client's connection, so a reload starts without them (as Kafka's futures do).
+The member carries both persisted fields (those :class:`ClassicMemberSnapshot` holds, set from the
+group's record by :meth:`ClassicMember.load`) and soft ones: ``is_new``, the parked
+JoinGroup/SyncGroup, the session key and the fields marked soft below, which only mean something to
+the process holding the client's connection, so a reload starts without them (as Kafka's futures
+do).
 """
 
 from __future__ import annotations
@@ -95,6 +97,19 @@ class ClassicMember:
 
     def to_snapshot(self) -> ClassicMemberSnapshot:
         return ClassicMemberSnapshot.of(self, self.assignment, self.principal)
+
+    def load(self, s: ClassicMemberSnapshot, protocol_type: str) -> None:
+        """Take the persisted fields from the group's record, keeping the soft ones (applying a
+        record to a live group must not drop a parked request or a session key)."""
+        self.group_instance_id = s.group_instance_id
+        self.client_id = s.client_id
+        self.client_host = s.client_host
+        self.rebalance_timeout_ms = s.rebalance_timeout_ms
+        self.session_timeout_ms = s.session_timeout_ms
+        self.protocol_type = protocol_type
+        self.protocols = s.protocols
+        self.assignment = s.assignment
+        self.principal = s.principal
 
     @classmethod
     def from_snapshot(cls, s: ClassicMemberSnapshot, protocol_type: str) -> ClassicMember:

@@ -7,6 +7,8 @@ The steps the JoinGroup, SyncGroup, LeaveGroup handlers and the timers share (Ka
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state.classic_api import (
     EAGER_PROTOCOL,
@@ -14,19 +16,19 @@ from connect_bridge.state.classic_api import (
     ClassicGroupState,
     SyncGroupResponse,
 )
-from connect_bridge.state.classic_state import ClassicGroupBase
+from connect_bridge.state.classic_state import ClassicGroup
 
 _S = ClassicGroupState
 
 
-def maybe_prepare_rebalance_or_complete_join(group: ClassicGroupBase, now_ms: int) -> None:
+def maybe_prepare_rebalance_or_complete_join(group: ClassicGroup, now_ms: int) -> None:
     if group.can_rebalance():
         prepare_rebalance(group, now_ms)
     else:
         maybe_complete_join_phase(group, now_ms)
 
 
-def maybe_complete_join_phase(group: ClassicGroupBase, now_ms: int) -> None:
+def maybe_complete_join_phase(group: ClassicGroup, now_ms: int) -> None:
     """Complete the join phase early once everyone is in, except during the initial delay."""
     if group.state is not _S.PREPARING_REBALANCE:
         return
@@ -36,7 +38,7 @@ def maybe_complete_join_phase(group: ClassicGroupBase, now_ms: int) -> None:
         complete_join_phase(group, now_ms)
 
 
-def rebalance_after_removal(group: ClassicGroupBase, now_ms: int) -> None:
+def rebalance_after_removal(group: ClassicGroup, now_ms: int) -> None:
     """Members left a group in a generation: rebalance, or finish a join phase they held up."""
     if group.state in (_S.STABLE, _S.COMPLETING_REBALANCE):
         maybe_prepare_rebalance_or_complete_join(group, now_ms)
@@ -44,7 +46,7 @@ def rebalance_after_removal(group: ClassicGroupBase, now_ms: int) -> None:
         complete_join_phase(group, now_ms)
 
 
-def prepare_rebalance(group: ClassicGroupBase, now_ms: int) -> None:
+def prepare_rebalance(group: ClassicGroup, now_ms: int) -> None:
     if group.state is _S.COMPLETING_REBALANCE:
         reset_and_propagate_assignment_error(group, ErrorCode.REBALANCE_IN_PROGRESS, now_ms)
     group.pending_sync.clear()
@@ -62,7 +64,7 @@ def prepare_rebalance(group: ClassicGroupBase, now_ms: int) -> None:
             group.schedule_join(now_ms, group.rebalance_timeout_ms)
 
 
-def complete_join_phase(group: ClassicGroupBase, now_ms: int) -> None:
+def complete_join_phase(group: ClassicGroup, now_ms: int) -> None:
     """End of the barrier: drop dynamic members that did not rejoin, elect, answer everyone.
 
     Not yet while a static member that has not rejoined may still wait on a JoinGroup it sent to
@@ -84,7 +86,6 @@ def complete_join_phase(group: ClassicGroupBase, now_ms: int) -> None:
         return
     init_next_generation(group, now_ms)
     if group.state is _S.EMPTY:
-        group.persist()
         return
     for member in group.members.values():
         is_leader = member.member_id == group.leader_id
@@ -96,7 +97,7 @@ def complete_join_phase(group: ClassicGroupBase, now_ms: int) -> None:
     group.schedule(group.sync_key, now_ms + group.rebalance_timeout_ms)
 
 
-def waits_elsewhere_until(group: ClassicGroupBase, now_ms: int) -> int | None:
+def waits_elsewhere_until(group: ClassicGroup, now_ms: int) -> int | None:
     """When the last static member that has not rejoined this join phase gives up a JoinGroup it
     may have parked at the previous coordinator (its client then finds this one and joins with
     what it runs); None if no such member may still be waiting."""
@@ -108,29 +109,38 @@ def waits_elsewhere_until(group: ClassicGroupBase, now_ms: int) -> int | None:
     return max(waits, default=None)
 
 
-def init_next_generation(group: ClassicGroupBase, now_ms: int) -> None:
+def init_next_generation(group: ClassicGroup, now_ms: int) -> None:
+    """The next generation: with members, the working generation (in memory until its leader's
+    SyncGroup commits it Stable, as in Kafka); without, an Empty generation, committed at once."""
     group.eager_before = (
         group.protocol_type == PROTOCOL_TYPE_CONNECT and group.protocol_name == EAGER_PROTOCOL
     )
     group.cancel(group.switch_key)
-    group.extra_rebalance_at_ms = -1
-    group.generation_id += 1
+    group.pending_sync.clear()
     if group.members:
+        group.extra_rebalance_at_ms = -1
+        group.generation_id += 1
         group.protocol_name = group.select_protocol()
         group.transition(_S.COMPLETING_REBALANCE, now_ms)
-    else:
-        group.protocol_name = None
-        group.transition(_S.EMPTY, now_ms)
-    group.pending_sync.clear()
+        return
+    group.transition(_S.EMPTY, now_ms)
+    group.commit(
+        replace(
+            group.to_snapshot(),
+            generation=group.generation_id + 1,
+            protocol_name=None,
+            extra_rebalance_at_ms=-1,
+        )
+    )
 
 
-def reset_and_propagate_assignment_error(group: ClassicGroupBase, error: ErrorCode, now_ms: int) -> None:
+def reset_and_propagate_assignment_error(group: ClassicGroup, error: ErrorCode, now_ms: int) -> None:
     for member in group.members.values():
         member.assignment = b""
     propagate_assignment(group, error, now_ms)
 
 
-def propagate_assignment(group: ClassicGroupBase, error: ErrorCode, now_ms: int) -> None:
+def propagate_assignment(group: ClassicGroup, error: ErrorCode, now_ms: int) -> None:
     """Answer every parked SyncGroup: the member's assignment, or ``error`` without protocol."""
     ok = error is ErrorCode.NONE
     for member in group.members.values():

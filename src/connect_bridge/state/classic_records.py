@@ -3,7 +3,7 @@
 Like Kafka's ``GroupMetadataValue`` the record is a whole-group snapshot: the latest one is the
 group, a tombstone (``None``) deletes it. :func:`classic_group_record` is the only place a classic
 record is built (Kafka's ``GroupCoordinatorRecordHelpers.newGroupMetadataRecord`` and
-``newGroupMetadataTombstoneRecord``), so the log and ``ClassicGroupBase.apply`` (replay) always see
+``newGroupMetadataTombstoneRecord``), so the log and ``ClassicGroup.apply`` (replay) always see
 the same shape.
 """
 

@@ -1,15 +1,19 @@
-"""The state of a classic group (Kafka's ``classic.ClassicGroup``): members, state machine, records.
+"""The state of a classic group (Kafka's ``classic.ClassicGroup``): members, state machine, record.
 
-The join/sync/heartbeat/leave steps and the timers (``classic_join``, ``classic_sync``,
-``classic_leave``, ``classic_rebalance``, ``classic_timers``) read and change this state through
-the primitives here; :class:`connect_bridge.state.classic_group.ClassicGroup` binds them together.
+The steps (``classic_join``, ``classic_sync``, ``classic_leave``, ``classic_rebalance``,
+``classic_timers``, ``classic_load``; ``classic_group`` is their public face) are functions that
+take a :class:`ClassicGroup` and change it through the primitives here; none of them touches its
+private parts.
 
-Persisted state changes reach the log only as ``CLASSIC_GROUP`` snapshot records built by
-:func:`classic_group_record` in :meth:`ClassicGroupBase.write`, and replay loads them with
-:meth:`ClassicGroupBase.apply`. The steps mutate the in-memory group first and write the snapshot at
-the points Kafka writes ``GroupMetadata`` (a JoinGroup creating the group, a generation becoming
-Stable or Empty, a static member replaced, deletion), not by applying each record: between those
-points the group holds soft state a record cannot carry (below), which ``apply`` would wipe.
+The group's durable state changes only by applying its ``CLASSIC_GROUP`` record: a step calls
+:meth:`ClassicGroup.commit`, which queues the record (built by :func:`classic_group_record`) and
+applies it with :meth:`ClassicGroup.apply`, the function replay uses. Like Kafka's
+``GroupMetadata`` record it is a whole-group snapshot, committed where Kafka writes one (a JoinGroup
+creating the group, a generation becoming Stable or Empty, a static member replaced, deletion,
+a conversion or adoption loading the group). During a rebalance the working generation (who
+rejoined, the next generation number, the elected protocol) is ahead of the log, in memory only as
+in Kafka: a record applied then is what a restart would load and leaves the working generation
+alone; at rest (Stable or Empty) the group's persisted fields are the last record's.
 """
 
 from __future__ import annotations
@@ -60,6 +64,10 @@ _VALID_PREVIOUS: dict[ClassicGroupState, frozenset[ClassicGroupState]] = {
 IN_GENERATION = frozenset({_S.COMPLETING_REBALANCE, _S.STABLE})
 """States in which the group has a generation its members sync and heartbeat in."""
 
+REBALANCING = frozenset({_S.PREPARING_REBALANCE, _S.COMPLETING_REBALANCE})
+"""States in which the working generation is ahead of the log: a record applied then is what a
+restart would load, and leaves the working generation alone (``ClassicGroup.apply``)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ClassicDescribedMember:
@@ -90,14 +98,20 @@ def join_error(code: ErrorCode, member_id: str = "") -> JoinGroupResponse:
     return JoinGroupResponse(error_code=int(code), member_id=member_id)
 
 
-class ClassicGroupBase:
+class ClassicGroup:
     """One classic group's state and the primitives the steps change it with.
 
-    Persisted (in the ``CLASSIC_GROUP`` snapshot): generation, protocol type and name, leader,
-    members with their protocols and assignments, the member id counter, the state timestamp,
-    when the extra rebalance after leaving eager is due. The last snapshot written or loaded is
-    kept (``persisted_snapshot``) so a static replacement during a rebalance can be written on top
-    of it (:meth:`persist_static_replacement`).
+    Durable (the ``CLASSIC_GROUP`` snapshot; changed only by :meth:`apply`): ``generation_id``,
+    ``protocol_type``, ``protocol_name``, ``leader_id``, the members' persisted fields (id,
+    instance id, client id and host, timeouts, protocols, assignment, principal), ``member_seq``,
+    ``state_timestamp``, ``extra_rebalance_at_ms``, and the record itself as the log has it
+    (``persisted_snapshot``, ``persisted``). At rest (Stable, Empty) these fields are the last
+    record's; during a rebalance the steps change them in memory for the working generation, which
+    the next committed generation makes durable (a restart in between loads the last one, as
+    Kafka's does). ``member_seq`` alone may run ahead of the log at rest: an id handed out with
+    MEMBER_ID_REQUIRED is not written (Kafka writes none), and ``now_ms`` in the id's name keeps ids
+    unique across a restart. The invariant is checked after every step of random runs
+    (``tests/test_record_replay_property.py``).
 
     Soft (memory only, as in Kafka, whose reload starts from Stable or Empty): the parked
     JoinGroup/SyncGroup requests (they belong to client connections that a restart closes), the
@@ -105,7 +119,10 @@ class ClassicGroupBase:
     MEMBER_ID_REQUIRED ids and the members yet to sync (answers the clients must repeat anyway),
     the initial-delay bookkeeping, ``previous_state``, whether the last generation was eager, and
     the unsynced leader rounds of a group that replaced a connect group (after a restart a worker
-    gets none: its assignor may remember the connect era once more).
+    gets none: its assignor may remember the connect era once more), the members held back in an
+    eager generation, the generation a downgrade loaded (:meth:`mark_downgraded`), the group's
+    ``state`` itself (a loaded group is Stable or Empty), and the members' soft fields
+    (``classic_member``).
     """
 
     def __init__(
@@ -115,6 +132,7 @@ class ClassicGroupBase:
         timers: Timers,
         *,
         new_member_join_timeout_ms: int = NEW_MEMBER_JOIN_TIMEOUT_MS,
+        forget_rounds: ForgetRounds | None = None,
     ) -> None:
         self.group_id = group_id
         self.config = config
@@ -123,8 +141,9 @@ class ClassicGroupBase:
         self.join_key = TimerKey.classic_join(group_id)
         self.sync_key = TimerKey.classic_sync(group_id)
         self.switch_key = TimerKey.classic_switch(group_id)
-        # persisted state
         self.state = ClassicGroupState.EMPTY
+        """A loaded group is Stable (members) or Empty; the steps move it through a rebalance."""
+        # durable state (the record; changed by apply, or in memory for a working generation)
         self.generation_id = 0
         self.protocol_type: str | None = None
         self.protocol_name: str | None = None
@@ -135,7 +154,7 @@ class ClassicGroupBase:
         self.extra_rebalance_at_ms = -1
         """When the extra rebalance after leaving eager is due (-1: none); re-armed on load."""
         self.persisted_snapshot: ClassicGroupSnapshot | None = None
-        """The group as the log has it now (the last snapshot written or loaded)."""
+        """The group as the log has it now (the last record applied; None: none, or a tombstone)."""
         # soft state
         self.previous_state = ClassicGroupState.DEAD
         self.pending_members: dict[str, str] = {}
@@ -158,13 +177,13 @@ class ClassicGroupBase:
         """The generation a downgrade loaded the group at (one past the connect group's epoch,
         ``conversion.downgrade``), until a later one: the legacy members still name their
         connect-era epochs in their heartbeats meanwhile (``classic_sync.heartbeat``)."""
-        self.forget_rounds: ForgetRounds | None = None
+        self.forget_rounds: ForgetRounds | None = forget_rounds
         """The unsynced leader rounds of a group that replaced an emptied connect group
         (``classic_join.forget_round``); None: it replaced none."""
         self.armed: dict[TimerKey, int] = {}
         """Deadlines of this group's live timers (tells a stale timer delivery from a due one)."""
         self.persisted = False
-        """True once the group has a record (Kafka: the group exists in the log)."""
+        """True once the group has a record (Kafka: the group exists in the log); set by apply."""
         self._records: list[Record] = []
         self._outbox: list[tuple[ParkedRequest, object]] = []
         self.touched: Touched | None = None
@@ -246,6 +265,19 @@ class ClassicGroupBase:
             members=members,
         )
 
+    # ------------------------------------------------------------------ soft flags
+    def mark_downgraded(self) -> None:
+        """The group was just loaded by a downgrade (``classic_load.load_converted``): until a
+        later generation its members may name their connect-era epochs (``downgraded_generation``)."""
+        self.downgraded_generation = self.generation_id
+
+    def heard_from(self, member_id: str) -> None:
+        """A request of ``member_id`` reached this coordinator: it no longer waits on a JoinGroup
+        parked at a previous one (``ClassicMember.waits_elsewhere_until_ms``)."""
+        member = self.members.get(member_id)
+        if member is not None:
+            member.waits_elsewhere_until_ms = None
+
     # ------------------------------------------------------------------ parked responses
     def drain_responses(self) -> list[tuple[object, object]]:
         """Responses to parked requests, as (token, response), in the order they were completed."""
@@ -300,30 +332,33 @@ class ClassicGroupBase:
             extra_rebalance_at_ms=self.extra_rebalance_at_ms,
         )
 
-    def write(self, value: ClassicGroupSnapshot | None) -> Record:
-        """Append the group's record (a snapshot, or ``None``: the tombstone) to the log."""
+    def commit(self, value: ClassicGroupSnapshot | None) -> Record:
+        """The one way the group's durable state changes: queue its record (a snapshot, or
+        ``None``: the tombstone) for the log and apply it, with the :meth:`apply` replay uses."""
         record = classic_group_record(self.group_id, value)
         self._records.append(record)
         self._touch()
-        self.persisted = True
-        self.persisted_snapshot = value
+        self.apply(record)
         return record
 
     def persist(self) -> None:
-        """Write the group as it is now."""
-        self.write(self.to_snapshot())
+        """Commit the group as it is now (a step that changed it in place at rest: the record
+        carries what the step changed, and applying it changes nothing more)."""
+        self.commit(self.to_snapshot())
 
     def persist_static_replacement(self, group_instance_id: str, new_id: str) -> None:
-        """A static member replaced outside Kafka's persisted path (during a rebalance, or in a
-        Stable Connect group, which rebalances): write the group as the log has it, with the
-        instance's member under ``new_id`` (and the current member id counter).
+        """A static member replaced during a rebalance (a Stable Connect group rebalances first):
+        commit the group as the log has it, with the instance's member under ``new_id`` (and the
+        current member id counter).
 
         Kafka writes a static replacement only in Stable; elsewhere it lives in memory until the
         next generation is persisted, so a restart in between loads the old member id and fences
         the new process (FENCED_INSTANCE_ID, fatal for a Java client) once it has its new id. The
-        rest of the rebalance stays soft state, as for every other rebalance: the loaded group is
+        rest of the rebalance stays in memory, as for every other rebalance: the loaded group is
         the last generation with only the id replaced. Nothing to write if the log does not know
         the instance (the new process is then UNKNOWN_MEMBER_ID after a restart, and rejoins)."""
+        if self.state not in REBALANCING:
+            raise IllegalStateError(f"group {self.group_id}: a static replacement outside a rebalance")
         last = self.persisted_snapshot
         if last is None or not any(m.group_instance_id == group_instance_id for m in last.members):
             return
@@ -333,44 +368,71 @@ class ClassicGroupBase:
             for m in last.members
         )
         leader = new_id if last.leader == old_id else last.leader
-        self.write(replace(last, members=members, leader=leader, member_seq=self.member_seq))
+        self.commit(replace(last, members=members, leader=leader, member_seq=self.member_seq))
 
     def apply(self, record: Record) -> None:
-        """Load the group from its record, as Kafka's ``replay(GroupMetadataKey, GroupMetadataValue)``."""
+        """Change the group by its record, for a live step (:meth:`commit`) and for replay alike
+        (Kafka's ``replay(GroupMetadataKey, GroupMetadataValue)``).
+
+        The record becomes the group as the log has it (``persisted_snapshot``). A tombstone
+        empties the group and makes it Dead. Otherwise, unless a rebalance is in progress, the
+        group takes every persisted field from the record and is Stable (members) or Empty, its
+        soft state kept: this is how a loaded group starts, and how a step's change at rest (a
+        generation made Stable or Empty, a static member replaced in Stable, a conversion, an
+        adoption) takes effect. During a rebalance the working generation is ahead of the log
+        (Kafka keeps it only in memory too): the record is what a restart would load, and changes
+        only ``persisted_snapshot``."""
         if record.type is not RecordType.CLASSIC_GROUP:
             return
-        self.clear()
-        self.persisted = True
         value = record.value
-        self.persisted_snapshot = value if isinstance(value, ClassicGroupSnapshot) else None
+        self.persisted = True
         if value is None:
+            self.persisted_snapshot = None
+            self._clear()
             self.state = ClassicGroupState.DEAD
             return
         assert isinstance(value, ClassicGroupSnapshot)
-        self.extra_rebalance_at_ms = value.extra_rebalance_at_ms
+        self.persisted_snapshot = value
+        if self.state in REBALANCING:
+            return
+        self._load(value)
+
+    def _load(self, value: ClassicGroupSnapshot) -> None:
+        """Every persisted field from ``value``; members the record keeps keep their soft state."""
         self.generation_id = value.generation
         self.protocol_type = value.protocol_type or None
         self.protocol_name = value.protocol_name
         self.leader_id = value.leader
         self.member_seq = value.member_seq
         self.state_timestamp = value.current_state_timestamp
+        self.extra_rebalance_at_ms = value.extra_rebalance_at_ms
+        before = dict(self.members)
+        self.members.clear()  # the dict itself stays (callers may hold it)
+        self.static.clear()
         for s in value.members:
-            self.members[s.member_id] = ClassicMember.from_snapshot(s, value.protocol_type)
+            member = before.pop(s.member_id, None)
+            if member is None:
+                member = ClassicMember.from_snapshot(s, value.protocol_type)
+            else:
+                member.load(s, value.protocol_type)
+            self.members[s.member_id] = member
             if s.group_instance_id is not None:
                 self.static[s.group_instance_id] = s.member_id
+        for gone in before.values():  # replay of an older snapshot's members: nothing parked
+            self.complete_join(gone, join_error(ErrorCode.UNKNOWN_MEMBER_ID))
+            self.complete_sync(gone, SyncGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID)))
         self.state = ClassicGroupState.STABLE if self.members else ClassicGroupState.EMPTY
 
-    def clear(self) -> None:
+    def _clear(self) -> None:
+        """Forget every member and persisted field (a deleted group)."""
         self.generation_id = 0
         self.protocol_type = self.protocol_name = self.leader_id = None
         self.members.clear()
         self.static.clear()
         self.pending_members.clear()
         self.pending_sync.clear()
-        self.previous_state = ClassicGroupState.DEAD
         self.new_member_added = False
         self.initial_delay = None
-        self.state_timestamp = -1
         self.extra_rebalance_at_ms = -1
         self.forget_rounds = None
 
@@ -583,6 +645,6 @@ __all__ = [
     "NEW_MEMBER_JOIN_TIMEOUT_MS",
     "ClassicDescribedGroup",
     "ClassicDescribedMember",
-    "ClassicGroupBase",
+    "ClassicGroup",
     "join_error",
 ]

@@ -1,10 +1,12 @@
 """SyncGroup and Heartbeat on a classic group (Kafka's ``classicGroupSync`` / ``classicGroupHeartbeat``).
 
 A follower's SyncGroup parks until the leader's arrives with the assignment; the leader's installs
-it, answers every parked SyncGroup and makes the generation Stable (and persisted).
+it by committing the Stable generation's record, answers every parked SyncGroup.
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state.classic_api import (
@@ -19,12 +21,12 @@ from connect_bridge.state.classic_api import (
 from connect_bridge.state.classic_eager_hold import given_assignment, hold_unstopped
 from connect_bridge.state.classic_member import ParkedRequest
 from connect_bridge.state.classic_rebalance import propagate_assignment
-from connect_bridge.state.classic_state import IN_GENERATION, ClassicGroupBase
+from connect_bridge.state.classic_state import IN_GENERATION, ClassicGroup
 
 _S = ClassicGroupState
 
 
-def sync(group: ClassicGroupBase, req: SyncGroupRequest, now_ms: int) -> SyncGroupResponse | None:
+def sync(group: ClassicGroup, req: SyncGroupRequest, now_ms: int) -> SyncGroupResponse | None:
     """SyncGroup: the response, or ``None`` for a follower parked until the leader syncs."""
     parked = ParkedRequest(req.token, req.api_version)
     response = _sync(group, req, parked, now_ms)
@@ -38,7 +40,7 @@ def _inconsistent(requested: str | None, group: str | None) -> bool:
     return requested is not None and group is not None and requested != group
 
 
-def generation_error(group: ClassicGroupBase, req: GenerationRequest) -> ErrorCode | None:
+def generation_error(group: ClassicGroup, req: GenerationRequest) -> ErrorCode | None:
     """Kafka's check of a SyncGroup or Heartbeat: the member (and its instance id), then the
     generation it names.
 
@@ -55,7 +57,7 @@ def generation_error(group: ClassicGroupBase, req: GenerationRequest) -> ErrorCo
     return error
 
 
-def _sync_error(group: ClassicGroupBase, req: SyncGroupRequest) -> ErrorCode | None:
+def _sync_error(group: ClassicGroup, req: SyncGroupRequest) -> ErrorCode | None:
     if group.state is _S.EMPTY:
         return ErrorCode.UNKNOWN_MEMBER_ID
     if group.state is _S.DEAD:
@@ -73,7 +75,7 @@ def _sync_error(group: ClassicGroupBase, req: SyncGroupRequest) -> ErrorCode | N
 
 
 def _sync(
-    group: ClassicGroupBase, req: SyncGroupRequest, parked: ParkedRequest, now_ms: int
+    group: ClassicGroup, req: SyncGroupRequest, parked: ParkedRequest, now_ms: int
 ) -> SyncGroupResponse | None:
     error = _sync_error(group, req)
     if error is not None:
@@ -95,34 +97,40 @@ def _sync(
     )
 
 
-def _install_assignment(group: ClassicGroupBase, assignments: dict[str, bytes], now_ms: int) -> None:
+def _install_assignment(group: ClassicGroup, assignments: dict[str, bytes], now_ms: int) -> None:
     """The leader's assignment: store it per member (absent = b""), answer every parked
     SyncGroup, become Stable and persist the group."""
     assignments = hold_unstopped(group, assignments)
-    for member in group.members.values():
-        member.assignment = assignments.get(member.member_id, b"")
     answered = [m for m in group.members.values() if m.awaiting_sync]
-    propagate_assignment(group, ErrorCode.NONE, now_ms)
+    delay = group.config.classic_cooperative_switch_rebalance_ms
+    # Connect's own stall after leaving eager (docs/live-drills.md): one more round restarts the
+    # tasks its workers stopped on stale task-config updates. Persisted with the generation, so a
+    # restart before it is due still starts it.
+    switch = group.eager_before and group.protocol_name != EAGER_PROTOCOL and delay is not None
     group.transition(_S.STABLE, now_ms)
+    current = group.to_snapshot()
+    # The generation, its assignments and the extra round take effect by applying its record.
+    group.commit(
+        replace(
+            current,
+            members=tuple(replace(m, assignment=assignments.get(m.member_id, b"")) for m in current.members),
+            extra_rebalance_at_ms=now_ms + delay if switch and delay is not None else -1,
+        )
+    )
+    propagate_assignment(group, ErrorCode.NONE, now_ms)
     for member in answered:
         given_assignment(group, member, now_ms)
-    delay = group.config.classic_cooperative_switch_rebalance_ms
-    if group.eager_before and group.protocol_name != EAGER_PROTOCOL and delay is not None:
-        # Connect's own stall after leaving eager (docs/live-drills.md): one more round
-        # restarts the tasks its workers stopped on stale task-config updates. Persisted with
-        # the generation, so a restart before it is due still starts it.
-        group.extra_rebalance_at_ms = now_ms + delay
+    if switch:
         group.schedule(group.switch_key, group.extra_rebalance_at_ms)
-    group.persist()
 
 
-def _remove_pending_sync(group: ClassicGroupBase, member_id: str) -> None:
+def _remove_pending_sync(group: ClassicGroup, member_id: str) -> None:
     group.pending_sync.pop(member_id, None)
     if group.state not in IN_GENERATION or not group.pending_sync:
         group.cancel(group.sync_key)
 
 
-def _before_downgrade(group: ClassicGroupBase, generation_id: int) -> bool:
+def _before_downgrade(group: ClassicGroup, generation_id: int) -> bool:
     """A member's heartbeat names the epoch it last got from the connect group this group was
     downgraded from, while the rebalance the downgrade started runs.
 
@@ -139,7 +147,7 @@ def _before_downgrade(group: ClassicGroupBase, generation_id: int) -> bool:
     )
 
 
-def heartbeat(group: ClassicGroupBase, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
+def heartbeat(group: ClassicGroup, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
     """Heartbeat: keeps the session; REBALANCE_IN_PROGRESS tells a member to rejoin."""
     if group.state is _S.DEAD:
         return HeartbeatResponse(int(ErrorCode.COORDINATOR_NOT_AVAILABLE))

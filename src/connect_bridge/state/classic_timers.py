@@ -16,13 +16,13 @@ from connect_bridge.state.classic_rebalance import (
     prepare_rebalance,
     rebalance_after_removal,
 )
-from connect_bridge.state.classic_state import IN_GENERATION, ClassicGroupBase
+from connect_bridge.state.classic_state import IN_GENERATION, ClassicGroup
 from connect_bridge.state.timers import TimerKey, TimerKind
 
 _S = ClassicGroupState
 
 
-def on_timer(group: ClassicGroupBase, key: TimerKey, now_ms: int) -> None:
+def on_timer(group: ClassicGroup, key: TimerKey, now_ms: int) -> None:
     """A timer of this group fired (the coordinator routes keys by their group id).
 
     ``Timers.expired`` hands out every due key before any handler runs, so a handler earlier in
@@ -36,7 +36,7 @@ def on_timer(group: ClassicGroupBase, key: TimerKey, now_ms: int) -> None:
     _ON_TIMER[key.kind](group, key, now_ms)
 
 
-def _session_expired(group: ClassicGroupBase, key: TimerKey, now_ms: int) -> None:
+def _session_expired(group: ClassicGroup, key: TimerKey, now_ms: int) -> None:
     member_id = key.member_id
     if member_id in group.pending_members:
         group.remove(member_id)
@@ -49,14 +49,14 @@ def _session_expired(group: ClassicGroupBase, key: TimerKey, now_ms: int) -> Non
         rebalance_after_removal(group, now_ms)
 
 
-def _join_phase_ended(group: ClassicGroupBase, key: TimerKey, now_ms: int) -> None:
+def _join_phase_ended(group: ClassicGroup, key: TimerKey, now_ms: int) -> None:
     if group.initial_delay is not None:
         _try_complete_initial_rebalance(group, now_ms)
     else:
         complete_join_phase(group, now_ms)
 
 
-def _sync_expired(group: ClassicGroupBase, key: TimerKey, now_ms: int) -> None:
+def _sync_expired(group: ClassicGroup, key: TimerKey, now_ms: int) -> None:
     """Kafka 3.x+: members that got the JoinGroup answer but never synced are removed."""
     if group.sync_generation != group.generation_id:
         return
@@ -67,13 +67,13 @@ def _sync_expired(group: ClassicGroupBase, key: TimerKey, now_ms: int) -> None:
     prepare_rebalance(group, now_ms)
 
 
-def _switch_due(group: ClassicGroupBase, key: TimerKey, now_ms: int) -> None:
+def _switch_due(group: ClassicGroup, key: TimerKey, now_ms: int) -> None:
     """The extra rebalance after a switch from eager to cooperative (``_install_assignment``)."""
     if group.state is _S.STABLE:
         prepare_rebalance(group, now_ms)
 
 
-def _try_complete_initial_rebalance(group: ClassicGroupBase, now_ms: int) -> None:
+def _try_complete_initial_rebalance(group: ClassicGroup, now_ms: int) -> None:
     """Kafka's InitialDelayedJoin: each new member extends the delay, up to the rebalance timeout."""
     assert group.initial_delay is not None
     delay, remaining = group.initial_delay
@@ -86,7 +86,7 @@ def _try_complete_initial_rebalance(group: ClassicGroupBase, now_ms: int) -> Non
         complete_join_phase(group, now_ms)
 
 
-_ON_TIMER: dict[TimerKind, Callable[[ClassicGroupBase, TimerKey, int], None]] = {
+_ON_TIMER: dict[TimerKind, Callable[[ClassicGroup, TimerKey, int], None]] = {
     TimerKind.CLASSIC_SESSION: _session_expired,
     TimerKind.CLASSIC_JOIN: _join_phase_ended,
     TimerKind.CLASSIC_SYNC: _sync_expired,
@@ -94,7 +94,7 @@ _ON_TIMER: dict[TimerKind, Callable[[ClassicGroupBase, TimerKey, int], None]] = 
 }
 
 
-def removed_by(group: ClassicGroupBase, key: TimerKey) -> list[ClassicMember]:
+def removed_by(group: ClassicGroup, key: TimerKey) -> list[ClassicMember]:
     """The members this due timer ``key`` would remove (reads, changes nothing): a session's
     member without a parked request standing in for heartbeats; at the end of a join phase the
     dynamic members that did not rejoin; at the sync deadline those that never synced."""
@@ -104,24 +104,24 @@ def removed_by(group: ClassicGroupBase, key: TimerKey) -> list[ClassicMember]:
     return removes(group, key) if removes is not None else []
 
 
-def _removed_by_session(group: ClassicGroupBase, key: TimerKey) -> list[ClassicMember]:
+def _removed_by_session(group: ClassicGroup, key: TimerKey) -> list[ClassicMember]:
     member = group.members.get(key.member_id)
     return [member] if member is not None and not member.has_satisfied_heartbeat() else []
 
 
-def _removed_by_join(group: ClassicGroupBase, key: TimerKey) -> list[ClassicMember]:
+def _removed_by_join(group: ClassicGroup, key: TimerKey) -> list[ClassicMember]:
     if group.initial_delay is not None or group.state is not _S.PREPARING_REBALANCE:
         return []
     return [m for m in group.members.values() if not m.awaiting_join and not m.is_static]
 
 
-def _removed_by_sync(group: ClassicGroupBase, key: TimerKey) -> list[ClassicMember]:
+def _removed_by_sync(group: ClassicGroup, key: TimerKey) -> list[ClassicMember]:
     if group.sync_generation != group.generation_id or group.state not in IN_GENERATION:
         return []
     return [group.members[mid] for mid in group.pending_sync if mid in group.members]
 
 
-_REMOVED_BY: dict[TimerKind, Callable[[ClassicGroupBase, TimerKey], list[ClassicMember]]] = {
+_REMOVED_BY: dict[TimerKind, Callable[[ClassicGroup, TimerKey], list[ClassicMember]]] = {
     TimerKind.CLASSIC_SESSION: _removed_by_session,
     TimerKind.CLASSIC_JOIN: _removed_by_join,
     TimerKind.CLASSIC_SYNC: _removed_by_sync,

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state import classic_api as capi
+from connect_bridge.state import classic_group as classic_steps
 from connect_bridge.state.adoption_records import OwnershipTable
 from connect_bridge.state.api import (
     DescribedGroup,
@@ -89,8 +90,8 @@ class GroupCoordinator(OwnershipSteps):
         self.groups[group_id] = group
         return group
 
-    def _new_classic(self, group_id: str) -> ClassicGroup:
-        group = self._tracked(ClassicGroup(group_id, self.config, self.timers))
+    def _new_classic(self, group_id: str, forget_rounds: ForgetRounds | None = None) -> ClassicGroup:
+        group = self._tracked(ClassicGroup(group_id, self.config, self.timers, forget_rounds=forget_rounds))
         self.groups[group_id] = group
         return group
 
@@ -150,7 +151,7 @@ class GroupCoordinator(OwnershipSteps):
         except ConversionError as exc:
             return str(exc)
         self._flush(classic)
-        classic.delete(now_ms, parked_error=ErrorCode.REBALANCE_IN_PROGRESS)
+        classic_steps.delete(classic, now_ms, parked_error=ErrorCode.REBALANCE_IN_PROGRESS)
         self._flush(classic)
         self.groups[classic.group_id] = group
         self._flush(group)
@@ -165,12 +166,8 @@ class GroupCoordinator(OwnershipSteps):
         if isinstance(group, ClassicGroup):
             self._rejoin_after_early_join(group, now_ms)
         self._flush(group)
-        if isinstance(group, ConnectGroup) and group.downgrade_pending:
-            legacy_only = group.members and all(m.metadata.is_legacy for m in group.members.values())
-            if not legacy_only or not self.config.migration_policy.allows_downgrade:
-                group.downgrade_pending = False
-            elif group.ready_to_downgrade():
-                group.downgrade_pending = False
+        if isinstance(group, ConnectGroup):
+            if group.downgrade_due(self.config.migration_policy.allows_downgrade):
                 classic = self._tracked(ClassicGroup(group_id, self.config, self.timers))
                 downgrade(group, classic, now_ms)
                 self._flush(group)
@@ -330,8 +327,7 @@ class GroupCoordinator(OwnershipSteps):
                     member_id=req.member_id,
                     error_message=self._full_message(),
                 )
-            group = self._new_classic(req.group_id)
-            group.forget_rounds = self._forget_rounds.get(req.group_id)
+            group = self._new_classic(req.group_id, self._forget_rounds.get(req.group_id))
         if isinstance(group, ConnectGroup):
             if not policy.allows_upgrade and not policy.allows_downgrade:
                 response: capi.JoinGroupResponse | None = capi.JoinGroupResponse(
@@ -343,10 +339,10 @@ class GroupCoordinator(OwnershipSteps):
                 _heard_from(group, req.member_id, now_ms)
                 response = group.legacy.join(req, now_ms)
                 if all(m.metadata.is_legacy for m in group.members.values()):
-                    group.downgrade_pending = True  # no new-protocol member left to wait for
+                    group.expect_downgrade()  # no new-protocol member left to wait for
         else:
             _heard_from(group, req.member_id, now_ms)
-            response = group.join(req, now_ms)
+            response = classic_steps.join(group, req, now_ms)
             if group.persisted:
                 self._forget_rounds.pop(req.group_id, None)  # the group carries them from now on
         self._after(req.group_id, now_ms)
@@ -373,7 +369,9 @@ class GroupCoordinator(OwnershipSteps):
             req = replace(req, assignments=revoke_all(group, req.assignments))  # docs/adoption.md
         _heard_from(group, req.member_id, now_ms)
         response = (
-            group.legacy.sync(req, now_ms) if isinstance(group, ConnectGroup) else group.sync(req, now_ms)
+            group.legacy.sync(req, now_ms)
+            if isinstance(group, ConnectGroup)
+            else classic_steps.sync(group, req, now_ms)
         )
         self._after(req.group_id, now_ms)
         return response
@@ -392,7 +390,7 @@ class GroupCoordinator(OwnershipSteps):
         if isinstance(group, ConnectGroup):
             response = group.legacy.heartbeat(req, now_ms)
         else:
-            response = group.heartbeat(req, now_ms)
+            response = classic_steps.heartbeat(group, req, now_ms)
         self._after(req.group_id, now_ms)
         return response
 
@@ -416,7 +414,9 @@ class GroupCoordinator(OwnershipSteps):
                 return held
             self._hold_hand_back(group, removed_by_admin(group, req), now_ms)
         response = (
-            group.legacy.leave(req, now_ms) if isinstance(group, ConnectGroup) else group.leave(req, now_ms)
+            group.legacy.leave(req, now_ms)
+            if isinstance(group, ConnectGroup)
+            else classic_steps.leave(group, req, now_ms)
         )
         self._after(req.group_id, now_ms)
         return response
@@ -480,9 +480,9 @@ class GroupCoordinator(OwnershipSteps):
         While ``releasing`` no generation of this group deals work (``state.handback``): the classic
         group removes the members, and the hand-back waits out their hold instead."""
         if self._releasing(classic.group_id):
-            self._hold_hand_back(classic, classic.removed_by(key), now_ms)
+            self._hold_hand_back(classic, classic_steps.removed_by(classic, key), now_ms)
             return False
-        leaving = [m for m in classic.removed_by(key) if self._may_run_any(classic, m)]
+        leaving = [m for m in classic_steps.removed_by(classic, key) if self._may_run_any(classic, m)]
         if not leaving:
             return False
         eager = classic.protocol_name == EAGER_PROTOCOL  # read before the conversion clears it
@@ -545,7 +545,7 @@ class GroupCoordinator(OwnershipSteps):
         converted = self._upgrade(classic, now_ms)
         if isinstance(converted, str):
             return None
-        converted.downgrade_pending = True
+        converted.expect_downgrade()
         return converted
 
     # ------------------------------------------------------------------ effects
@@ -600,9 +600,13 @@ class GroupCoordinator(OwnershipSteps):
                 continue
             if isinstance(group, ClassicGroup) and self._member_expiring(group, key, now_ms):
                 continue
-            if isinstance(group, ConnectGroup) == key.kind.is_connect:
+            if isinstance(group, ConnectGroup) != key.kind.is_connect:
+                continue
+            if isinstance(group, ConnectGroup):
                 group.on_timer(key, now_ms)
-                self._after(key.group_id, now_ms)
+            else:
+                classic_steps.on_timer(group, key, now_ms)
+            self._after(key.group_id, now_ms)
 
     # ------------------------------------------------------------------ records
     def drain_records(self) -> list[Record]:
@@ -634,7 +638,7 @@ class GroupCoordinator(OwnershipSteps):
                 group.view = self.view(gid)
             group.drain_records()
             if isinstance(group, ClassicGroup):
-                group.rebuild_after_load(now_ms, reloaded=True)
+                classic_steps.rebuild_after_load(group, now_ms, reloaded=True)
             else:
                 group.rebuild_after_load(now_ms)
         self._drop_unowned(now_ms, touched)
@@ -721,7 +725,5 @@ def _heard_from(group: ClassicGroup | ConnectGroup, member_id: str, now_ms: int)
     (adversarial drill 95000285001369: held 64.5 s past a crash with a 15 s delay)."""
     if isinstance(group, ConnectGroup):
         group.heard_from(member_id, now_ms)
-        return
-    member = group.members.get(member_id)
-    if member is not None:
-        member.waits_elsewhere_until_ms = None
+    else:
+        group.heard_from(member_id)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from connect_bridge.state import classic_api as capi
+from connect_bridge.state import classic_group as classic_steps
 from connect_bridge.state.adoption import UpstreamGeneration
 from connect_bridge.state.adoption_build import AdoptionError, adoption_records
 from connect_bridge.state.adoption_records import OwnershipState, OwnershipTable
@@ -87,11 +88,12 @@ class OwnershipSteps:
             self._flush(existing)
             del self.groups[gen.group_id]
             existing = None
-        group = existing if isinstance(existing, ClassicGroup) else self._new_classic(gen.group_id)
-        self._touched[gen.group_id] = None  # loaded below as replay loads it: no step marks it
-        group.drain_records()
+        # A fresh group (an empty classic one the bridge had is replaced, its timers stale), loaded
+        # below as replay loads it: no step marks it.
+        group = self._new_classic(gen.group_id)
+        self._touched[gen.group_id] = None
         group.apply(records[0])
-        group.rebuild_after_load(now_ms)
+        classic_steps.rebuild_after_load(group, now_ms)
         self._records.extend(records)
         return records
 
@@ -180,7 +182,7 @@ class OwnershipSteps:
         if member is None:
             return False
         leaving = capi.LeavingMember(member_id, member.group_instance_id, "hand-back to the upstream")
-        group.leave(capi.LeaveGroupRequest(group_id, (leaving,), member.principal), now_ms)
+        classic_steps.leave(group, capi.LeaveGroupRequest(group_id, (leaving,), member.principal), now_ms)
         self._after(group_id, now_ms)
         return True
 
@@ -287,7 +289,7 @@ class OwnershipSteps:
         owned = self.ownership.get(group_id)
         generation = owned.generation if owned is not None else -1
         if isinstance(group, ClassicGroup):
-            group.delete(now_ms)
+            classic_steps.delete(group, now_ms)
             self._records.extend(group.drain_records())
             group.drain_responses()
         elif isinstance(group, ConnectGroup):
@@ -309,7 +311,7 @@ class OwnershipSteps:
             state = self.ownership.state(gid)
             if state is None or state.bridge_coordinates or not isinstance(group, ClassicGroup):
                 continue
-            group.delete(now_ms)
+            classic_steps.delete(group, now_ms)
             self._records.extend(group.drain_records())
             group.drain_responses()
             del self.groups[gid]
