@@ -1,7 +1,7 @@
 """The bridge process: an asyncio Kafka-protocol server in front of the pure coordinator.
 
 One event loop owns the coordinator, so requests from every connection are serialized into it.
-A connection takes a slot when accepted, before its TLS handshake (``server_accept``). Per
+A connection takes a slot when accepted, before its TLS handshake (``edge.accept``). Per
 connection a reader decodes frames (size checked before buffering; smaller limits before
 authentication), one request in flight for the bridge's own answers, and queues, in request
 order, either a ready response or a future of one; a writer sends them in that same order, each
@@ -27,43 +27,42 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from connect_bridge.bridge.api_table import (
+from connect_bridge.bridge.adoption.wiring import Adoption
+from connect_bridge.bridge.coordination.api_table import (
     API_NAMES,
     DECODED_FOR_ROUTING,
 )
-from connect_bridge.bridge.committer import Committer, Fenced
-from connect_bridge.bridge.decoding import FrameDecoder
-from connect_bridge.bridge.fastpath import Framed, SteadyHeartbeats
-from connect_bridge.bridge.ha_owners import BridgeAddress
-from connect_bridge.bridge.handlers import Client, LocalApis, now_ms
-from connect_bridge.bridge.metrics import Metrics
-from connect_bridge.bridge.runtime import CoordinatorRuntime
-from connect_bridge.bridge.server_accept import ConnectionSlots, Listener, Slot, start_listener
-from connect_bridge.bridge.server_adoption import Adoption
-from connect_bridge.bridge.server_connection import (
+from connect_bridge.bridge.coordination.fastpath import Framed, SteadyHeartbeats
+from connect_bridge.bridge.coordination.handlers import Client, LocalApis, now_ms
+from connect_bridge.bridge.coordination.runtime import CoordinatorRuntime
+from connect_bridge.bridge.edge.accept import ConnectionSlots, Listener, RateLimited, Slot, start_listener
+from connect_bridge.bridge.edge.connection import (
     AcceptFailures,
     Answering,
     Connection,
-    RateLimited,
     authentication_deadline,
     connections_the_open_files_allow,
     idle_watchdog,
 )
-from connect_bridge.bridge.server_frames import FrameAdmission
-from connect_bridge.bridge.server_ha import HighAvailability, membership_factory
-from connect_bridge.bridge.server_options import ServerOptions
-from connect_bridge.bridge.server_proxy import (
+from connect_bridge.bridge.edge.decoding import FrameDecoder
+from connect_bridge.bridge.edge.frames import FrameAdmission
+from connect_bridge.bridge.edge.sasl_gate import Admission, SaslGate
+from connect_bridge.bridge.ha.owners import BridgeAddress
+from connect_bridge.bridge.ha.partitions import HighAvailability, membership_factory
+from connect_bridge.bridge.metrics import Metrics
+from connect_bridge.bridge.proxy.listeners import (
     LISTEN_BUFFER,
     BrokerListeners,
     forward_observed,
     forward_upstream,
     start_proxy,
 )
-from connect_bridge.bridge.server_relay import Relay
-from connect_bridge.bridge.server_sasl import Admission, SaslGate
+from connect_bridge.bridge.proxy.relay import Relay
+from connect_bridge.bridge.security.tls import certificate_principal
+from connect_bridge.bridge.server_options import ServerOptions
 from connect_bridge.bridge.startup import bind_error
-from connect_bridge.bridge.store import RecordStore, StoreError
-from connect_bridge.bridge.tls import certificate_principal
+from connect_bridge.bridge.stores.committer import Committer, Fenced
+from connect_bridge.bridge.stores.store import RecordStore, StoreError
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.messages import ApiKey, api_spec
 from connect_bridge.codecs.requests import DecodedRequest, RequestDecodeError, encode_response_frame
@@ -143,7 +142,7 @@ class BridgeServer:
         self.adoption: Adoption | None = None
         """Proxy mode with ``adoption.groups``: relays, observes and takes groups over (issue 16)."""
         self.sasl: SaslGate | None = None
-        """``sasl.mode`` passthrough or terminated: authenticates every connection (server_sasl.py)."""
+        """``sasl.mode`` passthrough or terminated: authenticates every connection (edge/sasl_gate.py)."""
         self._listeners: list[Listener] = []
         self._bootstrap_node = 0
         self.broker_listeners: BrokerListeners | None = None
@@ -200,7 +199,7 @@ class BridgeServer:
 
     async def listen(self, port: int, node_id: int | None = None) -> Listener:
         """A listener on ``port`` (not accepting yet) whose connections take a slot when accepted,
-        before their TLS handshake (``server_accept``); ``node_id``: the upstream broker it stands for."""
+        before their TLS handshake (``edge.accept``); ``node_id``: the upstream broker it stands for."""
         return await start_listener(
             functools.partial(self._on_connection, node_id=node_id),
             self.options.host,
