@@ -26,10 +26,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote, unquote
 
 from connect_bridge.bridge.adoption.wiring import Adoption
+from connect_bridge.bridge.ha.partitions import HighAvailability
+from connect_bridge.bridge.proxy.relay import Relay
 
 ADOPT_PATH = "/admin/groups/{group}/adopt"
 RELEASE_PATH = "/admin/groups/{group}/release"
@@ -52,19 +54,30 @@ HA_PATH = "/admin/ha"
 RELAY_PATH = "/admin/relay"
 
 
+class AdminHost(Protocol):
+    """What the admin resources need of the server (``BridgeServer``), all of it public: the HA
+    gate (``/admin/ha``, ``/admin/drain``), the relay (``/admin/relay``) and its drain."""
+
+    ha: HighAvailability | None
+    relay: Relay | None
+
+    async def drain(self) -> None: ...
+
+
 def admin_handler(
     adoption: Callable[[], Adoption | None],
-    server: Callable[[], Any] | None = None,
+    server: Callable[[], AdminHost | None] | None = None,
 ) -> Callable[[str, str], Awaitable[tuple[int, bytes]]]:
     """The handler ``start_http(admin=...)`` calls; ``adoption``: the server's (None until started,
-    or when ``adoption.groups`` is not set); ``server``: the ``BridgeServer`` (its ``ha`` and
-    ``drain``)."""
+    or when ``adoption.groups`` is not set); ``server``: the ``BridgeServer`` (its ``ha``, ``relay``
+    and ``drain``)."""
 
     async def handle(method: str, path: str) -> tuple[int, bytes]:
+        host = server() if server is not None else None
         if path in (HA_PATH, DRAIN_PATH):
-            return await _ha(method, path, server() if server is not None else None)
+            return await _ha(method, path, host)
         if method == "GET" and path == RELAY_PATH:
-            relay = getattr(server() if server is not None else None, "relay", None)
+            relay = host.relay if host is not None else None
             if relay is None or relay.clients is None:
                 return _json(409, {"message": "this bridge relays nothing (no upstream)"})
             return _json(200, relay.clients.status())
@@ -85,9 +98,9 @@ def admin_handler(
     return handle
 
 
-async def _ha(method: str, path: str, server: Any) -> tuple[int, bytes]:
-    ha = getattr(server, "ha", None)
-    if ha is None:
+async def _ha(method: str, path: str, server: AdminHost | None) -> tuple[int, bytes]:
+    ha = server.ha if server is not None else None
+    if server is None or ha is None:
         return _json(409, {"message": "this bridge runs alone (ha.enabled is off)"})
     if method == "GET" and path == HA_PATH:
         return _json(200, ha.status())
@@ -103,6 +116,7 @@ __all__ = [
     "HA_PATH",
     "RELAY_PATH",
     "RELEASE_PATH",
+    "AdminHost",
     "admin_handler",
     "adopt_path",
     "release_path",

@@ -55,7 +55,7 @@ from connect_bridge.bridge.proxy.listeners import (
     BrokerListeners,
     forward_observed,
     forward_upstream,
-    start_proxy,
+    proxy_mode,
 )
 from connect_bridge.bridge.proxy.relay import Relay
 from connect_bridge.bridge.security.tls import certificate_principal
@@ -143,7 +143,6 @@ class BridgeServer:
         """Proxy mode with ``adoption.groups``: relays, observes and takes groups over (issue 16)."""
         self.sasl: SaslGate | None = None
         """``sasl.mode`` passthrough or terminated: authenticates every connection (edge/sasl_gate.py)."""
-        self._listeners: list[Listener] = []
         self._bootstrap_node = 0
         self.broker_listeners: BrokerListeners | None = None
         """Proxy mode: the relay listener of every upstream broker, opened as brokers appear."""
@@ -175,13 +174,15 @@ class BridgeServer:
         )
         node = 0
         if self.options.upstream:
-            node = await start_proxy(self, advertised[0])
-            advertised = (advertised[0], self.relay.cluster.advertised_port(node))
+            proxy = proxy_mode(self, advertised[0])
+            self.relay, self.adoption, self.broker_listeners = proxy.relay, proxy.adoption, proxy.listeners
+            node = self._bootstrap_node = await proxy.start()
+            advertised = (advertised[0], proxy.relay.cluster.advertised_port(node))
         self._set_up_handlers(advertised, node)
         self._tasks.append(self.supervise(self._load(), "loading the state"))
         # Not before: in proxy mode the upstream may take a while to answer (retried), and a
         # connection accepted meanwhile would meet a server without its request handlers.
-        for server in [self._server, *self._listeners]:
+        for server in self._listeners():
             await server.start_serving()
         if self.broker_listeners is not None:
             self.broker_listeners.start_serving()
@@ -235,6 +236,11 @@ class BridgeServer:
             )
         self.decoder = FrameDecoder(self.options.limits)
         self.frames = FrameAdmission(self.options, self.decoder)
+
+    def _listeners(self) -> list[Listener]:
+        """The worker listener and, in proxy mode, every relay listener opened so far."""
+        opened = self.broker_listeners.opened if self.broker_listeners is not None else []
+        return [listener for listener in [self._server, *opened] if listener is not None]
 
     @property
     def _listener_ssl(self) -> ssl.SSLContext | None:
@@ -329,10 +335,9 @@ class BridgeServer:
 
     async def stop(self) -> None:
         """Graceful shutdown: stop accepting, finish in-flight writes, flush the store."""
-        for server in [self._server, *self._listeners]:
-            if server is not None:
-                server.close()
-                await server.wait_closed()
+        for server in self._listeners():
+            server.close()
+            await server.wait_closed()
         for writer in [c.writer for c in self.open_connections]:
             # abort, not close: close() waits to flush to a peer that may never read again, which
             # would leave its connection task stuck in drain() forever.
@@ -562,11 +567,12 @@ class BridgeServer:
             api_key = _I16.unpack_from(payload, 0)[0]
             if api_key in DECODED_FOR_ROUTING:
                 decoded = await self.decoder.decode(payload)
-            adopting = self.adoption is not None and self.loaded and isinstance(decoded, DecodedRequest)
-            if adopting and await self.adoption.before_routing(conn, api_key, decoded):
-                return await forward_observed(self, conn, payload, decoded, started)
+            adoption = self.adoption
+            adopting = adoption is not None and self.loaded and isinstance(decoded, DecodedRequest)
+            if adopting and await adoption.before_routing(conn, api_key, decoded):
+                return await forward_observed(relay, adoption, self._respond, conn, payload, decoded, started)
             if not relay.answers_locally(api_key, decoded):
-                return await forward_upstream(self, conn, payload, api_key, started)
+                return await forward_upstream(relay, self._respond, conn, payload, api_key, started)
         if decoded is None:
             decoded = await self.decoder.decode(payload)
         if isinstance(decoded, RequestDecodeError):

@@ -36,6 +36,7 @@ from connect_bridge.bridge.coordination.runtime import CoordinatorRuntime
 from connect_bridge.bridge.ha.owners import BridgeAddress
 from connect_bridge.bridge.ha.settings import HaSettings
 from connect_bridge.bridge.metrics import Metrics
+from connect_bridge.bridge.security.upstream_security import UpstreamSecurity
 from connect_bridge.bridge.stores.partitioned_store import PartitionedFenced
 from connect_bridge.bridge.upstream.cluster import OWNER_UNKNOWN
 from connect_bridge.codecs.error_codes import ErrorCode
@@ -74,7 +75,7 @@ class UpstreamOptions(Protocol):
 
     upstream: list[tuple[str, int]]
     state_topic: str
-    upstream_security: Any
+    upstream_security: UpstreamSecurity
 
 
 class Membership(Protocol):

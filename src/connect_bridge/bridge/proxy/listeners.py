@@ -1,8 +1,9 @@
 """Proxy mode's start: the relay in front of the upstream cluster and one listener per broker,
 and the listeners of brokers that join the cluster while the bridge runs (:class:`BrokerListeners`).
 
-Apart from ``server.py`` (which calls :func:`start_proxy` from ``BridgeServer.start``) so the
-server module keeps to connections and the coordinator loop.
+Apart from ``server.py`` (which builds a :class:`ProxyMode` from ``BridgeServer.start``) so the
+server module keeps to connections and the coordinator loop. What proxy mode needs of the server is
+:class:`ProxyHost`: public attributes and methods only, so nothing here reaches into the server.
 """
 
 from __future__ import annotations
@@ -10,16 +11,24 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from typing import Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from connect_bridge.bridge.adoption.upstream import UpstreamGroups
 from connect_bridge.bridge.adoption.wiring import Adoption
+from connect_bridge.bridge.coordination.handlers import LocalApis
+from connect_bridge.bridge.coordination.runtime import CoordinatorRuntime
 from connect_bridge.bridge.edge.accept import Listener
+from connect_bridge.bridge.edge.connection import Answering, Connection
 from connect_bridge.bridge.ha.partitions import HighAvailability
+from connect_bridge.bridge.metrics import Metrics
 from connect_bridge.bridge.proxy.relay import UNREACHABLE, Relay
+from connect_bridge.bridge.server_options import ServerOptions
 from connect_bridge.bridge.startup import address, bind_error, retry_until
 from connect_bridge.bridge.upstream.cluster import UpstreamCluster, group_matcher
 from connect_bridge.bridge.upstream.task_clients import RelayedClients
+from connect_bridge.codecs.requests import DecodedRequest
 
 log = logging.getLogger("connect_bridge.server")
 
@@ -27,62 +36,111 @@ LISTEN_BUFFER = 64 * 1024
 """The stream reader's buffer limit per connection."""
 
 
-async def start_proxy(server: Any, advertised_host: str) -> int:
-    """Discover the upstream brokers and open one listener per broker (base port + node id) for
-    ``server`` (a ``BridgeServer``); sets its relay (and adoption) and returns the node id a
-    connection to its own listen port stands for (the lowest broker's)."""
-    patterns = server.options.coordinated_groups
-    base = server.options.proxy_base_port or server.port + 1
+class ListenerHost(Protocol):
+    """What :class:`BrokerListeners` needs of the server: its options, whether it stops, and a
+    listener bound the way every listener of the bridge is (``BridgeServer.listen``)."""
+
+    options: ServerOptions
+
+    @property
+    def stopping(self) -> bool: ...
+
+    async def listen(self, port: int, node_id: int | None = None) -> Listener: ...
+
+
+class ProxyHost(ListenerHost, Protocol):
+    """What proxy mode needs of the server it runs in (``BridgeServer``), all of it public: its
+    listen port, metrics, the runtime (the coordinator's groups and ownership), the HA gate and the
+    local APIs (set once the handlers exist; read per relayed request that is answered here)."""
+
+    port: int
+    metrics: Metrics | None
+    runtime: CoordinatorRuntime
+    ha: HighAvailability | None
+    apis: LocalApis | None
+
+
+Respond = Callable[[Connection, DecodedRequest | Answering | None, Any, int, float], Awaitable[None]]
+"""``BridgeServer._respond`` as the server hands it to :func:`forward_upstream` and
+:func:`forward_observed`: (connection, request, outcome, seq, started)."""
+
+
+@dataclass(eq=False)
+class ProxyMode:
+    """Proxy mode's parts, built before anything is opened (:func:`proxy_mode`), so the server holds
+    them however :meth:`start` ends: the relay, adoption (with ``adoption.groups``) and the relay
+    listeners."""
+
+    options: ServerOptions
+    relay: Relay
+    listeners: BrokerListeners
+    adoption: Adoption | None = None
+
+    async def start(self) -> int:
+        """Discover the upstream brokers and open one listener per broker (base port + node id);
+        the node id a connection to the bridge's own listen port stands for (the lowest broker's)."""
+        cluster, listeners = self.relay.cluster, self.listeners
+        upstream = ",".join(address(host, port) for host, port in self.options.upstream)
+        timeout_s = self.options.upstream_start_timeout_ms / 1000
+        await retry_until(cluster.discover, f"upstream {upstream}", timeout_s)
+        for node_id in sorted(cluster.brokers):
+            try:
+                await listeners.open(node_id)
+            except OSError as exc:
+                raise listeners.bind_error(node_id, exc) from None
+        bootstrap_node = min(cluster.brokers)
+        ports = [cluster.listener_port(n) for n in sorted(cluster.brokers)]
+        log.info("proxying %d upstream brokers on ports %s", len(cluster.brokers), ports)
+        cluster.on_new_broker = listeners.learned
+        self.relay.listeners_ready = listeners.ready
+        return bootstrap_node
+
+
+def proxy_mode(host: ProxyHost, advertised_host: str) -> ProxyMode:
+    """The relay in front of the upstream cluster for ``host`` (listening on ``host.port``), its
+    listeners (not opened yet: :meth:`ProxyMode.start`) and, with ``adoption.groups``, adoption."""
+    options = host.options
+    patterns = options.coordinated_groups
+    base = options.proxy_base_port or host.port + 1
     matches = group_matcher(patterns if patterns is not None else ["connect.*"])
+    runtime = host.runtime
+
+    def answer_here(request: DecodedRequest, client: Any) -> Any:
+        assert host.apis is not None  # set before the first connection is accepted
+        return host.apis.handle(request, client)
+
     relay = Relay(
         UpstreamCluster(
-            server.options.upstream,
+            options.upstream,
             base,
             advertised_host,
-            ssl=server.options.upstream_security.ssl,
-            sasl=server.options.upstream_security.sasl,
-            advertised_base_port=server.options.advertised_proxy_base_port,
+            ssl=options.upstream_security.ssl,
+            sasl=options.upstream_security.sasl,
+            advertised_base_port=options.advertised_proxy_base_port,
         ),
         matches,
-        lambda: server.coordinator.groups,
-        lambda request, client: server.apis.handle(request, client),
-        **_high_availability(server.ha),
+        lambda: runtime.coordinator.groups,
+        answer_here,
+        **_high_availability(host.ha),
     )
     cluster = relay.cluster
     cluster.coordinated = relay.coordinates
-    if server.ha is not None:  # FindCoordinator names the bridge owning the group's partition
-        cluster.owner_of = functools.partial(server.ha.listener_for, relay.matches)
-    relay.owner = lambda group_id: server.coordinator.ownership.state(group_id)
-    metrics = server.metrics
+    if host.ha is not None:  # FindCoordinator names the bridge owning the group's partition
+        cluster.owner_of = functools.partial(host.ha.listener_for, relay.matches)
+    relay.owner = lambda group_id: runtime.coordinator.ownership.state(group_id)
+    metrics = host.metrics
     relay.clients = RelayedClients(
         metrics.observe_relayed if metrics is not None else lambda kind, size: None
     )
-    server.relay = relay
-    adoption = server.options.adoption
-    if adoption is not None and adoption.enabled:
-        server.adoption = Adoption(
-            adoption,
-            UpstreamGroups(server.options.upstream, server.options.upstream_security),
-            server.runtime,
-            server.metrics,
+    adoption = None
+    if options.adoption is not None and options.adoption.enabled:
+        adoption = Adoption(
+            options.adoption,
+            UpstreamGroups(options.upstream, options.upstream_security),
+            runtime,
+            metrics,
         )
-    upstream = ",".join(address(host, port) for host, port in server.options.upstream)
-    await retry_until(
-        cluster.discover, f"upstream {upstream}", server.options.upstream_start_timeout_ms / 1000
-    )
-    listeners = BrokerListeners(server, cluster)
-    for node_id in sorted(cluster.brokers):
-        try:
-            await listeners.open(node_id)
-        except OSError as exc:
-            raise listeners.bind_error(node_id, exc) from None
-    server._bootstrap_node = min(cluster.brokers)
-    ports = [cluster.listener_port(n) for n in sorted(cluster.brokers)]
-    log.info("proxying %d upstream brokers on ports %s", len(cluster.brokers), ports)
-    cluster.on_new_broker = listeners.learned
-    relay.listeners_ready = listeners.ready
-    server.broker_listeners = listeners
-    return server._bootstrap_node
+    return ProxyMode(options, relay, BrokerListeners(host, cluster), adoption)
 
 
 class BrokerListeners:
@@ -96,9 +154,11 @@ class BrokerListeners:
     runs: a broker that left keeps its listener, and a connection to it fails like one to a dead
     broker (the client reconnects elsewhere after its next Metadata)."""
 
-    def __init__(self, server: Any, cluster: UpstreamCluster) -> None:
-        self.server = server
+    def __init__(self, host: ListenerHost, cluster: UpstreamCluster) -> None:
+        self.host = host
         self.cluster = cluster
+        self.opened: list[Listener] = []
+        """Every listener opened, for the server to close when it stops."""
         self.open_on: dict[int, int] = {}
         """Node id -> port of every listener open (or bound and about to accept)."""
         self.opening: dict[int, asyncio.Task[None]] = {}
@@ -110,11 +170,11 @@ class BrokerListeners:
         """Bind broker ``node_id``'s listener (accepting only once the bridge serves: ``start``
         starts the ones bound before)."""
         port = self.cluster.listener_port(node_id)
-        listener = await self.server.listen(port, node_id)
-        if self.server.stopping:  # bound while the bridge stops: its close has passed already
+        listener = await self.host.listen(port, node_id)
+        if self.host.stopping:  # bound while the bridge stops: its close has passed already
             listener.close()
             return listener
-        self.server._listeners.append(listener)
+        self.opened.append(listener)
         self.open_on[node_id] = port
         if self.serving:
             await listener.start_serving()
@@ -123,7 +183,7 @@ class BrokerListeners:
     def bind_error(self, node_id: int, exc: OSError) -> Exception:
         fix = "proxy_base_port (upstream broker N is proxied on proxy_base_port + N)"
         port = self.cluster.listener_port(node_id)
-        return bind_error(f"listen for upstream broker {node_id}", self.server.options.host, port, exc, fix)
+        return bind_error(f"listen for upstream broker {node_id}", self.host.options.host, port, exc, fix)
 
     def learned(self, node_id: int) -> None:
         """A broker seen for the first time: open its listener in a task (the caller, a relayed
@@ -187,39 +247,56 @@ def _high_availability(ha: HighAvailability | None) -> dict[str, Any]:
     return {"may_forward": ha.relay_allowed, "gave_up": ha.gave_up}
 
 
-async def forward_upstream(server: Any, conn: Any, payload: bytes, api_key: int, started: float) -> bool:
+async def forward_upstream(
+    relay: Relay, respond: Respond, conn: Connection, payload: bytes, api_key: int, started: float
+) -> bool:
     """Forward to the upstream broker behind this listener; False when it is gone."""
-    assert server.relay is not None
     try:
-        outcome = await server.relay.forward(conn, payload, api_key)
+        outcome = await relay.forward(conn, payload, api_key)
     except OSError as exc:
         log.warning("closing %s: upstream broker %s unreachable: %s", conn.host, conn.node_id, exc)
         return False
     if outcome is UNREACHABLE:
         return False
     if outcome is not None:
-        await server._respond(conn, None, outcome, 0, started)
+        await respond(conn, None, outcome, 0, started)
     return True
 
 
-async def forward_observed(server: Any, conn: Any, payload: bytes, decoded: Any, started: float) -> bool:
+async def forward_observed(
+    relay: Relay,
+    adoption: Adoption,
+    respond: Respond,
+    conn: Connection,
+    payload: bytes,
+    decoded: DecodedRequest,
+    started: float,
+) -> bool:
     """Relay a request of a group under adoption and hand its exchange to the observer."""
-    assert server.relay is not None and server.adoption is not None
     group_id = decoded.body.group_id
     try:
-        outcome = await server.relay.forward(conn, payload, decoded.api_key)
+        outcome = await relay.forward(conn, payload, decoded.api_key)
     except BaseException as exc:  # never leave the request counted in flight (a takeover waits)
-        server.adoption.not_relayed(group_id)
+        adoption.not_relayed(group_id)
         if not isinstance(exc, OSError):
             raise
         log.warning("closing %s: upstream broker %s unreachable: %s", conn.host, conn.node_id, exc)
         return False
-    server.adoption.relayed(conn, payload, decoded, outcome)
+    adoption.relayed(conn, payload, decoded, outcome)
     if outcome is UNREACHABLE:
         return False
     if outcome is not None:
-        await server._respond(conn, None, outcome, 0, started)
+        await respond(conn, None, outcome, 0, started)
     return True
 
 
-__all__ = ["LISTEN_BUFFER", "BrokerListeners", "forward_observed", "forward_upstream", "start_proxy"]
+__all__ = [
+    "LISTEN_BUFFER",
+    "BrokerListeners",
+    "ListenerHost",
+    "ProxyHost",
+    "ProxyMode",
+    "forward_observed",
+    "forward_upstream",
+    "proxy_mode",
+]
