@@ -65,7 +65,13 @@ from connect_bridge.bridge.stores.committer import Committer, Fenced
 from connect_bridge.bridge.stores.store import RecordStore, StoreError
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.messages import ApiKey, api_spec
-from connect_bridge.codecs.requests import DecodedRequest, RequestDecodeError, encode_response_frame
+from connect_bridge.codecs.requests import (
+    DecodedRequest,
+    RequestDecodeError,
+    encode_response_frame,
+    request_api_key,
+    request_header_fields,
+)
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.model import ConfigView
 
@@ -73,8 +79,6 @@ __all__ = ["BridgeServer", "ServerOptions"]
 
 log = logging.getLogger("connect_bridge.server")
 _SIZE = struct.Struct(">i")
-_I16 = struct.Struct(">h")
-_PEEK = struct.Struct(">hhi")
 _NONE = int(ErrorCode.NONE)
 RELAYED = "Relayed"
 """The metrics label of answers relayed from the upstream cluster."""
@@ -550,7 +554,7 @@ class BridgeServer:
                     answered = None
                 if answered is not None:
                     frame, result = answered
-                    answering = Answering(*_PEEK.unpack_from(payload, 0))
+                    answering = Answering(*request_header_fields(payload))
                     # The rest of the step's bookkeeping runs once the answer is written, off the
                     # path of a worker waiting for it (and before anything else can run).
                     settle = functools.partial(self.runtime.settle, result)
@@ -564,7 +568,7 @@ class BridgeServer:
         decoded: DecodedRequest | RequestDecodeError | None = None
         relay = self.relay
         if relay is not None and len(payload) >= 10:
-            api_key = _I16.unpack_from(payload, 0)[0]
+            api_key = request_api_key(payload)
             if api_key in DECODED_FOR_ROUTING:
                 decoded = await self.decoder.decode(payload)
             adoption = self.adoption

@@ -10,20 +10,18 @@ decoding and encoding are saved. Anything unusual takes the full path.
 
 from __future__ import annotations
 
-import struct
 from collections import OrderedDict
 from typing import Any, NamedTuple
 
 from connect_bridge.bridge.coordination.runtime import CoordinatorRuntime
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.messages import API_SPECS, ApiKey
-from connect_bridge.codecs.requests import decode_request, response_frame
+from connect_bridge.codecs.requests import decode_request, request_header_fields, response_frame
 from connect_bridge.state import classic_api as capi
 from connect_bridge.state.api import HeartbeatRequest, HeartbeatResponse
 from connect_bridge.state.result import CoordinatorResult
 from connect_bridge.wire import maps as wm
 
-_KEY = struct.Struct(">hhi")
 _HEARTBEAT = int(ApiKey.CONNECT_GROUP_HEARTBEAT)
 _CLASSIC_HEARTBEAT = int(ApiKey.HEARTBEAT)
 _NONE = int(ErrorCode.NONE)
@@ -88,7 +86,7 @@ class SteadyHeartbeats:
         """The framed response (with its error code) and the step's result, submitted but not
         settled (``CoordinatorRuntime.settle`` it once the answer is written), or None when this
         frame needs the full path."""
-        api_key, version, correlation = _KEY.unpack_from(payload, 0)
+        api_key, version, correlation = request_header_fields(payload)
         if len(payload) > self.max_frame:
             return None
         if api_key == _CLASSIC_HEARTBEAT:

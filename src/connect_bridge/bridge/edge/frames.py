@@ -12,7 +12,6 @@ costs a few microseconds per array entry: a 1 MB FindCoordinator of 100,000 keys
 from __future__ import annotations
 
 import logging
-import struct
 from typing import Any
 
 from connect_bridge.bridge.coordination.api_table import (
@@ -22,18 +21,14 @@ from connect_bridge.bridge.coordination.api_table import (
 )
 from connect_bridge.bridge.edge.connection import Connection
 from connect_bridge.codecs.messages import api_spec
+from connect_bridge.codecs.requests import request_api_key
 
 log = logging.getLogger("connect_bridge.server")
-_I16 = struct.Struct(">h")
 
 LARGE_FRAME = 1024 * 1024
 """Frames above this count against ``max_buffered_bytes`` while they are read."""
 UNAUTHENTICATED_SMALL_FRAME = 64 * 1024
 """Before authentication, frames above this count against ``max_unauthenticated_buffered_bytes``."""
-
-
-def api_key_of(payload: bytes) -> int:
-    return _I16.unpack_from(payload, 0)[0] if len(payload) >= 2 else -1
 
 
 class FrameAdmission:
@@ -93,7 +88,7 @@ class FrameAdmission:
         limits = self.options.limits
         if size <= limits.max_cluster_request_bytes and size <= self.decoder.max_frame_bytes:
             return False  # within every bound: most frames, and no need to look at the API
-        api_key = api_key_of(payload)
+        api_key = request_api_key(payload)
         if size > limits.max_cluster_request_bytes and api_key in self.cluster_frames:
             limit, what = limits.max_cluster_request_bytes, "limit %d"
         elif self.decoder.too_large(size) and api_key in GROUP_FRAMES:
@@ -106,4 +101,4 @@ class FrameAdmission:
         return True
 
 
-__all__ = ["LARGE_FRAME", "UNAUTHENTICATED_SMALL_FRAME", "FrameAdmission", "api_key_of"]
+__all__ = ["LARGE_FRAME", "UNAUTHENTICATED_SMALL_FRAME", "FrameAdmission"]

@@ -66,12 +66,16 @@ from connect_bridge.bridge.security.scram import (
 from connect_bridge.bridge.startup import StartupError
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.messages import ApiKey
-from connect_bridge.codecs.requests import RequestDecodeError, decode_request, decode_response
+from connect_bridge.codecs.requests import (
+    RequestDecodeError,
+    decode_request,
+    decode_response,
+    request_header_fields,
+)
 
 __all__ = ["Admission", "SaslGate"]
 
 log = logging.getLogger("connect_bridge.sasl")
-_PEEK = struct.Struct(">hhi")
 _SIZE = struct.Struct(">i")
 _HANDSHAKE = int(ApiKey.SASL_HANDSHAKE)
 _AUTHENTICATE = int(ApiKey.SASL_AUTHENTICATE)
@@ -164,7 +168,7 @@ class SaslGate:
         """Decide on one request (payload: the frame without its size prefix)."""
         if len(payload) < 8:
             return Admission.CLOSE
-        api_key, version, correlation = _PEEK.unpack_from(payload, 0)
+        api_key, version, correlation = request_header_fields(payload)
         state = self._state(conn)
         if state.refused:
             return Admission.CLOSE

@@ -26,13 +26,17 @@ from connect_bridge.bridge.edge.connection import Connection
 from connect_bridge.bridge.upstream.cluster import SplitRequest, UpstreamCluster, UpstreamLink, produce_acks
 from connect_bridge.bridge.upstream.task_clients import RelayedClients
 from connect_bridge.codecs.messages import ApiKey
-from connect_bridge.codecs.requests import DecodedRequest, RequestDecodeError, decode_request
+from connect_bridge.codecs.requests import (
+    DecodedRequest,
+    RequestDecodeError,
+    decode_request,
+    request_header_fields,
+)
 from connect_bridge.state.adoption_records import OwnershipState
 from connect_bridge.state.classic_api import PROTOCOL_TYPE_CONNECT
 
 log = logging.getLogger("connect_bridge.server")
 _SIZE = struct.Struct(">i")
-_PEEK = struct.Struct(">hhi")
 
 UNREACHABLE = object()
 """What :meth:`Relay.forward` returns when there is no upstream broker to relay to."""
@@ -134,7 +138,7 @@ class Relay:
         link = self.link(conn)
         if link is None:
             return UNREACHABLE
-        _, version, correlation = _PEEK.unpack_from(payload, 0)
+        _, version, correlation = request_header_fields(payload)
         expects = api_key not in ACKS_ONLY or produce_acks(payload, version) != 0
         future = await link.send(_SIZE.pack(len(payload)) + payload, correlation, expects)
         if future is None or api_key not in REWRITTEN:

@@ -39,6 +39,9 @@ from connect_bridge.codecs.requests import (
     decode_request,
     decode_response,
     encode_response_frame,
+    read_unsigned_varint,
+    request_api_key,
+    request_body_offset,
 )
 from connect_bridge.wire.client import KafkaConnection
 
@@ -276,7 +279,7 @@ class UpstreamCluster:
         - **ListGroups**: upstream's groups (minus any coordinated id it still knows) plus the
           bridge's, so ``kafka-consumer-groups --list`` shows the Connect groups as it does on Kafka.
         """
-        (api_key,) = _I16.unpack_from(payload, 0)
+        api_key = request_api_key(payload)
         if api_key not in SPLIT:
             return None
         try:
@@ -492,43 +495,18 @@ class _UpstreamProtocol(asyncio.BufferedProtocol):
             await self.drained
 
 
-def request_body_offset(payload: bytes | memoryview, flexible_header: bool) -> int:
-    """Where the request body starts: after api key, version, correlation id, client id (and the
-    header's tagged fields when the header is flexible)."""
-    (length,) = _I16.unpack_from(payload, 8)
-    offset = 10 + max(length, 0)
-    if flexible_header:
-        count, offset = _uvarint(payload, offset)
-        for _ in range(count):
-            _, offset = _uvarint(payload, offset)
-            size, offset = _uvarint(payload, offset)
-            offset += size
-    return offset
-
-
 def produce_acks(payload: bytes | memoryview, version: int) -> int:
     """``acks`` of a Produce request (acks=0 gets no response, so none may be queued for it)."""
     flexible = version >= PRODUCE_FLEXIBLE
     offset = request_body_offset(payload, flexible_header=flexible)
     if flexible:
-        length, offset = _uvarint(payload, offset)
+        length, offset = read_unsigned_varint(payload, offset)
         offset += max(length - 1, 0)
     elif version >= 3:
         (length,) = _I16.unpack_from(payload, offset)
         offset += 2 + max(length, 0)
     (acks,) = _I16.unpack_from(payload, offset)
     return acks
-
-
-def _uvarint(data: bytes | memoryview, offset: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[offset]
-        offset += 1
-        value |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return value, offset
-        shift += 7
 
 
 def tls_failure(exc: OSError, host: str, port: int) -> OSError:
