@@ -28,10 +28,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from connect_bridge.bridge.adoption.wiring import Adoption
-from connect_bridge.bridge.coordination.api_table import (
-    API_NAMES,
-    DECODED_FOR_ROUTING,
-)
+from connect_bridge.bridge.coordination.api_table import API_NAMES, DECODED_FOR_ROUTING, Answer
 from connect_bridge.bridge.coordination.fastpath import Framed, SteadyHeartbeats
 from connect_bridge.bridge.coordination.handlers import Client, LocalApis, now_ms
 from connect_bridge.bridge.coordination.runtime import CoordinatorRuntime
@@ -40,6 +37,7 @@ from connect_bridge.bridge.edge.connection import (
     AcceptFailures,
     Answering,
     Connection,
+    Outcome,
     authentication_deadline,
     connections_the_open_files_allow,
     idle_watchdog,
@@ -596,7 +594,7 @@ class BridgeServer:
         await self._respond(conn, decoded, outcome, self.committer.written, started)
         return True
 
-    def _answer_here(self, request: DecodedRequest, conn: Connection) -> Any:
+    def _answer_here(self, request: DecodedRequest, conn: Connection) -> Answer:
         assert self.apis is not None
         return self.apis.handle(request, Client(request.client_id or "", conn.host, conn.principal))
 
@@ -611,7 +609,7 @@ class BridgeServer:
         self,
         conn: Connection,
         request: DecodedRequest | Answering | None,
-        outcome: Any,
+        outcome: Outcome,
         seq: int,
         started: float,
         then: Callable[[], None] | None = None,
@@ -681,12 +679,12 @@ class BridgeServer:
                 conn.pending_here -= 1
             conn.answered.set()
 
-    def _encode(self, request: DecodedRequest | Answering | None, outcome: Any, started: float) -> bytes:
+    def _encode(self, request: DecodedRequest | Answering | None, outcome: Outcome, started: float) -> bytes:
         """``outcome`` is a response message, or an already framed response (``request`` None)."""
         self._observe(request, outcome, time.perf_counter() - started)
         return self._frame(request, outcome)
 
-    def _observe(self, request: DecodedRequest | Answering | None, outcome: Any, seconds: float) -> None:
+    def _observe(self, request: DecodedRequest | Answering | None, outcome: Outcome, seconds: float) -> None:
         """Count one answer, ``seconds`` after its request arrived."""
         if self.metrics is not None:
             # A relayed answer is not decoded: its error code is the broker's business (NONE here).
@@ -694,7 +692,7 @@ class BridgeServer:
             self.metrics.observe_request(name, seconds, getattr(outcome, "error_code", _NONE))
 
     @staticmethod
-    def _frame(request: DecodedRequest | Answering | None, outcome: Any) -> bytes:
+    def _frame(request: DecodedRequest | Answering | None, outcome: Outcome) -> bytes:
         """The answer's bytes: ``outcome`` is a response message, or an already framed response."""
         if isinstance(outcome, Framed):
             return outcome.frame  # framed by the steady-heartbeat path

@@ -22,11 +22,14 @@ Adding an API:
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Flag, StrEnum, auto
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Generic, TypeVar
+
+from kafka.protocol.api_message import ApiMessage
 
 from connect_bridge.codecs.messages import API_SPECS, KNOWN_APIS, ApiKey, ApiSpec, RelayedApi
 from connect_bridge.state import api as napi
@@ -78,14 +81,24 @@ class Client:
     principal: str = ANONYMOUS
 
 
-@dataclass(frozen=True, slots=True)
-class GroupCall:
-    """How one group API crosses between the wire and the coordinator."""
+Answer = ApiMessage | asyncio.Future[ApiMessage] | None
+"""What the bridge answers a request it handles itself: the wire response, a future of one (a
+parked JoinGroup/SyncGroup), or None (no response)."""
 
-    from_wire: Callable[[Any, int, Client], Any]
-    call: Callable[[GroupCoordinator, Any, int], Any]
-    to_wire: Callable[[Any, int], Any]
-    error: Callable[[int, str | None], Any]
+EngineRequest = TypeVar("EngineRequest")
+EngineResponse = TypeVar("EngineResponse")
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCall(Generic[EngineRequest, EngineResponse]):
+    """How one group API crosses between the wire and the coordinator: the wire request becomes
+    the engine's typed request (``state.api``, ``state.classic_api``), the coordinator's typed
+    response (None: parked) becomes the wire response."""
+
+    from_wire: Callable[[ApiMessage, int, Client], EngineRequest]
+    call: Callable[[GroupCoordinator, EngineRequest, int], EngineResponse | None]
+    to_wire: Callable[[EngineResponse, int], ApiMessage]
+    error: Callable[[int, str | None], EngineResponse]
     """An engine error response: COORDINATOR_LOAD_IN_PROGRESS while loading, INVALID_REQUEST for
     a request that decodes but breaks the protocol's rules (e.g. a negative task id)."""
     parks: bool = False
@@ -101,7 +114,9 @@ class FromWire(StrEnum):
     VERSION_AND_CLIENT = "version and client"
 
 
-def _adapt(convert: Callable[..., Any], takes: FromWire) -> Callable[[Any, int, Client], Any]:
+def _adapt(
+    convert: Callable[..., EngineRequest], takes: FromWire
+) -> Callable[[ApiMessage, int, Client], EngineRequest]:
     """One signature for every ``*_from_wire`` function, built once per API (not per request)."""
     if takes is FromWire.MESSAGE:
         return lambda msg, version, client: convert(msg)
@@ -112,8 +127,8 @@ def _adapt(convert: Callable[..., Any], takes: FromWire) -> Callable[[Any, int, 
     return lambda msg, version, client: convert(msg, version, client.client_id, client.host)
 
 
-def _error(response_type: type) -> Callable[[int, str | None], Any]:
-    def build(code: int, message: str | None) -> Any:
+def _error(response_type: type[EngineResponse]) -> Callable[[int, str | None], EngineResponse]:
+    def build(code: int, message: str | None) -> EngineResponse:
         response = response_type(error_code=code)
         if message is not None and hasattr(response, "error_message"):
             response.error_message = message
@@ -123,13 +138,13 @@ def _error(response_type: type) -> Callable[[int, str | None], Any]:
 
 
 def group_call(
-    from_wire: Callable[..., Any],
+    from_wire: Callable[..., EngineRequest],
     takes: FromWire,
-    call: Callable[[GroupCoordinator, Any, int], Any],
-    to_wire: Callable[[Any, int], Any],
-    response: type,
+    call: Callable[[GroupCoordinator, EngineRequest, int], EngineResponse | None],
+    to_wire: Callable[[EngineResponse, int], ApiMessage],
+    response: type[EngineResponse],
     parks: bool = False,
-) -> GroupCall:
+) -> GroupCall[EngineRequest, EngineResponse]:
     """A group API's handler: ``wire.maps`` in, a coordinator method, ``wire.maps`` out."""
     return GroupCall(_adapt(from_wire, takes), call, to_wire, _error(response), parks)
 
@@ -141,7 +156,7 @@ class ApiRow:
     key: ApiKey
     proxy: Route
     limit: Limit = Limit.NONE
-    handler: str | GroupCall | None = None
+    handler: str | GroupCall[Any, Any] | None = None
     """Embedded mode, and proxy mode when answered here: a ``LocalApis`` method name
     (``method(body, version)``), or the group call; None for a relayed-only API."""
     creates_group: bool = False
@@ -304,7 +319,7 @@ def _keys(keep: Callable[[ApiRow], bool]) -> frozenset[int]:
     return frozenset(int(row.key) for row in API_TABLE if keep(row))
 
 
-GROUP_CALLS: Mapping[int, GroupCall] = MappingProxyType(
+GROUP_CALLS: Mapping[int, GroupCall[Any, Any]] = MappingProxyType(
     {row.key: row.handler for row in API_TABLE if isinstance(row.handler, GroupCall)}
 )
 """The group APIs: key -> how it crosses to the coordinator."""

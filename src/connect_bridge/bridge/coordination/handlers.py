@@ -19,10 +19,11 @@ from typing import Any
 from kafka.protocol.metadata import ApiVersionsResponse, FindCoordinatorResponse, MetadataResponse
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse
 
-from connect_bridge.bridge.coordination.api_table import GROUP_CALLS, LOCAL_HANDLERS, Client
+from connect_bridge.bridge.coordination.api_table import GROUP_CALLS, LOCAL_HANDLERS, Answer, Client
 from connect_bridge.bridge.coordination.runtime import CoordinatorRuntime, Parked
 from connect_bridge.bridge.security.acls import Operation
 from connect_bridge.bridge.security.authorization import GroupAuthorizer
+from connect_bridge.codecs import messages as m
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.messages import supported_api_versions
 from connect_bridge.codecs.requests import DecodedRequest
@@ -62,7 +63,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def versions_response(rows: list[tuple[int, int, int]]) -> Any:
+def versions_response(rows: list[tuple[int, int, int]]) -> m.ApiVersionsResponse:
     """An ApiVersions response advertising ``(api_key, min_version, max_version)`` rows."""
     keys = [ApiVersionsResponse.ApiVersion(api_key=k, min_version=lo, max_version=hi) for k, lo, hi in rows]
     return ApiVersionsResponse(error_code=int(ErrorCode.NONE), api_keys=keys, throttle_time_ms=0)
@@ -99,7 +100,7 @@ class LocalApis:
     def clock(self) -> int:
         return self.runtime.clock()
 
-    def handle(self, req: DecodedRequest, client: Client) -> Any:
+    def handle(self, req: DecodedRequest, client: Client) -> Answer:
         """A wire response, or a future of one (a parked classic request); None = no response."""
         method = LOCAL_HANDLERS.get(req.api_key)
         if method is not None:
@@ -113,14 +114,18 @@ class LocalApis:
         return self.runtime.may(client, operation, group_id)
 
     # ------------------------------------------------------------------ cluster APIs
-    def api_versions(self, body: Any = None, version: int = 0) -> Any:
+    def api_versions(
+        self, body: m.ApiVersionsRequest | None = None, version: int = 0
+    ) -> m.ApiVersionsResponse:
         """The bridge's versions (embedded), or upstream's intersected with them (proxy mode)."""
         rows = (
             self.advertised_versions() if self.advertised_versions is not None else supported_api_versions()
         )
         return versions_response(rows)
 
-    def sasl_not_enabled(self, body: Any, version: int) -> Any:
+    def sasl_not_enabled(
+        self, body: m.SaslHandshakeRequest | m.SaslAuthenticateRequest, version: int
+    ) -> m.SaslHandshakeResponse | m.SaslAuthenticateResponse:
         """SaslHandshake/SaslAuthenticate on a bridge without ``sasl`` (``edge.sasl_gate`` takes them
         when it is on): ILLEGAL_SASL_STATE, what Kafka's ``KafkaApis`` answers on a non-SASL listener."""
         code = int(ErrorCode.ILLEGAL_SASL_STATE)
@@ -150,7 +155,9 @@ class LocalApis:
             "port": port,
         }
 
-    def find_coordinator(self, body: Any, version: int, client: Client | None = None) -> Any:
+    def find_coordinator(
+        self, body: m.FindCoordinatorRequest, version: int, client: Client | None = None
+    ) -> m.FindCoordinatorResponse:
         """This listener coordinates every group (v4+ answers a batch of keys).
 
         With authorization, a group key needs DESCRIBE on the group, as Kafka's
@@ -182,7 +189,7 @@ class LocalApis:
             return answer
         return {"error_code": _DENIED, "error_message": None, **_NO_COORDINATOR}
 
-    def metadata(self, body: Any, version: int) -> Any:
+    def metadata(self, body: m.MetadataRequest, version: int) -> m.MetadataResponse:
         """The bridge as the only broker, and no topics: every topic asked for is unknown.
 
         Null ``Topics`` (v1+) means all topics (none here). A null topic ``Name`` (v10+) asks by
@@ -283,7 +290,9 @@ class LocalApis:
         for g in wire_groups[start:]:
             g.error_message = message
 
-    def describe_groups(self, body: Any, version: int, client: Client | None = None) -> Any:
+    def describe_groups(
+        self, body: m.DescribeGroupsRequest, version: int, client: Client | None = None
+    ) -> m.DescribeGroupsResponse:
         """Classic and Connect groups alike, in the classic shape (``kafka-consumer-groups``).
         A group the client may not DESCRIBE is answered GROUP_AUTHORIZATION_FAILED, as by Kafka."""
         ids = list(body.groups or ())
@@ -307,7 +316,9 @@ class LocalApis:
             self._explain_deferred(response.groups, n, len(ids))
         return response
 
-    def list_groups(self, body: Any, version: int, client: Client | None = None) -> Any:
+    def list_groups(
+        self, body: m.ListGroupsRequest, version: int, client: Client | None = None
+    ) -> m.ListGroupsResponse:
         """Every group, with its type; nothing while loading (the state is not known yet). With
         authorization only the groups the client may DESCRIBE, as Kafka lists them."""
         if not self.loaded():
@@ -317,7 +328,9 @@ class LocalApis:
             groups = [g for g in groups if self._may(client, Operation.DESCRIBE, g[0])]
         return wm.list_groups_response_to_wire(groups, body, version)
 
-    def connect_describe(self, body: Any, version: int, client: Client | None = None) -> Any:
+    def connect_describe(
+        self, body: m.ConnectGroupDescribeRequest, version: int, client: Client | None = None
+    ) -> m.ConnectGroupDescribeResponse:
         """Empty ``GroupIds`` = every connect group (the first `describe_max_ids` by id), with
         authorization every one the client may DESCRIBE; a named group it may not describe is
         answered GROUP_AUTHORIZATION_FAILED."""

@@ -29,7 +29,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, TypeVar
 
-from connect_bridge.bridge.coordination.api_table import Client, GroupCall
+from kafka.protocol.api_message import ApiMessage
+
+from connect_bridge.bridge.coordination.api_table import Answer, Client, GroupCall
 from connect_bridge.bridge.coordination.decisions import log_decisions
 from connect_bridge.bridge.metrics import Metrics
 from connect_bridge.bridge.security.acls import Operation
@@ -76,9 +78,9 @@ class Parked:
     """The token of a JoinGroup/SyncGroup the classic protocol answers later: the future its
     connection waits on, and how the engine's answer becomes the wire's."""
 
-    future: asyncio.Future[Any]
+    future: asyncio.Future[ApiMessage]
     version: int
-    to_wire: Callable[[Any, int], Any]
+    to_wire: Callable[[Any, int], ApiMessage]
 
 
 class CoordinatorRuntime:
@@ -149,7 +151,7 @@ class CoordinatorRuntime:
         return self.loaded and self.authorizer is None and principal == ANONYMOUS
 
     # ------------------------------------------------------------------ the handlers' entry
-    def call(self, api: GroupCall, body: Any, version: int, client: Client) -> Any:
+    def call(self, api: GroupCall[Any, Any], body: ApiMessage, version: int, client: Client) -> Answer:
         """One group request: the check chain (loaded, request valid, authorized, coordinated
         here, the member's principal, within the limits), then the step. A wire response, or a
         future of one (a parked JoinGroup/SyncGroup)."""

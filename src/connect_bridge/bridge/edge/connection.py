@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from connect_bridge.bridge.coordination.api_table import Answer
+from connect_bridge.bridge.coordination.fastpath import Framed
 from connect_bridge.bridge.edge.accept import RateLimited, Slot
 from connect_bridge.bridge.upstream.cluster import UpstreamLink
 from connect_bridge.bridge.upstream.task_clients import ClientKind
@@ -22,6 +24,12 @@ log = logging.getLogger("connect_bridge.server")
 
 FILES_RESERVED = 64
 """Open files kept for the state log, the metrics listener, upstream links and the executor."""
+
+
+Outcome = Answer | Framed | bytes | bytearray | asyncio.Future[Any]
+"""A request's answer before it is written: the bridge's own wire response (or a future of one,
+:data:`Answer`), the steady path's framed answer, or an upstream's framed answer (or a future of
+it: relayed)."""
 
 
 class Answering(NamedTuple):

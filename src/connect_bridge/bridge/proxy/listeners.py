@@ -20,7 +20,7 @@ from connect_bridge.bridge.adoption.wiring import Adoption
 from connect_bridge.bridge.coordination.handlers import LocalApis
 from connect_bridge.bridge.coordination.runtime import CoordinatorRuntime
 from connect_bridge.bridge.edge.accept import Listener
-from connect_bridge.bridge.edge.connection import Answering, Connection
+from connect_bridge.bridge.edge.connection import Answering, Connection, Outcome
 from connect_bridge.bridge.ha.partitions import HighAvailability
 from connect_bridge.bridge.metrics import Metrics
 from connect_bridge.bridge.proxy.relay import UNREACHABLE, Relay
@@ -60,7 +60,7 @@ class ProxyHost(ListenerHost, Protocol):
     apis: LocalApis | None
 
 
-Respond = Callable[[Connection, DecodedRequest | Answering | None, Any, int, float], Awaitable[None]]
+Respond = Callable[[Connection, DecodedRequest | Answering | None, Outcome, int, float], Awaitable[None]]
 """``BridgeServer._respond`` as the server hands it to :func:`forward_upstream` and
 :func:`forward_observed`: (connection, request, outcome, seq, started)."""
 

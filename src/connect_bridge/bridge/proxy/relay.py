@@ -19,6 +19,7 @@ from connect_bridge.bridge.coordination.api_table import (
     PROXY_ROUTES,
     REWRITTEN,
     SPLIT,
+    Answer,
     Route,
 )
 from connect_bridge.bridge.coordination.handlers import Client
@@ -50,7 +51,7 @@ class Relay:
         cluster: UpstreamCluster,
         matches: Callable[[str], bool],
         groups: Callable[[], Container[str]],
-        handle: Callable[[DecodedRequest, Client], Any],
+        handle: Callable[[DecodedRequest, Client], Answer],
         *,
         may_forward: Callable[[], bool] = lambda: True,
         gave_up: Callable[[str], bool] = lambda group_id: False,
