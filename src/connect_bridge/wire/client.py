@@ -13,6 +13,8 @@ import struct
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from kafka.protocol.api_message import ApiMessage
+
 from connect_bridge.codecs import messages as m
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.requests import decode_response, encode_request
@@ -108,7 +110,7 @@ class KafkaConnection:
                 raise
         return conn
 
-    async def request(self, message: Any, version: int, timeout: float | None = 30.0) -> Any:
+    async def request(self, message: ApiMessage, version: int, timeout: float | None = 30.0) -> Any:
         """Send ``message`` at ``version`` and wait for its response."""
         if self._reader_task.done():
             raise ClientError("connection closed")

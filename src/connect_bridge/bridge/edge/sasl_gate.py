@@ -45,7 +45,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
+from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.sasl import (
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 
 from connect_bridge.bridge.coordination.api_table import BEFORE_AUTH
 from connect_bridge.bridge.edge.accept import RateLimited
@@ -108,7 +114,7 @@ class _State:
     """An exchange failed: nothing more is served on this connection."""
 
 
-Respond = Callable[[Connection, Answering | None, Any], Awaitable[None]]
+Respond = Callable[[Connection, Answering | None, ApiMessage | asyncio.Future[Any]], Awaitable[None]]
 """Queues an answer in request order (``BridgeServer._respond`` without timing)."""
 Forward = Callable[[Connection, bytes, int], Awaitable[Any]]
 """Relays a request on the client's upstream link (``Relay.forward``): a future of the framed answer."""
@@ -205,7 +211,12 @@ class SaslGate:
 
     # ------------------------------------------------------------------ SaslHandshake
     async def _handshake(
-        self, conn: Connection, state: _State, body: Any, answering: Answering, payload: bytes
+        self,
+        conn: Connection,
+        state: _State,
+        body: SaslHandshakeRequest,
+        answering: Answering,
+        payload: bytes,
     ) -> Admission:
         if state.mechanism is not None:  # a second SaslHandshake inside one exchange
             await self.respond(
@@ -252,7 +263,12 @@ class SaslGate:
 
     # ------------------------------------------------------------------ SaslAuthenticate
     async def _authenticate(
-        self, conn: Connection, state: _State, body: Any, answering: Answering, payload: bytes
+        self,
+        conn: Connection,
+        state: _State,
+        body: SaslAuthenticateRequest,
+        answering: Answering,
+        payload: bytes,
     ) -> Admission:
         if state.mechanism is None and conn.authenticated:
             # An authenticated connection not re-authenticating: Kafka's KafkaApis answers this and
@@ -321,7 +337,12 @@ class SaslGate:
         return Admission.DONE
 
     async def _relay_authenticate(
-        self, conn: Connection, state: _State, body: Any, answering: Answering, payload: bytes
+        self,
+        conn: Connection,
+        state: _State,
+        body: SaslAuthenticateRequest,
+        answering: Answering,
+        payload: bytes,
     ) -> Admission:
         peek = state.peek
         assert peek is not None
@@ -424,11 +445,11 @@ class SaslGate:
         return outcome if isinstance(outcome, asyncio.Future) else None
 
     @staticmethod
-    def _decode(answering: Answering, frame: bytearray) -> Any:
+    def _decode(answering: Answering, frame: bytearray) -> ApiMessage:
         return decode_response(answering.api_key, answering.api_version, memoryview(frame)[4:], framed=False)
 
 
-def _auth_error(code: int, message: str) -> Any:
+def _auth_error(code: int, message: str) -> SaslAuthenticateResponse:
     """A SaslAuthenticate refusal: the error, Kafka's message, and no auth bytes (as Kafka sends)."""
     return SaslAuthenticateResponse(
         error_code=int(code), error_message=message, auth_bytes=b"", session_lifetime_ms=0
