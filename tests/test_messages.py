@@ -57,6 +57,7 @@ from connect_bridge.codecs.requests import (
     request_api_key,
     request_body_offset,
     request_header_fields,
+    without_correlation_id,
 )
 
 FAST = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -246,6 +247,10 @@ def test_request_round_trip_and_kafka_python_framing(
     assert peek_client_id(payload) == client_id
     body_at = request_body_offset(payload, flexible_header=spec.request_flexible(version))
     assert payload[body_at:] == bytes(msg.encode(header=False, framed=False))
+    again = encode_request(msg, version, correlation_id ^ 1, client_id)[4:]  # the request repeated
+    assert without_correlation_id(again) == without_correlation_id(payload) != without_correlation_id(
+        encode_request(msg, version, correlation_id, (client_id or "") + "x")[4:]
+    )
 
 
 def test_the_header_reader_on_frames_too_short() -> None:

@@ -45,6 +45,7 @@ __all__ = [
     "request_api_key",
     "request_body_offset",
     "request_header_fields",
+    "without_correlation_id",
 ]
 
 DEFAULT_CLIENT_ID = "connect-bridge"
@@ -157,6 +158,12 @@ def request_header_fields(payload: bytes | bytearray | memoryview) -> tuple[int,
     their fixed offsets (``struct.error`` when shorter: callers on the hot path check the length
     once themselves). :func:`peek_request_header` is the checked form."""
     return _PEEK.unpack_from(payload, 0)
+
+
+def without_correlation_id(payload: bytes) -> bytes:
+    """An unframed request with its correlation id cut out: the same bytes every time a client
+    repeats the request (a steady heartbeat), so it keys what was decoded from the first one."""
+    return payload[:4] + payload[_PEEK.size :]
 
 
 def request_api_key(payload: bytes | bytearray | memoryview) -> int:

@@ -16,7 +16,12 @@ from typing import Any, NamedTuple
 from connect_bridge.bridge.coordination.runtime import CoordinatorRuntime
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.messages import API_SPECS, ApiKey
-from connect_bridge.codecs.requests import decode_request, request_header_fields, response_frame
+from connect_bridge.codecs.requests import (
+    decode_request,
+    request_header_fields,
+    response_frame,
+    without_correlation_id,
+)
 from connect_bridge.state import classic_api as capi
 from connect_bridge.state.api import HeartbeatRequest, HeartbeatResponse
 from connect_bridge.state.result import CoordinatorResult
@@ -93,7 +98,7 @@ class SteadyHeartbeats:
             return self._classic(payload, version, correlation)
         if api_key != _HEARTBEAT or version != _HEARTBEAT_VERSION:
             return None
-        key = payload[:4] + payload[8:]
+        key = without_correlation_id(payload)
         req: HeartbeatRequest | None = self.requests.get(key)
         known = req is not None
         if req is None:
@@ -122,7 +127,7 @@ class SteadyHeartbeats:
     ) -> tuple[Framed, CoordinatorResult[Any]] | None:
         """A Java worker's classic Heartbeat (the same bytes every interval) for a group this bridge
         holds; any other group takes the full path, which relays it upstream in proxy mode."""
-        key = payload[:4] + payload[8:]
+        key = without_correlation_id(payload)
         req: capi.HeartbeatRequest | None = self.classic_requests.get(key)
         known = req is not None
         if req is None:
