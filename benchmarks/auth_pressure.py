@@ -40,10 +40,10 @@ from pathlib import Path
 
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
-from connect_bridge.bridge import wire_map as wm
-from connect_bridge.bridge.credentials import CredentialStore, save_credentials
+from connect_bridge.bridge.security.credentials import CredentialStore, save_credentials
 from connect_bridge.codecs.requests import decode_response, encode_request
 from connect_bridge.state import api as napi
+from connect_bridge.wire import maps as wm
 
 HOST = "127.0.0.1"
 USER, PASSWORD = "worker", "worker-secret"

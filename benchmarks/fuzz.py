@@ -205,7 +205,7 @@ def secure_connections() -> None:
 def secure_config(directory: Path) -> str:
     """The ``tls`` and ``sasl`` sections of ``--tls-sasl`` (certificates and credentials made here)."""
     from certs import make_tls_material
-    from connect_bridge.bridge.credentials import CredentialStore, save_credentials
+    from connect_bridge.bridge.security.credentials import CredentialStore, save_credentials
 
     directory.mkdir()
     tls = make_tls_material(directory)

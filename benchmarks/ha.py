@@ -59,8 +59,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from connect_bridge.bridge.partitioned_store import PartitionedTopicStore
-from connect_bridge.bridge.topic_store import TopicRecordStore
+from connect_bridge.bridge.stores.partitioned_store import PartitionedTopicStore
+from connect_bridge.bridge.stores.topic_store import TopicRecordStore
 from connect_bridge.codecs.connect_protocol import (
     Assignment,
     Subscription,

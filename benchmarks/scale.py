@@ -29,8 +29,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from connect_bridge.bridge import wire_map as wm
-from connect_bridge.bridge.store import FileRecordStore
+from connect_bridge.bridge.stores.store import FileRecordStore
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.ids import ConnectorTaskId
 from connect_bridge.codecs.requests import decode_response, encode_request
@@ -45,6 +44,7 @@ from connect_bridge.state.model import (
     TargetMetadata,
 )
 from connect_bridge.state.records import Record, RecordType
+from connect_bridge.wire import maps as wm
 
 SIZE = struct.Struct(">i")
 HOUR_MS = 3_600_000

@@ -36,10 +36,10 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from connect_bridge.bridge import wire_map as wm
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.requests import decode_response, encode_request
 from connect_bridge.state.api import HeartbeatRequest
+from connect_bridge.wire import maps as wm
 
 SIZE = struct.Struct(">i")
 GROUP = "bench"

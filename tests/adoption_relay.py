@@ -6,7 +6,7 @@ compares them request by request). Every exchange travels as the bytes a relay s
 built with kafka-python's own message classes at the versions Java Connect 4.3.1 workers use
 (JoinGroup v9, SyncGroup v5, Heartbeat v4, LeaveGroup v5) and framed with a request header; the
 upstream's answer is written with kafka-python's response classes and framed; both frames go to a
-:class:`RelayObserver`, exactly as ``bridge/server_relay.py`` will hand them over.
+:class:`RelayObserver`, exactly as ``bridge/proxy/relay.py`` will hand them over.
 """
 
 from __future__ import annotations
@@ -26,13 +26,13 @@ from kafka.protocol.consumer.group import (
     SyncGroupResponse,
 )
 
-from connect_bridge.bridge import wire_classic as wc
-from connect_bridge.bridge.relay_observer import RelayObserver
+from connect_bridge.bridge.adoption.observer import RelayObserver
 from connect_bridge.codecs.requests import decode_request, encode_request, encode_response_frame
 from connect_bridge.state import classic_api as capi
 from connect_bridge.state.classic_state import ClassicDescribedGroup
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.coordinator import GroupCoordinator
+from connect_bridge.wire import classic as wc
 
 G = "connect-cluster"
 JOIN_V, SYNC_V, HEARTBEAT_V, LEAVE_V, DESCRIBE_V = 9, 5, 4, 5, 5

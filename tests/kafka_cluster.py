@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from kafka.protocol.metadata import MetadataRequest
 
-from connect_bridge.bridge.client import KafkaConnection
+from connect_bridge.wire.client import KafkaConnection
 from kafka_fixtures import KafkaBroker, broker_properties, format_storage
 from kafka_processes import (
     HOST,

@@ -1,4 +1,5 @@
-"""Group ACLs (``bridge/acls.py``): Kafka's authorizer semantics, table-driven, and both rule sources."""
+"""Group ACLs (``bridge/security/acls.py``): Kafka's authorizer semantics, table-driven, and both rule
+sources."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 import pytest
 from kafka.protocol.admin.acl import DescribeAclsRequest, DescribeAclsResponse
 
-from connect_bridge.bridge.acls import (
+from connect_bridge.bridge.security.acls import (
     AclFileError,
     AclRule,
     AclSourceError,

@@ -1,5 +1,5 @@
 """The metrics/admin listener against a browser, DNS rebinding and slow clients (``admin_access.py``,
-``metrics.start_http``; docs/security.md "Who may call the admin endpoint" and "Bounds").
+``edge.http.start_http``; docs/security.md "Who may call the admin endpoint" and "Bounds").
 
 A loopback peer is not enough for a change: a web page on the bridge's host can POST ``text/plain``
 to 127.0.0.1 without a preflight, and a rebound name reaches it too. So the ``Host`` must be a name
@@ -25,10 +25,11 @@ from typing import Any
 import pytest
 
 from certs import TlsMaterial, tls_material
-from connect_bridge.bridge.admin_access import AdminAccess, AdminTokenError, load_admin_token
-from connect_bridge.bridge.metrics import Metrics, start_http
-from connect_bridge.bridge.server_admin import DRAIN_PATH, HA_PATH, admin_handler
-from connect_bridge.bridge.tls import ListenerTls, ReloadingServerContext
+from connect_bridge.bridge.admin import DRAIN_PATH, HA_PATH, admin_handler
+from connect_bridge.bridge.edge.http import start_http
+from connect_bridge.bridge.metrics import Metrics
+from connect_bridge.bridge.security.admin_access import AdminAccess, AdminTokenError, load_admin_token
+from connect_bridge.bridge.security.tls import ListenerTls, ReloadingServerContext
 from connect_bridge.cli import main
 
 __all__ = ["tls_material"]  # re-exported fixture

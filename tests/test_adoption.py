@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from kafka.protocol.consumer.group import HeartbeatRequest, HeartbeatResponse
 
 from adoption_relay import SESSION_MS, G, Relay, protocols
-from connect_bridge.bridge.decisions import log_decisions
-from connect_bridge.bridge.relay_observer import RelayObserver
+from connect_bridge.bridge.adoption.observer import RelayObserver
+from connect_bridge.bridge.coordination.decisions import log_decisions
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.requests import encode_request, encode_response_frame
 from connect_bridge.state import classic_api as capi

@@ -18,11 +18,10 @@ import pytest
 from kafka.protocol.consumer.group import HeartbeatRequest, JoinGroupRequest, SyncGroupRequest
 
 from adoption_relay import SESSION_MS, G
-from connect_bridge.bridge import wire_classic as wc
-from connect_bridge.bridge.fastpath import SteadyHeartbeats
-from connect_bridge.bridge.runtime import CoordinatorRuntime
-from connect_bridge.bridge.server_admin import admin_handler, release_path
-from connect_bridge.bridge.server_relay import Relay as ServerRelay
+from connect_bridge.bridge.admin import admin_handler, release_path
+from connect_bridge.bridge.coordination.fastpath import SteadyHeartbeats
+from connect_bridge.bridge.coordination.runtime import CoordinatorRuntime
+from connect_bridge.bridge.proxy.relay import Relay as ServerRelay
 from connect_bridge.codecs.connect_protocol import (
     ABSENT,
     Assignment,
@@ -40,6 +39,7 @@ from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.handback import reports_nothing
 from connect_bridge.state.records import RecordType
+from connect_bridge.wire import classic as wc
 from test_adoption_wiring import Bridge, Recorder, formed
 
 OWNED = {"w1": [("alpha", -1), ("alpha", 0)], "w2": [("alpha", 1), ("beta", -1)], "w3": [("beta", 0)]}

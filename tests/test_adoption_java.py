@@ -37,10 +37,10 @@ from typing import Any
 
 import pytest
 
-from connect_bridge.bridge.adoption_upstream import UpstreamGroups
+from connect_bridge.bridge.admin import adopt_path, release_path
+from connect_bridge.bridge.adoption.upstream import UpstreamGroups
 from connect_bridge.bridge.describe import describe
-from connect_bridge.bridge.server_admin import adopt_path, release_path
-from connect_bridge.bridge.upstream_security import UpstreamSecurity
+from connect_bridge.bridge.security.upstream_security import UpstreamSecurity
 from connect_bridge.cli_admin import admin_endpoint, admin_token
 from connect_bridge.state.classic_state import ClassicDescribedGroup
 from kafka_fixtures import BridgeProcess, ConnectWorker, KafkaBroker

@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from adoption_relay import G, Relay
-from connect_bridge.bridge.server_admin import admin_handler, adopt_path
+from connect_bridge.bridge.admin import admin_handler, adopt_path
 from connect_bridge.state.adoption_records import OwnershipState
 from connect_bridge.state.records import RecordType
 from test_adoption_handback import Local, adopted, join_frame, replayed, revoking_generation, route

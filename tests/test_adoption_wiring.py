@@ -1,7 +1,7 @@
 """Adoption wired into the server (issue 16): routing by phase, the takeover step, the admin
 endpoint and the ``adoption:`` settings. Fast and in-process: the upstream coordinator is the
 bridge's classic engine behind ``tests/adoption_relay.py`` (kafka-python frames at the versions
-Java Connect 4.3.1 sends), and each relayed exchange goes through ``server_adoption.Adoption`` the
+Java Connect 4.3.1 sends), and each relayed exchange goes through ``adoption.wiring.Adoption`` the
 way ``BridgeServer`` hands it over. The same path with real Java workers and a real broker is
 ``tests/test_adoption_java.py``.
 """
@@ -16,17 +16,17 @@ import pytest
 from kafka.protocol.consumer.group import HeartbeatRequest
 
 from adoption_relay import G, Relay
-from connect_bridge.bridge.adoption_settings import AdoptionSettings
-from connect_bridge.bridge.committer import Committer
-from connect_bridge.bridge.fastpath import SteadyHeartbeats
+from connect_bridge.bridge.admin import admin_handler, adopt_path
+from connect_bridge.bridge.adoption.settings import AdoptionSettings
+from connect_bridge.bridge.adoption.wiring import Adoption
+from connect_bridge.bridge.coordination.fastpath import SteadyHeartbeats
+from connect_bridge.bridge.coordination.runtime import CoordinatorRuntime
+from connect_bridge.bridge.edge.connection import Connection
 from connect_bridge.bridge.metrics import Metrics
-from connect_bridge.bridge.runtime import CoordinatorRuntime
-from connect_bridge.bridge.server_admin import admin_handler, adopt_path
-from connect_bridge.bridge.server_adoption import Adoption
-from connect_bridge.bridge.server_connection import Connection
-from connect_bridge.bridge.server_relay import Relay as ServerRelay
+from connect_bridge.bridge.proxy.relay import Relay as ServerRelay
 from connect_bridge.bridge.settings import SettingsError, load_settings
-from connect_bridge.bridge.store import MemoryRecordStore
+from connect_bridge.bridge.stores.committer import Committer
+from connect_bridge.bridge.stores.store import MemoryRecordStore
 from connect_bridge.codecs.requests import decode_request, encode_request
 from connect_bridge.state.adoption_records import OwnershipState
 from connect_bridge.state.classic_state import ClassicDescribedGroup

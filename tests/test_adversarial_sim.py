@@ -466,7 +466,7 @@ def test_a_drawn_hand_back_completes_and_the_drill_holds() -> None:
 
 
 def test_a_static_worker_back_stopped_during_a_hand_back_ends_its_earlier_incarnation() -> None:
-    """The simulated bridge routes a hand-back's JoinGroups as ``server_adoption`` does: one with an
+    """The simulated bridge routes a hand-back's JoinGroups as ``adoption.wiring`` does: one with an
     empty id that reports nothing first removes the bridge's members that are an earlier
     incarnation of its worker (``release_returned``: same url or instance id), then gets its
     unsynced round or waits for ``released``. Drill 99800299416252: w3, static (``i-w3``), is
@@ -535,7 +535,7 @@ def test_no_cooperative_partition_or_lost_answer_outlasts_the_hold() -> None:
 
 def test_a_leave_group_of_a_relayed_group_reaches_the_upstream_coordinator() -> None:
     """While the upstream coordinates the group (relaying, or released after a hand-back) the server
-    relays every request of it, a LeaveGroup too (``server_adoption``). The simulator sent a stopping
+    relays every request of it, a LeaveGroup too (``adoption.wiring``). The simulator sent a stopping
     worker's LeaveGroup to the bridge's own coordinator whatever the phase, so upstream kept the
     member until its session ended and its Connect leader dealt it work meanwhile: drill
     97000291092902 (a task 35.1 s unowned against 30 s after a hand-back) and 97000291088295

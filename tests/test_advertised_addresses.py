@@ -28,8 +28,8 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.protocol.metadata import FindCoordinatorRequest, MetadataRequest
 
-from connect_bridge.bridge.client import KafkaConnection
 from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.wire.client import KafkaConnection
 from kafka_fixtures import BROKER_NODE_ID, BridgeProcess, KafkaBroker, start_bridge
 from kafka_processes import free_ports
 from polling import wait_until

@@ -6,7 +6,7 @@ from __future__ import annotations
 from kafka.protocol.admin.cluster import DescribeClusterResponse
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 
-from connect_bridge.bridge import api_table as t
+from connect_bridge.bridge.coordination import api_table as t
 from connect_bridge.codecs.messages import API_SPECS, ApiKey
 
 K = ApiKey

@@ -33,17 +33,22 @@ from typing import Any
 import pytest
 from kafka.admin import ACL, ACLOperation, ACLPermissionType, ResourcePattern, ResourceType
 
-from connect_bridge.bridge import wire_map as wm
-from connect_bridge.bridge.acls import AclSourceError, Operation, Permission, load_acl_file, parse_acl_listing
 from connect_bridge.bridge.app import group_authorizer
-from connect_bridge.bridge.authorization import (
+from connect_bridge.bridge.metrics import Metrics
+from connect_bridge.bridge.security.acls import (
+    AclSourceError,
+    Operation,
+    Permission,
+    load_acl_file,
+    parse_acl_listing,
+)
+from connect_bridge.bridge.security.authorization import (
     GroupAuthorizer,
     fetch_upstream_rules,
     refresh_from_upstream,
 )
-from connect_bridge.bridge.client import KafkaConnection
-from connect_bridge.bridge.metrics import Metrics
-from connect_bridge.bridge.sasl_settings import SaslSettings, UpstreamSasl
+from connect_bridge.bridge.security.sasl_client import upstream_login
+from connect_bridge.bridge.security.sasl_settings import SaslSettings, UpstreamSasl
 from connect_bridge.bridge.settings import SettingsError, load_settings
 from connect_bridge.bridge.startup import StartupError
 from connect_bridge.codecs import messages as m
@@ -51,6 +56,8 @@ from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state import api as napi
 from connect_bridge.state import classic_api as capi
 from connect_bridge.state.model import EMPTY, ClientAssignor, Items
+from connect_bridge.wire import maps as wm
+from connect_bridge.wire.client import KafkaConnection
 from kafka_secure import SecureKafka
 from polling import wait_until
 from test_sasl_terminated import credentials_file
@@ -92,7 +99,7 @@ def bridge(credentials: Path, tmp_path: Path) -> Iterator[Running]:
 
 async def login(port: int, user: str) -> KafkaConnection:
     sasl = UpstreamSasl(mechanism="SCRAM-SHA-512", username=user, password=USERS[user])
-    return await KafkaConnection.connect(HOST, port, client_id=user, sasl=sasl)
+    return await KafkaConnection.connect(HOST, port, client_id=user, login=upstream_login(sasl))
 
 
 class GroupApis:

@@ -33,11 +33,12 @@ from typing import Any
 import pytest
 
 from certs import TlsMaterial, tls_material
-from connect_bridge.bridge.client import KafkaConnection
-from connect_bridge.bridge.connection_settings import ConnectionSettings
-from connect_bridge.bridge.sasl_settings import SaslSettings, UpstreamSasl
-from connect_bridge.bridge.tls import ListenerTls, ReloadingServerContext
+from connect_bridge.bridge.edge.connection_settings import ConnectionSettings
+from connect_bridge.bridge.security.sasl_client import upstream_login
+from connect_bridge.bridge.security.sasl_settings import SaslSettings, UpstreamSasl
+from connect_bridge.bridge.security.tls import ListenerTls, ReloadingServerContext
 from connect_bridge.codecs import messages as m
+from connect_bridge.wire.client import KafkaConnection
 from polling import wait_until
 from test_sasl_terminated import credentials_file
 from test_server import HOST, SIZE, frame, read_frame, running
@@ -96,7 +97,9 @@ def honest_client_is_served(port: int, tls: Any = None) -> bool:
 
     async def scenario() -> bool:
         login = UpstreamSasl(mechanism="SCRAM-SHA-256", username="alice", password=USERS["alice"])
-        conn = await KafkaConnection.connect(HOST, port, "honest", ssl=tls, sasl=login, timeout=10)
+        conn = await KafkaConnection.connect(
+            HOST, port, "honest", ssl=tls, login=upstream_login(login), timeout=10
+        )
         try:
             return (await conn.request(m.ApiVersionsRequest(), 0, timeout=10)).error_code == 0
         finally:
@@ -188,7 +191,9 @@ def test_an_unauthenticated_peer_cannot_reserve_the_large_frame_budget(credentia
 
         async def large_join() -> Any:
             login = UpstreamSasl(mechanism="SCRAM-SHA-256", username="alice", password=USERS["alice"])
-            conn = await KafkaConnection.connect(HOST, srv.port, "worker", sasl=login, timeout=10)
+            conn = await KafkaConnection.connect(
+                HOST, srv.port, "worker", login=upstream_login(login), timeout=10
+            )
             protocols = [
                 m.JoinGroupRequest.JoinGroupRequestProtocol(name=name, metadata=b"\x00" * (MiB - 100))
                 for name in ("a", "b")

@@ -43,10 +43,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from connect_bridge.bridge import wire_map as wm
-from connect_bridge.bridge.client import ClientError, KafkaConnection
 from connect_bridge.bridge.server import BridgeServer, ServerOptions
-from connect_bridge.bridge.store import MemoryRecordStore
+from connect_bridge.bridge.stores.store import MemoryRecordStore
 from connect_bridge.codecs import messages as m
 from connect_bridge.codecs.connect_protocol import (
     Assignment,
@@ -59,6 +57,8 @@ from connect_bridge.codecs.connect_protocol import (
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state import classic_api as capi
 from connect_bridge.state.config import CoordinatorConfig, MigrationPolicy
+from connect_bridge.wire import maps as wm
+from connect_bridge.wire.client import ClientError, KafkaConnection
 
 pytestmark = pytest.mark.heavy
 

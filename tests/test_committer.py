@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from connect_bridge.bridge.committer import Committer, Fenced
-from connect_bridge.bridge.store import MemoryRecordStore
+from connect_bridge.bridge.stores.committer import Committer, Fenced
+from connect_bridge.bridge.stores.store import MemoryRecordStore
 from connect_bridge.state.records import Record, RecordType
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from connect_bridge.bridge.config_source import ConfigViewError, ConfigViewWatcher, read_config_view
+from connect_bridge.bridge.stores.config_source import ConfigViewError, ConfigViewWatcher, read_config_view
 from connect_bridge.state.model import ConfigView
 from polling import eventually
 
@@ -112,7 +112,7 @@ def test_watcher_reports_changes_and_survives_bad_files(
         watcher.stop()
         await asyncio.wait_for(task, 1)
 
-    with caplog.at_level(logging.WARNING, logger="connect_bridge.bridge.config_source"):
+    with caplog.at_level(logging.WARNING, logger="connect_bridge.bridge.stores.config_source"):
         asyncio.run(scenario())
     assert seen == [
         ConfigView.of(1, {"a": 1}),

@@ -10,7 +10,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaProducer
 from kafka.admin import NewTopic
 
-from connect_bridge.bridge.config_topic import (
+from connect_bridge.bridge.stores.config_topic import (
     ConfigTopicState,
     ConfigTopicWatcher,
     parse_config_records,

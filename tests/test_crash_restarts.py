@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from connect_bridge.bridge import wire_map as wm
-from connect_bridge.bridge.client import KafkaConnection
 from connect_bridge.state import api as napi
+from connect_bridge.wire import maps as wm
+from connect_bridge.wire.client import KafkaConnection
 from test_serve_cli import OFFSET, heartbeat, serve
 from test_server import HOST, SIZE, api_versions_ok, running, wait_until
 

@@ -1,4 +1,5 @@
-"""The credentials file of terminated SASL (``bridge/credentials.py``): written, read back, used, refused."""
+"""The credentials file of terminated SASL (``bridge/security/credentials.py``): written, read back,
+used, refused."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import pytest
 import yaml
 from kafka.net.sasl.scram import ScramClient
 
-from connect_bridge.bridge.credentials import CredentialsError, add_user, load_credentials
-from connect_bridge.bridge.scram import PlainServer, ScramServer, verify_password
+from connect_bridge.bridge.security.credentials import CredentialsError, add_user, load_credentials
+from connect_bridge.bridge.security.scram import PlainServer, ScramServer, verify_password
 
 PASSWORD = "correct horse battery staple"
 

@@ -7,7 +7,7 @@ import logging
 
 import pytest
 
-from connect_bridge.bridge.decisions import log_decisions
+from connect_bridge.bridge.coordination.decisions import log_decisions
 from connect_bridge.state.api import HeartbeatRequest
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.model import ConfigView

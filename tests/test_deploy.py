@@ -25,9 +25,11 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from certs import TlsMaterial, tls_material
-from connect_bridge.bridge import probe, sd_notify
-from connect_bridge.bridge.metrics import Metrics, start_http
-from connect_bridge.bridge.tls import ListenerTls, ReloadingServerContext
+from connect_bridge.bridge import probe
+from connect_bridge.bridge.edge import sd_notify
+from connect_bridge.bridge.edge.http import start_http
+from connect_bridge.bridge.metrics import Metrics
+from connect_bridge.bridge.security.tls import ListenerTls, ReloadingServerContext
 from dockerfile_reader import Instruction, healthcheck_command, parse_dockerfile, stages
 from kafka_processes import free_ports
 from test_alert_rules import selectors, shipped_rules

@@ -6,7 +6,6 @@ The live end-to-end check (a served bridge, real worker clients, the CLI) is tes
 
 from __future__ import annotations
 
-from connect_bridge.bridge import wire_map as wm
 from connect_bridge.bridge.describe_view import (
     classic_group_view,
     connect_group_view,
@@ -23,6 +22,7 @@ from connect_bridge.state import api as napi
 from connect_bridge.state import classic_api as capi
 from connect_bridge.state.classic_group import ClassicDescribedGroup, ClassicDescribedMember
 from connect_bridge.state.model import EMPTY, HeldWork
+from connect_bridge.wire import maps as wm
 from test_connect_group import ALL, G, Sim, items
 from test_migration import protocols
 from test_wire_map import response_trip

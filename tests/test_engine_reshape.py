@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from connect_bridge.bridge import api_table as t
+from connect_bridge.bridge.coordination import api_table as t
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.messages import APIS, KNOWN_APIS, ApiKey, ApiSpec, RelayedApi
 from connect_bridge.state import classic_api as capi

@@ -37,15 +37,21 @@ import yaml
 from kafka.admin import ACL, ACLOperation, ACLPermissionType, ResourcePattern, ResourceType
 
 from certs import TlsMaterial, tls_material
-from connect_bridge.bridge.admin_access import AdminAccess
-from connect_bridge.bridge.client import KafkaConnection
-from connect_bridge.bridge.exposure import admin_exposure_warning, is_loopback, listener_exposure_warning
-from connect_bridge.bridge.metrics import Metrics, start_http
-from connect_bridge.bridge.sasl_settings import UpstreamSasl
-from connect_bridge.bridge.server_admin import DRAIN_PATH, HA_PATH, admin_handler
+from connect_bridge.bridge.admin import DRAIN_PATH, HA_PATH, admin_handler
+from connect_bridge.bridge.edge.http import start_http
+from connect_bridge.bridge.metrics import Metrics
+from connect_bridge.bridge.security.admin_access import AdminAccess
+from connect_bridge.bridge.security.exposure import (
+    admin_exposure_warning,
+    is_loopback,
+    listener_exposure_warning,
+)
+from connect_bridge.bridge.security.sasl_client import upstream_login
+from connect_bridge.bridge.security.sasl_settings import UpstreamSasl
+from connect_bridge.bridge.security.tls import ListenerTls, ReloadingServerContext
 from connect_bridge.bridge.settings import load_settings
-from connect_bridge.bridge.tls import ListenerTls, ReloadingServerContext
 from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.wire.client import KafkaConnection
 from kafka_secure import SecureKafka
 from polling import wait_until
 from test_authorization import GroupApis
@@ -334,7 +340,8 @@ def test_serve_enforces_the_upstream_acls_and_never_logs_a_secret(
 
     async def as_user(user: str) -> GroupApis:
         sasl = UpstreamSasl(mechanism="SCRAM-SHA-256", username=user, password=secure_kafka.password(user))
-        return GroupApis(await KafkaConnection.connect("127.0.0.1", bridge.port, client_id=user, sasl=sasl))
+        login = upstream_login(sasl)
+        return GroupApis(await KafkaConnection.connect("127.0.0.1", bridge.port, client_id=user, login=login))
 
     async def scenario() -> None:
         alice, bob = await as_user("alice"), await as_user("bob")

@@ -3,15 +3,15 @@ canned server because every classic heartbeat was decoded, handled and encoded i
 
 from __future__ import annotations
 
-from connect_bridge.bridge import wire_map as wm
-from connect_bridge.bridge.committer import Committer
-from connect_bridge.bridge.fastpath import SteadyHeartbeats
-from connect_bridge.bridge.runtime import CoordinatorRuntime
-from connect_bridge.bridge.store import MemoryRecordStore
+from connect_bridge.bridge.coordination.fastpath import SteadyHeartbeats
+from connect_bridge.bridge.coordination.runtime import CoordinatorRuntime
+from connect_bridge.bridge.stores.committer import Committer
+from connect_bridge.bridge.stores.store import MemoryRecordStore
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.requests import decode_response, encode_request
 from connect_bridge.state import classic_api as capi
 from connect_bridge.state.coordinator import GroupCoordinator
+from connect_bridge.wire import maps as wm
 from test_server import (
     HEARTBEAT_V,
     G,

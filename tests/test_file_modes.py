@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from connect_bridge.bridge.acls import AclFileError, load_acl_file
-from connect_bridge.bridge.credentials import (
+from connect_bridge.bridge.metrics import Metrics
+from connect_bridge.bridge.security.acls import AclFileError, load_acl_file
+from connect_bridge.bridge.security.credentials import (
     CredentialsError,
     CredentialStore,
     load_credentials,
     save_credentials,
 )
-from connect_bridge.bridge.metrics import Metrics
 from connect_bridge.bridge.settings import BridgeSettings
 
 ACLS = (

@@ -53,7 +53,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from connect_bridge.bridge import wire_map as wm
 from connect_bridge.codecs.connect_protocol import (
     Assignment,
     Subscription,
@@ -70,6 +69,7 @@ from connect_bridge.codecs.requests import (
     null_violation,
 )
 from connect_bridge.state import api as napi
+from connect_bridge.wire import maps as wm
 from test_server import Running, read_frame, running
 
 SIZE = struct.Struct(">i")

@@ -36,11 +36,11 @@ from kafka import KafkaAdminClient, KafkaConsumer
 from kafka.admin import NewTopic
 from kafka.protocol.metadata import FindCoordinatorRequest
 
-from connect_bridge.bridge import wire_map as wm
-from connect_bridge.bridge.client import KafkaConnection
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state import classic_api as capi
 from connect_bridge.state.partitioning import partition_for
+from connect_bridge.wire import maps as wm
+from connect_bridge.wire.client import KafkaConnection
 from kafka_fixtures import BROKER_NODE_ID, BridgeProcess, KafkaBroker, start_bridge
 from kafka_processes import free_ports
 from polling import wait_until

@@ -1,4 +1,4 @@
-"""Bridges sharing the state-topic partitions through a Kafka consumer group (``bridge/ha_membership``).
+"""Bridges sharing the state-topic partitions through a Kafka consumer group (``bridge/ha/membership``).
 
 Against the session's real Apache Kafka 4.3.1 broker with real kafka-python clients: memberships in
 threads of this process, and one in a child process for the pause test, because a SIGSTOP of a
@@ -24,8 +24,8 @@ import pytest
 from kafka import KafkaAdminClient
 from kafka.admin import NewPartitions, NewTopic
 
-from connect_bridge.bridge.ha_membership import POLL_TIMEOUT_MS, BridgeAddress, BridgeMembership
-from connect_bridge.bridge.ha_owners import merge_own, owners_from_description
+from connect_bridge.bridge.ha.membership import POLL_TIMEOUT_MS, BridgeAddress, BridgeMembership
+from connect_bridge.bridge.ha.owners import merge_own, owners_from_description
 from polling import wait_until
 
 PARTITIONS = 6
@@ -300,7 +300,7 @@ def test_a_leader_rejoining_on_new_metadata_completes_its_join(
     """The leader re-joins when the state topic's metadata changes (here: partitions added; in
     practice: the topic created while the bridges start). Its JoinGroup waits for the follower's
     next heartbeat (2 s), longer than one poll: kafka-python 3.0.12 then orphaned the join and the
-    leader was expired, the follower taking everything (``bridge/ha_join.py``). Now the split is
+    leader was expired, the follower taking everything (``bridge/ha/join.py``). Now the split is
     balanced and sticky: each keeps the partitions it had and gets one of the new ones."""
     recorder = Recorder()
     fast_metadata = {"metadata_max_age_ms": 300}
@@ -345,7 +345,7 @@ def members_view(members: list[BridgeMembership]) -> str:
 
 CHILD = """
 import json, sys, threading, time
-from connect_bridge.bridge.ha_membership import POLL_TIMEOUT_MS, BridgeAddress, BridgeMembership
+from connect_bridge.bridge.ha.membership import POLL_TIMEOUT_MS, BridgeAddress, BridgeMembership
 
 bootstrap, topic, session_ms, heartbeat_ms = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 out = threading.Lock()

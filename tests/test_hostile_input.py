@@ -29,8 +29,8 @@ from typing import Any
 
 import pytest
 
-from connect_bridge.bridge.decoding import FrameDecoder
-from connect_bridge.bridge.store import FileRecordStore
+from connect_bridge.bridge.edge.decoding import FrameDecoder
+from connect_bridge.bridge.stores.store import FileRecordStore
 from connect_bridge.codecs import messages as m
 from connect_bridge.codecs import requests as rq
 from connect_bridge.codecs.connect_protocol import Subscription, encode_subscription
@@ -522,8 +522,7 @@ def test_a_large_group_frame_is_decoded_on_the_background_thread(monkeypatch: py
     import asyncio
     import threading
 
-    from connect_bridge.bridge import decoding
-
+    from connect_bridge.bridge.edge import decoding
     threads: list[str] = []
 
     def recording(payload: Any, *, framed: bool) -> Any:

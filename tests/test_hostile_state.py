@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
-from connect_bridge.bridge import wire_map as wm
-from connect_bridge.bridge.fastpath import _Lru
-from connect_bridge.bridge.store import HEADER, FileRecordStore, MemoryRecordStore
+from connect_bridge.bridge.coordination.fastpath import _Lru
+from connect_bridge.bridge.stores.store import HEADER, FileRecordStore, MemoryRecordStore
 from connect_bridge.codecs import messages as m
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.requests import decode_response
 from connect_bridge.state import api as napi
 from connect_bridge.state.config import CoordinatorConfig
+from connect_bridge.wire import maps as wm
 from test_server import (
     HOST,
     INVALID_REQUEST,

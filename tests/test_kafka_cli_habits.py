@@ -15,8 +15,8 @@ import pytest
 
 from certs import TlsMaterial, tls_material
 from connect_bridge.bridge.describe_view import render_members, running
-from connect_bridge.bridge.sasl_settings import SaslSettings
-from connect_bridge.bridge.tls import ListenerTls, ReloadingServerContext, TlsError
+from connect_bridge.bridge.security.sasl_settings import SaslSettings
+from connect_bridge.bridge.security.tls import ListenerTls, ReloadingServerContext, TlsError
 from connect_bridge.cli_client_config import CommandConfigError, client_security, read_properties
 from connect_bridge.codecs.ids import ConnectorTaskId
 from test_sasl_terminated import USERS, credentials_file

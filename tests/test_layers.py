@@ -1,9 +1,11 @@
 """The layer rules of docs/architecture.md ("Layers"), read from the source's imports.
 
 Each sub-package of ``connect_bridge`` imports only from its own layer and the layers before it
-(``codecs`` ← ``state`` ← ``bridge`` ← ``workers`` ← ``drills`` ← ``pipeline`` ← the CLI); the
+(``codecs`` ← ``state`` ← ``wire`` ← ``bridge`` ← ``workers`` ← ``drills`` ← ``pipeline`` ← the CLI); the
 utilities import nothing of the project; ``state`` imports nothing that does I/O or reads a clock
-or a random source. Every import counts, a lazy one inside a function too.
+or a random source. Inside ``bridge``, each part (a sub-package or a top-level module) imports only
+the parts before it in ``BRIDGE_PARTS`` (docs/architecture.md, "Inside bridge"). Every import counts,
+a lazy one inside a function too.
 """
 
 from __future__ import annotations
@@ -14,12 +16,35 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "src" / "connect_bridge"
-LAYERS = ("codecs", "state", "bridge", "workers", "drills", "pipeline", "cli")
+LAYERS = ("codecs", "state", "wire", "bridge", "workers", "drills", "pipeline", "cli")
 """In import order: a layer may import from the layers before it, never after."""
 UTILITIES = frozenset({"logs", "progress", "out_dir"})
 """Top-level modules any layer but ``state`` and ``codecs`` may use; they import nothing of the project."""
 STATE_FORBIDDEN = frozenset({"asyncio", "socket", "threading", "time", "random", "selectors", "ssl"})
 """What would make the engine do I/O, read the clock or draw random numbers."""
+BRIDGE_PARTS = (
+    "metrics",
+    "startup",
+    "validation",
+    "describe_view",
+    "security",
+    "stores",
+    "coordination",
+    "upstream",
+    "edge",
+    "ha",
+    "adoption",
+    "server_options",
+    "settings",
+    "proxy",
+    "admin",
+    "server",
+    "describe",
+    "probe",
+    "app",
+)
+"""The parts of ``bridge`` from the bottom up: each may import only the parts before it, so no
+sub-package imports back up into a module that imports it."""
 
 
 def layer_of(path: Path) -> str:
@@ -76,6 +101,52 @@ def violations(path: Path, source: str | None = None) -> list[str]:
     return out
 
 
+def bridge_part(path: Path) -> str | None:
+    """The part of ``bridge`` a module belongs to: its sub-package, or its own stem at the top."""
+    relative = path.relative_to(PACKAGE)
+    if relative.parts[0] != "bridge" or (relative.name == "__init__.py" and len(relative.parts) == 2):
+        return None
+    return relative.parts[1] if len(relative.parts) > 2 else relative.stem
+
+
+def from_bridge_imports(source: str) -> list[tuple[int, str]]:
+    """``from connect_bridge.bridge import app`` as (line, ``connect_bridge.bridge.app``)."""
+    return [
+        (node.lineno, f"connect_bridge.bridge.{alias.name}")
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom) and node.module == "connect_bridge.bridge"
+        for alias in node.names
+    ]
+
+
+def bridge_violations(path: Path, source: str | None = None) -> list[str]:
+    """Imports of one ``bridge`` module that reach a part of ``bridge`` not before its own."""
+    part = bridge_part(path)
+    if part is None:
+        return []
+    out = []
+    text = path.read_text(encoding="utf-8") if source is None else source
+    for line, module in imports(path, text) + from_bridge_imports(text):
+        names = module.split(".")
+        if names[:2] != ["connect_bridge", "bridge"] or len(names) < 3 or names[2] == part:
+            continue
+        where = f"{path.relative_to(PACKAGE.parent)}:{line}"
+        if part not in BRIDGE_PARTS:
+            out.append(f"{where}: bridge part {part} is not in BRIDGE_PARTS")
+        elif names[2] not in BRIDGE_PARTS:
+            out.append(f"{where}: {module} is in no part of BRIDGE_PARTS")
+        elif BRIDGE_PARTS.index(names[2]) > BRIDGE_PARTS.index(part):
+            out.append(f"{where}: bridge part {part} imports {module}, a part above it")
+    return out
+
+
+def test_bridge_parts_import_downwards() -> None:
+    modules = sorted((PACKAGE / "bridge").rglob("*.py"))
+    assert {bridge_part(m) for m in modules} - {None} == set(BRIDGE_PARTS)
+    found = [v for m in modules for v in bridge_violations(m)]
+    assert found == []
+
+
 def test_every_module_keeps_the_layer_rules() -> None:
     modules = sorted(PACKAGE.rglob("*.py"))
     assert {layer_of(m) for m in modules} >= set(LAYERS)
@@ -96,4 +167,20 @@ def test_every_module_keeps_the_layer_rules() -> None:
 def test_a_breach_is_found(relative: str, source: str, problem: str) -> None:
     """The check itself: each kind of breach, as the source of a module of that layer, is reported."""
     found = violations(PACKAGE / relative, source)
+    assert any(problem in v for v in found), found
+
+
+@pytest.mark.parametrize(
+    ("relative", "source", "problem"),
+    [
+        ("bridge/security/x.py", "from connect_bridge.bridge.edge import accept\n", "a part above it"),
+        ("bridge/stores/x.py", "def f():\n    from connect_bridge.bridge.server import run\n", "above"),
+        ("bridge/security/x.py", "from connect_bridge.bridge import app\n", "a part above it"),
+        ("bridge/edge/x.py", "import connect_bridge.bridge.proxy.relay\n", "a part above it"),
+        ("bridge/newpart/x.py", "from connect_bridge.bridge.metrics import Metrics\n", "not in BRIDGE_PARTS"),
+    ],
+)
+def test_a_bridge_breach_is_found(relative: str, source: str, problem: str) -> None:
+    """The check itself: an import up the parts of ``bridge`` is reported, as is an unlisted part."""
+    found = bridge_violations(PACKAGE / relative, source)
     assert any(problem in v for v in found), found

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from connect_bridge.bridge.server import BridgeServer, ServerOptions
-from connect_bridge.bridge.store import MemoryRecordStore
+from connect_bridge.bridge.stores.store import MemoryRecordStore
 from connect_bridge.drills.checker import check
 from connect_bridge.drills.events import EventLog
 from connect_bridge.state.config import CoordinatorConfig

@@ -52,7 +52,12 @@ from connect_bridge.codecs.requests import (
     encode_request,
     encode_response,
     encode_response_frame,
+    peek_client_id,
     peek_request_header,
+    request_api_key,
+    request_body_offset,
+    request_header_fields,
+    without_correlation_id,
 )
 
 FAST = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -234,6 +239,28 @@ def test_request_round_trip_and_kafka_python_framing(
     assert decoded.body == msg
     assert decode_request(frame[4:], framed=False).body == msg
     assert peek_request_header(frame) == (spec.api_key, version, correlation_id)
+
+    # The header reader every router, gate and relay uses agrees with the full decoder.
+    payload = frame[4:]
+    assert request_header_fields(payload) == (spec.api_key, version, correlation_id)
+    assert request_api_key(payload) == spec.api_key
+    assert peek_client_id(payload) == client_id
+    body_at = request_body_offset(payload, flexible_header=spec.request_flexible(version))
+    assert payload[body_at:] == bytes(msg.encode(header=False, framed=False))
+    again = encode_request(msg, version, correlation_id ^ 1, client_id)[4:]  # the request repeated
+    assert without_correlation_id(again) == without_correlation_id(payload) != without_correlation_id(
+        encode_request(msg, version, correlation_id, (client_id or "") + "x")[4:]
+    )
+
+
+def test_the_header_reader_on_frames_too_short() -> None:
+    """A payload too short for a field: -1 for the api key, None for the client id, and the fixed
+    fields' reader refuses (its callers check the length once, before the steady path)."""
+    assert request_api_key(b"") == request_api_key(b"\x00") == -1
+    assert request_api_key(b"\x00\x0c") == 12
+    assert peek_client_id(b"\x00\x0c\x00\x04\x00\x00\x00\x07\x00") is None
+    with pytest.raises(struct.error):
+        request_header_fields(b"\x00\x0c\x00\x04\x00\x00\x00")
 
 
 @pytest.mark.parametrize(("spec", "version"), CASES, ids=CASE_IDS)

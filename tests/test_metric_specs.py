@@ -5,7 +5,7 @@ from __future__ import annotations
 from prometheus_client import Counter, Gauge, Histogram
 
 from connect_bridge.bridge.metrics import LATENCY_BUCKETS, METRIC_SPECS, NAMESPACE, Metrics
-from connect_bridge.bridge.store_base import StoreBase, SyncTimes
+from connect_bridge.bridge.stores.store_base import StoreBase, SyncTimes
 
 
 def test_every_row_is_an_attribute_of_its_kind() -> None:

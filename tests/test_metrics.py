@@ -10,7 +10,8 @@ import re
 import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from connect_bridge.bridge.metrics import Metrics, log_event, start_http
+from connect_bridge.bridge.edge.http import start_http
+from connect_bridge.bridge.metrics import Metrics, log_event
 from connect_bridge.codecs.error_codes import ErrorCode
 
 

@@ -30,7 +30,7 @@ import pytest
 import yaml
 from kafka.admin import KafkaAdminClient
 
-from connect_bridge.bridge.api_table import API_NAMES
+from connect_bridge.bridge.coordination.api_table import API_NAMES
 from connect_bridge.bridge.describe import describe
 from connect_bridge.codecs.error_codes import error_name
 from connect_bridge.state.classic_api import ClassicGroupState

@@ -47,9 +47,15 @@ from kafka.admin import (
 )
 from kafka.errors import NoError
 
-from connect_bridge.bridge.acls import Operation, PatternType, Permission, load_acl_file, parse_acl_listing
-from connect_bridge.bridge.credentials import load_credentials
-from connect_bridge.bridge.scram import verify_password
+from connect_bridge.bridge.security.acls import (
+    Operation,
+    PatternType,
+    Permission,
+    load_acl_file,
+    parse_acl_listing,
+)
+from connect_bridge.bridge.security.credentials import load_credentials
+from connect_bridge.bridge.security.scram import verify_password
 from connect_bridge.bridge.settings import BridgeSettings, load_settings
 from connect_bridge.state.model import ConfigView
 from connect_bridge.workers.live_legacy import LiveLegacyWorker

@@ -19,9 +19,9 @@ from kafka.errors import (
     TransactionAbortedError,
 )
 
-from connect_bridge.bridge.partitioned_store import PartitionedTopicStore, PartitionNotHeld, is_fenced
-from connect_bridge.bridge.store_base import StoreError
-from connect_bridge.bridge.topic_store import state_topic_partitions
+from connect_bridge.bridge.stores.partitioned_store import PartitionedTopicStore, PartitionNotHeld, is_fenced
+from connect_bridge.bridge.stores.store_base import StoreError
+from connect_bridge.bridge.stores.topic_store import state_topic_partitions
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.partitioning import partition_for
 from connect_bridge.state.record_codec import decode_record, encode_record

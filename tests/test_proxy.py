@@ -29,11 +29,11 @@ from kafka.protocol.consumer.offsets import ListOffsetsRequest, ListOffsetsRespo
 from kafka.protocol.producer.produce import ProduceRequest, ProduceResponse
 from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
 
-from connect_bridge.bridge import wire_map as wm
-from connect_bridge.bridge.client import KafkaConnection
 from connect_bridge.codecs import messages as m
 from connect_bridge.codecs.requests import decode_response, encode_request
 from connect_bridge.state import api as napi
+from connect_bridge.wire import maps as wm
+from connect_bridge.wire.client import KafkaConnection
 from tansu import TansuBroker, free_port, start_tansu, tansu, unique_topic
 from test_server import (
     VIEW,

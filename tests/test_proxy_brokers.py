@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from kafka.protocol.admin.cluster import DescribeClusterResponse
 
-from connect_bridge.bridge.proxy import Broker, UpstreamCluster
+from connect_bridge.bridge.upstream.cluster import Broker, UpstreamCluster
 from connect_bridge.codecs import messages as m
 from connect_bridge.codecs.messages import ApiKey
 from connect_bridge.codecs.requests import decode_response, encode_response_frame

@@ -13,7 +13,7 @@ import struct
 
 import pytest
 
-from connect_bridge.bridge.proxy import UpstreamCluster, _UpstreamProtocol, group_matcher
+from connect_bridge.bridge.upstream.cluster import UpstreamCluster, _UpstreamProtocol, group_matcher
 from connect_bridge.codecs import messages as m
 from connect_bridge.codecs.requests import (
     decode_request,

@@ -17,8 +17,8 @@ import pytest
 from kafka import KafkaAdminClient
 from kafka.protocol.admin.groups import DescribeGroupsRequest
 
-from connect_bridge.bridge import wire_map as wm
-from connect_bridge.bridge.client import KafkaConnection
+from connect_bridge.wire import maps as wm
+from connect_bridge.wire.client import KafkaConnection
 from kafka_fixtures import (
     VERIFIABLE_SOURCE,
     BridgeProcess,

@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 
-from connect_bridge.bridge import scram
-from connect_bridge.bridge.client import ClientError, KafkaConnection
-from connect_bridge.bridge.credentials import CredentialStore, save_credentials
 from connect_bridge.bridge.metrics import Metrics
-from connect_bridge.bridge.sasl_client import SaslLoginError, sasl_login
-from connect_bridge.bridge.sasl_guard import FailedLogins
-from connect_bridge.bridge.sasl_settings import SaslSettings, UpstreamSasl
+from connect_bridge.bridge.security import scram
+from connect_bridge.bridge.security.credentials import CredentialStore, save_credentials
+from connect_bridge.bridge.security.sasl_client import SaslLoginError, sasl_login
+from connect_bridge.bridge.security.sasl_guard import FailedLogins
+from connect_bridge.bridge.security.sasl_settings import SaslSettings, UpstreamSasl
+from connect_bridge.wire.client import ClientError, KafkaConnection
 from test_server import HOST, run, running
 
 

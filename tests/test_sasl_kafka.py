@@ -34,10 +34,10 @@ import pytest
 from kafka import KafkaConsumer, KafkaProducer
 
 import java_tools as jt
-from connect_bridge.bridge.client import ClientError, KafkaConnection
-from connect_bridge.bridge.sasl_client import SaslLoginError, sasl_login
-from connect_bridge.bridge.sasl_settings import SaslSettings, UpstreamSasl
+from connect_bridge.bridge.security.sasl_client import SaslLoginError, sasl_login, upstream_login
+from connect_bridge.bridge.security.sasl_settings import SaslSettings, UpstreamSasl
 from connect_bridge.codecs import messages as m
+from connect_bridge.wire.client import ClientError, KafkaConnection
 from kafka_fixtures import BridgeProcess, start_bridge
 from kafka_secure import SecureKafka
 from polling import wait_until
@@ -227,7 +227,7 @@ def test_java_clients_and_a_connect_worker_through_the_bridge(
 
     async def described() -> Any:
         alice = UpstreamSasl(mechanism="PLAIN", username="alice", password=secure_kafka.password("alice"))
-        conn = await KafkaConnection.connect(host, int(port), sasl=alice)
+        conn = await KafkaConnection.connect(host, int(port), login=upstream_login(alice))
         try:
             return (await conn.request(m.DescribeGroupsRequest(groups=[group]), 5)).groups[0]
         finally:

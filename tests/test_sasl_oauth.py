@@ -31,9 +31,9 @@ from kafka.net.sasl.oauth import AbstractTokenProvider, SaslMechanismOAuth
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
 import java_tools as jt
-from connect_bridge.bridge.client import ClientError, KafkaConnection
 from connect_bridge.codecs import messages as m
 from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.wire.client import ClientError, KafkaConnection
 from kafka_fixtures import BridgeProcess, start_bridge
 from kafka_secure import OAUTHBEARER, SecureKafka
 from test_authorization import DENIED, UNKNOWN, GroupApis

@@ -1,4 +1,4 @@
-"""SASL passed through (``bridge/sasl_peek.py``): the principal read from real clients' messages, the
+"""SASL passed through (``bridge/security/sasl_peek.py``): the principal read from real clients' messages, the
 broker-confirmation contract, KIP-368 lifetimes, and that no secret survives in anything returned.
 
 The client messages come from kafka-python's own mechanism classes (``kafka.net.sasl``), the bytes
@@ -16,7 +16,7 @@ from kafka.net.sasl.oauth import AbstractTokenProvider, SaslMechanismOAuth
 from kafka.net.sasl.plain import SaslMechanismPlain
 from kafka.net.sasl.scram import ScramClient
 
-from connect_bridge.bridge.sasl_peek import (
+from connect_bridge.bridge.security.sasl_peek import (
     ClaimedPrincipal,
     PassThroughSasl,
     SaslPeekError,

@@ -31,10 +31,10 @@ import pytest
 from kafka.admin import NewTopic
 
 import java_tools as jt
-from connect_bridge.bridge.client import ClientError, KafkaConnection
-from connect_bridge.bridge.sasl_client import SaslLoginError, sasl_login
-from connect_bridge.bridge.sasl_settings import UpstreamSasl
+from connect_bridge.bridge.security.sasl_client import SaslLoginError, sasl_login
+from connect_bridge.bridge.security.sasl_settings import UpstreamSasl
 from connect_bridge.codecs import messages as m
+from connect_bridge.wire.client import ClientError, KafkaConnection
 from kafka_fixtures import BridgeProcess, start_bridge
 from kafka_processes import HOST, KafkaStartError, free_ports
 from kafka_secure import SecureKafka, start_secure_kafka

@@ -25,13 +25,13 @@ import pytest
 from kafka import KafkaAdminClient
 from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
 
-from connect_bridge.bridge.client import ClientError, KafkaConnection
 from connect_bridge.bridge.metrics import Metrics
-from connect_bridge.bridge.sasl_client import SaslLoginError, sasl_login
-from connect_bridge.bridge.sasl_settings import SaslSettings, UpstreamSasl
+from connect_bridge.bridge.security.sasl_client import SaslLoginError, sasl_login, upstream_login
+from connect_bridge.bridge.security.sasl_settings import SaslSettings, UpstreamSasl
 from connect_bridge.bridge.settings import SettingsError, load_settings
 from connect_bridge.codecs import messages as m
 from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.wire.client import ClientError, KafkaConnection
 from test_server import HOST, Running, run, running
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
@@ -189,8 +189,10 @@ def test_a_wrong_password_is_answered_then_closed_and_unknown_users_look_the_sam
 
 def test_authenticated_connections_carry_their_principal(bridge: Running) -> None:
     async def scenario() -> None:
-        alice = await KafkaConnection.connect(HOST, bridge.port, sasl=login("alice", "SCRAM-SHA-512"))
-        bob = await KafkaConnection.connect(HOST, bridge.port, sasl=login("bob", "PLAIN"))
+        alice = await KafkaConnection.connect(
+            HOST, bridge.port, login=upstream_login(login("alice", "SCRAM-SHA-512"))
+        )
+        bob = await KafkaConnection.connect(HOST, bridge.port, login=upstream_login(login("bob", "PLAIN")))
         for conn in (alice, bob):
             described = await describe(conn)
             assert [g.error_code for g in described.groups] == [ErrorCode.GROUP_ID_NOT_FOUND]
@@ -224,7 +226,7 @@ def test_session_lifetime_reauthentication_and_expiry(credentials: Path) -> None
             clock.now += 1_000  # the second session is over
             assert await closed(conn)
 
-            other = await KafkaConnection.connect(HOST, srv.port, sasl=login("alice"))
+            other = await KafkaConnection.connect(HOST, srv.port, login=upstream_login(login("alice")))
             with pytest.raises(SaslLoginError, match="Cannot change principals"):
                 await sasl_login(other, login("bob"))  # re-authenticating as someone else
             assert await closed(other)
@@ -330,7 +332,8 @@ def test_credentials_add_reads_the_password_from_stdin_or_the_environment(tmp_pa
     async def logs_in() -> None:
         settings = SaslSettings(mode="terminated", credentials_file=path)
         with running(sasl=settings) as srv:
-            conn = await KafkaConnection.connect(HOST, srv.port, sasl=login_as("dave", "dave-secret"))
+            dave = upstream_login(login_as("dave", "dave-secret"))
+            conn = await KafkaConnection.connect(HOST, srv.port, login=dave)
             await describe(conn)
             await conn.close()
 

@@ -17,13 +17,12 @@ from hypothesis import strategies as st
 from kafka.protocol.admin.groups import DescribeGroupsRequest
 
 from connect_bridge.bridge import describe as describe_cli
-from connect_bridge.bridge import wire_map as wm
-from connect_bridge.bridge.committer import Committer
-from connect_bridge.bridge.handlers import LocalApis, now_ms
+from connect_bridge.bridge.coordination.handlers import LocalApis, now_ms
+from connect_bridge.bridge.coordination.runtime import CoordinatorRuntime
 from connect_bridge.bridge.metrics import Metrics
-from connect_bridge.bridge.runtime import CoordinatorRuntime
 from connect_bridge.bridge.server import BridgeServer, ServerOptions
-from connect_bridge.bridge.store import MemoryRecordStore
+from connect_bridge.bridge.stores.committer import Committer
+from connect_bridge.bridge.stores.store import MemoryRecordStore
 from connect_bridge.codecs.connect_protocol import Assignment, Subscription, encode_subscription
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.requests import decode_request, encode_request
@@ -35,6 +34,7 @@ from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.errors import RequestError
 from connect_bridge.state.limits import RequestLimits
 from connect_bridge.state.model import ClientAssignor, ConfigView
+from connect_bridge.wire import maps as wm
 from polling import eventually
 
 _L = RequestLimits()

@@ -1,4 +1,4 @@
-"""Terminated SASL (``bridge/scram.py``): the SCRAM and PLAIN servers against a real client.
+"""Terminated SASL (``bridge/security/scram.py``): the SCRAM and PLAIN servers against a real client.
 
 The client side is kafka-python's own SCRAM implementation (``kafka.net.sasl.scram.ScramClient``,
 the code its consumers and admin clients run), driven message by message; no network is needed to
@@ -14,8 +14,8 @@ from collections.abc import Callable
 import pytest
 from kafka.net.sasl.scram import ScramClient
 
-from connect_bridge.bridge.credentials import CredentialStore
-from connect_bridge.bridge.scram import (
+from connect_bridge.bridge.security.credentials import CredentialStore
+from connect_bridge.bridge.security.scram import (
     SASL_AUTHENTICATION_FAILED,
     PlainServer,
     SaslAuthenticationFailed,

@@ -13,11 +13,11 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from connect_bridge.bridge import wire_map as wm
-from connect_bridge.bridge.client import KafkaConnection
 from connect_bridge.codecs import messages as m
 from connect_bridge.codecs.ids import ConnectorTaskId
 from connect_bridge.state import api as napi
+from connect_bridge.wire import maps as wm
+from connect_bridge.wire.client import KafkaConnection
 
 G = "connect-cluster"
 OFFSET = 5

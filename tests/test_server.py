@@ -23,11 +23,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from connect_bridge.bridge import wire_map as wm
-from connect_bridge.bridge.client import ClientError, KafkaConnection
 from connect_bridge.bridge.describe import describe
 from connect_bridge.bridge.server import BridgeServer, ServerOptions
-from connect_bridge.bridge.store import FileRecordStore, MemoryRecordStore
+from connect_bridge.bridge.stores.store import FileRecordStore, MemoryRecordStore
 from connect_bridge.codecs import messages as m
 from connect_bridge.codecs.connect_protocol import (
     Assignment,
@@ -44,6 +42,8 @@ from connect_bridge.state import classic_api as capi
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.legacy_members import CONFIG_MISMATCH
 from connect_bridge.state.model import ConfigView
+from connect_bridge.wire import maps as wm
+from connect_bridge.wire.client import ClientError, KafkaConnection
 from polling import wait_until
 
 G = "connect-cluster"

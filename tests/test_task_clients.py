@@ -8,7 +8,7 @@ import logging
 import pytest
 from kafka.protocol.metadata import MetadataRequest
 
-from connect_bridge.bridge.task_clients import ClientKind, RelayedClients, client_kind
+from connect_bridge.bridge.upstream.task_clients import ClientKind, RelayedClients, client_kind
 from connect_bridge.codecs.requests import peek_client_id
 
 

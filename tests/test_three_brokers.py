@@ -40,8 +40,8 @@ import pytest
 from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.protocol.metadata import MetadataRequest
 
-from connect_bridge.bridge.client import KafkaConnection
 from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.wire.client import KafkaConnection
 from kafka_cluster import KafkaCluster, metadata_brokers, running_cluster
 from kafka_fixtures import BridgeProcess, KafkaStartError, accepts, start_bridge
 from kafka_processes import HOST, free_ports

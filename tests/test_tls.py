@@ -1,4 +1,5 @@
-"""TLS contexts and certificate reload (``bridge/tls.py``): real certificates, real handshakes over loopback.
+"""TLS contexts and certificate reload (``bridge/security/tls.py``): real certificates, real handshakes
+over loopback.
 
 The server side is an asyncio server on ``ReloadingServerContext.context`` (as the bridge's listener
 will be), the client side a context from ``client_context``; what each side saw (peer certificate
@@ -20,7 +21,7 @@ import pytest
 from pydantic import ValidationError
 
 from certs import KEY_PASSWORD, TlsMaterial, tls_material
-from connect_bridge.bridge.tls import (
+from connect_bridge.bridge.security.tls import (
     ListenerTls,
     ReloadingServerContext,
     TlsError,

@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from connect_bridge.bridge.client import ClientError, KafkaConnection
+from connect_bridge.wire.client import ClientError, KafkaConnection
 from kafka_fixtures import BROKER_NODE_ID, BridgeProcess, ConnectWorker
 from kafka_secure import SecureKafka
 from polling import wait_until
@@ -162,8 +162,8 @@ def test_upstream_tls_mistakes_are_one_actionable_line(secure_kafka: SecureKafka
     """Upstream discovery (what ``serve`` retries at start, then reports as one line) against the
     real broker: a CA that did not sign the broker, TLS towards its plaintext listener, plaintext
     towards its SSL listener; and a right configuration that discovers the broker."""
-    from connect_bridge.bridge.proxy import UpstreamCluster
-    from connect_bridge.bridge.tls import UpstreamTls, client_context
+    from connect_bridge.bridge.security.tls import UpstreamTls, client_context
+    from connect_bridge.bridge.upstream.cluster import UpstreamCluster
 
     kafka, m = secure_kafka, secure_kafka.material
 

@@ -23,14 +23,15 @@ from kafka.protocol.metadata import ApiVersionsRequest
 
 from certs import TlsMaterial, tls_material
 from connect_bridge.bridge import app
-from connect_bridge.bridge.client import ClientError, KafkaConnection
-from connect_bridge.bridge.metrics import Metrics, start_http
+from connect_bridge.bridge.edge.connection import ANONYMOUS
+from connect_bridge.bridge.edge.http import start_http
+from connect_bridge.bridge.metrics import Metrics
+from connect_bridge.bridge.security.tls import ListenerTls, ReloadingServerContext, certificate_principal
+from connect_bridge.bridge.security.upstream_security import UpstreamSecurity
 from connect_bridge.bridge.server import BridgeServer, ServerOptions
-from connect_bridge.bridge.server_connection import ANONYMOUS
 from connect_bridge.bridge.settings import SettingsError, load_settings
-from connect_bridge.bridge.store import MemoryRecordStore
-from connect_bridge.bridge.tls import ListenerTls, ReloadingServerContext, certificate_principal
-from connect_bridge.bridge.upstream_security import UpstreamSecurity
+from connect_bridge.bridge.stores.store import MemoryRecordStore
+from connect_bridge.wire.client import ClientError, KafkaConnection
 
 __all__ = ["tls_material"]
 

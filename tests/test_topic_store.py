@@ -9,8 +9,8 @@ import time
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
-from connect_bridge.bridge.store import StoreError
-from connect_bridge.bridge.topic_store import TopicRecordStore, ensure_state_topic
+from connect_bridge.bridge.stores.store import StoreError
+from connect_bridge.bridge.stores.topic_store import TopicRecordStore, ensure_state_topic
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.record_codec import decode_record
 from connect_bridge.state.records import Record, RecordType

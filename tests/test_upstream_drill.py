@@ -13,7 +13,7 @@ from pathlib import Path
 
 from kafka import KafkaConsumer, TopicPartition
 
-from connect_bridge.bridge.config_topic import parse_config_records
+from connect_bridge.bridge.stores.config_topic import parse_config_records
 from connect_bridge.drills.checker import check
 from connect_bridge.drills.live import run_live
 from connect_bridge.drills.scenario import load_scenario

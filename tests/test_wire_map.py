@@ -1,10 +1,9 @@
-"""wire_map: engine value -> wire message -> bytes -> wire message -> engine value, for every version."""
+"""wire.maps: engine value -> wire message -> bytes -> wire message -> engine value, for every version."""
 
 from __future__ import annotations
 
 import pytest
 
-from connect_bridge.bridge import wire_map as wm
 from connect_bridge.codecs import messages as m
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.errors import CodecError
@@ -21,6 +20,7 @@ from connect_bridge.state.classic_group import ClassicDescribedGroup, ClassicDes
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.model import EMPTY, AssignedMetadata, ClientAssignor, ConfigView
+from connect_bridge.wire import maps as wm
 
 ITEMS = frozenset(
     {ConnectorTaskId("a", -1), ConnectorTaskId("a", 0), ConnectorTaskId("a", 2), ConnectorTaskId("b", 1)}

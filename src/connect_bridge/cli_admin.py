@@ -75,8 +75,8 @@ def admin_endpoint(
     serve its worker-listener connection too, so there they are simply not used for plain HTTP.
     Raises :class:`AdminError` (a bad address, a scheme other than http/https, a TLS file that cannot
     be used)."""
+    from connect_bridge.bridge.security.tls import TlsError, UpstreamTls, client_context
     from connect_bridge.bridge.settings import parse_host_port
-    from connect_bridge.bridge.tls import TlsError, UpstreamTls, client_context
 
     scheme, sep, rest = admin.partition("://")
     if not sep:
@@ -163,7 +163,7 @@ TOKEN_ENV = "CONNECT_BRIDGE_ADMIN_TOKEN_FILE"
 def admin_token(endpoint: AdminEndpoint, timeout: float) -> str:
     """The admin token: from ``--admin-token-file``, ``$CONNECT_BRIDGE_ADMIN_TOKEN_FILE``, or the file
     ``GET /admin/token-file`` names (module docstring). :class:`AdminError` when it cannot be read."""
-    from connect_bridge.bridge.admin_access import TOKEN_FILE_PATH
+    from connect_bridge.bridge.security.admin_access import TOKEN_FILE_PATH
 
     path = endpoint.token_file or os.environ.get(TOKEN_ENV)
     if not path:

@@ -62,7 +62,7 @@ def _read_password(env_var: str | None, user: str) -> str:
 def cmd_credentials_add(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from connect_bridge.bridge.credentials import CredentialsError, add_user
+    from connect_bridge.bridge.security.credentials import CredentialsError, add_user
 
     try:
         password = _read_password(args.password_env, args.user)
@@ -82,7 +82,7 @@ def _describe_tls(args: argparse.Namespace) -> Any:
     client certificate); None for a plaintext listener."""
     if not (args.tls or args.ca_file or args.cert or args.key):
         return None
-    from connect_bridge.bridge.tls import UpstreamTls, client_context
+    from connect_bridge.bridge.security.tls import UpstreamTls, client_context
 
     try:
         settings = UpstreamTls(cafile=args.ca_file, certfile=args.cert, keyfile=args.key)
@@ -96,7 +96,7 @@ def _describe_sasl(args: argparse.Namespace) -> Any:
     the password as ``credentials add`` reads it), or None."""
     if not args.sasl_user:
         return None
-    from connect_bridge.bridge.sasl_settings import UpstreamSasl
+    from connect_bridge.bridge.security.sasl_settings import UpstreamSasl
 
     password = _read_password(args.password_env, args.sasl_user)
     if not password:
@@ -151,11 +151,11 @@ def _group_argument(args: argparse.Namespace) -> str | None:
 def cmd_describe(args: argparse.Namespace) -> int:
     import asyncio
 
-    from connect_bridge.bridge.client import HttpAnswerError
     from connect_bridge.bridge.describe import describe, render_members, render_table
     from connect_bridge.bridge.settings import parse_host_port
     from connect_bridge.bridge.startup import StartupError, reason
     from connect_bridge.codecs.error_codes import ErrorCode
+    from connect_bridge.wire.client import HttpAnswerError
 
     try:
         host, port = parse_host_port(args.bootstrap)
@@ -224,7 +224,7 @@ def cmd_describe(args: argparse.Namespace) -> int:
 
 def render_task_clients(task_clients: list[dict[str, str]]) -> str:
     """The footer ``describe --admin`` prints when connector task data passes through the bridge."""
-    from connect_bridge.bridge.task_clients import WORKER_SETTING, ClientKind
+    from connect_bridge.bridge.upstream.task_clients import WORKER_SETTING, ClientKind
 
     settings = sorted({WORKER_SETTING[ClientKind(c["client_kind"])] for c in task_clients})
     seen = ", ".join(f"{c['client_id']} from {c['host']}" for c in task_clients[:5])
@@ -251,7 +251,7 @@ def _endpoint(args: argparse.Namespace) -> AdminEndpoint:
 def cmd_adopt(args: argparse.Namespace) -> int:
     """POST /admin/groups/GROUP/adopt on the bridge's metrics listener (or GET /admin/groups with
     ``--status``): 0 when adopted, 1 with the reason when the takeover condition does not hold."""
-    from connect_bridge.bridge.server_admin import adopt_path
+    from connect_bridge.bridge.admin import adopt_path
 
     if args.status or not args.group:
         method, path = "GET", "/admin/groups"
@@ -275,7 +275,7 @@ def cmd_drain(args: argparse.Namespace) -> int:
     """POST /admin/drain: the bridge hands every state partition to the other bridges (they take its
     groups over without waiting for a session timeout), then stops; 0 once it answered drained
     (docs/high-availability.md "Drain and rolling upgrade of the bridges")."""
-    from connect_bridge.bridge.server_admin import DRAIN_PATH
+    from connect_bridge.bridge.admin import DRAIN_PATH
 
     try:
         code, body = admin_request(_endpoint(args), "POST", DRAIN_PATH, args.timeout)
@@ -293,7 +293,7 @@ def cmd_release(args: argparse.Namespace) -> int:
     takes about one heartbeat interval (docs/adoption.md "Hand-back")."""
     import time
 
-    from connect_bridge.bridge.server_admin import release_path
+    from connect_bridge.bridge.admin import release_path
 
     try:
         endpoint = _endpoint(args)

@@ -159,8 +159,8 @@ def client_security(path: Path, name: str = "describe") -> ClientSecurity:
     ``CommandConfigError`` or ``TlsError`` (a PEM file that cannot be used) in one line."""
     from pydantic import SecretStr
 
-    from connect_bridge.bridge.sasl_settings import UpstreamSasl
-    from connect_bridge.bridge.tls import UpstreamTls, client_context
+    from connect_bridge.bridge.security.sasl_settings import UpstreamSasl
+    from connect_bridge.bridge.security.tls import UpstreamTls, client_context
 
     where = f"--command-config {path}"
     props = read_properties(path)

@@ -13,29 +13,30 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from connect_bridge.bridge import sd_notify
-from connect_bridge.bridge.acls import AclFileError
-from connect_bridge.bridge.admin_access import AdminAccess, AdminTokenError, load_admin_token
-from connect_bridge.bridge.authorization import (
+from connect_bridge.bridge.admin import admin_handler
+from connect_bridge.bridge.edge import sd_notify
+from connect_bridge.bridge.edge.accept import Listener
+from connect_bridge.bridge.edge.http import start_http
+from connect_bridge.bridge.metrics import Metrics
+from connect_bridge.bridge.security.acls import AclFileError
+from connect_bridge.bridge.security.admin_access import AdminAccess, AdminTokenError, load_admin_token
+from connect_bridge.bridge.security.authorization import (
     GroupAuthorizer,
     authorizer_from_settings,
     fetch_upstream_rules,
     refresh_from_upstream,
 )
-from connect_bridge.bridge.config_source import ConfigViewWatcher, ViewDelivery
-from connect_bridge.bridge.config_topic import ConfigTopicWatcher
-from connect_bridge.bridge.exposure import admin_exposure_warning, listener_exposure_warning
-from connect_bridge.bridge.metrics import Metrics, start_http
-from connect_bridge.bridge.partitioned_store import PartitionedTopicStore
+from connect_bridge.bridge.security.exposure import admin_exposure_warning, listener_exposure_warning
+from connect_bridge.bridge.security.tls import ReloadingServerContext, TlsError
+from connect_bridge.bridge.security.upstream_security import UpstreamSecurity, upstream_security
 from connect_bridge.bridge.server import BridgeServer, ServerOptions
-from connect_bridge.bridge.server_accept import Listener
-from connect_bridge.bridge.server_admin import admin_handler
 from connect_bridge.bridge.settings import BridgeSettings
 from connect_bridge.bridge.startup import StartupError, bind_error
-from connect_bridge.bridge.store import FileRecordStore, RecordStore, StoreError
-from connect_bridge.bridge.tls import ReloadingServerContext, TlsError
-from connect_bridge.bridge.topic_store import TopicRecordStore
-from connect_bridge.bridge.upstream_security import UpstreamSecurity, upstream_security
+from connect_bridge.bridge.stores.config_source import ConfigViewWatcher, ViewDelivery
+from connect_bridge.bridge.stores.config_topic import ConfigTopicWatcher
+from connect_bridge.bridge.stores.partitioned_store import PartitionedTopicStore
+from connect_bridge.bridge.stores.store import FileRecordStore, RecordStore, StoreError
+from connect_bridge.bridge.stores.topic_store import TopicRecordStore
 from connect_bridge.logs import configure_logging
 
 log = logging.getLogger("connect_bridge.app")
@@ -180,8 +181,8 @@ def check_settings(settings: BridgeSettings) -> str:
     SASL credentials file, an existing admin token file) is read and checked now, and nothing is
     bound, created or connected to. Returns the one line ``serve --check`` prints; raises
     ``StartupError`` with the one line a start would fail with."""
-    from connect_bridge.bridge.acls import load_acl_file
-    from connect_bridge.bridge.credentials import CredentialsError, load_credentials
+    from connect_bridge.bridge.security.acls import load_acl_file
+    from connect_bridge.bridge.security.credentials import CredentialsError, load_credentials
 
     tls_contexts(settings)
     if settings.authorization.enabled and settings.authorization.acl_file is not None:

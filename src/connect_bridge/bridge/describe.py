@@ -14,8 +14,6 @@ from typing import Any
 from kafka.protocol.admin.groups import DescribeGroupsRequest
 from kafka.protocol.metadata import ApiVersionsRequest
 
-from connect_bridge.bridge import wire_map as wm
-from connect_bridge.bridge.client import KafkaConnection
 from connect_bridge.bridge.describe_view import (
     classic_group_view,
     connect_group_view,
@@ -23,9 +21,12 @@ from connect_bridge.bridge.describe_view import (
     render_members,
     render_table,
 )
+from connect_bridge.bridge.security.sasl_client import upstream_login
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.messages import ApiKey
 from connect_bridge.state.model import GroupType
+from connect_bridge.wire import maps as wm
+from connect_bridge.wire.client import KafkaConnection
 
 __all__ = ["describe", "printable", "render_members", "render_table"]
 
@@ -55,7 +56,9 @@ async def describe(
     """Every group (or ``group``) as a plain dict: ListGroups says which API describes each one.
     ``ssl``: the bridge's listener has ``tls:`` (``describe --ca-file/--cert/--key``); ``sasl``: it
     has ``sasl:`` (an ``UpstreamSasl`` login, ``describe --sasl-user``)."""
-    conn = await KafkaConnection.connect(host, port, client_id="connect-bridge-describe", ssl=ssl, sasl=sasl)
+    login = upstream_login(sasl)
+    client_id = "connect-bridge-describe"
+    conn = await KafkaConnection.connect(host, port, client_id=client_id, ssl=ssl, login=login)
     try:
         listed = wm.list_groups_response_from_wire(
             await conn.request(wm.list_groups_to_wire(LIST_GROUPS_VERSION), LIST_GROUPS_VERSION)

@@ -1,7 +1,7 @@
 """The bridge process: an asyncio Kafka-protocol server in front of the pure coordinator.
 
 One event loop owns the coordinator, so requests from every connection are serialized into it.
-A connection takes a slot when accepted, before its TLS handshake (``server_accept``). Per
+A connection takes a slot when accepted, before its TLS handshake (``edge.accept``). Per
 connection a reader decodes frames (size checked before buffering; smaller limits before
 authentication), one request in flight for the bridge's own answers, and queues, in request
 order, either a ready response or a future of one; a writer sends them in that same order, each
@@ -27,46 +27,49 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from connect_bridge.bridge.api_table import (
-    API_NAMES,
-    DECODED_FOR_ROUTING,
-)
-from connect_bridge.bridge.committer import Committer, Fenced
-from connect_bridge.bridge.decoding import FrameDecoder
-from connect_bridge.bridge.fastpath import Framed, SteadyHeartbeats
-from connect_bridge.bridge.ha_owners import BridgeAddress
-from connect_bridge.bridge.handlers import Client, LocalApis, now_ms
-from connect_bridge.bridge.metrics import Metrics
-from connect_bridge.bridge.runtime import CoordinatorRuntime
-from connect_bridge.bridge.server_accept import ConnectionSlots, Listener, Slot, start_listener
-from connect_bridge.bridge.server_adoption import Adoption
-from connect_bridge.bridge.server_connection import (
+from connect_bridge.bridge.adoption.wiring import Adoption
+from connect_bridge.bridge.coordination.api_table import API_NAMES, DECODED_FOR_ROUTING, Answer
+from connect_bridge.bridge.coordination.fastpath import Framed, SteadyHeartbeats
+from connect_bridge.bridge.coordination.handlers import Client, LocalApis, now_ms
+from connect_bridge.bridge.coordination.runtime import CoordinatorRuntime
+from connect_bridge.bridge.edge.accept import ConnectionSlots, Listener, RateLimited, Slot, start_listener
+from connect_bridge.bridge.edge.connection import (
     AcceptFailures,
     Answering,
     Connection,
-    RateLimited,
+    Outcome,
     authentication_deadline,
     connections_the_open_files_allow,
     idle_watchdog,
 )
-from connect_bridge.bridge.server_frames import FrameAdmission
-from connect_bridge.bridge.server_ha import HighAvailability, membership_factory
-from connect_bridge.bridge.server_options import ServerOptions
-from connect_bridge.bridge.server_proxy import (
+from connect_bridge.bridge.edge.decoding import FrameDecoder
+from connect_bridge.bridge.edge.frames import FrameAdmission
+from connect_bridge.bridge.edge.sasl_gate import Admission, SaslGate
+from connect_bridge.bridge.ha.owners import BridgeAddress
+from connect_bridge.bridge.ha.partitions import HighAvailability, membership_factory
+from connect_bridge.bridge.metrics import Metrics
+from connect_bridge.bridge.proxy.listeners import (
     LISTEN_BUFFER,
     BrokerListeners,
     forward_observed,
     forward_upstream,
-    start_proxy,
+    proxy_mode,
 )
-from connect_bridge.bridge.server_relay import Relay
-from connect_bridge.bridge.server_sasl import Admission, SaslGate
+from connect_bridge.bridge.proxy.relay import Relay
+from connect_bridge.bridge.security.tls import certificate_principal
+from connect_bridge.bridge.server_options import ServerOptions
 from connect_bridge.bridge.startup import bind_error
-from connect_bridge.bridge.store import RecordStore, StoreError
-from connect_bridge.bridge.tls import certificate_principal
+from connect_bridge.bridge.stores.committer import Committer, Fenced
+from connect_bridge.bridge.stores.store import RecordStore, StoreError
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.messages import ApiKey, api_spec
-from connect_bridge.codecs.requests import DecodedRequest, RequestDecodeError, encode_response_frame
+from connect_bridge.codecs.requests import (
+    DecodedRequest,
+    RequestDecodeError,
+    encode_response_frame,
+    request_api_key,
+    request_header_fields,
+)
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.model import ConfigView
 
@@ -74,8 +77,6 @@ __all__ = ["BridgeServer", "ServerOptions"]
 
 log = logging.getLogger("connect_bridge.server")
 _SIZE = struct.Struct(">i")
-_I16 = struct.Struct(">h")
-_PEEK = struct.Struct(">hhi")
 _NONE = int(ErrorCode.NONE)
 RELAYED = "Relayed"
 """The metrics label of answers relayed from the upstream cluster."""
@@ -143,8 +144,7 @@ class BridgeServer:
         self.adoption: Adoption | None = None
         """Proxy mode with ``adoption.groups``: relays, observes and takes groups over (issue 16)."""
         self.sasl: SaslGate | None = None
-        """``sasl.mode`` passthrough or terminated: authenticates every connection (server_sasl.py)."""
-        self._listeners: list[Listener] = []
+        """``sasl.mode`` passthrough or terminated: authenticates every connection (edge/sasl_gate.py)."""
         self._bootstrap_node = 0
         self.broker_listeners: BrokerListeners | None = None
         """Proxy mode: the relay listener of every upstream broker, opened as brokers appear."""
@@ -176,13 +176,15 @@ class BridgeServer:
         )
         node = 0
         if self.options.upstream:
-            node = await start_proxy(self, advertised[0])
-            advertised = (advertised[0], self.relay.cluster.advertised_port(node))
+            proxy = proxy_mode(self, advertised[0])
+            self.relay, self.adoption, self.broker_listeners = proxy.relay, proxy.adoption, proxy.listeners
+            node = self._bootstrap_node = await proxy.start()
+            advertised = (advertised[0], proxy.relay.cluster.advertised_port(node))
         self._set_up_handlers(advertised, node)
         self._tasks.append(self.supervise(self._load(), "loading the state"))
         # Not before: in proxy mode the upstream may take a while to answer (retried), and a
         # connection accepted meanwhile would meet a server without its request handlers.
-        for server in [self._server, *self._listeners]:
+        for server in self._listeners():
             await server.start_serving()
         if self.broker_listeners is not None:
             self.broker_listeners.start_serving()
@@ -200,7 +202,7 @@ class BridgeServer:
 
     async def listen(self, port: int, node_id: int | None = None) -> Listener:
         """A listener on ``port`` (not accepting yet) whose connections take a slot when accepted,
-        before their TLS handshake (``server_accept``); ``node_id``: the upstream broker it stands for."""
+        before their TLS handshake (``edge.accept``); ``node_id``: the upstream broker it stands for."""
         return await start_listener(
             functools.partial(self._on_connection, node_id=node_id),
             self.options.host,
@@ -236,6 +238,11 @@ class BridgeServer:
             )
         self.decoder = FrameDecoder(self.options.limits)
         self.frames = FrameAdmission(self.options, self.decoder)
+
+    def _listeners(self) -> list[Listener]:
+        """The worker listener and, in proxy mode, every relay listener opened so far."""
+        opened = self.broker_listeners.opened if self.broker_listeners is not None else []
+        return [listener for listener in [self._server, *opened] if listener is not None]
 
     @property
     def _listener_ssl(self) -> ssl.SSLContext | None:
@@ -330,10 +337,9 @@ class BridgeServer:
 
     async def stop(self) -> None:
         """Graceful shutdown: stop accepting, finish in-flight writes, flush the store."""
-        for server in [self._server, *self._listeners]:
-            if server is not None:
-                server.close()
-                await server.wait_closed()
+        for server in self._listeners():
+            server.close()
+            await server.wait_closed()
         for writer in [c.writer for c in self.open_connections]:
             # abort, not close: close() waits to flush to a peer that may never read again, which
             # would leave its connection task stuck in drain() forever.
@@ -546,7 +552,7 @@ class BridgeServer:
                     answered = None
                 if answered is not None:
                     frame, result = answered
-                    answering = Answering(*_PEEK.unpack_from(payload, 0))
+                    answering = Answering(*request_header_fields(payload))
                     # The rest of the step's bookkeeping runs once the answer is written, off the
                     # path of a worker waiting for it (and before anything else can run).
                     settle = functools.partial(self.runtime.settle, result)
@@ -560,14 +566,15 @@ class BridgeServer:
         decoded: DecodedRequest | RequestDecodeError | None = None
         relay = self.relay
         if relay is not None and len(payload) >= 10:
-            api_key = _I16.unpack_from(payload, 0)[0]
+            api_key = request_api_key(payload)
             if api_key in DECODED_FOR_ROUTING:
                 decoded = await self.decoder.decode(payload)
-            adopting = self.adoption is not None and self.loaded and isinstance(decoded, DecodedRequest)
-            if adopting and await self.adoption.before_routing(conn, api_key, decoded):
-                return await forward_observed(self, conn, payload, decoded, started)
+            adoption = self.adoption
+            adopting = adoption is not None and self.loaded and isinstance(decoded, DecodedRequest)
+            if adopting and await adoption.before_routing(conn, api_key, decoded):
+                return await forward_observed(relay, adoption, self._respond, conn, payload, decoded, started)
             if not relay.answers_locally(api_key, decoded):
-                return await forward_upstream(self, conn, payload, api_key, started)
+                return await forward_upstream(relay, self._respond, conn, payload, api_key, started)
         if decoded is None:
             decoded = await self.decoder.decode(payload)
         if isinstance(decoded, RequestDecodeError):
@@ -587,7 +594,7 @@ class BridgeServer:
         await self._respond(conn, decoded, outcome, self.committer.written, started)
         return True
 
-    def _answer_here(self, request: DecodedRequest, conn: Connection) -> Any:
+    def _answer_here(self, request: DecodedRequest, conn: Connection) -> Answer:
         assert self.apis is not None
         return self.apis.handle(request, Client(request.client_id or "", conn.host, conn.principal))
 
@@ -602,7 +609,7 @@ class BridgeServer:
         self,
         conn: Connection,
         request: DecodedRequest | Answering | None,
-        outcome: Any,
+        outcome: Outcome,
         seq: int,
         started: float,
         then: Callable[[], None] | None = None,
@@ -672,12 +679,12 @@ class BridgeServer:
                 conn.pending_here -= 1
             conn.answered.set()
 
-    def _encode(self, request: DecodedRequest | Answering | None, outcome: Any, started: float) -> bytes:
+    def _encode(self, request: DecodedRequest | Answering | None, outcome: Outcome, started: float) -> bytes:
         """``outcome`` is a response message, or an already framed response (``request`` None)."""
         self._observe(request, outcome, time.perf_counter() - started)
         return self._frame(request, outcome)
 
-    def _observe(self, request: DecodedRequest | Answering | None, outcome: Any, seconds: float) -> None:
+    def _observe(self, request: DecodedRequest | Answering | None, outcome: Outcome, seconds: float) -> None:
         """Count one answer, ``seconds`` after its request arrived."""
         if self.metrics is not None:
             # A relayed answer is not decoded: its error code is the broker's business (NONE here).
@@ -685,7 +692,7 @@ class BridgeServer:
             self.metrics.observe_request(name, seconds, getattr(outcome, "error_code", _NONE))
 
     @staticmethod
-    def _frame(request: DecodedRequest | Answering | None, outcome: Any) -> bytes:
+    def _frame(request: DecodedRequest | Answering | None, outcome: Outcome) -> bytes:
         """The answer's bytes: ``outcome`` is a response message, or an already framed response."""
         if isinstance(outcome, Framed):
             return outcome.frame  # framed by the steady-heartbeat path

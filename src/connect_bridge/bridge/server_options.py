@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from connect_bridge.bridge.adoption_settings import AdoptionSettings
-from connect_bridge.bridge.authorization import GroupAuthorizer
-from connect_bridge.bridge.connection_settings import ConnectionSettings
-from connect_bridge.bridge.ha_settings import HaSettings
-from connect_bridge.bridge.sasl_settings import SaslSettings
-from connect_bridge.bridge.tls import ReloadingServerContext
-from connect_bridge.bridge.upstream_security import UpstreamSecurity
+from connect_bridge.bridge.adoption.settings import AdoptionSettings
+from connect_bridge.bridge.edge.connection_settings import ConnectionSettings
+from connect_bridge.bridge.ha.settings import HaSettings
+from connect_bridge.bridge.security.authorization import GroupAuthorizer
+from connect_bridge.bridge.security.sasl_settings import SaslSettings
+from connect_bridge.bridge.security.tls import ReloadingServerContext
+from connect_bridge.bridge.security.upstream_security import UpstreamSecurity
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.limits import RequestLimits
 

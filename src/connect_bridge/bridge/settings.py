@@ -10,13 +10,11 @@ pure engine.
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import json
 import re
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
@@ -29,12 +27,13 @@ from pydantic import (
     model_validator,
 )
 
-from connect_bridge.bridge.adoption_settings import AdoptionSettings
-from connect_bridge.bridge.authorization import AuthorizationSettings
-from connect_bridge.bridge.connection_settings import ConnectionSettings
-from connect_bridge.bridge.ha_settings import HaSettings
-from connect_bridge.bridge.sasl_settings import SaslSettings, UpstreamSasl, check_sasl_combination
-from connect_bridge.bridge.tls import ListenerTls, UpstreamTls
+from connect_bridge.bridge.adoption.settings import AdoptionSettings
+from connect_bridge.bridge.edge.connection_settings import ConnectionSettings
+from connect_bridge.bridge.ha.settings import HaSettings
+from connect_bridge.bridge.security.authorization import AuthorizationSettings
+from connect_bridge.bridge.security.sasl_settings import SaslSettings, UpstreamSasl, check_sasl_combination
+from connect_bridge.bridge.security.tls import ListenerTls, UpstreamTls
+from connect_bridge.bridge.validation import format_validation_error, nearest_key, section_model
 from connect_bridge.state.config import CoordinatorConfig, MigrationPolicy
 from connect_bridge.state.limits import INT16_STRING_BYTES, RequestLimits
 
@@ -47,7 +46,6 @@ _DEFAULTS = CoordinatorConfig()
 _LIMITS = RequestLimits()
 _REQUEST_LIMIT_FIELDS = {f.name for f in dataclasses.fields(RequestLimits)}
 _WILDCARD_HOSTS = frozenset({"", "0.0.0.0", "::", "[::]"})
-_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 _HOST_PORT = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.%\w]+)\]|(?P<host>[^\s:\[\]]+)):(?P<port>\d{1,5})$")
 
 
@@ -388,84 +386,6 @@ class BridgeSettings(_Strict):
         return host, port
 
 
-def format_validation_error(
-    source: str,
-    error: ValidationError,
-    override_keys: frozenset[str] = frozenset(),
-    root: type[BaseModel] | None = None,
-) -> str:
-    """One line for all of a ValidationError's problems: ``source: a.b: message; c: message``.
-
-    Problems in a field that came from the command line are attributed to it, not to the file, so
-    the operator looks in the right place. With ``root`` (the validated model), an unknown key
-    names the nearest valid one. Shared with ``config_source``.
-    """
-    parts = []
-    for detail in error.errors(include_url=False):
-        path = _loc_path(detail["loc"])
-        message = str(detail["msg"]).removeprefix("Value error, ")
-        if detail["type"] == "extra_forbidden" and root is not None:
-            message = unknown_key_message(root, detail["loc"])
-        parts.append(f"{_origin(path, source, override_keys)}: {path or '(top level)'}: {message}")
-    return "; ".join(parts)
-
-
-def _section_at(root: type[BaseModel], loc: tuple[int | str, ...]) -> type[BaseModel] | None:
-    """The settings section that holds the key at ``loc`` (its last part), or None when unknown.
-    List indexes and user-chosen dict keys (a connector's name) stay on the element's section."""
-    model: type[BaseModel] | None = root
-    for part in loc[:-1]:
-        if model is None:
-            return None
-        field = model.model_fields.get(part) if isinstance(part, str) else None
-        if field is not None:
-            model = _section_model(field.annotation)
-    return model
-
-
-def nearest_key(key: str, valid: list[str]) -> str | None:
-    """The valid key an unknown ``key`` was most likely meant to be (a typo, a wrong separator), or
-    None when none is close: ``advertized_host`` -> ``advertised_host``."""
-    folded = {name.replace("-", "_").lower(): name for name in valid}
-    wanted = key.replace("-", "_").lower()
-    if wanted in folded:
-        return folded[wanted]
-    close = difflib.get_close_matches(wanted, list(folded), n=1, cutoff=0.75)
-    return folded[close[0]] if close else None
-
-
-def unknown_key_message(root: type[BaseModel], loc: tuple[int | str, ...]) -> str:
-    """``unknown setting; did you mean advertised_host?`` for a key no section has (``extra``
-    forbidden), naming the nearest valid key of that section when one is close."""
-    model = _section_at(root, loc)
-    key = loc[-1] if loc else ""
-    guess = nearest_key(str(key), list(model.model_fields)) if model is not None else None
-    return f"unknown setting; did you mean {guess}?" if guess else "unknown setting"
-
-
-def _loc_path(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        if part == "[key]":  # pydantic's marker for "the dict key itself", already in the path
-            continue
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif not _PLAIN_KEY.match(part):  # a user-chosen key (connector name) that needs quoting
-            out += f"[{json.dumps(part)}]"
-        else:
-            out += f".{part}" if out else part
-    return out
-
-
-def _origin(path: str, source: str, override_keys: frozenset[str]) -> str:
-    if any(path == key or path.startswith((key + ".", key + "[")) for key in override_keys):
-        return "command line"
-    # A cross-field check on a section (heartbeat vs session timeout) may involve both sources.
-    if any(not path or key.startswith(path + ".") for key in override_keys) and source != "command line":
-        return f"{source} + command line"
-    return source
-
-
 def _check_override_key(dotted: str) -> None:
     """Reject unknown names here: pydantic would blame a made-up section's shape, not the name."""
     keys = dotted.split(".")
@@ -481,15 +401,7 @@ def _check_override_key(dotted: str) -> None:
             raise SettingsError(
                 f"command line: {dotted}: no setting {key!r} in {parent or 'the top level'}{hint}"
             )
-        model = _section_model(field.annotation)
-
-
-def _section_model(annotation: Any) -> type[BaseModel] | None:
-    """The settings section a field holds (``X`` or ``X | None``), or None for a plain value."""
-    for candidate in (annotation, *get_args(annotation)):
-        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
-            return candidate
-    return None
+        model = section_model(field.annotation)
 
 
 def _apply_override(data: dict[str, Any], dotted: str, value: Any) -> None:

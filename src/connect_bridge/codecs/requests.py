@@ -41,6 +41,11 @@ __all__ = [
     "null_violation",
     "peek_client_id",
     "peek_request_header",
+    "read_unsigned_varint",
+    "request_api_key",
+    "request_body_offset",
+    "request_header_fields",
+    "without_correlation_id",
 ]
 
 DEFAULT_CLIENT_ID = "connect-bridge"
@@ -141,13 +146,77 @@ class DecodedRequest:
         return API_SPECS[self.api_key]
 
 
-# --- Requests -------------------------------------------------------------------------------------
+# --- The request header ---------------------------------------------------------------------------
+# Every request header version starts with the same fields at fixed offsets: api key (int16), api
+# version (int16), correlation id (int32), then (v1+) the client id as a classic nullable string;
+# only a flexible header adds tagged fields after it. Every module that routes, admits or relays a
+# frame by its header reads it here, the steady path too (one struct read, no decoding).
+
+
+def request_header_fields(payload: bytes | bytearray | memoryview) -> tuple[int, int, int]:
+    """Api key, api version and correlation id of an unframed request of at least 8 bytes, read at
+    their fixed offsets (``struct.error`` when shorter: callers on the hot path check the length
+    once themselves). :func:`peek_request_header` is the checked form."""
+    return _PEEK.unpack_from(payload, 0)
+
+
+def without_correlation_id(payload: bytes) -> bytes:
+    """An unframed request with its correlation id cut out: the same bytes every time a client
+    repeats the request (a steady heartbeat), so it keys what was decoded from the first one."""
+    return payload[:4] + payload[_PEEK.size :]
+
+
+def request_api_key(payload: bytes | bytearray | memoryview) -> int:
+    """The api key of an unframed request (its first two bytes), or -1 when it is shorter."""
+    return _INT16.unpack_from(payload, 0)[0] if len(payload) >= 2 else -1
 
 
 def peek_request_header(frame: bytes | bytearray | memoryview, *, framed: bool = True) -> RequestHeaderPeek:
     """Api key, version and correlation id, read at their fixed offsets without decoding anything else."""
     payload = _unframe_request(frame, framed)
     return _peek(payload)
+
+
+def peek_client_id(payload: bytes | bytearray | memoryview) -> str | None:
+    """The client id of an unframed request, read without decoding the rest, or None (null, or not
+    readable): every header version >= 1 starts with the same four fields, the client id a classic
+    (non-compact) nullable string, so a relayed frame is routed and attributed by its header alone."""
+    if len(payload) < _PEEK.size + 2:
+        return None
+    (n,) = _INT16.unpack_from(payload, _PEEK.size)
+    start = _PEEK.size + 2
+    if not 0 <= n <= len(payload) - start:
+        return None
+    return str(payload[start : start + n], "utf-8", "replace")
+
+
+def request_body_offset(payload: bytes | bytearray | memoryview, flexible_header: bool) -> int:
+    """Where the request body starts: after api key, version, correlation id, client id (and the
+    header's tagged fields when the header is flexible)."""
+    (length,) = _INT16.unpack_from(payload, _PEEK.size)
+    offset = _PEEK.size + 2 + max(length, 0)
+    if flexible_header:
+        count, offset = read_unsigned_varint(payload, offset)
+        for _ in range(count):
+            _, offset = read_unsigned_varint(payload, offset)
+            size, offset = read_unsigned_varint(payload, offset)
+            offset += size
+    return offset
+
+
+def read_unsigned_varint(data: bytes | bytearray | memoryview, offset: int) -> tuple[int, int]:
+    """The unsigned varint at ``offset`` and the offset after it (``IndexError`` past the end)."""
+    value = shift = 0
+    while True:
+        byte = data[offset]
+        offset += 1
+        value |= (byte & 0x7F) << shift
+        if not byte & 0x80:
+            return value, offset
+        shift += 7
+
+
+# --- Requests -------------------------------------------------------------------------------------
 
 
 def decode_request(frame: bytes | bytearray | memoryview, *, framed: bool = True) -> DecodedRequest:
@@ -239,7 +308,7 @@ NULLS_ANSWERED: frozenset[int] = frozenset(
     }
 )
 """The bridge's own group APIs, whose specs are ours and whose responses carry an error code: a null
-their spec forbids is answered INVALID_REQUEST naming the field (``wire_map``'s ``*_from_wire``
+their spec forbids is answered INVALID_REQUEST naming the field (``wire.maps``'s ``*_from_wire``
 raise :class:`CodecError`), like every other breach of the draft's validation rules. Everything
 else (Kafka's APIs, and ConnectGroupDescribe, which has no request-level error) is closed on."""
 
@@ -374,7 +443,7 @@ def _unframe_request(frame: bytes | bytearray | memoryview, framed: bool) -> mem
 def _peek_or_none(payload: memoryview) -> RequestHeaderPeek | None:
     if len(payload) < _PEEK.size:
         return None
-    return RequestHeaderPeek(*_PEEK.unpack_from(payload, 0))
+    return RequestHeaderPeek(*request_header_fields(payload))
 
 
 def _peek(payload: memoryview) -> RequestHeaderPeek:
@@ -385,18 +454,6 @@ def _peek(payload: memoryview) -> RequestHeaderPeek:
         )
     return peek
 
-
-def peek_client_id(payload: bytes | bytearray | memoryview) -> str | None:
-    """The client id of an unframed request, read without decoding the rest, or None (null, or not
-    readable): every header version >= 1 starts with the same four fields, the client id a classic
-    (non-compact) nullable string, so a relayed frame is routed and attributed by its header alone."""
-    if len(payload) < _PEEK.size + 2:
-        return None
-    (n,) = _INT16.unpack_from(payload, _PEEK.size)
-    start = _PEEK.size + 2
-    if not 0 <= n <= len(payload) - start:
-        return None
-    return str(payload[start : start + n], "utf-8", "replace")
 
 
 def _context(peek: RequestHeaderPeek, payload: memoryview) -> dict[str, Any]:

@@ -302,7 +302,7 @@ class SimulatedBridge:
         """A request nobody awaits an answer to (a LeaveGroup): applied if the bridge is up at ``at``.
 
         Routed as every other request is when it arrives: while the upstream coordinates the group
-        (relaying, released) the bridge relays it there, as ``server_adoption`` does. (Until fleet
+        (relaying, released) the bridge relays it there, as ``adoption.wiring`` does. (Until fleet
         97000000's drill 97000291092902 it always went to the bridge's own coordinator, so a worker
         stopped after a hand-back stayed an upstream member until its session ran out and the
         upstream leader dealt it work meanwhile.)"""
@@ -401,7 +401,7 @@ class SimulatedBridge:
     def _answer(self, sent: _Sent, req: Any, t: int, tag: str) -> Any:
         """The answer to ``req``: the bridge's coordinator's, or the upstream's through the relay
         (relaying, released), or per member while a hand-back is under way (docs/adoption.md,
-        ``server_adoption``); ``_HELD`` for a JoinGroup held until the hand-back completes,
+        ``adoption.wiring``); ``_HELD`` for a JoinGroup held until the hand-back completes,
         ``None`` for an answer the coordinator parked."""
         phase = self.phase()
         if self.upstream is not None and phase in (OwnershipState.RELAYING, OwnershipState.RELEASED):
@@ -418,7 +418,7 @@ class SimulatedBridge:
                 self.scenario.group, req.protocols, req.group_instance_id, t
             ):
                 # An earlier incarnation of this stopped worker leaves with no hold, before the
-                # round or the hold below, in the server's order (``server_adoption``); then the
+                # round or the hold below, in the server's order (``adoption.wiring``); then the
                 # same request is routed again, the group now without it.
                 self._after_coordinator(t)
                 self.at(t, self._finish_release)
@@ -554,7 +554,7 @@ class SimulatedBridge:
     def _finish_release(self, now: int) -> None:
         """Complete the hand-back once the bridge's group is empty and every worker sent upstream
         is back with its rejoin (held), or ``SETTLE_MS`` after the group emptied; then the held
-        JoinGroups go upstream (``server_adoption.finish_release``)."""
+        JoinGroups go upstream (``adoption.wiring.finish_release``)."""
         if self.phase() is not OwnershipState.RELEASING or not self.bridge_up or now < self.paused_until:
             return
         group = self.coordinator.groups.get(self.scenario.group)

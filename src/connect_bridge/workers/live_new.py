@@ -2,7 +2,7 @@
 
 The group logic is the I/O-free :class:`~connect_bridge.workers.new_protocol.NewProtocolWorker` the
 simulator drives; this class only moves its ConnectGroupHeartbeat requests over a
-:class:`~connect_bridge.bridge.client.KafkaConnection` and keeps time:
+:class:`~connect_bridge.wire.client.KafkaConnection` and keeps time:
 
 * heartbeats at the interval the coordinator returns, and at once after a revocation (the ack);
 * a connection error (refused, reset, timed out) is handled like a COORDINATOR_NOT_AVAILABLE answer:
@@ -26,11 +26,11 @@ import time
 import uuid
 from collections.abc import Callable
 
-from connect_bridge.bridge import wire_map as wm
-from connect_bridge.bridge.client import KafkaConnection, find_coordinator
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state import api
 from connect_bridge.state.model import Items
+from connect_bridge.wire import maps as wm
+from connect_bridge.wire.client import KafkaConnection, find_coordinator
 from connect_bridge.workers.new_protocol import NewProtocolWorker, Reaction
 
 __all__ = ["HEARTBEAT_VERSION", "EventSink", "LiveNewWorker", "monotonic_ms"]

@@ -1,0 +1,1 @@
+"""Taking running groups over from the upstream coordinator, and handing them back."""

@@ -1,0 +1,167 @@
+"""The steady-state heartbeat path: skip the spec engine for a frame the bridge has seen before.
+
+A stable member sends the same ConnectGroupHeartbeat bytes every interval, but for the correlation
+id; the answer is the same bytes too while nothing changes (no assignment, no error). So the decoded
+engine request is cached by the request bytes without the correlation id, and the encoded response
+body by the fields it is made of. The coordinator still handles every heartbeat, through the
+runtime like every other caller (sessions are renewed, epochs checked, the result applied); only
+decoding and encoding are saved. Anything unusual takes the full path.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, NamedTuple
+
+from connect_bridge.bridge.coordination.runtime import CoordinatorRuntime
+from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.codecs.messages import API_SPECS, ApiKey
+from connect_bridge.codecs.requests import (
+    decode_request,
+    request_header_fields,
+    response_frame,
+    without_correlation_id,
+)
+from connect_bridge.state import classic_api as capi
+from connect_bridge.state.api import HeartbeatRequest, HeartbeatResponse
+from connect_bridge.state.result import CoordinatorResult
+from connect_bridge.wire import maps as wm
+
+_HEARTBEAT = int(ApiKey.CONNECT_GROUP_HEARTBEAT)
+_CLASSIC_HEARTBEAT = int(ApiKey.HEARTBEAT)
+_NONE = int(ErrorCode.NONE)
+_HEARTBEAT_VERSION = 0
+"""The one ConnectGroupHeartbeat version taken here."""
+_RESPONSE_HEADER = API_SPECS[_HEARTBEAT].response_header_version(_HEARTBEAT_VERSION)
+_CLASSIC_RESPONSE_HEADER = tuple(
+    API_SPECS[_CLASSIC_HEARTBEAT].response_header_version(v)
+    for v in range(API_SPECS[_CLASSIC_HEARTBEAT].max_version + 1)
+)
+"""Response header version by Heartbeat version (v4+ is flexible: the header has tagged fields)."""
+_ENTRY_OVERHEAD = 256
+"""Bytes counted per cache entry besides its key (the dict slot, the decoded request or body)."""
+
+
+class Framed(NamedTuple):
+    """A response already framed here, with its error code (the metrics label it by that code)."""
+
+    frame: bytes
+    error_code: int
+
+
+class _Lru(OrderedDict):
+    """Least recently used entries go first once the entries' bytes exceed ``limit_bytes``."""
+
+    def __init__(self, limit_bytes: int) -> None:
+        super().__init__()
+        self.limit_bytes = limit_bytes
+        self.bytes = 0
+
+    @staticmethod
+    def _cost(key: Any) -> int:
+        return _ENTRY_OVERHEAD + (len(key) if isinstance(key, bytes) else sum(len(str(k)) for k in key))
+
+    def put(self, key: Any, value: Any) -> None:
+        if key not in self:
+            self.bytes += self._cost(key)
+        self[key] = value
+        while self.bytes > self.limit_bytes and self:
+            old, _ = self.popitem(last=False)
+            self.bytes -= self._cost(old)
+
+
+class SteadyHeartbeats:
+    """Caches decoded steady heartbeats and encoded answers (three LRUs sharing ``limit_bytes``)."""
+
+    def __init__(
+        self,
+        runtime: CoordinatorRuntime,
+        limit_bytes: int = 16 * 1024 * 1024,
+        max_frame: int = 4096,
+    ) -> None:
+        self.runtime = runtime
+        """The way to the coordinator: its checks (``answers_here``) and its steps."""
+        self.max_frame = max_frame
+        """Larger frames take the full path (a steady heartbeat is a few dozen bytes)."""
+        self.requests: _Lru = _Lru(limit_bytes // 3)
+        self.classic_requests: _Lru = _Lru(limit_bytes // 3)
+        self.bodies: _Lru = _Lru(limit_bytes // 3)
+
+    def answer(self, payload: bytes) -> tuple[Framed, CoordinatorResult[Any]] | None:
+        """The framed response (with its error code) and the step's result, submitted but not
+        settled (``CoordinatorRuntime.settle`` it once the answer is written), or None when this
+        frame needs the full path."""
+        api_key, version, correlation = request_header_fields(payload)
+        if len(payload) > self.max_frame:
+            return None
+        if api_key == _CLASSIC_HEARTBEAT:
+            return self._classic(payload, version, correlation)
+        if api_key != _HEARTBEAT or version != _HEARTBEAT_VERSION:
+            return None
+        key = without_correlation_id(payload)
+        req: HeartbeatRequest | None = self.requests.get(key)
+        known = req is not None
+        if req is None:
+            decoded = decode_request(payload, framed=False)
+            req = wm.heartbeat_from_wire(decoded.body, decoded.client_id or "", "")
+            if not _steady_request(req):
+                return None
+        runtime = self.runtime
+        if not runtime.answers_here(req.group_id):
+            return None
+        now = runtime.clock()
+        result = runtime.submit(lambda coordinator: coordinator.connect_heartbeat(req, now))
+        resp = result.response
+        if not known and resp.error_code == _NONE:
+            # Cached only once the coordinator knew the member: requests naming unknown members
+            # must not fill the cache (issue 11.4).
+            self.requests.put(key, req)
+        if resp.assignment is not None or resp.error_code != _NONE:
+            # Not steady after all: the caller must not have changed state twice, so answer here.
+            body = wm.heartbeat_response_to_wire(resp, version).encode(version=version)
+            return Framed(response_frame(correlation, _RESPONSE_HEADER, body), resp.error_code), result
+        return Framed(response_frame(correlation, _RESPONSE_HEADER, self._body(resp)), _NONE), result
+
+    def _classic(
+        self, payload: bytes, version: int, correlation: int
+    ) -> tuple[Framed, CoordinatorResult[Any]] | None:
+        """A Java worker's classic Heartbeat (the same bytes every interval) for a group this bridge
+        holds; any other group takes the full path, which relays it upstream in proxy mode."""
+        key = without_correlation_id(payload)
+        req: capi.HeartbeatRequest | None = self.classic_requests.get(key)
+        known = req is not None
+        if req is None:
+            decoded = decode_request(payload, framed=False)
+            req = wm.classic_heartbeat_from_wire(decoded.body, version)
+        runtime = self.runtime
+        if req.group_id not in runtime.coordinator.groups or not runtime.answers_here(req.group_id):
+            return None
+        now = runtime.clock()
+        result = runtime.submit(lambda coordinator: coordinator.classic_heartbeat(req, now))
+        resp = result.response
+        if not known and resp.error_code == _NONE:
+            self.classic_requests.put(key, req)  # known members only, as above
+        body_key = ("classic", version, resp.error_code)
+        body = self.bodies.get(body_key)
+        if body is None:
+            body = bytes(wm.classic_heartbeat_response_to_wire(resp, version).encode(version=version))
+            self.bodies.put(body_key, body)
+        frame = response_frame(correlation, _CLASSIC_RESPONSE_HEADER[version], body)
+        return Framed(frame, resp.error_code), result
+
+    def _body(self, resp: HeartbeatResponse) -> bytes:
+        key = (resp.member_id, resp.member_epoch, resp.heartbeat_interval_ms)
+        body = self.bodies.get(key)
+        if body is None:
+            body = bytes(
+                wm.heartbeat_response_to_wire(resp, _HEARTBEAT_VERSION).encode(version=_HEARTBEAT_VERSION)
+            )
+            self.bodies.put(key, body)
+        return body
+
+
+def _steady_request(req: HeartbeatRequest) -> bool:
+    """Only partial heartbeats of a member in the group (epoch > 0: not a join or a leave) that report
+    nothing new are cached. ``reports_nothing`` is the group's own steady-heartbeat predicate, so
+    the cache cannot hold a request the group would not treat as steady."""
+    return req.member_epoch > 0 and req.reports_nothing

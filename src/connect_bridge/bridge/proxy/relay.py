@@ -1,0 +1,187 @@
+"""Proxy mode, the server's side: which requests go upstream, and relaying them.
+
+``upstream/cluster.py`` knows the upstream cluster (its brokers, its versions, rewriting and splitting
+frames); this is the per-request decision the server makes with it, read from ``api_table``'s
+routes: answered here, forwarded, forwarded and rewritten, or split and merged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+from collections.abc import Awaitable, Callable, Container
+from typing import Any
+
+from connect_bridge.bridge.coordination.api_table import (
+    ACKS_ONLY,
+    CREATES_GROUP,
+    PROXY_ROUTES,
+    REWRITTEN,
+    SPLIT,
+    Answer,
+    Route,
+)
+from connect_bridge.bridge.coordination.handlers import Client
+from connect_bridge.bridge.edge.connection import Connection
+from connect_bridge.bridge.upstream.cluster import SplitRequest, UpstreamCluster, UpstreamLink, produce_acks
+from connect_bridge.bridge.upstream.task_clients import RelayedClients
+from connect_bridge.codecs.messages import ApiKey
+from connect_bridge.codecs.requests import (
+    DecodedRequest,
+    RequestDecodeError,
+    decode_request,
+    request_header_fields,
+)
+from connect_bridge.state.adoption_records import OwnershipState
+from connect_bridge.state.classic_api import PROTOCOL_TYPE_CONNECT
+
+log = logging.getLogger("connect_bridge.server")
+_SIZE = struct.Struct(">i")
+
+UNREACHABLE = object()
+"""What :meth:`Relay.forward` returns when there is no upstream broker to relay to."""
+
+
+class Relay:
+    """Routes a proxy listener's requests between the bridge and the upstream broker behind it."""
+
+    def __init__(
+        self,
+        cluster: UpstreamCluster,
+        matches: Callable[[str], bool],
+        groups: Callable[[], Container[str]],
+        handle: Callable[[DecodedRequest, Client], Answer],
+        *,
+        may_forward: Callable[[], bool] = lambda: True,
+        gave_up: Callable[[str], bool] = lambda group_id: False,
+    ) -> None:
+        self.cluster = cluster
+        self.matches = matches
+        """``coordinated_groups`` as a predicate."""
+        self.groups = groups
+        """The groups the bridge holds now."""
+        self.handle = handle
+        """Answers a request locally (``LocalApis.handle``)."""
+        self.owner: Callable[[str], OwnershipState | None] = lambda group_id: None
+        """A group's adoption phase (``GroupCoordinator.ownership``; docs/adoption.md)."""
+        self.may_forward = may_forward
+        """Several bridges: False while this bridge may be a zombie (its lease in the bridges'
+        group ran out, e.g. it was paused): requests read now may have waited in its buffers
+        since before another bridge took its groups over, so they are dropped with their
+        connection instead of reaching the brokers late."""
+        self.listeners_ready: Callable[[], Awaitable[None]] | None = None
+        """Waits for the listeners of brokers a rewritten response just named for the first time
+        (``BrokerListeners.ready``), so the client reads an address that accepts connections."""
+        self.gave_up = gave_up
+        """Several bridges: a group this bridge coordinated and gave up to another bridge; its
+        requests are answered here (NOT_COORDINATOR), never relayed to the upstream cluster."""
+        self.clients: RelayedClients | None = None
+        """Counts relayed requests per client kind (task data or not); None: not counted."""
+
+    def coordinates(self, group_id: str, joining_protocol_type: str | None = None) -> bool:
+        """One of the bridge's groups. Its id matches ``coordinated_groups`` and the bridge has it
+        already, or a JoinGroup creates it with Connect's protocol type. A consumer group whose id
+        matches (a sink connector's ``connect-<name>`` matches ``connect.*``) stays the broker's:
+        it joins with protocol type ``consumer``, and its offsets are the broker's. FindCoordinator
+        is always the broker's answer (the real coordinator, as this bridge's listener for it): any
+        listener answers the bridge's own groups.
+
+        A group with an ownership record (adoption) is the bridge's exactly when its phase says so:
+        ``relaying``/``released`` are the upstream's, ``adopted``/``releasing`` the bridge's."""
+        phase = self.owner(group_id)
+        if phase is not None:
+            return phase.bridge_coordinates
+        if self.gave_up(group_id):
+            return True
+        if not self.matches(group_id):
+            return False
+        return group_id in self.groups() or joining_protocol_type == PROTOCOL_TYPE_CONNECT
+
+    def answers_locally(self, api_key: int, decoded: DecodedRequest | RequestDecodeError | None) -> bool:
+        """The bridge's own APIs, and group APIs of the groups it coordinates."""
+        route = PROXY_ROUTES.get(api_key, Route.FORWARDED)
+        if route is Route.LOCAL:
+            return True
+        if decoded is None:
+            return False
+        if isinstance(decoded, RequestDecodeError):
+            return True  # the local path answers or closes with the right error
+        body = decoded.body
+        if route is Route.BY_GROUPS:
+            return all(self.coordinates(g) for g in body.groups)
+        joining = body.protocol_type if api_key in CREATES_GROUP else None
+        return self.coordinates(body.group_id, joining)
+
+    def link(self, conn: Connection) -> UpstreamLink | None:
+        """The connection's link to the broker its listener stands for (opened on first use)."""
+        link = conn.links.get(conn.node_id)
+        if link is None:
+            broker = self.cluster.brokers.get(conn.node_id)
+            if broker is None:
+                log.warning("no upstream broker %s for %s", conn.node_id, conn.host)
+                return None
+            link = conn.links[conn.node_id] = UpstreamLink(broker, self.cluster.ssl)
+        return link
+
+    async def forward(self, conn: Connection, payload: bytes, api_key: int) -> Any:
+        """Relay to the upstream broker behind this listener. The outcome to answer with: a future of
+        the framed response, None for a request that gets no response, or :data:`UNREACHABLE`.
+        Raises OSError when the broker cannot be reached."""
+        if not self.may_forward():
+            log.warning("closing %s: not relaying while this bridge's lease is not fresh", conn.host)
+            return UNREACHABLE
+        if self.clients is not None:
+            conn.client_kind = self.clients.observe(conn.client_kind, payload, conn.host)
+        split = self.cluster.split(payload) if api_key in SPLIT else None
+        if split is not None:
+            return await self._forward_split(conn, split)
+        link = self.link(conn)
+        if link is None:
+            return UNREACHABLE
+        _, version, correlation = request_header_fields(payload)
+        expects = api_key not in ACKS_ONLY or produce_acks(payload, version) != 0
+        future = await link.send(_SIZE.pack(len(payload)) + payload, correlation, expects)
+        if future is None or api_key not in REWRITTEN:
+            return future  # resolves to the framed response: no task per Produce/Fetch
+        keys = _coordinator_keys(payload) if api_key == ApiKey.FIND_COORDINATOR and version < 4 else None
+        return asyncio.get_running_loop().create_task(
+            self._rewritten(future, api_key, version, correlation, keys)
+        )
+
+    async def _rewritten(
+        self,
+        upstream: asyncio.Future[bytearray],
+        api_key: int,
+        version: int,
+        correlation: int,
+        keys: list[str] | None = None,
+    ) -> bytes:
+        frame = await upstream  # framed (size prefix included)
+        rewritten = self.cluster.rewrite(api_key, version, correlation, bytes(memoryview(frame)[4:]), keys)
+        if self.listeners_ready is not None:
+            await self.listeners_ready()  # a broker it names for the first time: its listener is bound
+        return rewritten
+
+    async def _forward_split(self, conn: Connection, split: SplitRequest) -> Any:
+        """Answer a request partly here and partly upstream, merged (``UpstreamCluster.split``)."""
+        request = decode_request(split.local, framed=False)
+        local = self.handle(request, Client(request.client_id or "", conn.host, conn.principal))
+        link = self.link(conn)
+        if link is None:
+            return UNREACHABLE
+        upstream = await link.send(_SIZE.pack(len(split.remote)) + split.remote, request.correlation_id, True)
+        assert upstream is not None
+
+        async def merged() -> bytes:
+            return split.merge(local, bytes(memoryview(await upstream)[4:]))
+
+        return asyncio.get_running_loop().create_task(merged())
+
+
+def _coordinator_keys(payload: bytes) -> list[str] | None:
+    """The key of a FindCoordinator below v4, whose response does not repeat it."""
+    try:
+        return [decode_request(payload, framed=False).body.key]
+    except RequestDecodeError:
+        return None

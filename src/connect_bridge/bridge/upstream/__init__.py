@@ -1,0 +1,1 @@
+"""The bridge's links to the upstream Kafka cluster: its brokers, relayed connections, client kinds."""
