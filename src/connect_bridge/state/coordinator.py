@@ -5,7 +5,7 @@ Like Apache Kafka's GroupMetadataManager it is one deterministic state machine f
 callers hand in requests and ``now_ms`` and call ``advance(now_ms)`` at the next deadline. After a
 step, :meth:`GroupCoordinator.result` is its effects as one value (``state.result``: the records to
 make durable before revealing the response, parked classic answers released, the next deadline),
-built from the groups the step changed; ``bridge/runtime.py`` applies it. ``drain_records`` and
+built from the groups the step changed; ``bridge/coordination/runtime.py`` applies it. ``drain_records`` and
 ``drain_responses`` take parts of the same effects, for callers that drive the engine by hand
 (tests, drills).
 """

@@ -4,7 +4,7 @@ The engine's record values are its own frozen model objects; the durable form is
 key/value bytes. Each value has a declarative :class:`StructMap` naming only where the model
 differs from its spec (``codecs.spec_map`` compiles both directions from the spec's fields), and one
 table row per record type binds key and value, so adding a record type is a map plus a row. The
-shared maps (work items, assignors, connector rows) serve the Connect APIs too (``wire_connect``).
+shared maps (work items, assignors, connector rows) serve the Connect APIs too (``wire/connect.py``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ _STATE_TO_WIRE = {
 }
 _STATE_FROM_WIRE = {v: k for k, v in _STATE_TO_WIRE.items()}
 
-# --- Shared struct maps (also the Connect APIs' ``bridge.wire_connect``) ----------------------------
+# --- Shared struct maps (also the Connect APIs' ``wire.connect``) ----------------------------
 
 
 def items_as(attr: str) -> Field:

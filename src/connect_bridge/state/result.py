@@ -1,4 +1,4 @@
-"""What one coordinator step produced, as a value: the runtime applies it (``bridge/runtime.py``).
+"""What one coordinator step produced, as a value: ``bridge/coordination/runtime.py`` applies it.
 
 Kafka's coordinator methods return a ``CoordinatorResult`` (records to append, the response) and
 its ``CoordinatorRuntime`` appends the records, completes the response once they are committed and

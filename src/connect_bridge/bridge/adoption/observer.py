@@ -4,7 +4,7 @@ While a group is coordinated upstream the bridge relays its JoinGroup/SyncGroup/
 LeaveGroup/DescribeGroups frames unchanged; to take the group over later it must know the
 generation those exchanges formed (``state.adoption``). This module decodes a relayed request frame
 and the upstream's response frame with the bridge's own decoders (``codecs.requests``, the
-spec-derived maps of ``bridge.wire_classic``) and hands the typed values to the group's
+spec-derived maps of ``wire.classic``) and hands the typed values to the group's
 observation.
 
 It sits beside the relay, never in its way: :meth:`RelayObserver.observe` never raises. A frame it
