@@ -296,7 +296,7 @@ def test_fenced_new_protocol_member_keeps_its_revoking_work_out_of_other_targets
     # Make w3 the loser: the target of w4 is whatever w3 runs (as a client-side assignor could).
     target = {w1.member_id: frozenset(w1.runs), w2.member_id: frozenset(w2.runs), w3.member_id: EMPTY,
               n4.member_id: frozenset(w3.runs)}
-    g._install_target(g.group_epoch, target)
+    g.install_target(g.group_epoch, target)
     # w3 reads the revocation but is slow to stop A-2 (it still runs it, unacknowledged)...
     assert nbeat(coord, w3.member_id, w3.epoch, frozenset(w3.runs), now=now + 10).error_code == 0
     assert g.members[w3.member_id].current.revoking == fs(A2) and w3.runs == {A2}
@@ -553,7 +553,7 @@ def test_a_legacy_worker_becoming_leader_is_told_to_rejoin() -> None:
     g = connect(coord)
     assert coord.classic_leave(_leave_request(w1), 1_000).error_code == 0
     if g.metadata.leader_id != w2:  # the lowest remaining member id leads; make it w2 here
-        g._set_metadata(leader_id=w2)
+        g.set_metadata(leader_id=w2)
     assert cbeat(coord, w2, g.members[w2].current.member_epoch, now=1_100) == RIP
     jr = cjoin(coord, w2, "http://w2/", W2_FULL, now=1_200)
     assert jr is not None and jr.leader == w2

@@ -4,6 +4,10 @@ classic member snapshot, the generation check of SyncGroup/Heartbeat, a deleted 
 
 from __future__ import annotations
 
+import ast
+import inspect
+import pathlib
+
 import pytest
 
 from connect_bridge.bridge.coordination import api_table as t
@@ -94,3 +98,25 @@ def test_every_codec_entry_has_one_bridge_row_and_relayed_caps_come_from_the_cod
         elif isinstance(api, RelayedApi) and api.max_version is not None:
             assert t.RELAY_CAPS[api.api_key] <= api.max_version
     assert t.ROWS[ApiKey.DESCRIBE_CLUSTER].response_class is KNOWN_APIS[ApiKey.DESCRIBE_CLUSTER].response
+
+
+def test_a_group_is_one_state_class_and_steps_read_no_private_parts() -> None:
+    """State apart from logic (docs/architecture.md): each group is one state class, not a class
+    spread across modules by inheritance, and no state module reads another object's private
+    attributes (``x._y`` where ``x`` is neither ``self``/``cls`` nor a class of the same module)."""
+    assert ConnectGroup.__mro__ == (ConnectGroup, object)
+    assert ClassicGroup.__mro__ == (ClassicGroup, object)
+    state_dir = pathlib.Path(inspect.getfile(ConnectGroup)).parent
+    reads = []
+    for path in sorted(state_dir.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        own = {n.name for n in tree.body if isinstance(n, ast.ClassDef)} | {"self", "cls"}
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and not (isinstance(node.value, ast.Name) and node.value.id in own)
+            ):
+                reads.append(f"{path.name}:{node.lineno} {ast.unparse(node)}")
+    assert reads == []

@@ -1,7 +1,7 @@
 """The incremental aggregates of a connect group against the from-scratch passes they replace.
 
 ``state.member_index.MemberIndex`` (assignor votes, client assignor counts, url and instance id
-lookups, config offsets) and ``ConnectGroupState.working`` are changed only where records are
+lookups, config offsets) and ``ConnectGroup.working`` are changed only where records are
 applied. Random histories of joins, leaves, temporary leaves, metadata changes, expiries and config
 changes run through the coordinator; after every step each aggregate must equal the pass over the
 members that it replaces (the reference functions below are those passes, as the engine had them),
@@ -21,7 +21,7 @@ from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state import assignors
 from connect_bridge.state.api import HeartbeatRequest
 from connect_bridge.state.assignors import AssignmentSpec
-from connect_bridge.state.cg_state import ConnectGroupState
+from connect_bridge.state.cg_state import ConnectGroup
 from connect_bridge.state.client_side import _JOINING, _server_side_after, common_client_assignor
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.connect_records import (
@@ -60,7 +60,7 @@ URLS = ("", "http://a/", "http://b/")
 # ---------------------------------------------------------------------- references (from scratch)
 
 
-def ref_assignor_name(group: ConnectGroupState) -> str:
+def ref_assignor_name(group: ConnectGroup) -> str:
     """The vote over every member, as ``assignor_name`` computed it before the index."""
     client = common_client_assignor({mid: m.metadata.client_assignors for mid, m in group.members.items()})
     if client is not None:
@@ -74,21 +74,21 @@ def ref_assignor_name(group: ConnectGroupState) -> str:
     return min(votes, key=lambda n: (-votes[n], n))
 
 
-def ref_config_offset(group: ConnectGroupState) -> int:
+def ref_config_offset(group: ConnectGroup) -> int:
     offset = group.view.offset
     for m in group.members.values():
         offset = max(offset, m.metadata.config_offset)
     return offset
 
 
-def ref_member_by_instance(group: ConnectGroupState, instance_id: str | None) -> str | None:
+def ref_member_by_instance(group: ConnectGroup, instance_id: str | None) -> str | None:
     for m in group.members.values():
         if m.metadata.instance_id == instance_id:
             return m.member_id
     return None
 
 
-def ref_held_owner(group: ConnectGroupState, instance_id: str | None, url: str) -> str | None:
+def ref_held_owner(group: ConnectGroup, instance_id: str | None, url: str) -> str | None:
     """``resolve_held``'s url and instance id maps as it built them per call."""
     members = group.members
     by_url = {m.metadata.url: mid for mid, m in members.items() if m.metadata.url}
@@ -117,7 +117,7 @@ def ref_target_records(
     return out
 
 
-def answers(group: ConnectGroupState) -> dict:
+def answers(group: ConnectGroup) -> dict:
     """Every answer the aggregates give, in a comparable form."""
     return {
         "assignor": group.assignor_name(),
@@ -128,7 +128,7 @@ def answers(group: ConnectGroupState) -> dict:
     }
 
 
-def check_against_scratch(group: ConnectGroupState) -> None:
+def check_against_scratch(group: ConnectGroup) -> None:
     members = group.members
     index = group.index
     assert index.server_votes == Counter(m.metadata.server_assignor or None for m in members.values())
@@ -154,7 +154,7 @@ def check_against_scratch(group: ConnectGroupState) -> None:
     assert group.departed == group.target.keys() - members.keys()
 
 
-def check_client_side_shortcut(group: ConnectGroupState, req: HeartbeatRequest) -> None:
+def check_client_side_shortcut(group: ConnectGroup, req: HeartbeatRequest) -> None:
     """``_server_side_after`` says exactly whether the dict ``check_heartbeat`` used to build has a
     member without client assignors (then no cover problem can exist)."""
     member = group.members.get(req.member_id) if req.member_id else None
@@ -331,7 +331,7 @@ def test_any_record_sequence_keeps_the_aggregates(ops: list[tuple]) -> None:
     """Records the engine would not write itself but a compacted log may hold: members sharing a url
     or an instance id (the group's member order decides), current assignments before metadata
     (placeholder members), protocols and states changing in any order."""
-    group = ConnectGroupState(G, CoordinatorConfig(), Timers())
+    group = ConnectGroup(G, CoordinatorConfig(), Timers())
     for kind, mid, value in ops:
         if kind == "metadata":
             group.apply(member_metadata_record(G, mid, value))

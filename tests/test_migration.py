@@ -987,7 +987,7 @@ def test_kip848_online_migration_case_study_with_connectors_and_tasks() -> None:
     )
     assert jr is not None and (jr.error_code, jr.generation_id, jr.leader) == (0, 24, "")
     assert current(coord)["C"] == (24, MemberState.STABLE, fs(FOO[2], FOO[3], FOO[5]), EMPTY)
-    assert g.legacy.states["C"].value == "CompletingRebalance"
+    assert g.legacy_members.states["C"].value == "CompletingRebalance"
     # "In the meantime, A heartbeats and transitions to epoch 23 [24] as well."
     resp = nbeat(coord, "A-new", 23, now=50)
     assert resp.member_epoch == 24
@@ -995,7 +995,7 @@ def test_kip848_online_migration_case_study_with_connectors_and_tasks() -> None:
     # "C sends the SyncGroup request and collects its new assignment. ... C transitions to Stable."
     version, asg = decoded(csync(coord, "C", 24, instance="C", now=60))
     assert (version, frozenset(asg.items), asg.revoked_items) == (0, fs(FOO[2], FOO[3], FOO[5]), ())
-    assert g.legacy.states["C"].value == "Stable" and g.state.value == "STABLE"
+    assert g.legacy_members.states["C"].value == "Stable" and g.state.value == "STABLE"
     log.check_replay(60)
 
     # "B rejoins the group with the new protocol. The group coordinator adds it and bumps the group

@@ -27,6 +27,7 @@ from connect_bridge.codecs.connect_protocol import Assignment, Subscription, enc
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.requests import decode_request, encode_request
 from connect_bridge.state import classic_api as capi
+from connect_bridge.state import connect_group as connect_steps
 from connect_bridge.state.api import HeartbeatRequest
 from connect_bridge.state.client_side import check_client_ranges, range_conflict
 from connect_bridge.state.config import CoordinatorConfig
@@ -257,7 +258,7 @@ def test_a_deleted_group_loses_its_series(counted: dict[str, int]) -> None:
             assert epoch_series(metrics) == {"kept", "gone"}
             assert 'connect_bridge_rebalances_total{group="gone"}' in metrics.render().decode()
             group = server.coordinator.groups.pop("gone")  # what deleting the group does
-            group.tombstone_all()
+            connect_steps.tombstone_all(group)
             server.coordinator._records.extend(group.drain_records())
             server.runtime.run(lambda c: None)
             text = metrics.render().decode()

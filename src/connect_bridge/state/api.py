@@ -78,7 +78,7 @@ class MemberAssignment:
     """What a member must run now, and who leads the Connect cluster.
 
     ``error`` is CONFIG_MISMATCH while a member has read config records the group's view has not
-    (``ConnectGroupState.assignment_header``), else the error the assignor reported with the group's
+    (``ConnectGroup.assignment_header``), else the error the assignor reported with the group's
     target (InstallAssignment ``Error``); ``metadata_version``/``metadata`` are what it gave this
     member (InstallAssignment ``Members[].MetadataVersion``/``Metadata``), carried with the target.
     """

@@ -11,7 +11,7 @@ from __future__ import annotations
 from enum import StrEnum
 
 from connect_bridge.state.api import DescribedGroup, DescribedMember
-from connect_bridge.state.cg_membership import ConnectGroupMembership
+from connect_bridge.state.cg_state import ConnectGroup
 from connect_bridge.state.classic_api import ClassicGroupState
 from connect_bridge.state.model import EMPTY, GroupState, GroupType, Member, MemberState
 from connect_bridge.state.timers import TimerKey
@@ -47,7 +47,7 @@ _CLASSIC_WAITS = {
 """A legacy member's classic states that are waits of their own, and the timer bounding each."""
 
 
-def _waiting(group: ConnectGroupMembership, member: Member) -> tuple[Waiting, int]:
+def _waiting(group: ConnectGroup, member: Member) -> tuple[Waiting, int]:
     """What ``member`` waits for, and the deadline (-1: none) of the timer that removes it if the
     wait does not end. A legacy member's JoinGroup/SyncGroup round comes first: nothing else moves
     for it before that round is over."""
@@ -69,12 +69,12 @@ def _waiting(group: ConnectGroupMembership, member: Member) -> tuple[Waiting, in
     return (Waiting.STABLE if group.state is GroupState.STABLE else Waiting.INSTALLED), -1
 
 
-def _deadline(group: ConnectGroupMembership, key: TimerKey) -> int:
+def _deadline(group: ConnectGroup, key: TimerKey) -> int:
     deadline = group.timers.deadline(key)
     return -1 if deadline is None else deadline
 
 
-def _member(group: ConnectGroupMembership, member: Member) -> DescribedMember:
+def _member(group: ConnectGroup, member: Member) -> DescribedMember:
     meta, current = member.metadata, member.current
     waiting, deadline = _waiting(group, member)
     classic = None
@@ -99,7 +99,7 @@ def _member(group: ConnectGroupMembership, member: Member) -> DescribedMember:
     )
 
 
-def describe_group(group: ConnectGroupMembership, now_ms: int = -1) -> DescribedGroup:
+def describe_group(group: ConnectGroup, now_ms: int = -1) -> DescribedGroup:
     """``group`` as ConnectGroupDescribe shows it; ``now_ms`` (the caller's clock, -1 unknown) is
     echoed so that its deadlines can be read as "in N seconds"."""
     return DescribedGroup(

@@ -1,14 +1,25 @@
 """The state of a ``connect`` group and the one way it changes (Kafka's ``modern.consumer.ConsumerGroup``).
 
+State apart from logic, the way Kafka keeps ``ConsumerGroup`` apart from ``GroupMetadataManager``:
+:class:`ConnectGroup` here holds everything a connect group is (persisted, derived and soft
+state), its invariants and its record appliers; the steps that decide what changes are functions
+in ``cg_membership`` (membership, targets, timers, load) and ``cg_heartbeat`` (the
+ConnectGroupHeartbeat API) that take the group, and collaborators composed into it
+(``client_side``, ``legacy_members``) whose steps take it as an argument too. None of them touches
+its private parts.
+
 Persisted state (members' metadata and current assignments, the target and its metadata, the group
-metadata) changes only in :meth:`ConnectGroupState._write`: it applies a record with :meth:`apply`,
+metadata) changes only in :meth:`ConnectGroup.write`: it applies a record with :meth:`apply`,
 the very code a restart replays, and queues it for ``drain_records``. So what a run wrote and what
-it holds cannot drift apart. The steps that decide what to write live in ``connect_group``.
+it holds cannot drift apart.
 
 Derived from the records, by the appliers only (so replay rebuilds them): the owner index (who
 owns each item, from the current assignments) and the member aggregates (``MemberIndex``,
-``working``, ``untargeted``, ``departed``). Soft state, set directly because no record carries it:
-the config view (the coordinator writes its CONFIG record) and the timers.
+``working``, ``untargeted``, ``departed``). Soft state, set directly because no record carries it
+(a restart redoes it): the config view (the coordinator writes its CONFIG record), the timers, who
+computes a client-side target, the legacy members' classic states, what members last reported
+owning and were last told, until when a loaded legacy member may still wait elsewhere, and whether
+a downgrade is pending.
 """
 
 from __future__ import annotations
@@ -19,13 +30,15 @@ from dataclasses import replace
 from connect_bridge.codecs.ids import ConnectorTaskId
 from connect_bridge.state.api import AssignmentHeader, MemberAssignment
 from connect_bridge.state.assignors import AssignmentSpec, full_target
+from connect_bridge.state.client_side import ClientSideAssignment
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.connect_records import (
     current_assignment_record,
     group_metadata_record,
     member_metadata_record,
+    member_tombstones,
 )
-from connect_bridge.state.legacy_members import CONFIG_MISMATCH
+from connect_bridge.state.legacy_members import CONFIG_MISMATCH, LegacyMembers
 from connect_bridge.state.member_index import MemberIndex
 from connect_bridge.state.model import (
     EMPTY,
@@ -54,8 +67,9 @@ _NOTHING_OWNED = CurrentAssignment()
 """Metadata of a member whose current-assignment record was replayed before its metadata record."""
 
 
-class ConnectGroupState:
-    """A connect group's persisted state, its derived views, and the record writers."""
+class ConnectGroup:
+    """A connect group's state: persisted, derived and soft; the record writers and timer primitives
+    the steps (``cg_membership``, ``cg_heartbeat``) change it through."""
 
     def __init__(
         self, group_id: str, config: CoordinatorConfig, timers: Timers, view: ConfigView | None = None
@@ -91,6 +105,28 @@ class ConnectGroupState:
         self.touched: Touched | None = None
         """The coordinator's set of changed groups (``state.result``): a record written marks this
         group there, so a step's result is built from the groups it changed only."""
+        # Soft state (in memory only; a restart redoes it).
+        self.client_side = ClientSideAssignment(group_id, timers)
+        """Who computes a client-side target, and what it was asked."""
+        self.legacy_members = LegacyMembers(group_id, timers)
+        """The legacy members' classic states and the classic API steps (``legacy_members``)."""
+        self.downgrade_pending = False
+        """Set when the last new-protocol member left a group that still has legacy members
+        (``cg_membership.expect_downgrade``), until ``cg_membership.downgrade_due`` says yes or
+        drops it."""
+        self.reported: dict[str, Items] = {}
+        """What each member last reported owning, until it owns what it was last sent (after a
+        restart nothing is resent until a member reports again)."""
+        self.told: dict[str, AssignmentHeader] = {}
+        """The assignment header each new-protocol member was last sent (after a restart every
+        member is sent its assignment once more)."""
+        self.waits_elsewhere_until: dict[str, int] = {}
+        """Legacy members of a group just loaded from the log (or converted from such a classic
+        group): until when each may still wait on a JoinGroup parked at the previous coordinator,
+        running its tasks (``ClassicMember.waits_elsewhere_until_ms``). Cleared once the member
+        talks to this coordinator (``cg_membership.heard_from``)."""
+        self._session_keys: dict[str, TimerKey] = {}
+        """Each member's session timer key, built once: a heartbeat re-arms it on every call."""
 
     # ------------------------------------------------------------------ derived views
     @property
@@ -202,21 +238,41 @@ class ConnectGroupState:
         return frozenset().union(*(h.items for h in held))
 
     def owner_lookup(self) -> Callable[[ConnectorTaskId], str | None]:
-        """Who holds an item: its owning member, or the hold of a departed worker that may run it.
+        """Who holds an item: its owning member, the hold of a departed worker that may run it, or a
+        legacy member that held work was returned to and that has not been given it yet.
 
         Held work is out of every server-side target, but a client-side target computed before the
         departure may still name it: it must not be granted while its old worker may still run it.
+        Returned work is still its member's (``LegacyMembers.returning``).
         """
         held = self.held_items()
+        lookup: Callable[[ConnectorTaskId], str | None]
         if not held:
-            return self.owners.get
-        owners = self.owners
+            lookup = self.owners.get
+        else:
+            owners = self.owners
+
+            def lookup(item: ConnectorTaskId) -> str | None:
+                owner = owners.get(item)
+                return owner if owner is not None else (HELD_OWNER if item in held else None)
+
+        returning = self.legacy_members.returning
+        if not returning:
+            return lookup
+        returned_to = {item: mid for mid, items in returning.items() for item in items}
+        held_lookup = lookup
 
         def owner_of(item: ConnectorTaskId) -> str | None:
-            owner = owners.get(item)
-            return owner if owner is not None else (HELD_OWNER if item in held else None)
+            owner = held_lookup(item)
+            return owner if owner is not None else returned_to.get(item)
 
         return owner_of
+
+    def waits_elsewhere(self, member_id: str) -> bool:
+        """``member_id`` was loaded (a restart, a takeover) and has sent nothing since: it may be
+        parked in a JoinGroup at the previous coordinator until its first session after the load
+        ends (``holds.first_session_after_load_ms``)."""
+        return member_id in self.waits_elsewhere_until
 
     def assignment_for(self, member: Member, header: AssignmentHeader | None = None) -> MemberAssignment:
         """The member's current work with the group's ``header`` (default: the current one) and the
@@ -249,29 +305,29 @@ class ConnectGroupState:
         out, self._records = self._records, []
         return out
 
-    def _write(self, record: Record) -> None:
+    def write(self, record: Record) -> None:
         """The one way persisted state changes: apply the record as replay would, and queue it."""
         self.apply(record)
         self._records.append(record)
         if self.touched is not None:
             self.touched[self.group_id] = None
 
-    def _set_metadata(self, **changes: object) -> None:
-        self._write(group_metadata_record(self.group_id, replace(self.metadata, **changes)))
+    def set_metadata(self, **changes: object) -> None:
+        self.write(group_metadata_record(self.group_id, replace(self.metadata, **changes)))
 
-    def _bump_group_epoch(self) -> None:
-        self._set_metadata(group_epoch=self.metadata.group_epoch + 1)
+    def bump_group_epoch(self) -> None:
+        self.set_metadata(group_epoch=self.metadata.group_epoch + 1)
 
-    def _set_member_metadata(self, member_id: str, metadata: MemberMetadata) -> None:
-        self._write(member_metadata_record(self.group_id, member_id, metadata))
+    def set_member_metadata(self, member_id: str, metadata: MemberMetadata) -> None:
+        self.write(member_metadata_record(self.group_id, member_id, metadata))
 
-    def _set_current(self, member: Member, current: CurrentAssignment) -> None:
+    def set_current(self, member: Member, current: CurrentAssignment) -> None:
         """Write the member's current assignment (its applier keeps the owner index in step)."""
-        self._write(current_assignment_record(self.group_id, member.member_id, current))
+        self.write(current_assignment_record(self.group_id, member.member_id, current))
         if current.state is not MemberState.UNREVOKED:
             self.timers.cancel(TimerKey.revoke(self.group_id, member.member_id))
 
-    def _install_target(
+    def install_target(
         self,
         epoch: int,
         target: Mapping[str, Items],
@@ -281,23 +337,59 @@ class ConnectGroupState:
         """``metadata``: the client-side assignor's per-member metadata (none from server-side ones)."""
         old_target, old_metadata = self.target, self.assignor_metadata
         for record in target_records(self.group_id, old_target, old_metadata, epoch, target, error, metadata):
-            self._write(record)
+            self.write(record)
 
-    def _install_work(self, epoch: int, spec: AssignmentSpec, work: Mapping[str, Items]) -> None:
+    def install_work(self, epoch: int, spec: AssignmentSpec, work: Mapping[str, Items]) -> None:
         """Install a server-side target given as the members with work (``assignors.WORK_ASSIGNORS``):
-        the records of ``_install_target(epoch, full_target(spec, work))``, found by looking only at
+        the records of ``install_target(epoch, full_target(spec, work))``, found by looking only at
         the members that can differ (those with work before or now, and those without an entry)."""
         if self.assignor_metadata:  # a client-side target's metadata goes: compare member by member
-            self._install_target(epoch, full_target(spec, work))
+            self.install_target(epoch, full_target(spec, work))
             return
         maybe_changed = {mid for mid in self.working if mid in self.members}
         maybe_changed |= self.untargeted
         for record in work_records(self.group_id, self.target, epoch, work, maybe_changed, self.departed):
-            self._write(record)
+            self.write(record)
+
+    def delete_member(self, member_id: str) -> None:
+        """Delete a member's records, its timers and its soft state; the caller settles its work
+        and the target."""
+        self.timers.cancel(TimerKey.session(self.group_id, member_id))
+        self.timers.cancel(TimerKey.revoke(self.group_id, member_id))
+        self._session_keys.pop(member_id, None)
+        self.told.pop(member_id, None)
+        self.waits_elsewhere_until.pop(member_id, None)
+        self.legacy_members.forget(member_id)
+        for record in member_tombstones(self.group_id, member_id):
+            self.write(record)
+
+    # ------------------------------------------------------------------ timers
+    def arm_session(self, member: Member, now_ms: int, timeout_ms: int | None = None) -> None:
+        """(Re)arm the member's session timer: its session timeout from ``now_ms`` by default."""
+        key = self._session_keys.get(member.member_id)
+        if key is None:
+            key = self._session_keys[member.member_id] = TimerKey.session(self.group_id, member.member_id)
+        self.timers.schedule(
+            key, now_ms + (member.metadata.session_timeout_ms if timeout_ms is None else timeout_ms)
+        )
+
+    def arm_revocation(self, member: Member, now_ms: int) -> None:
+        """Arm the member's revocation timer unless it runs already: a revocation has one deadline."""
+        key = TimerKey.revoke(self.group_id, member.member_id)
+        if key not in self.timers:
+            self.timers.schedule(key, now_ms + member.metadata.rebalance_timeout_ms)
+
+    def arm_held_timer(self) -> None:
+        """The hold timer fires at the earliest hold's deadline (none while nothing is held)."""
+        key = TimerKey.held(self.group_id)
+        if self.metadata.held:
+            self.timers.schedule(key, min(h.deadline_ms for h in self.metadata.held))
+        else:
+            self.timers.cancel(key)
 
     # ------------------------------------------------------------------ replay
     def apply(self, record: Record) -> None:
-        """Change state by one record: live writes (``_write``) and replay after a restart alike."""
+        """Change state by one record: live writes (``write``) and replay after a restart alike."""
         applier = _APPLIERS.get(record.type)
         if applier is not None:
             self._header = None
@@ -401,10 +493,10 @@ class ConnectGroupState:
             member.current = current
 
 
-_APPLIERS: dict[RecordType, Callable[[ConnectGroupState, str, object], None]] = {
-    RecordType.GROUP_METADATA: ConnectGroupState._apply_group_metadata,
-    RecordType.TARGET_METADATA: ConnectGroupState._apply_target_metadata,
-    RecordType.TARGET_MEMBER: ConnectGroupState._apply_target_member,
-    RecordType.MEMBER_METADATA: ConnectGroupState._apply_member_metadata,
-    RecordType.CURRENT_ASSIGNMENT: ConnectGroupState._apply_current_assignment,
+_APPLIERS: dict[RecordType, Callable[[ConnectGroup, str, object], None]] = {
+    RecordType.GROUP_METADATA: ConnectGroup._apply_group_metadata,
+    RecordType.TARGET_METADATA: ConnectGroup._apply_target_metadata,
+    RecordType.TARGET_MEMBER: ConnectGroup._apply_target_member,
+    RecordType.MEMBER_METADATA: ConnectGroup._apply_member_metadata,
+    RecordType.CURRENT_ASSIGNMENT: ConnectGroup._apply_current_assignment,
 }

@@ -1,10 +1,9 @@
-"""What the side steps of a ``connect`` group may see and call of it, as protocols.
+"""What the client-side assignment steps of a ``connect`` group may see of it, as a protocol.
 
-``client_side`` (choosing who computes, validating what it installs) and ``legacy_members`` (the
-classic API) are steps that take the group as an argument. Typing them against these protocols
-instead of ``ConnectGroup`` keeps ``state/`` free of import circles, and says in one place which
-operations they may use: the client side only reads; the legacy steps change the group through the
-same membership and reconciliation steps as ConnectGroupHeartbeat.
+``client_side`` (choosing who computes, validating what it installs) takes the group as an
+argument and only reads it. Typing it against this protocol instead of ``ConnectGroup`` keeps
+``state/`` free of import circles (the group's state class composes ``ClientSideAssignment``), and
+says in one place what it may read.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ from connect_bridge.state.model import (
     GroupMetadata,
     Items,
     Member,
-    MemberMetadata,
 )
 
 
@@ -53,28 +51,3 @@ class ConnectGroupView(Protocol):
 
     def owner_lookup(self) -> Callable[[ConnectorTaskId], str | None]: ...
 
-
-class LegacyHost(ConnectGroupView, Protocol):
-    """The membership steps a legacy (classic-protocol) member goes through."""
-
-    def new_member_id(self) -> str: ...
-
-    def add_member(self, member_id: str, metadata: MemberMetadata, now_ms: int) -> Member: ...
-
-    def take_over_static(self, old: Member, new_id: str, metadata: MemberMetadata, now_ms: int) -> Member: ...
-
-    def update_member_metadata(self, member: Member, metadata: MemberMetadata) -> None: ...
-
-    def release_unowned(self, member: Member, owned: Items) -> None: ...
-
-    def arm_session(self, member: Member, now_ms: int) -> None: ...
-
-    def maybe_update_target(self, now_ms: int) -> None: ...
-
-    def reconcile(self, member: Member, owned: Items | None, now_ms: int) -> None: ...
-
-    def remove_member(self, member: Member, now_ms: int, min_hold_ms: int = 0) -> None: ...
-
-    def remove_by_timer(self, member: Member, now_ms: int) -> None: ...
-
-    def waits_elsewhere(self, member_id: str) -> bool: ...

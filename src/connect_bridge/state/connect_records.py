@@ -1,7 +1,7 @@
 """The records of a ``connect`` group, one builder per record type (Kafka's GroupCoordinatorRecordHelpers).
 
-A connect group changes its persisted state only by applying these records (``ConnectGroupState
-._write``), with the same ``apply`` that replays them after a restart: naming each record here keeps
+A connect group changes its persisted state only by applying these records (``ConnectGroup.write``),
+with the same ``apply`` that replays them after a restart: naming each record here keeps
 the key layout and the tombstone shape of every type in one place instead of at every call site.
 """
 

@@ -17,6 +17,7 @@ from connect_bridge.codecs.connect_protocol import (
     encode_assignment,
 )
 from connect_bridge.codecs.errors import CodecError
+from connect_bridge.state import connect_group as connect_steps
 from connect_bridge.state.classic_api import EAGER_PROTOCOL, PROTOCOL_TYPE_CONNECT
 from connect_bridge.state.classic_group import (
     ClassicGroup,
@@ -132,7 +133,8 @@ def upgrade(classic: ClassicGroup, group: ConnectGroup, now_ms: int) -> None:
         current = CurrentAssignment(generation, state=state, assigned=assigned, revoking=pending)
         members.append((mid, _legacy_metadata(member), current))
     leader = classic.leader_id if classic.leader_id in classic.members else (members[0][0] if members else "")
-    group.install_converted(
+    connect_steps.install_converted(
+        group,
         GroupMetadata(group_epoch=generation, leader_id=leader or "", member_seq=classic.member_seq),
         TargetMetadata(generation),
         members,
@@ -246,7 +248,7 @@ def downgrade(group: ConnectGroup, classic: ClassicGroup, now_ms: int) -> None:
         members=tuple(members),
         current_state_timestamp=now_ms,
     )
-    group.tombstone_all()
+    connect_steps.tombstone_all(group)
     load_converted(classic, snapshot, now_ms)
 
 

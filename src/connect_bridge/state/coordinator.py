@@ -12,12 +12,14 @@ built from the groups the step changed; ``bridge/coordination/runtime.py`` appli
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypeVar
 
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state import classic_api as capi
 from connect_bridge.state import classic_group as classic_steps
+from connect_bridge.state import connect_group as connect_steps
 from connect_bridge.state.adoption_records import OwnershipTable
 from connect_bridge.state.api import (
     DescribedGroup,
@@ -124,7 +126,7 @@ class GroupCoordinator(OwnershipSteps):
         self._records.append(Record(RecordType.CONFIG, group_id, "", view))
         self._touched[group_id] = None
         if isinstance(group, ConnectGroup):
-            group.set_config(view, now_ms)
+            connect_steps.set_config(group, view, now_ms)
 
     def _flush(self, group: Group) -> None:
         self._touched[group.group_id] = None
@@ -167,7 +169,7 @@ class GroupCoordinator(OwnershipSteps):
             self._rejoin_after_early_join(group, now_ms)
         self._flush(group)
         if isinstance(group, ConnectGroup):
-            if group.downgrade_due(self.config.migration_policy.allows_downgrade):
+            if connect_steps.downgrade_due(group, self.config.migration_policy.allows_downgrade):
                 classic = self._tracked(ClassicGroup(group_id, self.config, self.timers))
                 downgrade(group, classic, now_ms)
                 self._flush(group)
@@ -210,26 +212,28 @@ class GroupCoordinator(OwnershipSteps):
             group = self._tracked(
                 ConnectGroup(req.group_id, self.config, self.timers, self.view(req.group_id))
             )
-            response = group.heartbeat(req, now_ms)
+            response = connect_steps.heartbeat(group, req, now_ms)
             if not group.members:
                 group.drain_records()  # a failed first join leaves no group behind
                 return response
             self.groups[req.group_id] = group
             self._after(req.group_id, now_ms)
             return response
-        response = group.heartbeat(req, now_ms)
+        response = connect_steps.heartbeat(group, req, now_ms)
         if response.error_code == 0:
-            group.heard_from(req.member_id, now_ms)  # its url's earlier incarnations (cg_membership)
+            connect_steps.heard_from(group, req.member_id, now_ms)  # its url's earlier incarnations
         self._after(req.group_id, now_ms)
         return response
 
     def prepare_assignment(self, req: PrepareAssignmentRequest, now_ms: int) -> PrepareAssignmentResponse:
-        return self._client_side(req, now_ms, "prepare_assignment", PrepareAssignmentResponse)
+        return self._client_side(req, now_ms, connect_steps.prepare_assignment, PrepareAssignmentResponse)
 
     def install_assignment(self, req: InstallAssignmentRequest, now_ms: int) -> InstallAssignmentResponse:
-        return self._client_side(req, now_ms, "install_assignment", InstallAssignmentResponse)
+        return self._client_side(req, now_ms, connect_steps.install_assignment, InstallAssignmentResponse)
 
-    def _client_side(self, req: Any, now_ms: int, method: str, response_type: type) -> Any:
+    def _client_side(
+        self, req: Any, now_ms: int, step: Callable[[ConnectGroup, Any, int], Any], response_type: type
+    ) -> Any:
         """PrepareAssignment / InstallAssignment: only for existing connect groups (seed 000)."""
         group = self.connect_group(req.group_id) if req.group_id else None
         if group is None:
@@ -237,7 +241,7 @@ class GroupCoordinator(OwnershipSteps):
             return response_type(error_code=int(code), error_message=f"group {req.group_id!r}")
         if refused := refusal(group, req.member_id, None, req.principal):
             return response_type(error_code=int(refused.code), error_message=refused.message)
-        response = getattr(group, method)(req, now_ms)
+        response = step(group, req, now_ms)
         self._after(req.group_id, now_ms)
         return response
 
@@ -249,7 +253,7 @@ class GroupCoordinator(OwnershipSteps):
             return DescribedGroup(
                 group_id=group_id, error_code=int(ErrorCode.GROUP_ID_NOT_FOUND), state="DEAD"
             )
-        return group.describe(now_ms)
+        return connect_steps.describe_group(group, now_ms)
 
     def describe_any(self, group_id: str) -> DescribedGroup | ClassicDescribedGroup:
         """DescribeGroups: a classic group's own view, or a connect group's."""
@@ -317,7 +321,7 @@ class GroupCoordinator(OwnershipSteps):
             # deadline decides: afterwards the group id is free, any protocol type included.
             if group.metadata.member_seq > 0:  # it had members: they forget first (classic_join)
                 self._forget_rounds[req.group_id] = ForgetRounds(group.group_epoch + 1)
-            group.tombstone_all()
+            connect_steps.tombstone_all(group)
             self._flush(group)
             group = None
         if group is None:
@@ -337,9 +341,9 @@ class GroupCoordinator(OwnershipSteps):
                 )
             else:
                 _heard_from(group, req.member_id, now_ms)
-                response = group.legacy.join(req, now_ms)
+                response = group.legacy_members.join(group, req, now_ms)
                 if all(m.metadata.is_legacy for m in group.members.values()):
-                    group.expect_downgrade()  # no new-protocol member left to wait for
+                    connect_steps.expect_downgrade(group)  # no new-protocol member left to wait for
         else:
             _heard_from(group, req.member_id, now_ms)
             response = classic_steps.join(group, req, now_ms)
@@ -369,7 +373,7 @@ class GroupCoordinator(OwnershipSteps):
             req = replace(req, assignments=revoke_all(group, req.assignments))  # docs/adoption.md
         _heard_from(group, req.member_id, now_ms)
         response = (
-            group.legacy.sync(req, now_ms)
+            group.legacy_members.sync(group, req, now_ms)
             if isinstance(group, ConnectGroup)
             else classic_steps.sync(group, req, now_ms)
         )
@@ -388,7 +392,7 @@ class GroupCoordinator(OwnershipSteps):
             return capi.HeartbeatResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))  # state.handback
         _heard_from(group, req.member_id, now_ms)
         if isinstance(group, ConnectGroup):
-            response = group.legacy.heartbeat(req, now_ms)
+            response = group.legacy_members.heartbeat(group, req, now_ms)
         else:
             response = classic_steps.heartbeat(group, req, now_ms)
         self._after(req.group_id, now_ms)
@@ -414,7 +418,7 @@ class GroupCoordinator(OwnershipSteps):
                 return held
             self._hold_hand_back(group, removed_by_admin(group, req), now_ms)
         response = (
-            group.legacy.leave(req, now_ms)
+            group.legacy_members.leave(group, req, now_ms)
             if isinstance(group, ConnectGroup)
             else classic_steps.leave(group, req, now_ms)
         )
@@ -459,7 +463,7 @@ class GroupCoordinator(OwnershipSteps):
         converted = self._hold_for_leader(classic, leader.member_id, now_ms)
         if converted is None:
             return None
-        response = converted.legacy.leave(req, now_ms)
+        response = converted.legacy_members.leave(converted, req, now_ms)
         self._after(req.group_id, now_ms)
         return response
 
@@ -493,13 +497,13 @@ class GroupCoordinator(OwnershipSteps):
             expired = converted.members.get(m.member_id)
             if expired is not None:
                 hold_ms = timer_removal_hold_ms(m.session_timeout_ms, now_ms, m.waits_elsewhere_until_ms)
-                converted.remove_member(expired, now_ms, min_hold_ms=hold_ms)
+                connect_steps.remove_member(converted, expired, now_ms, min_hold_ms=hold_ms)
         # A new target at once, as every other removal brings: the members rejoin at their next
         # heartbeat (Kafka's rebalance after an expiry) and their assignments carry the time left on
         # the hold, so they come back for the released work the moment it ends. Not under eager:
         # a v0 assignment has no delay to carry, and an eager rejoin restarts everything for nothing.
         if not eager:
-            converted.maybe_update_target(now_ms)
+            connect_steps.maybe_update_target(converted, now_ms)
         self._after(classic.group_id, now_ms)
         return True
 
@@ -545,7 +549,7 @@ class GroupCoordinator(OwnershipSteps):
         converted = self._upgrade(classic, now_ms)
         if isinstance(converted, str):
             return None
-        converted.expect_downgrade()
+        connect_steps.expect_downgrade(converted)
         return converted
 
     # ------------------------------------------------------------------ effects
@@ -603,7 +607,7 @@ class GroupCoordinator(OwnershipSteps):
             if isinstance(group, ConnectGroup) != key.kind.is_connect:
                 continue
             if isinstance(group, ConnectGroup):
-                group.on_timer(key, now_ms)
+                connect_steps.on_timer(group, key, now_ms)
             else:
                 classic_steps.on_timer(group, key, now_ms)
             self._after(key.group_id, now_ms)
@@ -640,7 +644,7 @@ class GroupCoordinator(OwnershipSteps):
             if isinstance(group, ClassicGroup):
                 classic_steps.rebuild_after_load(group, now_ms, reloaded=True)
             else:
-                group.rebuild_after_load(now_ms)
+                connect_steps.rebuild_after_load(group, now_ms)
         self._drop_unowned(now_ms, touched)
         for gid, group in [(gid, g) for gid, g in self.groups.items() if gid in touched]:
             if self._releasing(gid) and isinstance(group, ClassicGroup):
@@ -670,7 +674,7 @@ class GroupCoordinator(OwnershipSteps):
             group = self._new_connect(gid)
         group.apply(record)
         if record.type is RecordType.GROUP_METADATA and record.value is None:
-            del self.groups[gid]  # the group is deleted (``ConnectGroupState._apply_group_metadata``)
+            del self.groups[gid]  # the group is deleted (``ConnectGroup.apply`` of its tombstone)
 
     def unload(self, group_ids: set[str]) -> None:
         """Forget ``group_ids`` without writing anything: another bridge coordinates them now (their
@@ -724,6 +728,6 @@ def _heard_from(group: ClassicGroup | ConnectGroup, member_id: str, now_ms: int)
     removes it later holds its work as anyone's, not until that JoinGroup could have timed out
     (adversarial drill 95000285001369: held 64.5 s past a crash with a 15 s delay)."""
     if isinstance(group, ConnectGroup):
-        group.heard_from(member_id, now_ms)
+        connect_steps.heard_from(group, member_id, now_ms)
     else:
         group.heard_from(member_id)

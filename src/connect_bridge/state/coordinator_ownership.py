@@ -11,6 +11,7 @@ from typing import Any
 
 from connect_bridge.state import classic_api as capi
 from connect_bridge.state import classic_group as classic_steps
+from connect_bridge.state import connect_group as connect_steps
 from connect_bridge.state.adoption import UpstreamGeneration
 from connect_bridge.state.adoption_build import AdoptionError, adoption_records
 from connect_bridge.state.adoption_records import OwnershipState, OwnershipTable
@@ -84,7 +85,7 @@ class OwnershipSteps:
         if isinstance(existing, ConnectGroup):
             # The empty connect group a config view made (``set_config``) while the group lived
             # upstream: retired with its tombstones, as a downgrade retires one.
-            existing.tombstone_all()
+            connect_steps.tombstone_all(existing)
             self._flush(existing)
             del self.groups[gen.group_id]
             existing = None
@@ -293,7 +294,7 @@ class OwnershipSteps:
             self._records.extend(group.drain_records())
             group.drain_responses()
         elif isinstance(group, ConnectGroup):
-            group.tombstone_all()
+            connect_steps.tombstone_all(group)
             self._flush(group)
         self.groups.pop(group_id, None)
         self._unsynced_rounds.pop(group_id, None)

@@ -10,7 +10,7 @@ CompletingRebalance / Stable) are transient, like a broker's: after a restart me
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from connect_bridge.codecs.connect_protocol import (
     CONNECT_PROTOCOL_NAMES,
@@ -22,14 +22,17 @@ from connect_bridge.codecs.connect_protocol import (
 )
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.errors import CodecError
+from connect_bridge.state import cg_membership as membership
 from connect_bridge.state import classic_api as api
-from connect_bridge.state.cg_view import LegacyHost
 from connect_bridge.state.classic_api import ClassicGroupState
 from connect_bridge.state.classic_records import ClassicJoin
 from connect_bridge.state.errors import RequestError
 from connect_bridge.state.holds import rejoin_delay_ms
 from connect_bridge.state.model import EMPTY, Items, Member, MemberMetadata, MemberState
 from connect_bridge.state.timers import TimerKey, TimerKind, Timers
+
+if TYPE_CHECKING:  # the group's state class composes this one
+    from connect_bridge.state.cg_state import ConnectGroup
 
 PROTOCOL_TYPE = "connect"
 CONFIG_MISMATCH = 1
@@ -108,8 +111,9 @@ class LegacyMembers:
     """The classic API of a connect group: the legacy members' classic states (soft state, no
     records) and the steps of JoinGroup, SyncGroup, Heartbeat and LeaveGroup.
 
-    The steps take the group as an argument (:class:`LegacyHost`) and change it only through its
-    own membership and reconciliation steps, the ones ConnectGroupHeartbeat goes through.
+    Composed into the group's state (``ConnectGroup.legacy_members``); the steps take the group
+    as an argument and change it only through the membership and reconciliation steps
+    (``cg_membership``), the ones ConnectGroupHeartbeat goes through.
     """
 
     def __init__(self, group_id: str, timers: Timers) -> None:
@@ -163,7 +167,7 @@ class LegacyMembers:
         self._cancel_timers(member_id)
 
     @staticmethod
-    def _member(group: LegacyHost, member_id: str, instance_id: str | None) -> Member:
+    def _member(group: ConnectGroup, member_id: str, instance_id: str | None) -> Member:
         member = group.members.get(member_id)
         if member is None or not member.metadata.is_legacy:
             if member is None and instance_id and group.member_by_instance(instance_id) is not None:
@@ -186,7 +190,7 @@ class LegacyMembers:
             )
 
     # ------------------------------------------------------------------ JoinGroup
-    def join(self, group: LegacyHost, req: api.JoinGroupRequest, now_ms: int) -> api.JoinGroupResponse:
+    def join(self, group: ConnectGroup, req: api.JoinGroupRequest, now_ms: int) -> api.JoinGroupResponse:
         try:
             return self._join(group, req, now_ms)
         except RequestError as exc:
@@ -195,7 +199,7 @@ class LegacyMembers:
             )
 
     @staticmethod
-    def _validate_join(group: LegacyHost, req: api.JoinGroupRequest) -> MemberMetadata:
+    def _validate_join(group: ConnectGroup, req: api.JoinGroupRequest) -> MemberMetadata:
         config = group.config
         if (
             not config.classic_min_session_timeout_ms
@@ -224,7 +228,7 @@ class LegacyMembers:
         )
         return legacy_metadata(req, name, subscription, tuple(req.protocols), rebalance_timeout_ms)
 
-    def _join(self, group: LegacyHost, req: api.JoinGroupRequest, now_ms: int) -> api.JoinGroupResponse:
+    def _join(self, group: ConnectGroup, req: api.JoinGroupRequest, now_ms: int) -> api.JoinGroupResponse:
         metadata = self._validate_join(group, req)
         member = group.members.get(req.member_id) if req.member_id else None
         repeat, before = False, None
@@ -234,11 +238,13 @@ class LegacyMembers:
             if not req.member_id and req.api_version >= 4 and not req.group_instance_id:
                 # MEMBER_ID_REQUIRED keeps no state: the id is admitted when the worker rejoins with it.
                 return api.JoinGroupResponse(
-                    error_code=int(ErrorCode.MEMBER_ID_REQUIRED), member_id=group.new_member_id()
+                    error_code=int(ErrorCode.MEMBER_ID_REQUIRED), member_id=membership.new_member_id(group)
                 )
             if len(group.members) >= group.config.max_group_size:
                 raise RequestError(ErrorCode.GROUP_MAX_SIZE_REACHED, f"group {group.group_id} is full")
-            member = group.add_member(req.member_id or group.new_member_id(), metadata, now_ms)
+            member = membership.add_member(
+                group, req.member_id or membership.new_member_id(group), metadata, now_ms
+            )
         elif not member.metadata.is_legacy:
             raise RequestError(
                 ErrorCode.INCONSISTENT_GROUP_PROTOCOL, f"member {member.member_id} uses ConnectGroupHeartbeat"
@@ -247,12 +253,12 @@ class LegacyMembers:
             synced = self.states.get(member.member_id, ClassicGroupState.STABLE) is ClassicGroupState.STABLE
             repeat = synced and member.metadata == metadata
             before = member.current
-            group.update_member_metadata(member, metadata)
+            membership.update_member_metadata(group, member, metadata)
         owned = owned_from_metadata(metadata)
-        group.release_unowned(member, owned)
+        membership.release_unowned(group, member, owned)
         group.arm_session(member, now_ms)
-        group.maybe_update_target(now_ms)
-        group.reconcile(member, owned, now_ms)
+        membership.maybe_update_target(group, now_ms)
+        membership.reconcile(group, member, owned, now_ms)
         if not (repeat and member.current == before):
             # A repeated JoinGroup of a synced member that changes nothing (a client resend whose
             # original was answered) is answered again without a new sync deadline, as Kafka answers
@@ -278,7 +284,7 @@ class LegacyMembers:
         )
 
     # ------------------------------------------------------------------ SyncGroup
-    def sync(self, group: LegacyHost, req: api.SyncGroupRequest, now_ms: int) -> api.SyncGroupResponse:
+    def sync(self, group: ConnectGroup, req: api.SyncGroupRequest, now_ms: int) -> api.SyncGroupResponse:
         try:
             member = self._member(group, req.member_id, req.group_instance_id)
             self._check_generation(member, req.generation_id)
@@ -312,7 +318,7 @@ class LegacyMembers:
         )
 
     # ------------------------------------------------------------------ Heartbeat
-    def heartbeat(self, group: LegacyHost, req: api.HeartbeatRequest, now_ms: int) -> api.HeartbeatResponse:
+    def heartbeat(self, group: ConnectGroup, req: api.HeartbeatRequest, now_ms: int) -> api.HeartbeatResponse:
         try:
             member = self._member(group, req.member_id, req.group_instance_id)
             self._check_generation(member, req.generation_id)
@@ -327,7 +333,7 @@ class LegacyMembers:
             return api.HeartbeatResponse(error_code=int(ErrorCode.REBALANCE_IN_PROGRESS))
         return api.HeartbeatResponse()
 
-    def needs_rejoin(self, group: LegacyHost, member: Member) -> bool:
+    def needs_rejoin(self, group: ConnectGroup, member: Member) -> bool:
         """Rejoin when the target moved on, to acknowledge a revocation, or to collect released work.
 
         The epoch comes first (Kafka's ``throwIfRebalanceInProgress``): a member behind the target
@@ -355,7 +361,7 @@ class LegacyMembers:
         return False
 
     # ------------------------------------------------------------------ LeaveGroup
-    def leave(self, group: LegacyHost, req: api.LeaveGroupRequest, now_ms: int) -> api.LeaveGroupResponse:
+    def leave(self, group: ConnectGroup, req: api.LeaveGroupRequest, now_ms: int) -> api.LeaveGroupResponse:
         results: list[tuple[str, str | None, int]] = []
         for leaving in req.members:
             member = group.members.get(leaving.member_id) if leaving.member_id else None
@@ -369,20 +375,20 @@ class LegacyMembers:
             elif leaving.member_id and member.member_id != leaving.member_id:
                 code = ErrorCode.FENCED_INSTANCE_ID
             else:
-                group.remove_member(member, now_ms)
+                membership.remove_member(group, member, now_ms)
             results.append((leaving.member_id, leaving.group_instance_id, int(code)))
-        group.maybe_update_target(now_ms)
+        membership.maybe_update_target(group, now_ms)
         return api.LeaveGroupResponse(members=results)
 
     # ------------------------------------------------------------------ timers
-    def on_timer(self, group: LegacyHost, key: TimerKey, now_ms: int) -> None:
+    def on_timer(self, group: ConnectGroup, key: TimerKey, now_ms: int) -> None:
         """A join or sync timer: the member never came back in the state the timer bounds."""
         member = group.members.get(key.member_id)
         if member is not None and self.states.get(member.member_id) is _TIMER_STATES[key.kind]:
-            group.remove_by_timer(member, now_ms)
+            membership.remove_by_timer(group, member, now_ms)
 
 
-def leader_view(group: LegacyHost, version: int) -> tuple[api.JoinGroupMember, ...]:
+def leader_view(group: ConnectGroup, version: int) -> tuple[api.JoinGroupMember, ...]:
     """What the Connect leader is elected with: every member with what it runs now.
 
     A Java worker has leader state (``WorkerCoordinator.leaderState``: REST owner lookups for
@@ -413,7 +419,11 @@ def leader_view(group: LegacyHost, version: int) -> tuple[api.JoinGroupMember, .
 
 
 def _static_join(
-    group: LegacyHost, req: api.JoinGroupRequest, member: Member | None, metadata: MemberMetadata, now_ms: int
+    group: ConnectGroup,
+    req: api.JoinGroupRequest,
+    member: Member | None,
+    metadata: MemberMetadata,
+    now_ms: int,
 ) -> Member | None:
     """Kafka's classic rules for a JoinGroup with a group.instance.id.
 
@@ -438,11 +448,11 @@ def _static_join(
             ErrorCode.FENCED_INSTANCE_ID,
             f"instance {instance_id} is member {static.member_id}, not {req.member_id}",
         )
-    return group.take_over_static(static, group.new_member_id(), metadata, now_ms)
+    return membership.take_over_static(group, static, membership.new_member_id(group), metadata, now_ms)
 
 
 def encode_member_assignment(
-    group: LegacyHost, member: Member, protocol: str | None = None, now_ms: int | None = None
+    group: ConnectGroup, member: Member, protocol: str | None = None, now_ms: int | None = None
 ) -> bytes:
     """The SyncGroup payload: v0 the complete set; v1/v2 newly granted work + what to stop, and
     while work is held, how long until the first hold ends as the assignment's ``delay``

@@ -34,7 +34,7 @@ from connect_bridge.codecs.error_codes import ErrorCode
 
 
 class OwnedMembers(Protocol):
-    """What a group tells about its members' owners (``ConnectGroupState``, ``ClassicGroup``)."""
+    """What a group tells about its members' owners (``ConnectGroup``, ``ClassicGroup``)."""
 
     def principal_of(self, member_id: str) -> str | None: ...
 

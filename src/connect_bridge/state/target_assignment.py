@@ -33,7 +33,7 @@ def resolve_held(
     """(holds still waiting, work returned per member): a hold goes back to the member that came
     back with its instance id (first) or url, expires at its deadline, or keeps waiting.
 
-    ``owner_of(instance_id, url)`` is the group's lookup (``ConnectGroupState.held_owner``, kept by
+    ``owner_of(instance_id, url)`` is the group's lookup (``ConnectGroup.held_owner``, kept by
     its member index): building url and instance id maps of every member here cost each join into a
     big group a pass over all of them.
     """
