@@ -260,6 +260,8 @@ class _Judge:
         self.leader: str | None = None  # the worker leading the classic group's generation
         self.rebalancing = False  # the classic group waits on its members (join barrier, leader sync)
         self.group_held = 0  # clock value before which the classic group's undealt work is excused
+        self.unpersisted_leaves: set[str] = set()  # left a classic group whose next generation is
+        # not yet stored: a bridge restart forgets the LeaveGroup (:meth:`bridge_restart`)
         self.max_unowned = 0
         self.live_problems: list[str] = []
 
@@ -439,6 +441,8 @@ class _Judge:
             # A departure the coordinator hears about: what the worker was being given is lost work
             # to Connect's assignor, dealt again within delay + rebalance timeout from now.
             self.shield(self.given.get(worker, frozenset()), self.could_ms)
+            if self.classic:
+                self.unpersisted_leaves.add(worker)
         self.given.pop(worker, None)
 
     def assign(self, event: Mapping[str, Any], t: int, index: int) -> None:
@@ -475,11 +479,14 @@ class _Judge:
             self.classic = self.rebalancing = False
             self.leader = None
             self.group_held = 0
+            self.unpersisted_leaves.clear()  # a connect group stores every leave as it happens
 
     def group_state(self, event: Mapping[str, Any], t: int, index: int) -> None:
         """``group_state`` of a classic group: a rebalance begun while a member is silent waits on
         it (the join barrier), and on a silent leader (its SyncGroup)."""
         self.rebalancing = event.get("state") in ("PreparingRebalance", "CompletingRebalance")
+        if event.get("state") in ("Stable", "Empty") and self.bridge_up:
+            self.unpersisted_leaves.clear()  # the generation without them is stored
         if self.rebalancing:
             for _, until in self.silent_now():
                 self.hold_group(until)
@@ -507,7 +514,16 @@ class _Judge:
                 self.silent.pop(worker, None)  # it speaks again: no barrier waits on it any more
 
     def bridge_restart(self, event: Mapping[str, Any], t: int, index: int) -> None:
+        """The coordinator goes down. A classic group stores its members only when a generation
+        is stored (the leader's SyncGroup, or an empty generation), as Kafka's does: a member that
+        left since is a member again after the load, and only its session timer can remove it,
+        like a worker stopped while the bridge is down (fleet drill 98801296409473: an eager
+        worker's LeaveGroup 1.7 s before a restart; the reloaded member held a join barrier)."""
         self.bridge_up = False
+        for worker in sorted(self.unpersisted_leaves):
+            if worker not in self.live:
+                self.unseen(worker, gone=True)
+        self.unpersisted_leaves.clear()
 
     def bridge_back(self, event: Mapping[str, Any], t: int, index: int) -> None:
         """The restarted (or taken-over) coordinator answers again. It is the failed party and was
