@@ -237,8 +237,8 @@ def test_a_bridge_breach_is_found(relative: str, source: str, problem: str) -> N
 @pytest.mark.parametrize(
     ("relative", "source", "problem"),
     [
-        ("state/classic/x.py", "from connect_bridge.state.connect.group import ConnectGroup\n", "a part above it"),
-        ("state/model.py", "def f():\n    from connect_bridge.state.coordinator import GroupCoordinator\n", "above"),
+        ("state/classic/x.py", "from connect_bridge.state.connect import group\n", "a part above it"),
+        ("state/model.py", "def f():\n    from connect_bridge.state.coordinator import replay\n", "above"),
         ("state/connect/x.py", "from connect_bridge.state import migration\n", "a part above it"),
         ("state/migration/x.py", "import connect_bridge.state.adoption.handback\n", "a part above it"),
         ("state/config.py", "from connect_bridge.state.classic import api\n", "a part above it"),
