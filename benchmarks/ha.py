@@ -67,7 +67,7 @@ from connect_bridge.codecs.connect_protocol import (
     encode_assignment,
     encode_subscription,
 )
-from connect_bridge.state.classic_api import JoinGroupRequest, SyncGroupRequest
+from connect_bridge.state.classic.api import JoinGroupRequest, SyncGroupRequest
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.partitioning import partition_for

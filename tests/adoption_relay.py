@@ -28,8 +28,8 @@ from kafka.protocol.consumer.group import (
 
 from connect_bridge.bridge.adoption.observer import RelayObserver
 from connect_bridge.codecs.requests import decode_request, encode_request, encode_response_frame
-from connect_bridge.state import classic_api as capi
-from connect_bridge.state.classic_state import ClassicDescribedGroup
+from connect_bridge.state.classic import api as capi
+from connect_bridge.state.classic.state import ClassicDescribedGroup
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.wire import classic as wc

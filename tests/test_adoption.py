@@ -23,11 +23,9 @@ from connect_bridge.bridge.adoption.observer import RelayObserver
 from connect_bridge.bridge.coordination.decisions import log_decisions
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.requests import encode_request, encode_response_frame
-from connect_bridge.state import classic_api as capi
-from connect_bridge.state import classic_group as classic
-from connect_bridge.state.adoption import Observation, takeover_ready, upstream_conflict
-from connect_bridge.state.adoption_build import AdoptionError, adoption_records
-from connect_bridge.state.adoption_records import (
+from connect_bridge.state.adoption.build import AdoptionError, adoption_records
+from connect_bridge.state.adoption.observation import Observation, takeover_ready, upstream_conflict
+from connect_bridge.state.adoption.records import (
     GroupOwnership,
     OwnershipError,
     OwnershipState,
@@ -35,8 +33,10 @@ from connect_bridge.state.adoption_records import (
     check_transition,
     ownership_record,
 )
-from connect_bridge.state.classic_api import ClassicGroupState
-from connect_bridge.state.classic_group import ClassicGroup
+from connect_bridge.state.classic import api as capi
+from connect_bridge.state.classic import group as classic
+from connect_bridge.state.classic.api import ClassicGroupState
+from connect_bridge.state.classic.group import ClassicGroup
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.record_codec import decode_record, encode_record
 from connect_bridge.state.records import Record, RecordType

@@ -32,12 +32,12 @@ from connect_bridge.codecs.connect_protocol import (
 )
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.requests import DecodedRequest, decode_request, encode_request
-from connect_bridge.state.adoption_build import AdoptionError
-from connect_bridge.state.adoption_records import OwnershipState
-from connect_bridge.state.classic_state import ClassicGroupState
+from connect_bridge.state.adoption.build import AdoptionError
+from connect_bridge.state.adoption.handback import reports_nothing
+from connect_bridge.state.adoption.records import OwnershipState
+from connect_bridge.state.classic.state import ClassicGroupState
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.coordinator import GroupCoordinator
-from connect_bridge.state.handback import reports_nothing
 from connect_bridge.state.records import RecordType
 from connect_bridge.wire import classic as wc
 from test_adoption_wiring import Bridge, Recorder, formed
@@ -119,7 +119,7 @@ async def route(bridge: Bridge, worker: str, decoded: DecodedRequest) -> asyncio
 def unsynced_round(local: Local, worker: str, join: DecodedRequest) -> None:
     """A worker sent away (or back with an empty id) that reports nothing is answered with a
     generation of its own that it leads and never completes, so that its Connect assignor forgets
-    the bridge's generations before it leads upstream (``state.handback.unsynced_leader_round``):
+    the bridge's generations before it leads upstream (``state.adoption.handback.unsynced_leader_round``):
     its SyncGroup is answered UNKNOWN_MEMBER_ID and it joins again with an empty id. The generation
     is the group's next: above any the worker can have completed."""
     generation = local.bridge.coordinator.groups[G].generation_id + 1
@@ -139,7 +139,7 @@ def replayed(records: list[Any]) -> GroupCoordinator:
 
 async def revoking_generation(bridge: Bridge, ids: dict[str, str], local: Local) -> None:
     """Every worker rejoins the bridge's group still running its work; the generation completes and
-    the leader's assignments come back revoking all of it (``state.handback``)."""
+    the leader's assignments come back revoking all of it (``state.adoption.handback``)."""
     for worker in ("w1", "w2", "w3"):
         join = join_frame(worker, ids[worker], OWNED[worker])
         assert (await route(bridge, worker, join)).result() is False

@@ -42,7 +42,7 @@ from connect_bridge.bridge.adoption.upstream import UpstreamGroups
 from connect_bridge.bridge.describe import describe
 from connect_bridge.bridge.security.upstream_security import UpstreamSecurity
 from connect_bridge.cli_admin import admin_endpoint, admin_token
-from connect_bridge.state.classic_state import ClassicDescribedGroup
+from connect_bridge.state.classic.state import ClassicDescribedGroup
 from kafka_fixtures import BridgeProcess, ConnectWorker, KafkaBroker
 from kafka_processes import free_ports
 from polling import wait_until

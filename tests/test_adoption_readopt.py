@@ -17,7 +17,7 @@ from typing import Any
 
 from adoption_relay import G, Relay
 from connect_bridge.bridge.admin import admin_handler, adopt_path
-from connect_bridge.state.adoption_records import OwnershipState
+from connect_bridge.state.adoption.records import OwnershipState
 from connect_bridge.state.records import RecordType
 from test_adoption_handback import Local, adopted, join_frame, replayed, revoking_generation, route
 from test_adoption_wiring import WORKERS, Bridge, Recorder

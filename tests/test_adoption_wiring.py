@@ -28,8 +28,8 @@ from connect_bridge.bridge.settings import SettingsError, load_settings
 from connect_bridge.bridge.stores.committer import Committer
 from connect_bridge.bridge.stores.store import MemoryRecordStore
 from connect_bridge.codecs.requests import decode_request, encode_request
-from connect_bridge.state.adoption_records import OwnershipState
-from connect_bridge.state.classic_state import ClassicDescribedGroup
+from connect_bridge.state.adoption.records import OwnershipState
+from connect_bridge.state.classic.state import ClassicDescribedGroup
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.model import ConfigView

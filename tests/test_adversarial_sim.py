@@ -14,7 +14,7 @@ from connect_bridge.drills.checker import check
 from connect_bridge.drills.generate import random_scenario
 from connect_bridge.drills.scenario import ScenarioError, load_scenario
 from connect_bridge.drills.sim import SimulatedDrill
-from connect_bridge.state.adoption_records import OwnershipState
+from connect_bridge.state.adoption.records import OwnershipState
 
 TIMING = {"session_timeout_ms": 10_000, "rebalance_timeout_ms": 30_000, "heartbeat_interval_ms": 3_000,
           "scheduled_rebalance_max_delay_ms": 60_000}

@@ -336,7 +336,7 @@ def _with_static_legacy_member() -> tuple[GroupCoordinator, JavaLike, JavaLike, 
 
 
 def _static_join_request(member_id: str, instance: str, owned: Items):
-    from connect_bridge.state import classic_api as capi
+    from connect_bridge.state.classic import api as capi
 
     return capi.JoinGroupRequest(
         G,
@@ -562,7 +562,7 @@ def test_a_legacy_worker_becoming_leader_is_told_to_rejoin() -> None:
 
 
 def _leave_request(member_id: str):
-    from connect_bridge.state import classic_api as capi
+    from connect_bridge.state.classic import api as capi
 
     return capi.LeaveGroupRequest(G, (capi.LeavingMember(member_id),))
 

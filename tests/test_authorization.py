@@ -54,7 +54,7 @@ from connect_bridge.bridge.startup import StartupError
 from connect_bridge.codecs import messages as m
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state import api as napi
-from connect_bridge.state import classic_api as capi
+from connect_bridge.state.classic import api as capi
 from connect_bridge.state.model import EMPTY, ClientAssignor, Items
 from connect_bridge.wire import maps as wm
 from connect_bridge.wire.client import KafkaConnection

@@ -55,7 +55,7 @@ from connect_bridge.codecs.connect_protocol import (
     encode_subscription,
 )
 from connect_bridge.codecs.error_codes import ErrorCode
-from connect_bridge.state import classic_api as capi
+from connect_bridge.state.classic import api as capi
 from connect_bridge.state.config import CoordinatorConfig, MigrationPolicy
 from connect_bridge.wire import maps as wm
 from connect_bridge.wire.client import ClientError, KafkaConnection

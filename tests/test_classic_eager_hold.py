@@ -1,5 +1,5 @@
 """An eager assignment never hands out what a member not yet given an eager one reported owning
-(``state/classic_eager_hold.py``, docs/classic-group.md deviation 13; drill 31000309)."""
+(``state/classic/eager_hold.py``, docs/classic-group.md deviation 13; drill 31000309)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from connect_bridge.codecs.connect_protocol import (
     encode_assignment,
     encode_subscription,
 )
-from connect_bridge.state.classic_api import ClassicGroupState
+from connect_bridge.state.classic.api import ClassicGroupState
 from connect_bridge.state.model import ConnectorTaskId
 from test_classic_group import Harness, finish_initial_rebalance
 

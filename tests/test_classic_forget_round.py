@@ -1,5 +1,5 @@
 """The classic group that replaces an emptied connect group first makes each worker's Connect assignor
-forget (``classic_join.forget_round``, docs/classic-group.md deviation 19).
+forget (``classic.join.forget_round``, docs/classic-group.md deviation 19).
 
 In a connect group the bridge elects a legacy worker Connect leader in each of its JoinGroups and
 ignores what its assignor sends back; the assignor still remembers it, work the bridge held for a
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from connect_bridge.codecs.connect_protocol import Assignment, Subscription
 from connect_bridge.codecs.error_codes import ErrorCode
-from connect_bridge.state.classic_group import ClassicGroup
+from connect_bridge.state.classic.group import ClassicGroup
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.workers.connect_assignors import IncrementalCooperativeAssignor
 from test_migration import A0, A1, AC, VIEW, G, cjoin, connect, coordinator, csync, fs, nbeat, njoin

@@ -1,4 +1,4 @@
-"""The classic group state machine (``state/classic_group.py``) against Kafka's classic protocol.
+"""The classic group state machine (``state/classic/group.py``) against Kafka's classic protocol.
 
 Each test drives one group through JoinGroup/SyncGroup/Heartbeat/LeaveGroup and the shared timer
 table with explicit ``now_ms``; parked responses are collected by token. Kafka's behaviour these
@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from connect_bridge.codecs.error_codes import ErrorCode
-from connect_bridge.state import classic_group as classic
-from connect_bridge.state.classic_api import (
+from connect_bridge.state.classic import group as classic
+from connect_bridge.state.classic.api import (
     HeartbeatRequest,
     HeartbeatResponse,
     JoinGroupRequest,
@@ -21,7 +21,7 @@ from connect_bridge.state.classic_api import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from connect_bridge.state.classic_group import (
+from connect_bridge.state.classic.group import (
     ClassicGroup,
     ClassicGroupSnapshot,
     ClassicGroupState,

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from connect_bridge.codecs.error_codes import ErrorCode
-from connect_bridge.state.classic_api import JoinGroupRequest
-from connect_bridge.state.classic_group import ClassicGroup, ClassicGroupState
+from connect_bridge.state.classic.api import JoinGroupRequest
+from connect_bridge.state.classic.group import ClassicGroup, ClassicGroupState
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.record_codec import decode_record, encode_record
 from connect_bridge.state.records import Record, RecordType
@@ -73,7 +73,7 @@ def test_a_restart_after_the_extra_round_started_runs_it_again_and_only_once() -
     coord.classic_join(_join(sessioned, SESSIONED), now)  # answered at once: the only member
     coord.advance(now)
     assert group.state is S.COMPLETING_REBALANCE and group.generation_id == 3
-    from connect_bridge.state.classic_api import SyncGroupRequest
+    from connect_bridge.state.classic.api import SyncGroupRequest
 
     sync = SyncGroupRequest(G, sessioned, 3, assignments=((sessioned, b"a"),), api_version=4)
     answer = coord.classic_sync(sync, now)
@@ -101,7 +101,7 @@ def _join(member_id: str, protocols, instance: str | None = None, token: object 
 
 
 def _heartbeat(member_id: str, generation: int, instance: str | None = None):
-    from connect_bridge.state.classic_api import HeartbeatRequest
+    from connect_bridge.state.classic.api import HeartbeatRequest
 
     return HeartbeatRequest(G, member_id, generation, instance)
 

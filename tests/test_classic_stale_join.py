@@ -1,12 +1,12 @@
 """A JoinGroup that repeats, byte for byte, a member's join from before the SyncGroup that gave it
-work is not taken as its join of a later rebalance at once (``classic_join._reports_less_than_given``;
+work is not taken as its join of a later rebalance at once (``classic.join._reports_less_than_given``;
 drill 99500298501929: a delayed copy of a worker's JoinGroup made the leader deal work it ran)."""
 
 from __future__ import annotations
 
 from connect_bridge.codecs.connect_protocol import Assignment, encode_assignment
 from connect_bridge.codecs.error_codes import ErrorCode
-from connect_bridge.state.classic_api import ClassicGroupState
+from connect_bridge.state.classic.api import ClassicGroupState
 from connect_bridge.state.model import ConnectorTaskId
 from test_classic_eager_hold import compatible
 from test_classic_group import Harness, finish_initial_rebalance

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.ids import ConnectorTaskId
-from connect_bridge.state import assignors, legacy_members
+from connect_bridge.state import assignors
 from connect_bridge.state.api import (
     HeartbeatRequest,
     HeartbeatResponse,
@@ -27,6 +27,7 @@ from connect_bridge.state.api import (
     PrepareAssignmentResponse,
 )
 from connect_bridge.state.config import CoordinatorConfig
+from connect_bridge.state.connect import legacy_members
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.holds import zombie_grace_ms
 from connect_bridge.state.model import (

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from connect_bridge.state import classic_api as capi
 from connect_bridge.state.api import HeartbeatRequest
-from connect_bridge.state.classic_api import ClassicGroupState
+from connect_bridge.state.classic import api as capi
+from connect_bridge.state.classic.api import ClassicGroupState
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.model import ConfigView

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from connect_bridge.state.classic_api import JoinGroupRequest
+from connect_bridge.state.classic.api import JoinGroupRequest
 from connect_bridge.state.config import CoordinatorConfig, MigrationPolicy
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.timers import TimerKey

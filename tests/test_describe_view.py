@@ -1,5 +1,5 @@
 """What ``connect-bridge describe`` is built from, without a bridge: the engine's waits and held work
-(``state/cg_describe.py``), ConnectGroupDescribe v1 on the wire (and v0 unchanged), and the table.
+(``state/connect/describe.py``), ConnectGroupDescribe v1 on the wire (and v0 unchanged), and the table.
 
 The live end-to-end check (a served bridge, real worker clients, the CLI) is tests/test_describe.py.
 """
@@ -19,8 +19,8 @@ from connect_bridge.codecs.connect_protocol import (
     encode_subscription,
 )
 from connect_bridge.state import api as napi
-from connect_bridge.state import classic_api as capi
-from connect_bridge.state.classic_group import ClassicDescribedGroup, ClassicDescribedMember
+from connect_bridge.state.classic import api as capi
+from connect_bridge.state.classic.group import ClassicDescribedGroup, ClassicDescribedMember
 from connect_bridge.state.model import EMPTY, HeldWork
 from connect_bridge.wire import maps as wm
 from test_connect_group import ALL, G, Sim, items

@@ -13,14 +13,14 @@ import pytest
 from connect_bridge.bridge.coordination import api_table as t
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.messages import APIS, KNOWN_APIS, ApiKey, ApiSpec, RelayedApi
-from connect_bridge.state import classic_api as capi
-from connect_bridge.state.adoption import UpstreamMember
+from connect_bridge.state.adoption.observation import UpstreamMember
 from connect_bridge.state.api import LEAVE_EPOCH, HeartbeatRequest
-from connect_bridge.state.classic_group import ClassicGroup
-from connect_bridge.state.classic_member import ClassicMember
-from connect_bridge.state.classic_records import ClassicMemberSnapshot
+from connect_bridge.state.classic import api as capi
+from connect_bridge.state.classic.group import ClassicGroup
+from connect_bridge.state.classic.member import ClassicMember
+from connect_bridge.state.classic.records import ClassicMemberSnapshot
 from connect_bridge.state.config import CoordinatorConfig
-from connect_bridge.state.connect_group import ConnectGroup
+from connect_bridge.state.connect.group import ConnectGroup
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.records import RecordType
 from connect_bridge.state.timers import TimerKey, TimerKind
@@ -106,9 +106,9 @@ def test_a_group_is_one_state_class_and_steps_read_no_private_parts() -> None:
     attributes (``x._y`` where ``x`` is neither ``self``/``cls`` nor a class of the same module)."""
     assert ConnectGroup.__mro__ == (ConnectGroup, object)
     assert ClassicGroup.__mro__ == (ClassicGroup, object)
-    state_dir = pathlib.Path(inspect.getfile(ConnectGroup)).parent
+    state_dir = pathlib.Path(inspect.getfile(ConnectGroup)).parents[1]
     reads = []
-    for path in sorted(state_dir.glob("*.py")):
+    for path in sorted(state_dir.rglob("*.py")):
         tree = ast.parse(path.read_text())
         own = {n.name for n in tree.body if isinstance(n, ast.ClassDef)} | {"self", "cls"}
         for node in ast.walk(tree):
@@ -118,5 +118,5 @@ def test_a_group_is_one_state_class_and_steps_read_no_private_parts() -> None:
                 and not node.attr.startswith("__")
                 and not (isinstance(node.value, ast.Name) and node.value.id in own)
             ):
-                reads.append(f"{path.name}:{node.lineno} {ast.unparse(node)}")
+                reads.append(f"{path.relative_to(state_dir)}:{node.lineno} {ast.unparse(node)}")
     assert reads == []

@@ -9,7 +9,7 @@ from connect_bridge.bridge.stores.committer import Committer
 from connect_bridge.bridge.stores.store import MemoryRecordStore
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.requests import decode_response, encode_request
-from connect_bridge.state import classic_api as capi
+from connect_bridge.state.classic import api as capi
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.wire import maps as wm
 from test_server import (

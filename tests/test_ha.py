@@ -37,7 +37,7 @@ from kafka.admin import NewTopic
 from kafka.protocol.metadata import FindCoordinatorRequest
 
 from connect_bridge.codecs.error_codes import ErrorCode
-from connect_bridge.state import classic_api as capi
+from connect_bridge.state.classic import api as capi
 from connect_bridge.state.partitioning import partition_for
 from connect_bridge.wire import maps as wm
 from connect_bridge.wire.client import KafkaConnection

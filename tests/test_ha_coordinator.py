@@ -10,7 +10,7 @@ gives; unloading answers parked requests NOT_COORDINATOR and stops the groups' t
 from __future__ import annotations
 
 from connect_bridge.codecs.error_codes import ErrorCode
-from connect_bridge.state.classic_api import JoinGroupRequest, SyncGroupRequest
+from connect_bridge.state.classic.api import JoinGroupRequest, SyncGroupRequest
 from connect_bridge.state.config import CoordinatorConfig, MigrationPolicy
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.holds import first_session_after_load_ms

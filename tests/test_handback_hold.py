@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 
 from connect_bridge.codecs.error_codes import ErrorCode
-from connect_bridge.state import classic_api as capi
-from connect_bridge.state.adoption_records import GroupOwnership, OwnershipState
+from connect_bridge.state.adoption.records import GroupOwnership, OwnershipState
+from connect_bridge.state.classic import api as capi
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.holds import zombie_grace_ms
 from connect_bridge.state.record_codec import decode_record, encode_record
@@ -111,7 +111,7 @@ def test_the_hold_survives_a_restart() -> None:
 
 def test_an_eager_group_holds_the_zombie_grace() -> None:
     """An eager leader holds nothing, so only the grace applies (as outside a hand-back)."""
-    from connect_bridge.state.handback import hand_back_hold_ms
+    from connect_bridge.state.adoption.handback import hand_back_hold_ms
 
     assert hand_back_hold_ms("default", SESSION_MS, DELAY_MS) == zombie_grace_ms(SESSION_MS)
     assert hand_back_hold_ms("sessioned", SESSION_MS, 0) == zombie_grace_ms(SESSION_MS)
@@ -184,7 +184,7 @@ def test_a_release_started_while_members_wait_in_the_join_makes_them_join_again(
     which had nothing to revoke and never joined again: the group never emptied and the hand-back
     never finished (adversarial 97000291043400). Now the join phase that began before
     ``releasing`` is followed at once by another one, whose JoinGroups the wiring routes."""
-    from connect_bridge.state.handback import reports_nothing
+    from connect_bridge.state.adoption.handback import reports_nothing
     from test_migration import protocols
 
     coord = coordinator(scheduled_rebalance_max_delay_ms=DELAY_MS)

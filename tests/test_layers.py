@@ -4,8 +4,9 @@ Each sub-package of ``connect_bridge`` imports only from its own layer and the l
 (``codecs`` ← ``state`` ← ``wire`` ← ``bridge`` ← ``workers`` ← ``drills`` ← ``pipeline`` ← the CLI); the
 utilities import nothing of the project; ``state`` imports nothing that does I/O or reads a clock
 or a random source. Inside ``bridge``, each part (a sub-package or a top-level module) imports only
-the parts before it in ``BRIDGE_PARTS`` (docs/architecture.md, "Inside bridge"). Every import counts,
-a lazy one inside a function too.
+the parts before it in ``BRIDGE_PARTS`` (docs/architecture.md, "Inside bridge"), and inside
+``state`` each part only the parts before it in ``STATE_PARTS`` ("Inside state"). Every import
+counts, a lazy one inside a function too.
 """
 
 from __future__ import annotations
@@ -45,6 +46,29 @@ BRIDGE_PARTS = (
 )
 """The parts of ``bridge`` from the bottom up: each may import only the parts before it, so no
 sub-package imports back up into a module that imports it."""
+STATE_PARTS = (
+    "errors",
+    "timers",
+    "records",
+    "result",
+    "limits",
+    "partitioning",
+    "model",
+    "holds",
+    "api",
+    "assignors",
+    "config",
+    "ownership",
+    "classic",
+    "connect",
+    "migration",
+    "adoption",
+    "record_codec",
+    "coordinator",
+)
+"""The parts of ``state`` from the bottom up (docs/architecture.md, "Inside state"), kept like
+``BRIDGE_PARTS``: the classic group below the connect group (whose legacy members speak the classic
+API), conversions between the two above both, adoption above conversions, the coordinator on top."""
 
 
 def layer_of(path: Path) -> str:
@@ -101,49 +125,73 @@ def violations(path: Path, source: str | None = None) -> list[str]:
     return out
 
 
-def bridge_part(path: Path) -> str | None:
-    """The part of ``bridge`` a module belongs to: its sub-package, or its own stem at the top."""
+def part_of(path: Path, package: str) -> str | None:
+    """The part of ``bridge`` or ``state`` a module belongs to: its sub-package, or its own stem at
+    the top."""
     relative = path.relative_to(PACKAGE)
-    if relative.parts[0] != "bridge" or (relative.name == "__init__.py" and len(relative.parts) == 2):
+    if relative.parts[0] != package or (relative.name == "__init__.py" and len(relative.parts) == 2):
         return None
     return relative.parts[1] if len(relative.parts) > 2 else relative.stem
 
 
-def from_bridge_imports(source: str) -> list[tuple[int, str]]:
+def bridge_part(path: Path) -> str | None:
+    """The part of ``bridge`` a module belongs to."""
+    return part_of(path, "bridge")
+
+
+def from_package_imports(source: str, package: str) -> list[tuple[int, str]]:
     """``from connect_bridge.bridge import app`` as (line, ``connect_bridge.bridge.app``)."""
     return [
-        (node.lineno, f"connect_bridge.bridge.{alias.name}")
+        (node.lineno, f"connect_bridge.{package}.{alias.name}")
         for node in ast.walk(ast.parse(source))
-        if isinstance(node, ast.ImportFrom) and node.module == "connect_bridge.bridge"
+        if isinstance(node, ast.ImportFrom) and node.module == f"connect_bridge.{package}"
         for alias in node.names
     ]
 
 
-def bridge_violations(path: Path, source: str | None = None) -> list[str]:
-    """Imports of one ``bridge`` module that reach a part of ``bridge`` not before its own."""
-    part = bridge_part(path)
+def part_violations(path: Path, package: str, order: tuple[str, ...], source: str | None = None) -> list[str]:
+    """Imports of one module of ``package`` that reach a part of it not before its own in ``order``."""
+    part = part_of(path, package)
     if part is None:
         return []
+    listing = f"{package.upper()}_PARTS"
     out = []
     text = path.read_text(encoding="utf-8") if source is None else source
-    for line, module in imports(path, text) + from_bridge_imports(text):
+    for line, module in imports(path, text) + from_package_imports(text, package):
         names = module.split(".")
-        if names[:2] != ["connect_bridge", "bridge"] or len(names) < 3 or names[2] == part:
+        if names[:2] != ["connect_bridge", package] or len(names) < 3 or names[2] == part:
             continue
         where = f"{path.relative_to(PACKAGE.parent)}:{line}"
-        if part not in BRIDGE_PARTS:
-            out.append(f"{where}: bridge part {part} is not in BRIDGE_PARTS")
-        elif names[2] not in BRIDGE_PARTS:
-            out.append(f"{where}: {module} is in no part of BRIDGE_PARTS")
-        elif BRIDGE_PARTS.index(names[2]) > BRIDGE_PARTS.index(part):
-            out.append(f"{where}: bridge part {part} imports {module}, a part above it")
+        if part not in order:
+            out.append(f"{where}: {package} part {part} is not in {listing}")
+        elif names[2] not in order:
+            out.append(f"{where}: {module} is in no part of {listing}")
+        elif order.index(names[2]) > order.index(part):
+            out.append(f"{where}: {package} part {part} imports {module}, a part above it")
     return out
+
+
+def bridge_violations(path: Path, source: str | None = None) -> list[str]:
+    """Imports of one ``bridge`` module that reach a part of ``bridge`` not before its own."""
+    return part_violations(path, "bridge", BRIDGE_PARTS, source)
+
+
+def state_violations(path: Path, source: str | None = None) -> list[str]:
+    """Imports of one ``state`` module that reach a part of ``state`` not before its own."""
+    return part_violations(path, "state", STATE_PARTS, source)
 
 
 def test_bridge_parts_import_downwards() -> None:
     modules = sorted((PACKAGE / "bridge").rglob("*.py"))
     assert {bridge_part(m) for m in modules} - {None} == set(BRIDGE_PARTS)
     found = [v for m in modules for v in bridge_violations(m)]
+    assert found == []
+
+
+def test_state_parts_import_downwards() -> None:
+    modules = sorted((PACKAGE / "state").rglob("*.py"))
+    assert {part_of(m, "state") for m in modules} - {None} == set(STATE_PARTS)
+    found = [v for m in modules for v in state_violations(m)]
     assert found == []
 
 
@@ -183,4 +231,21 @@ def test_a_breach_is_found(relative: str, source: str, problem: str) -> None:
 def test_a_bridge_breach_is_found(relative: str, source: str, problem: str) -> None:
     """The check itself: an import up the parts of ``bridge`` is reported, as is an unlisted part."""
     found = bridge_violations(PACKAGE / relative, source)
+    assert any(problem in v for v in found), found
+
+
+@pytest.mark.parametrize(
+    ("relative", "source", "problem"),
+    [
+        ("state/classic/x.py", "from connect_bridge.state.connect import group\n", "a part above it"),
+        ("state/model.py", "def f():\n    from connect_bridge.state.coordinator import replay\n", "above"),
+        ("state/connect/x.py", "from connect_bridge.state import migration\n", "a part above it"),
+        ("state/migration/x.py", "import connect_bridge.state.adoption.handback\n", "a part above it"),
+        ("state/config.py", "from connect_bridge.state.classic import api\n", "a part above it"),
+        ("state/newpart/x.py", "from connect_bridge.state.model import GroupId\n", "not in STATE_PARTS"),
+    ],
+)
+def test_a_state_breach_is_found(relative: str, source: str, problem: str) -> None:
+    """The check itself: an import up the parts of ``state`` is reported, as is an unlisted part."""
+    found = state_violations(PACKAGE / relative, source)
     assert any(problem in v for v in found), found

@@ -19,7 +19,7 @@ from connect_bridge.codecs.connect_protocol import (
 )
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.ids import ConnectorTaskId
-from connect_bridge.state.classic_api import (
+from connect_bridge.state.classic.api import (
     HeartbeatResponse,
     JoinGroupMember,
     JoinGroupRequest,

@@ -1,6 +1,6 @@
 """The incremental aggregates of a connect group against the from-scratch passes they replace.
 
-``state.member_index.MemberIndex`` (assignor votes, client assignor counts, url and instance id
+``state.connect.member_index.MemberIndex`` (assignor votes, client assignor counts, url and instance id
 lookups, config offsets) and ``ConnectGroup.working`` are changed only where records are
 applied. Random histories of joins, leaves, temporary leaves, metadata changes, expiries and config
 changes run through the coordinator; after every step each aggregate must equal the pass over the
@@ -21,10 +21,9 @@ from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state import assignors
 from connect_bridge.state.api import HeartbeatRequest
 from connect_bridge.state.assignors import AssignmentSpec
-from connect_bridge.state.cg_state import ConnectGroup
-from connect_bridge.state.client_side import _JOINING, _server_side_after, common_client_assignor
 from connect_bridge.state.config import CoordinatorConfig
-from connect_bridge.state.connect_records import (
+from connect_bridge.state.connect.client_side import _JOINING, _server_side_after, common_client_assignor
+from connect_bridge.state.connect.records import (
     current_assignment_record,
     member_metadata_record,
     member_tombstones,
@@ -32,6 +31,8 @@ from connect_bridge.state.connect_records import (
     target_member_tombstone,
     target_metadata_record,
 )
+from connect_bridge.state.connect.state import ConnectGroup
+from connect_bridge.state.connect.target_assignment import target_records, work_records
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.model import (
     EMPTY,
@@ -48,7 +49,6 @@ from connect_bridge.state.model import (
 )
 from connect_bridge.state.record_codec import decode_record, encode_record
 from connect_bridge.state.records import Record
-from connect_bridge.state.target_assignment import target_records, work_records
 from connect_bridge.state.timers import Timers
 from test_assignors import specs
 

@@ -19,17 +19,17 @@ from connect_bridge.codecs.connect_protocol import (
     encode_subscription,
 )
 from connect_bridge.codecs.error_codes import ErrorCode
-from connect_bridge.state import classic_api as capi
 from connect_bridge.state.api import (
     HeartbeatRequest,
     InstallAssignmentRequest,
     PrepareAssignmentRequest,
 )
-from connect_bridge.state.classic_group import ClassicGroup, ClassicGroupState
+from connect_bridge.state.classic import api as capi
+from connect_bridge.state.classic.group import ClassicGroup, ClassicGroupState
 from connect_bridge.state.config import CoordinatorConfig
-from connect_bridge.state.connect_group import ConnectGroup
-from connect_bridge.state.conversion import downgrade
+from connect_bridge.state.connect.group import ConnectGroup
 from connect_bridge.state.coordinator import GroupCoordinator
+from connect_bridge.state.migration.conversion import downgrade
 from connect_bridge.state.model import ANONYMOUS, ClientAssignor, ConfigView, MemberMetadata
 from connect_bridge.state.record_codec import decode_record, encode_record
 from connect_bridge.state.records import Record, RecordType

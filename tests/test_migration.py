@@ -23,16 +23,16 @@ from connect_bridge.codecs.connect_protocol import (
 )
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.ids import ConnectorTaskId
-from connect_bridge.state import classic_api as capi
 from connect_bridge.state.api import HeartbeatRequest, HeartbeatResponse
-from connect_bridge.state.classic_group import (
+from connect_bridge.state.classic import api as capi
+from connect_bridge.state.classic.group import (
     ClassicGroup,
     ClassicGroupSnapshot,
     ClassicGroupState,
     ClassicMemberSnapshot,
 )
 from connect_bridge.state.config import CoordinatorConfig, MigrationPolicy
-from connect_bridge.state.connect_group import ConnectGroup
+from connect_bridge.state.connect.group import ConnectGroup
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.holds import zombie_grace_ms
 from connect_bridge.state.model import EMPTY, ConfigView, Items, MemberState

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from connect_bridge.codecs.ids import ConnectorTaskId
 from connect_bridge.state.api import HeartbeatResponse, MemberAssignment
-from connect_bridge.state.legacy_members import CONFIG_MISMATCH
+from connect_bridge.state.connect.legacy_members import CONFIG_MISMATCH
 from connect_bridge.workers.new_protocol import NewProtocolWorker
 
 A0, A1, B0 = ConnectorTaskId("a", 0), ConnectorTaskId("a", 1), ConnectorTaskId("b", 0)

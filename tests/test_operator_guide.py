@@ -33,7 +33,7 @@ from kafka.admin import KafkaAdminClient
 from connect_bridge.bridge.coordination.api_table import API_NAMES
 from connect_bridge.bridge.describe import describe
 from connect_bridge.codecs.error_codes import error_name
-from connect_bridge.state.classic_api import ClassicGroupState
+from connect_bridge.state.classic.api import ClassicGroupState
 from connect_bridge.state.model import MemberState
 from doc_commands import (
     REPO,

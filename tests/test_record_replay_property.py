@@ -27,10 +27,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from connect_bridge.codecs.error_codes import ErrorCode
-from connect_bridge.state import classic_api as capi
-from connect_bridge.state.classic_group import ClassicGroup, ClassicGroupState
+from connect_bridge.state.classic import api as capi
+from connect_bridge.state.classic.group import ClassicGroup, ClassicGroupState
 from connect_bridge.state.config import CoordinatorConfig, MigrationPolicy
-from connect_bridge.state.connect_group import ConnectGroup
+from connect_bridge.state.connect.group import ConnectGroup
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.record_codec import decode_record, encode_record
 from connect_bridge.state.records import Record

@@ -12,7 +12,7 @@ talks to the new coordinator is back on its plain session at once.
 
 from __future__ import annotations
 
-from connect_bridge.state.classic_api import ClassicGroupState
+from connect_bridge.state.classic.api import ClassicGroupState
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.holds import (
     JOIN_GROUP_TIMEOUT_LAPSE_MS,

@@ -26,11 +26,11 @@ from connect_bridge.bridge.stores.store import MemoryRecordStore
 from connect_bridge.codecs.connect_protocol import Assignment, Subscription, encode_subscription
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.requests import decode_request, encode_request
-from connect_bridge.state import classic_api as capi
-from connect_bridge.state import connect_group as connect_steps
 from connect_bridge.state.api import HeartbeatRequest
-from connect_bridge.state.client_side import check_client_ranges, range_conflict
+from connect_bridge.state.classic import api as capi
 from connect_bridge.state.config import CoordinatorConfig
+from connect_bridge.state.connect import group as connect_steps
+from connect_bridge.state.connect.client_side import check_client_ranges, range_conflict
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.errors import RequestError
 from connect_bridge.state.limits import RequestLimits

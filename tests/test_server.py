@@ -38,9 +38,9 @@ from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.ids import ConnectorTaskId
 from connect_bridge.codecs.requests import decode_response, encode_request
 from connect_bridge.state import api as napi
-from connect_bridge.state import classic_api as capi
+from connect_bridge.state.classic import api as capi
 from connect_bridge.state.config import CoordinatorConfig
-from connect_bridge.state.legacy_members import CONFIG_MISMATCH
+from connect_bridge.state.connect.legacy_members import CONFIG_MISMATCH
 from connect_bridge.state.model import ConfigView
 from connect_bridge.wire import maps as wm
 from connect_bridge.wire.client import ClientError, KafkaConnection

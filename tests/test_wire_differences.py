@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from connect_bridge.codecs.error_codes import ErrorCode
-from connect_bridge.state import classic_api as capi
-from connect_bridge.state.classic_group import ClassicGroup
-from connect_bridge.state.connect_group import ConnectGroup
+from connect_bridge.state.classic import api as capi
+from connect_bridge.state.classic.group import ClassicGroup
+from connect_bridge.state.connect.group import ConnectGroup
 from connect_bridge.wire import maps as wm
 from test_migration import G, cbeat, coordinator, stable_classic
 from test_server import connection, run, running

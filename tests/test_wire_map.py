@@ -15,8 +15,8 @@ from connect_bridge.codecs.requests import (
     encode_response_frame,
 )
 from connect_bridge.state import api as napi
-from connect_bridge.state import classic_api as capi
-from connect_bridge.state.classic_group import ClassicDescribedGroup, ClassicDescribedMember
+from connect_bridge.state.classic import api as capi
+from connect_bridge.state.classic.group import ClassicDescribedGroup, ClassicDescribedMember
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.model import EMPTY, AssignedMetadata, ClientAssignor, ConfigView

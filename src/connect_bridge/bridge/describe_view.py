@@ -21,7 +21,7 @@ from connect_bridge.codecs.connect_protocol import (
 )
 from connect_bridge.codecs.errors import CodecError
 from connect_bridge.codecs.ids import CONNECTOR_TASK, ConnectorTaskId
-from connect_bridge.state.legacy_members import MODE_OF_PROTOCOL
+from connect_bridge.state.connect.legacy_members import MODE_OF_PROTOCOL
 from connect_bridge.state.model import GroupType
 
 __all__ = [
@@ -42,7 +42,7 @@ _WAITS: dict[str, str] = {
     "join": "waiting for its JoinGroup",
     "sync": "awaiting SyncGroup",
 }
-"""``WaitingFor`` codes (``state.cg_describe.Waiting``) as an operator reads them; ``revoking`` and
+"""``WaitingFor`` codes (``state.connect.describe.Waiting``) as an operator reads them; ``revoking`` and
 ``released-work`` name their counts (:func:`waiting_phrase`)."""
 
 _CLASSIC_WAITS: dict[str, str] = {"PreparingRebalance": "join", "CompletingRebalance": "sync"}
@@ -197,7 +197,7 @@ def _classic_member(m: Any, state: str, mode: str) -> dict[str, Any]:
 
 
 def classic_group_view(g: Any) -> dict[str, Any]:
-    """A DescribeGroups group (``state.classic_group.ClassicDescribedGroup``), members' Connect
+    """A DescribeGroups group (``state.classic.group.ClassicDescribedGroup``), members' Connect
     assignments decoded. The protocol (eager/compatible/sessioned) is the group's elected one, known
     while it is Stable; epochs are not in DescribeGroups (None)."""
     protocol = g.protocol_data or ""

@@ -26,8 +26,9 @@ from connect_bridge.drills.sim_worker import (
     SimWorker,
     make_logic,
 )
-from connect_bridge.state import api, classic_api
-from connect_bridge.state.adoption_records import OwnershipState
+from connect_bridge.state import api
+from connect_bridge.state.adoption.records import OwnershipState
+from connect_bridge.state.classic import api as classic_api
 from connect_bridge.state.model import Items
 from connect_bridge.workers.legacy import ActionKind, LegacyWorker
 from connect_bridge.workers.new_protocol import NewProtocolWorker

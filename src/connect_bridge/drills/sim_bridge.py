@@ -29,16 +29,16 @@ from connect_bridge.drills.events import EventLog
 from connect_bridge.drills.scenario import Scenario
 from connect_bridge.drills.sim_worker import LEGACY_CALLS, SimWorker
 from connect_bridge.state import api
-from connect_bridge.state import classic_api as capi
-from connect_bridge.state.adoption import Observation, takeover_ready
-from connect_bridge.state.adoption_build import AdoptionError
-from connect_bridge.state.adoption_records import OwnershipError, OwnershipState
-from connect_bridge.state.classic_api import ClassicGroupState
-from connect_bridge.state.classic_group import ClassicGroup
+from connect_bridge.state.adoption.build import AdoptionError
+from connect_bridge.state.adoption.handback import reports_nothing
+from connect_bridge.state.adoption.observation import Observation, takeover_ready
+from connect_bridge.state.adoption.records import OwnershipError, OwnershipState
+from connect_bridge.state.classic import api as capi
+from connect_bridge.state.classic.api import ClassicGroupState
+from connect_bridge.state.classic.group import ClassicGroup
 from connect_bridge.state.config import CoordinatorConfig, MigrationPolicy
-from connect_bridge.state.connect_group import ConnectGroup
+from connect_bridge.state.connect.group import ConnectGroup
 from connect_bridge.state.coordinator import GroupCoordinator
-from connect_bridge.state.handback import reports_nothing
 from connect_bridge.state.model import EMPTY, ConfigView, Items
 from connect_bridge.state.records import Record
 
@@ -426,7 +426,7 @@ class SimulatedBridge:
             elif tag == "dup":
                 return None  # a resend of a held JoinGroup: the client matches the original's answer
             elif self.coordinator.unsynced_round_due(req):
-                pass  # answered below with a leader round it never syncs (``state.handback``)
+                pass  # answered below with a leader round it never syncs (``state.adoption.handback``)
             else:
                 self.held_joins.append((sent, tag))
                 self.at(t, self._finish_release)
@@ -488,7 +488,7 @@ class SimulatedBridge:
 
     def _adopt(self, now: int) -> None:
         """Take the relayed group over at a generation boundary the upstream confirms (the takeover
-        condition of ``state.adoption``); until then retry every ``RETRY_MS``. The adopted members
+        condition of ``state.adoption.observation``); until then retry every ``RETRY_MS``. The adopted members
         then leave the upstream group (the ``leave_upstream`` setting's default)."""
         if self.phase() is not OwnershipState.RELAYING:
             return

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.drills.scenario import Scenario
-from connect_bridge.state import classic_api
+from connect_bridge.state.classic import api as classic_api
 from connect_bridge.state.model import NEW_PROTOCOL, ConfigView, Items
 from connect_bridge.workers.legacy import LegacyWorker
 from connect_bridge.workers.new_protocol import NewProtocolWorker

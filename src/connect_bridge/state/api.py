@@ -169,7 +169,7 @@ class DescribedMember:
     classic_state: str | None = None
     """A legacy member's classic state (``ClassicGroupState`` value); None for a new member."""
     waiting_for: str = ""
-    """What the member waits for (a ``state.cg_describe.Waiting`` value); "" when not known (v0)."""
+    """What the member waits for (a ``state.connect.describe.Waiting`` value); "" when not known (v0)."""
     wait_deadline_ms: int = -1
     """When a timer removes the member if that wait does not end; -1 if none bounds it."""
 

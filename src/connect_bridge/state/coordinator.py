@@ -17,10 +17,9 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from connect_bridge.codecs.error_codes import ErrorCode
-from connect_bridge.state import classic_api as capi
-from connect_bridge.state import classic_group as classic_steps
-from connect_bridge.state import connect_group as connect_steps
-from connect_bridge.state.adoption_records import OwnershipTable
+from connect_bridge.state.adoption.handback import removed_by_admin, revoke_all
+from connect_bridge.state.adoption.records import OwnershipTable
+from connect_bridge.state.adoption.steps import OwnershipSteps
 from connect_bridge.state.api import (
     DescribedGroup,
     HeartbeatRequest,
@@ -30,21 +29,28 @@ from connect_bridge.state.api import (
     PrepareAssignmentRequest,
     PrepareAssignmentResponse,
 )
-from connect_bridge.state.classic_api import EAGER_PROTOCOL, PROTOCOL_TYPE_CONNECT
-from connect_bridge.state.classic_group import (
+from connect_bridge.state.classic import api as capi
+from connect_bridge.state.classic import group as classic_steps
+from connect_bridge.state.classic.api import EAGER_PROTOCOL, PROTOCOL_TYPE_CONNECT
+from connect_bridge.state.classic.group import (
     ClassicDescribedGroup,
     ClassicGroup,
     ClassicGroupState,
     ClassicMember,
 )
+from connect_bridge.state.classic.leader_memory import ForgetRounds
 from connect_bridge.state.config import CoordinatorConfig
-from connect_bridge.state.connect_group import ConnectGroup, check_heartbeat
-from connect_bridge.state.conversion import ConversionError, allocation, downgrade, full_assignment, upgrade
-from connect_bridge.state.coordinator_ownership import OwnershipSteps
+from connect_bridge.state.connect import group as connect_steps
+from connect_bridge.state.connect.group import ConnectGroup, check_heartbeat
 from connect_bridge.state.errors import RequestError
-from connect_bridge.state.handback import removed_by_admin, revoke_all
 from connect_bridge.state.holds import timer_removal_hold_ms
-from connect_bridge.state.leader_memory import ForgetRounds
+from connect_bridge.state.migration.conversion import (
+    ConversionError,
+    allocation,
+    downgrade,
+    full_assignment,
+    upgrade,
+)
 from connect_bridge.state.model import ConfigView, GroupType
 from connect_bridge.state.ownership import refusal, split_leaving
 from connect_bridge.state.records import Record, RecordType
@@ -69,7 +75,7 @@ class GroupCoordinator(OwnershipSteps):
         self._unsynced_rounds: dict[str, set[str]] = {}
         self._forget_rounds: dict[str, ForgetRounds] = {}
         """Group id -> the unsynced leader rounds of the classic group that replaces the emptied
-        connect group it named (``classic_join.forget_round``), until that classic group is
+        connect group it named (``classic.join.forget_round``), until that classic group is
         persisted and carries them itself (an unpersisted empty one is dropped after each
         JoinGroup). Soft."""
         self._responses: list[tuple[object, object]] = []
@@ -301,7 +307,8 @@ class GroupCoordinator(OwnershipSteps):
             return capi.JoinGroupResponse(
                 error_code=int(refused.code), member_id=req.member_id, error_message=refused.message
             )
-        unsynced = self.unsynced_round(req)  # hand-back: a worker going upstream forgets (state.handback)
+        # hand-back: a worker going upstream forgets (state.adoption.handback)
+        unsynced = self.unsynced_round(req)
         if unsynced is not None:
             return unsynced
         policy = self.config.migration_policy
@@ -368,7 +375,7 @@ class GroupCoordinator(OwnershipSteps):
         if refused := refusal(group, req.member_id, req.group_instance_id, req.principal):
             return capi.SyncGroupResponse(error_code=int(refused.code))
         if self.from_unsynced_round(req.group_id, req.member_id, req.generation_id):
-            return capi.SyncGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))  # state.handback
+            return capi.SyncGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))  # adoption.handback
         if req.assignments and isinstance(group, ClassicGroup) and self._releasing(req.group_id):
             req = replace(req, assignments=revoke_all(group, req.assignments))  # docs/adoption.md
         _heard_from(group, req.member_id, now_ms)
@@ -389,7 +396,7 @@ class GroupCoordinator(OwnershipSteps):
         if refused := refusal(group, req.member_id, req.group_instance_id, req.principal):
             return capi.HeartbeatResponse(error_code=int(refused.code))
         if self.from_unsynced_round(req.group_id, req.member_id, req.generation_id):
-            return capi.HeartbeatResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))  # state.handback
+            return capi.HeartbeatResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))  # adoption.handback
         _heard_from(group, req.member_id, now_ms)
         if isinstance(group, ConnectGroup):
             response = group.legacy_members.heartbeat(group, req, now_ms)
@@ -481,7 +488,7 @@ class GroupCoordinator(OwnershipSteps):
         work held for the delay, at least the zombie grace, then converts back. ``False`` = not
         this case (or the policy forbids it); the classic group handles the timer.
 
-        While ``releasing`` no generation of this group deals work (``state.handback``): the classic
+        While ``releasing`` no generation of this group deals work (``state.adoption.handback``): the classic
         group removes the members, and the hand-back waits out their hold instead."""
         if self._releasing(classic.group_id):
             self._hold_hand_back(classic, classic_steps.removed_by(classic, key), now_ms)

@@ -1,7 +1,7 @@
 """The group data model of seed 000: members, target assignment, current assignments, config view.
 
-Everything here is plain data. The transitions are records applied by ``cg_state``, decided in
-``cg_heartbeat``/``cg_membership`` and the pure steps (``reconciliation``, ``target_assignment``);
+Everything here is plain data. The transitions are records applied by ``connect.state``, decided in
+``connect.heartbeat``/``connect.membership`` and the pure steps (``reconciliation``, ``target_assignment``);
 keeping data and rules apart is what lets the record replay rebuild identical state.
 """
 

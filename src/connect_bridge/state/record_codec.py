@@ -16,8 +16,8 @@ from typing import Any
 from connect_bridge.codecs import records as wire
 from connect_bridge.codecs.messages import connectors_and_tasks, items_of
 from connect_bridge.codecs.spec_map import Field, SpecMap, StructMap, as_bytes, empty_if_null, null_if_empty
-from connect_bridge.state.adoption_records import WIRE_STATES, GroupOwnership
-from connect_bridge.state.classic_group import ClassicGroupSnapshot, ClassicMemberSnapshot
+from connect_bridge.state.adoption.records import WIRE_STATES, GroupOwnership
+from connect_bridge.state.classic.group import ClassicGroupSnapshot, ClassicMemberSnapshot
 from connect_bridge.state.model import (
     AssignedMetadata,
     ClientAssignor,

@@ -1,5 +1,5 @@
 """The classic group APIs (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, DescribeGroups, ListGroups)
-<-> engine values (``state.classic_api``), through the spec-derived maps of ``codecs.spec_map``.
+<-> engine values (``state.classic.api``), through the spec-derived maps of ``codecs.spec_map``.
 
 Which fields a version carries, what an older version reads as (``None`` for a field the spec makes
 nullable, else the engine default) and which missing fields make a request unsendable (a static
@@ -29,8 +29,8 @@ from connect_bridge.codecs.spec_map import (
     unsendable,
 )
 from connect_bridge.state import api as napi
-from connect_bridge.state import classic_api as capi
-from connect_bridge.state.classic_group import (
+from connect_bridge.state.classic import api as capi
+from connect_bridge.state.classic.group import (
     PROTOCOL_TYPE_CONNECT,
     ClassicDescribedGroup,
     ClassicDescribedMember,

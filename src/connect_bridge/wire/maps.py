@@ -2,7 +2,7 @@
 
 The server decodes requests (``*_from_wire``) and encodes responses (``*_response_to_wire``); the
 reference worker clients do the reverse (``*_to_wire`` and ``*_response_from_wire``). Engine values
-(``state.api``, ``state.classic_api``) are version-independent; every function that touches a
+(``state.api``, ``state.classic.api``) are version-independent; every function that touches a
 classic API takes (or reads from the decoded message) the wire version and applies what that version
 can carry, as Kafka does. The conversions are declarative maps compiled from the JSON specs
 (``codecs.spec_map``: which fields a version has, which are ignorable, where a string may be null),

@@ -36,7 +36,7 @@ from connect_bridge.codecs.connect_protocol import (
 from connect_bridge.codecs.error_codes import error_name
 from connect_bridge.codecs.errors import CodecError
 from connect_bridge.codecs.ids import ConnectorTaskId
-from connect_bridge.state.classic_api import (
+from connect_bridge.state.classic.api import (
     NO_GENERATION,
     HeartbeatRequest,
     HeartbeatResponse,

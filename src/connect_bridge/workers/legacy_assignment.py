@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from connect_bridge.codecs.connect_protocol import CONNECT_PROTOCOL_NAMES, Assignment, Subscription
 from connect_bridge.codecs.ids import ConnectorTaskId
-from connect_bridge.state.classic_api import NO_GENERATION
+from connect_bridge.state.classic.api import NO_GENERATION
 from connect_bridge.state.model import EMPTY, ConfigView, Items
 from connect_bridge.workers.connect_assignors import NO_ERROR, EagerAssignor, IncrementalCooperativeAssignor
 from connect_bridge.workers.legacy_protocol import EAGER_PROTOCOL

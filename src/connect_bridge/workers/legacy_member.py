@@ -12,7 +12,7 @@ from typing import Final, TypedDict
 
 from connect_bridge.codecs.connect_protocol import Assignment
 from connect_bridge.codecs.ids import ConnectorTaskId
-from connect_bridge.state.classic_api import NO_GENERATION, UNKNOWN_MEMBER_ID
+from connect_bridge.state.classic.api import NO_GENERATION, UNKNOWN_MEMBER_ID
 from connect_bridge.state.model import EMPTY, ConfigView, Items
 from connect_bridge.workers.connect_assignors import (
     DEFAULT_MAX_DELAY_MS,

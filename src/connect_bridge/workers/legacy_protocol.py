@@ -12,7 +12,7 @@ from enum import Enum, StrEnum
 from typing import Final, Literal
 
 from connect_bridge.codecs.error_codes import ErrorCode
-from connect_bridge.state.classic_api import NO_GENERATION, LeaveGroupRequest, SyncGroupRequest
+from connect_bridge.state.classic.api import NO_GENERATION, LeaveGroupRequest, SyncGroupRequest
 from connect_bridge.state.model import EMPTY, Items
 
 __all__ = [

@@ -2,8 +2,8 @@
 
 While a group is coordinated upstream the bridge relays its JoinGroup/SyncGroup/Heartbeat/
 LeaveGroup/DescribeGroups frames unchanged; to take the group over later it must know the
-generation those exchanges formed (``state.adoption``). This module decodes a relayed request frame
-and the upstream's response frame with the bridge's own decoders (``codecs.requests``, the
+generation those exchanges formed (``state.adoption.observation``). This module decodes a relayed
+request frame and the upstream's response frame with the bridge's own decoders (``codecs.requests``, the
 spec-derived maps of ``wire.classic``) and hands the typed values to the group's
 observation.
 
@@ -24,7 +24,7 @@ from typing import Any
 
 from connect_bridge.codecs.messages import ApiKey
 from connect_bridge.codecs.requests import decode_request, decode_response
-from connect_bridge.state.adoption import Observation
+from connect_bridge.state.adoption.observation import Observation
 from connect_bridge.wire import classic as wc
 
 log = logging.getLogger("connect_bridge.adoption")

@@ -16,7 +16,7 @@ from connect_bridge.bridge.security.sasl_client import upstream_login
 from connect_bridge.bridge.security.upstream_security import UpstreamSecurity
 from connect_bridge.codecs import messages as m
 from connect_bridge.codecs.error_codes import ErrorCode
-from connect_bridge.state.classic_state import ClassicDescribedGroup
+from connect_bridge.state.classic.state import ClassicDescribedGroup
 from connect_bridge.wire import classic as wc
 from connect_bridge.wire.client import ClientError, KafkaConnection, find_coordinator
 

@@ -14,7 +14,7 @@ upstream group is then emptied with one LeaveGroup of the adopted members and wa
 the bridge did not adopt (a conflict: an ERROR line, a metric, and the status).
 
 The hand-back (``connect-bridge release GROUP``): ``releasing`` is made durable and the bridge's
-group rebalances; the generation it completes revokes everything (``state.handback``). A member's
+group rebalances; the generation it completes revokes everything (``state.adoption.handback``). A member's
 JoinGroup that reports an empty allocation removes it (UNKNOWN_MEMBER_ID, so it rejoins with an
 empty id); a JoinGroup with an empty or unknown id is held until the bridge's group is empty and
 every member sent away is back with its rejoin (or ``settle_timeout_ms`` passed): then the
@@ -40,11 +40,16 @@ from connect_bridge.bridge.coordination.runtime import CoordinatorRuntime
 from connect_bridge.bridge.edge.connection import Connection
 from connect_bridge.codecs.messages import ApiKey
 from connect_bridge.codecs.requests import DecodedRequest, decode_response
-from connect_bridge.state.adoption import Observation, TakeoverCheck, takeover_ready, upstream_conflict
-from connect_bridge.state.adoption_build import AdoptionError
-from connect_bridge.state.adoption_records import OwnershipError, OwnershipState
-from connect_bridge.state.classic_api import ClassicGroupState
-from connect_bridge.state.handback import reports_nothing
+from connect_bridge.state.adoption.build import AdoptionError
+from connect_bridge.state.adoption.handback import reports_nothing
+from connect_bridge.state.adoption.observation import (
+    Observation,
+    TakeoverCheck,
+    takeover_ready,
+    upstream_conflict,
+)
+from connect_bridge.state.adoption.records import OwnershipError, OwnershipState
+from connect_bridge.state.classic.api import ClassicGroupState
 from connect_bridge.wire.classic import join_from_wire
 
 log = logging.getLogger("connect_bridge.adoption")
@@ -217,7 +222,7 @@ class Adoption:
     async def _route_releasing(self, conn: Connection, group_id: str, decoded: DecodedRequest) -> None:
         """Per-member routing of a JoinGroup while ``releasing``. A member of the bridge's group that
         still runs something joins the bridge's group (whose generation revokes everything,
-        ``state.handback``); one that reports nothing is removed and answered locally
+        ``state.adoption.handback``); one that reports nothing is removed and answered locally
         (UNKNOWN_MEMBER_ID: it joins again with an empty id). A JoinGroup with an empty or unknown
         id waits here until ``released`` is durable, then goes upstream; if it reports nothing, a
         member of the bridge's group with its url or instance id is an earlier incarnation of the
@@ -243,7 +248,8 @@ class Adoption:
         if stale:  # an earlier incarnation of this worker, which has stopped: no hold for it
             log.info("adoption: hand-back of %s: %s came back stopped, sent upstream", group_id, stale)
         if self.runtime.coordinator.unsynced_round_due(join):
-            return  # answered here with a leader round it never syncs (``state.handback``), then held
+            # answered here with a leader round it never syncs (``state.adoption.handback``), then held
+            return
         released = self._released.setdefault(group_id, asyncio.Event())
         held = self._held.setdefault(group_id, set())
         held.add(conn)

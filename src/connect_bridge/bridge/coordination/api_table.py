@@ -33,7 +33,7 @@ from kafka.protocol.api_message import ApiMessage
 
 from connect_bridge.codecs.messages import API_SPECS, KNOWN_APIS, ApiKey, ApiSpec, RelayedApi
 from connect_bridge.state import api as napi
-from connect_bridge.state import classic_api as capi
+from connect_bridge.state.classic import api as capi
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.model import ANONYMOUS
 from connect_bridge.wire import maps as wm
@@ -92,7 +92,7 @@ EngineResponse = TypeVar("EngineResponse")
 @dataclass(frozen=True, slots=True)
 class GroupCall(Generic[EngineRequest, EngineResponse]):
     """How one group API crosses between the wire and the coordinator: the wire request becomes
-    the engine's typed request (``state.api``, ``state.classic_api``), the coordinator's typed
+    the engine's typed request (``state.api``, ``state.classic.api``), the coordinator's typed
     response (None: parked) becomes the wire response."""
 
     from_wire: Callable[[ApiMessage, int, Client], EngineRequest]

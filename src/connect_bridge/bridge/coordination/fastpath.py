@@ -22,8 +22,8 @@ from connect_bridge.codecs.requests import (
     response_frame,
     without_correlation_id,
 )
-from connect_bridge.state import classic_api as capi
 from connect_bridge.state.api import HeartbeatRequest, HeartbeatResponse
+from connect_bridge.state.classic import api as capi
 from connect_bridge.state.result import CoordinatorResult
 from connect_bridge.wire import maps as wm
 

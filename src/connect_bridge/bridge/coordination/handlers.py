@@ -28,7 +28,7 @@ from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.messages import supported_api_versions
 from connect_bridge.codecs.requests import DecodedRequest
 from connect_bridge.state import api as napi
-from connect_bridge.state.classic_group import ClassicDescribedGroup
+from connect_bridge.state.classic.group import ClassicDescribedGroup
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.limits import RequestLimits
 from connect_bridge.wire import maps as wm

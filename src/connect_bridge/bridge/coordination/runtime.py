@@ -39,7 +39,7 @@ from connect_bridge.bridge.security.authorization import GroupAuthorizer
 from connect_bridge.bridge.stores.config_source import view_behind
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.errors import CodecError
-from connect_bridge.state.adoption_records import OwnershipState
+from connect_bridge.state.adoption.records import OwnershipState
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.limits import RequestLimits, oversize
 from connect_bridge.state.model import ANONYMOUS

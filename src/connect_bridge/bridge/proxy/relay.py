@@ -33,8 +33,8 @@ from connect_bridge.codecs.requests import (
     decode_request,
     request_header_fields,
 )
-from connect_bridge.state.adoption_records import OwnershipState
-from connect_bridge.state.classic_api import PROTOCOL_TYPE_CONNECT
+from connect_bridge.state.adoption.records import OwnershipState
+from connect_bridge.state.classic.api import PROTOCOL_TYPE_CONNECT
 
 log = logging.getLogger("connect_bridge.server")
 _SIZE = struct.Struct(">i")

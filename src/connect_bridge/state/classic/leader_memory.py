@@ -10,9 +10,9 @@ memory that no member reports running is taken for lost and waits
 Two places hand a legacy worker from a coordination whose leader rounds did not decide anything to
 one where its leader round does, and there that memory is wrong:
 
-* a hand-back (``state.handback``): the worker led a bridge generation whose assignment the bridge
+* a hand-back (``state.adoption.handback``): the worker led a bridge generation whose assignment the bridge
   replaced by revocations, then leads upstream;
-* a connect group that emptied and became a fresh classic group (``classic_join``): inside the
+* a connect group that emptied and became a fresh classic group (``classic.join``): inside the
   connect group the bridge elected a legacy worker Connect leader in each of its JoinGroups, ran
   its assignor on the bridge's ownership and ignored what it sent (docs/legacy-workers.md, "The
   Connect leader"); work the bridge held for a departed member ran nowhere in that view, so the
@@ -30,13 +30,13 @@ from dataclasses import dataclass, field
 
 from connect_bridge.codecs.connect_protocol import CONNECT_PROTOCOL_NAMES, decode_subscription
 from connect_bridge.codecs.errors import CodecError
-from connect_bridge.state.classic_api import JoinGroupMember, JoinGroupRequest, JoinGroupResponse
+from connect_bridge.state.classic.api import JoinGroupMember, JoinGroupRequest, JoinGroupResponse
 
 
 @dataclass(slots=True)
 class ForgetRounds:
     """The unsynced leader rounds a classic group that replaced an emptied connect group answers
-    first JoinGroups with (``classic_join.forget_round``). Soft: after a bridge restart nobody
+    first JoinGroups with (``classic.join.forget_round``). Soft: after a bridge restart nobody
     gets one (a worker's assignor may then remember the connect era once more)."""
 
     generation: int

@@ -1,8 +1,8 @@
 """ConnectGroupHeartbeat, PrepareAssignment, InstallAssignment and the config view of a ``connect``
-group: step functions that take the group (``cg_state.ConnectGroup``), a request and ``now_ms``.
+group: step functions that take the group (``connect.state.ConnectGroup``), a request and ``now_ms``.
 
 A heartbeat validates the request, joins, rejoins or leaves through the membership steps
-(``cg_membership``), brings the target up to date, reconciles the member one step toward it and
+(``connect.membership``), brings the target up to date, reconciles the member one step toward it and
 answers with its Assignment when there is something new to tell. Nothing here does I/O.
 """
 
@@ -22,7 +22,8 @@ from connect_bridge.state.api import (
     PrepareAssignmentRequest,
     PrepareAssignmentResponse,
 )
-from connect_bridge.state.cg_membership import (
+from connect_bridge.state.connect.client_side import check_client_ranges
+from connect_bridge.state.connect.membership import (
     add_member,
     maybe_update_target,
     new_member_id,
@@ -32,9 +33,8 @@ from connect_bridge.state.cg_membership import (
     target_spec,
     update_member_metadata,
 )
-from connect_bridge.state.cg_state import ConnectGroup
-from connect_bridge.state.cg_validation import check_heartbeat, metadata_from
-from connect_bridge.state.client_side import check_client_ranges
+from connect_bridge.state.connect.state import ConnectGroup
+from connect_bridge.state.connect.validation import check_heartbeat, metadata_from
 from connect_bridge.state.errors import RequestError
 from connect_bridge.state.holds import zombie_grace_ms
 from connect_bridge.state.model import (

@@ -80,7 +80,7 @@ class JoinGroupResponse:
 @dataclass(frozen=True, slots=True)
 class GenerationRequest:
     """A request a member makes within a generation (SyncGroup, Heartbeat): the group checks the
-    member, then the generation, from these fields alike (``classic_sync.generation_error``)."""
+    member, then the generation, from these fields alike (``classic.sync.generation_error``)."""
 
     group_id: str
     member_id: str

@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from connect_bridge.codecs.error_codes import ErrorCode
-from connect_bridge.state.classic_api import (
+from connect_bridge.state.classic.api import (
     EAGER_PROTOCOL,
     PROTOCOL_TYPE_CONNECT,
     ClassicGroupState,
     SyncGroupResponse,
 )
-from connect_bridge.state.classic_state import ClassicGroup
+from connect_bridge.state.classic.state import ClassicGroup
 
 _S = ClassicGroupState
 

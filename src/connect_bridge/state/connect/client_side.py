@@ -33,7 +33,7 @@ from connect_bridge.state.api import (
     PreparedMember,
 )
 from connect_bridge.state.assignors import AssignmentSpec
-from connect_bridge.state.cg_view import ConnectGroupView
+from connect_bridge.state.connect.view import ConnectGroupView
 from connect_bridge.state.errors import RequestError
 from connect_bridge.state.model import EMPTY, AssignedMetadata, ClientAssignor, Items, Member
 from connect_bridge.state.timers import TimerKey, Timers

@@ -22,17 +22,17 @@ from connect_bridge.codecs.connect_protocol import (
 )
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.errors import CodecError
-from connect_bridge.state import cg_membership as membership
-from connect_bridge.state import classic_api as api
-from connect_bridge.state.classic_api import ClassicGroupState
-from connect_bridge.state.classic_records import ClassicJoin
+from connect_bridge.state.classic import api as api
+from connect_bridge.state.classic.api import ClassicGroupState
+from connect_bridge.state.classic.records import ClassicJoin
+from connect_bridge.state.connect import membership as membership
 from connect_bridge.state.errors import RequestError
 from connect_bridge.state.holds import rejoin_delay_ms
 from connect_bridge.state.model import EMPTY, Items, Member, MemberMetadata, MemberState
 from connect_bridge.state.timers import TimerKey, TimerKind, Timers
 
 if TYPE_CHECKING:  # the group's state class composes this one
-    from connect_bridge.state.cg_state import ConnectGroup
+    from connect_bridge.state.connect.state import ConnectGroup
 
 PROTOCOL_TYPE = "connect"
 CONFIG_MISMATCH = 1
@@ -113,7 +113,7 @@ class LegacyMembers:
 
     Composed into the group's state (``ConnectGroup.legacy_members``); the steps take the group
     as an argument and change it only through the membership and reconciliation steps
-    (``cg_membership``), the ones ConnectGroupHeartbeat goes through.
+    (``connect.membership``), the ones ConnectGroupHeartbeat goes through.
     """
 
     def __init__(self, group_id: str, timers: Timers) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from connect_bridge.codecs.error_codes import ErrorCode
-from connect_bridge.state.classic_api import (
+from connect_bridge.state.classic.api import (
     EAGER_PROTOCOL,
     ClassicGroupState,
     GenerationRequest,
@@ -18,10 +18,10 @@ from connect_bridge.state.classic_api import (
     SyncGroupRequest,
     SyncGroupResponse,
 )
-from connect_bridge.state.classic_eager_hold import given_assignment, hold_unstopped
-from connect_bridge.state.classic_member import ParkedRequest
-from connect_bridge.state.classic_rebalance import propagate_assignment
-from connect_bridge.state.classic_state import IN_GENERATION, ClassicGroup
+from connect_bridge.state.classic.eager_hold import given_assignment, hold_unstopped
+from connect_bridge.state.classic.member import ParkedRequest
+from connect_bridge.state.classic.rebalance import propagate_assignment
+from connect_bridge.state.classic.state import IN_GENERATION, ClassicGroup
 
 _S = ClassicGroupState
 
@@ -44,7 +44,7 @@ def generation_error(group: ClassicGroup, req: GenerationRequest) -> ErrorCode |
     """Kafka's check of a SyncGroup or Heartbeat: the member (and its instance id), then the
     generation it names.
 
-    A request of an unsynced leader round (``classic_join.forget_round``: no member here, at the
+    A request of an unsynced leader round (``classic.join.forget_round``: no member here, at the
     round's generation) is answered UNKNOWN_MEMBER_ID, as the round intends, before the
     static-member check: a static worker whose instance id names a member of the group would
     otherwise get FENCED_INSTANCE_ID, which is fatal to a Java worker."""

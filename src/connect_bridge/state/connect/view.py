@@ -13,7 +13,7 @@ from typing import Protocol
 
 from connect_bridge.codecs.ids import ConnectorTaskId
 from connect_bridge.state.config import CoordinatorConfig
-from connect_bridge.state.member_index import MemberIndex
+from connect_bridge.state.connect.member_index import MemberIndex
 from connect_bridge.state.model import (
     AssignedMetadata,
     ConfigView,

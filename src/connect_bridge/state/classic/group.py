@@ -9,20 +9,20 @@ State apart from logic, the way Kafka keeps ``ClassicGroup`` apart from ``GroupM
 one state class, and step modules of functions that take it, a request and ``now_ms``:
 
 ===================== ================================================================
-``classic_state``     :class:`ClassicGroup`: members, state machine and its invariants, the
+``classic.state``     :class:`ClassicGroup`: members, state machine and its invariants, the
                       timers it armed, the outbox, its record (``commit``/``apply``), which
                       fields are durable and which soft
-``classic_member``    a member (``ClassicGroupMember``), Java's hash order for the vote
-``classic_records``   the ``CLASSIC_GROUP`` snapshot record and its helper
-``classic_join``      JoinGroup
-``classic_sync``      SyncGroup, Heartbeat
-``classic_leave``     LeaveGroup, deletion
-``classic_rebalance`` prepare a rebalance, complete the join phase, propagate assignments
-``classic_timers``    session, join, sync and switch timers
-``classic_load``      after replay (``onLoaded``), after a conversion
+``classic.member``    a member (``ClassicGroupMember``), Java's hash order for the vote
+``classic.records``   the ``CLASSIC_GROUP`` snapshot record and its helper
+``classic.join``      JoinGroup
+``classic.sync``      SyncGroup, Heartbeat
+``classic.leave``     LeaveGroup, deletion
+``classic.rebalance`` prepare a rebalance, complete the join phase, propagate assignments
+``classic.timers``    session, join, sync and switch timers
+``classic.load``      after replay (``onLoaded``), after a conversion
 ===================== ================================================================
 
-This module is their public face: the state class and the steps, as ``classic_group.join(group,
+This module is their public face: the state class and the steps, as ``classic.group.join(group,
 request, now_ms)`` and so on. Kafka completes JoinGroup/SyncGroup futures later; here a step
 returns either the response or ``None`` (parked). A parked request's response comes out of
 ``group.drain_responses()`` tagged with the request's ``token``; a request whose own response is
@@ -37,33 +37,33 @@ only by applying its ``CLASSIC_GROUP`` record (a whole-group snapshot, like Kafk
 
 from __future__ import annotations
 
-from connect_bridge.state.classic_api import (
+from connect_bridge.state.classic.api import (
     EAGER_PROTOCOL,
     PROTOCOL_TYPE_CONNECT,
     ClassicGroupState,
 )
-from connect_bridge.state.classic_join import join
-from connect_bridge.state.classic_leave import delete, leave
-from connect_bridge.state.classic_load import load_converted, rebuild_after_load
-from connect_bridge.state.classic_member import (
+from connect_bridge.state.classic.join import join
+from connect_bridge.state.classic.leave import delete, leave
+from connect_bridge.state.classic.load import load_converted, rebuild_after_load
+from connect_bridge.state.classic.member import (
     ClassicMember,
     IllegalStateError,
     java_hashmap_order,
     java_string_hash,
 )
-from connect_bridge.state.classic_records import (
+from connect_bridge.state.classic.records import (
     ClassicGroupSnapshot,
     ClassicMemberSnapshot,
     classic_group_record,
 )
-from connect_bridge.state.classic_state import (
+from connect_bridge.state.classic.state import (
     NEW_MEMBER_JOIN_TIMEOUT_MS,
     ClassicDescribedGroup,
     ClassicDescribedMember,
     ClassicGroup,
 )
-from connect_bridge.state.classic_sync import heartbeat, sync
-from connect_bridge.state.classic_timers import on_timer, removed_by
+from connect_bridge.state.classic.sync import heartbeat, sync
+from connect_bridge.state.classic.timers import on_timer, removed_by
 
 __all__ = [
     "EAGER_PROTOCOL",

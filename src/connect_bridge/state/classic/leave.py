@@ -4,12 +4,12 @@ tombstone written when a group is deleted or converted)."""
 from __future__ import annotations
 
 from connect_bridge.codecs.error_codes import ErrorCode
-from connect_bridge.state.classic_api import ClassicGroupState, LeaveGroupRequest, LeaveGroupResponse
-from connect_bridge.state.classic_rebalance import (
+from connect_bridge.state.classic.api import ClassicGroupState, LeaveGroupRequest, LeaveGroupResponse
+from connect_bridge.state.classic.rebalance import (
     maybe_complete_join_phase,
     maybe_prepare_rebalance_or_complete_join,
 )
-from connect_bridge.state.classic_state import IN_GENERATION, ClassicGroup
+from connect_bridge.state.classic.state import IN_GENERATION, ClassicGroup
 
 _S = ClassicGroupState
 

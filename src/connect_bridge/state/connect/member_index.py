@@ -5,12 +5,13 @@ vote, the shared client assignors, the largest reported config offset, and the u
 lookups that return held work or find a static member. Kafka's ``ConsumerGroup`` keeps such counts
 and indexes and updates them in ``updateMember``/``removeMember``; :class:`MemberIndex` does the same.
 
-It is changed only by ``ConnectGroup``'s appliers (``cg_state``) (member metadata record, member tombstone and
-the placeholder member a replayed current assignment creates), the code replay runs, so a restarted
-coordinator builds the very same aggregates. Every answer equals the from-scratch pass over the
-members in their dict order (``tests/test_member_index.py`` checks it after every step of random
-histories, and after replaying them): where several members share a url or an instance id, the
-member's position in that order decides, as it did in the passes this replaces.
+It is changed only by ``ConnectGroup``'s appliers (``connect.state``) (member metadata record,
+member tombstone and the placeholder member a replayed current assignment creates), the code replay
+runs, so a restarted coordinator builds the very same aggregates. Every answer equals the
+from-scratch pass over the members in their dict order (``tests/test_member_index.py`` checks it
+after every step of random histories, and after replaying them): where several members share a url
+or an instance id, the member's position in that order decides, as it did in the passes this
+replaces.
 """
 
 from __future__ import annotations

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from connect_bridge.state.adoption import UpstreamGeneration
-from connect_bridge.state.adoption_records import GroupOwnership, OwnershipState, ownership_record
-from connect_bridge.state.classic_records import (
+from connect_bridge.state.adoption.observation import UpstreamGeneration
+from connect_bridge.state.adoption.records import GroupOwnership, OwnershipState, ownership_record
+from connect_bridge.state.classic.records import (
     ClassicGroupSnapshot,
     ClassicMemberSnapshot,
     classic_group_record,

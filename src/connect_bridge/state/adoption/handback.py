@@ -39,17 +39,17 @@ from connect_bridge.codecs.connect_protocol import (
     payload_version,
 )
 from connect_bridge.codecs.errors import CodecError
-from connect_bridge.state.classic_api import (
+from connect_bridge.state.classic.api import (
     EAGER_PROTOCOL,
     JoinGroupRequest,
     JoinGroupResponse,
     LeaveGroupRequest,
 )
-from connect_bridge.state.classic_group import ClassicGroup, ClassicMember
-from connect_bridge.state.conversion import ConversionError, allocation
+from connect_bridge.state.classic.group import ClassicGroup, ClassicMember
+from connect_bridge.state.classic.leader_memory import unsynced_leader_round as leader_memory_round
+from connect_bridge.state.classic.leader_memory import unsynced_round_key, worker_url
 from connect_bridge.state.holds import zombie_grace_ms
-from connect_bridge.state.leader_memory import unsynced_leader_round as leader_memory_round
-from connect_bridge.state.leader_memory import unsynced_round_key, worker_url
+from connect_bridge.state.migration.conversion import ConversionError, allocation
 
 
 def reports_nothing(protocols: Iterable[tuple[str, bytes]]) -> bool:

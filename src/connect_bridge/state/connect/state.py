@@ -3,7 +3,7 @@
 State apart from logic, the way Kafka keeps ``ConsumerGroup`` apart from ``GroupMetadataManager``:
 :class:`ConnectGroup` here holds everything a connect group is (persisted, derived and soft
 state), its invariants and its record appliers; the steps that decide what changes are functions
-in ``cg_membership`` (membership, targets, timers, load) and ``cg_heartbeat`` (the
+in ``connect.membership`` (membership, targets, timers, load) and ``connect.heartbeat`` (the
 ConnectGroupHeartbeat API) that take the group, and collaborators composed into it
 (``client_side``, ``legacy_members``) whose steps take it as an argument too. None of them touches
 its private parts.
@@ -30,16 +30,17 @@ from dataclasses import replace
 from connect_bridge.codecs.ids import ConnectorTaskId
 from connect_bridge.state.api import AssignmentHeader, MemberAssignment
 from connect_bridge.state.assignors import AssignmentSpec, full_target
-from connect_bridge.state.client_side import ClientSideAssignment
 from connect_bridge.state.config import CoordinatorConfig
-from connect_bridge.state.connect_records import (
+from connect_bridge.state.connect.client_side import ClientSideAssignment
+from connect_bridge.state.connect.legacy_members import CONFIG_MISMATCH, LegacyMembers
+from connect_bridge.state.connect.member_index import MemberIndex
+from connect_bridge.state.connect.records import (
     current_assignment_record,
     group_metadata_record,
     member_metadata_record,
     member_tombstones,
 )
-from connect_bridge.state.legacy_members import CONFIG_MISMATCH, LegacyMembers
-from connect_bridge.state.member_index import MemberIndex
+from connect_bridge.state.connect.target_assignment import target_records, work_records
 from connect_bridge.state.model import (
     EMPTY,
     NO_METADATA,
@@ -57,7 +58,6 @@ from connect_bridge.state.model import (
 )
 from connect_bridge.state.records import Record, RecordType
 from connect_bridge.state.result import Touched
-from connect_bridge.state.target_assignment import target_records, work_records
 from connect_bridge.state.timers import TimerKey, Timers
 
 HELD_OWNER = "\0held"
@@ -69,7 +69,7 @@ _NOTHING_OWNED = CurrentAssignment()
 
 class ConnectGroup:
     """A connect group's state: persisted, derived and soft; the record writers and timer primitives
-    the steps (``cg_membership``, ``cg_heartbeat``) change it through."""
+    the steps (``connect.membership``, ``connect.heartbeat``) change it through."""
 
     def __init__(
         self, group_id: str, config: CoordinatorConfig, timers: Timers, view: ConfigView | None = None
@@ -112,7 +112,7 @@ class ConnectGroup:
         """The legacy members' classic states and the classic API steps (``legacy_members``)."""
         self.downgrade_pending = False
         """Set when the last new-protocol member left a group that still has legacy members
-        (``cg_membership.expect_downgrade``), until ``cg_membership.downgrade_due`` says yes or
+        (``connect.membership.expect_downgrade``), until ``connect.membership.downgrade_due`` says yes or
         drops it."""
         self.reported: dict[str, Items] = {}
         """What each member last reported owning, until it owns what it was last sent (after a
@@ -124,7 +124,7 @@ class ConnectGroup:
         """Legacy members of a group just loaded from the log (or converted from such a classic
         group): until when each may still wait on a JoinGroup parked at the previous coordinator,
         running its tasks (``ClassicMember.waits_elsewhere_until_ms``). Cleared once the member
-        talks to this coordinator (``cg_membership.heard_from``)."""
+        talks to this coordinator (``connect.membership.heard_from``)."""
         self._session_keys: dict[str, TimerKey] = {}
         """Each member's session timer key, built once: a heartbeat re-arms it on every call."""
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Container, Iterable, Mapping, Set
 
 from connect_bridge.state.assignors import AssignmentSpec
-from connect_bridge.state.connect_records import (
+from connect_bridge.state.connect.records import (
     target_member_record,
     target_member_tombstone,
     target_metadata_record,

@@ -17,17 +17,17 @@ from connect_bridge.codecs.connect_protocol import (
     encode_assignment,
 )
 from connect_bridge.codecs.errors import CodecError
-from connect_bridge.state import connect_group as connect_steps
-from connect_bridge.state.classic_api import EAGER_PROTOCOL, PROTOCOL_TYPE_CONNECT
-from connect_bridge.state.classic_group import (
+from connect_bridge.state.classic.api import EAGER_PROTOCOL, PROTOCOL_TYPE_CONNECT
+from connect_bridge.state.classic.group import (
     ClassicGroup,
     ClassicGroupSnapshot,
     ClassicMember,
     ClassicMemberSnapshot,
     load_converted,
 )
-from connect_bridge.state.connect_group import ConnectGroup
-from connect_bridge.state.legacy_members import MODE_OF_PROTOCOL, legacy_metadata
+from connect_bridge.state.connect import group as connect_steps
+from connect_bridge.state.connect.group import ConnectGroup
+from connect_bridge.state.connect.legacy_members import MODE_OF_PROTOCOL, legacy_metadata
 from connect_bridge.state.model import (
     EMPTY,
     ConfigView,

@@ -1,11 +1,11 @@
 """The membership steps of a ``connect`` group, shared by both protocols: functions of the group.
 
-ConnectGroupHeartbeat (``cg_heartbeat``) and the classic API of legacy members
+ConnectGroupHeartbeat (``connect.heartbeat``) and the classic API of legacy members
 (``legacy_members``) go through the same steps: a member is added, has its metadata updated, is
 reconciled toward the target, is taken over by its static successor or removed (its work held
 while its worker may still run it); a bumped group epoch brings a new target; timers expire
 members and holds; a load or a conversion re-arms the timers. Each step takes the
-:class:`~connect_bridge.state.cg_state.ConnectGroup` and changes it through its record writers
+:class:`~connect_bridge.state.connect.state.ConnectGroup` and changes it through its record writers
 (``ConnectGroup.write`` and the writers built on it) and timer primitives, never its fields
 directly.
 """
@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state import assignors
-from connect_bridge.state.cg_validation import epoch_relevant
-from connect_bridge.state.connect_records import (
+from connect_bridge.state.connect.reconciliation import Reconciliation, next_assignment
+from connect_bridge.state.connect.records import (
     current_assignment_record,
     group_metadata_record,
     group_metadata_tombstone,
@@ -28,6 +28,8 @@ from connect_bridge.state.connect_records import (
     target_member_tombstone,
     target_metadata_tombstone,
 )
+from connect_bridge.state.connect.target_assignment import assignment_spec, resolve_held
+from connect_bridge.state.connect.validation import epoch_relevant
 from connect_bridge.state.errors import RequestError
 from connect_bridge.state.holds import first_session_after_load_ms, hold_departed, timer_removal_hold_ms
 from connect_bridge.state.model import (
@@ -42,12 +44,10 @@ from connect_bridge.state.model import (
     MemberState,
     TargetMetadata,
 )
-from connect_bridge.state.reconciliation import Reconciliation, next_assignment
-from connect_bridge.state.target_assignment import assignment_spec, resolve_held
 from connect_bridge.state.timers import TimerKey, TimerKind
 
 if TYPE_CHECKING:  # the state module imports ``legacy_members``, which calls these steps
-    from connect_bridge.state.cg_state import ConnectGroup
+    from connect_bridge.state.connect.state import ConnectGroup
 
 _MEMBER_ID_NAMESPACE = uuid.UUID("8a6f2b8e-5c1d-4b7a-9f3e-2d4c6b8a0e1f")
 
@@ -225,7 +225,7 @@ def remove_member(group: ConnectGroup, member: Member, now_ms: int, min_hold_ms:
 
     ``min_hold_ms`` holds the work even without a delay: a member removed by a timer may be a
     live worker that was cut off or stalled; it notices after its own session timeout and then
-    stops what it ran (``holds.zombie_grace_ms``). A wrong epoch removes nobody (``cg_heartbeat``).
+    stops what it ran (``holds.zombie_grace_ms``). A wrong epoch removes nobody (``connect.heartbeat``).
     """
     mid = member.member_id
     owned = group.legacy_members.may_run(member) if member.metadata.is_legacy else member.current.owned

@@ -9,23 +9,23 @@ from __future__ import annotations
 
 from typing import Any
 
-from connect_bridge.state import classic_api as capi
-from connect_bridge.state import classic_group as classic_steps
-from connect_bridge.state import connect_group as connect_steps
-from connect_bridge.state.adoption import UpstreamGeneration
-from connect_bridge.state.adoption_build import AdoptionError, adoption_records
-from connect_bridge.state.adoption_records import OwnershipState, OwnershipTable
-from connect_bridge.state.classic_group import ClassicGroup, ClassicGroupState, ClassicMember
-from connect_bridge.state.classic_rebalance import prepare_rebalance
-from connect_bridge.state.classic_records import Protocols
-from connect_bridge.state.config import CoordinatorConfig
-from connect_bridge.state.connect_group import ConnectGroup
-from connect_bridge.state.handback import (
+from connect_bridge.state.adoption.build import AdoptionError, adoption_records
+from connect_bridge.state.adoption.handback import (
     earlier_incarnations,
     hand_back_hold_ms,
     unsynced_leader_round,
     unsynced_round_key,
 )
+from connect_bridge.state.adoption.observation import UpstreamGeneration
+from connect_bridge.state.adoption.records import OwnershipState, OwnershipTable
+from connect_bridge.state.classic import api as capi
+from connect_bridge.state.classic import group as classic_steps
+from connect_bridge.state.classic.group import ClassicGroup, ClassicGroupState, ClassicMember
+from connect_bridge.state.classic.rebalance import prepare_rebalance
+from connect_bridge.state.classic.records import Protocols
+from connect_bridge.state.config import CoordinatorConfig
+from connect_bridge.state.connect import group as connect_steps
+from connect_bridge.state.connect.group import ConnectGroup
 from connect_bridge.state.holds import timer_removal_hold_ms
 from connect_bridge.state.records import Record
 from connect_bridge.state.result import Touched
@@ -144,7 +144,7 @@ class OwnershipSteps:
 
     def _rebalance_to_release(self, group: ClassicGroup, now_ms: int) -> None:
         """Every member of a ``releasing`` group rejoins (REBALANCE_IN_PROGRESS on its next
-        Heartbeat); the generation that completes revokes everything (``state.handback``). At the
+        Heartbeat); the generation that completes revokes everything (``state.adoption.handback``). At the
         start of a hand-back, and again after a restart during one: a loaded group is Stable in its
         last generation, which revoked nothing if the bridge died before completing the revoking one.
 

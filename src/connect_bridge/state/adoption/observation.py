@@ -22,10 +22,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from connect_bridge.codecs.error_codes import ErrorCode
-from connect_bridge.state import classic_api as capi
-from connect_bridge.state.classic_api import ClassicGroupState
-from connect_bridge.state.classic_records import Protocols
-from connect_bridge.state.classic_state import ClassicDescribedGroup
+from connect_bridge.state.classic import api as capi
+from connect_bridge.state.classic.api import ClassicGroupState
+from connect_bridge.state.classic.records import Protocols
+from connect_bridge.state.classic.state import ClassicDescribedGroup
 
 _ENDS_GENERATION = frozenset(
     {ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID}

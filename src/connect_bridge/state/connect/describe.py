@@ -11,8 +11,8 @@ from __future__ import annotations
 from enum import StrEnum
 
 from connect_bridge.state.api import DescribedGroup, DescribedMember
-from connect_bridge.state.cg_state import ConnectGroup
-from connect_bridge.state.classic_api import ClassicGroupState
+from connect_bridge.state.classic.api import ClassicGroupState
+from connect_bridge.state.connect.state import ConnectGroup
 from connect_bridge.state.model import EMPTY, GroupState, GroupType, Member, MemberState
 from connect_bridge.state.timers import TimerKey
 

@@ -7,11 +7,11 @@ rebalance that is due) and start the rebalance the group needs.
 
 from __future__ import annotations
 
-from connect_bridge.state.classic_api import ClassicGroupState
-from connect_bridge.state.classic_eager_hold import resume_after_reload
-from connect_bridge.state.classic_rebalance import prepare_rebalance
-from connect_bridge.state.classic_records import ClassicGroupSnapshot
-from connect_bridge.state.classic_state import ClassicGroup
+from connect_bridge.state.classic.api import ClassicGroupState
+from connect_bridge.state.classic.eager_hold import resume_after_reload
+from connect_bridge.state.classic.rebalance import prepare_rebalance
+from connect_bridge.state.classic.records import ClassicGroupSnapshot
+from connect_bridge.state.classic.state import ClassicGroup
 from connect_bridge.state.holds import first_session_after_load_ms
 
 

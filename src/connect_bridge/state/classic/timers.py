@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from connect_bridge.state.classic_api import ClassicGroupState
-from connect_bridge.state.classic_member import ClassicMember
-from connect_bridge.state.classic_rebalance import (
+from connect_bridge.state.classic.api import ClassicGroupState
+from connect_bridge.state.classic.member import ClassicMember
+from connect_bridge.state.classic.rebalance import (
     complete_join_phase,
     prepare_rebalance,
     rebalance_after_removal,
 )
-from connect_bridge.state.classic_state import IN_GENERATION, ClassicGroup
+from connect_bridge.state.classic.state import IN_GENERATION, ClassicGroup
 from connect_bridge.state.timers import TimerKey, TimerKind
 
 _S = ClassicGroupState

@@ -31,9 +31,9 @@ from connect_bridge.codecs.connect_protocol import (
     payload_version,
 )
 from connect_bridge.codecs.errors import CodecError
-from connect_bridge.state.classic_api import EAGER_PROTOCOL, PROTOCOL_TYPE_CONNECT, ClassicGroupState
-from connect_bridge.state.classic_member import ClassicMember
-from connect_bridge.state.classic_state import ClassicGroup
+from connect_bridge.state.classic.api import EAGER_PROTOCOL, PROTOCOL_TYPE_CONNECT, ClassicGroupState
+from connect_bridge.state.classic.member import ClassicMember
+from connect_bridge.state.classic.state import ClassicGroup
 from connect_bridge.state.model import EMPTY, Items
 
 

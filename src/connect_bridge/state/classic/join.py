@@ -14,21 +14,21 @@ from connect_bridge.codecs.connect_protocol import (
 )
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.errors import CodecError
-from connect_bridge.state.classic_api import (
+from connect_bridge.state.classic.api import (
     PROTOCOL_TYPE_CONNECT,
     ClassicGroupState,
     JoinGroupRequest,
     JoinGroupResponse,
 )
-from connect_bridge.state.classic_member import ClassicMember, IllegalStateError, ParkedRequest
-from connect_bridge.state.classic_rebalance import (
+from connect_bridge.state.classic.leader_memory import unsynced_leader_round, unsynced_round_key
+from connect_bridge.state.classic.member import ClassicMember, IllegalStateError, ParkedRequest
+from connect_bridge.state.classic.rebalance import (
     maybe_complete_join_phase,
     maybe_prepare_rebalance_or_complete_join,
     prepare_rebalance,
 )
-from connect_bridge.state.classic_records import empty_group_snapshot
-from connect_bridge.state.classic_state import ClassicGroup, join_error
-from connect_bridge.state.leader_memory import unsynced_leader_round, unsynced_round_key
+from connect_bridge.state.classic.records import empty_group_snapshot
+from connect_bridge.state.classic.state import ClassicGroup, join_error
 
 SKIP_ASSIGNMENT_MIN_VERSION = 9
 """JoinGroup v9 added ``SkipAssignment`` (Kafka's ``JoinGroupRequest.supportsSkippingAssignment``)."""

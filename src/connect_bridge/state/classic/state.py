@@ -1,7 +1,7 @@
 """The state of a classic group (Kafka's ``classic.ClassicGroup``): members, state machine, record.
 
-The steps (``classic_join``, ``classic_sync``, ``classic_leave``, ``classic_rebalance``,
-``classic_timers``, ``classic_load``; ``classic_group`` is their public face) are functions that
+The steps (``classic.join``, ``classic.sync``, ``classic.leave``, ``classic.rebalance``,
+``classic.timers``, ``classic.load``; ``classic.group`` is their public face) are functions that
 take a :class:`ClassicGroup` and change it through the primitives here; none of them touches its
 private parts.
 
@@ -22,25 +22,25 @@ import uuid
 from dataclasses import dataclass, replace
 
 from connect_bridge.codecs.error_codes import ErrorCode
-from connect_bridge.state.classic_api import (
+from connect_bridge.state.classic.api import (
     ClassicGroupState,
     JoinGroupMember,
     JoinGroupResponse,
     SyncGroupResponse,
 )
-from connect_bridge.state.classic_member import (
+from connect_bridge.state.classic.leader_memory import ForgetRounds
+from connect_bridge.state.classic.member import (
     ClassicMember,
     IllegalStateError,
     ParkedRequest,
     java_hashmap_order,
 )
-from connect_bridge.state.classic_records import (
+from connect_bridge.state.classic.records import (
     ClassicGroupSnapshot,
     Protocols,
     classic_group_record,
 )
 from connect_bridge.state.config import CoordinatorConfig
-from connect_bridge.state.leader_memory import ForgetRounds
 from connect_bridge.state.records import Record, RecordType
 from connect_bridge.state.result import Touched
 from connect_bridge.state.timers import TimerKey, Timers
@@ -122,7 +122,7 @@ class ClassicGroup:
     gets none: its assignor may remember the connect era once more), the members held back in an
     eager generation, the generation a downgrade loaded (:meth:`mark_downgraded`), the group's
     ``state`` itself (a loaded group is Stable or Empty), and the members' soft fields
-    (``classic_member``).
+    (``classic.member``).
     """
 
     def __init__(
@@ -172,14 +172,14 @@ class ClassicGroup:
         """The previous generation ran Connect's eager protocol."""
         self.eager_holders: set[str] = set()
         """Members of this eager generation whose work the bridge kept from the others, not yet
-        given their own assignment (``classic_eager_hold``)."""
+        given their own assignment (``classic.eager_hold``)."""
         self.downgraded_generation: int | None = None
         """The generation a downgrade loaded the group at (one past the connect group's epoch,
         ``conversion.downgrade``), until a later one: the legacy members still name their
-        connect-era epochs in their heartbeats meanwhile (``classic_sync.heartbeat``)."""
+        connect-era epochs in their heartbeats meanwhile (``classic.sync.heartbeat``)."""
         self.forget_rounds: ForgetRounds | None = forget_rounds
         """The unsynced leader rounds of a group that replaced an emptied connect group
-        (``classic_join.forget_round``); None: it replaced none."""
+        (``classic.join.forget_round``); None: it replaced none."""
         self.armed: dict[TimerKey, int] = {}
         """Deadlines of this group's live timers (tells a stale timer delivery from a due one)."""
         self.persisted = False
@@ -267,7 +267,7 @@ class ClassicGroup:
 
     # ------------------------------------------------------------------ soft flags
     def mark_downgraded(self) -> None:
-        """The group was just loaded by a downgrade (``classic_load.load_converted``): until a
+        """The group was just loaded by a downgrade (``classic.load.load_converted``): until a
         later generation its members may name their connect-era epochs (``downgraded_generation``)."""
         self.downgraded_generation = self.generation_id
 

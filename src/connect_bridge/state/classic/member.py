@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
-from connect_bridge.state.classic_records import ClassicMemberSnapshot, Protocols
+from connect_bridge.state.classic.records import ClassicMemberSnapshot, Protocols
 from connect_bridge.state.model import ANONYMOUS
 from connect_bridge.state.timers import TimerKey
 
@@ -57,11 +57,11 @@ class ClassicMember:
     so work it may run stays held at least that long whatever removes it."""
     refused_stale_join: Protocols | None = field(default=None, compare=False)
     """Soft: the protocols of a JoinGroup refused once as a possibly stale copy
-    (``classic_join._reports_less_than_given``); the same protocols again are taken as its join."""
+    (``classic.join._reports_less_than_given``); the same protocols again are taken as its join."""
     synced_protocol: str | None = field(default=None, compare=False)
     """The elected protocol of the last generation whose assignment this member was given (soft:
     a reload forgets it). A Connect worker whose last one was cooperative has not stopped its work
-    before joining an eager generation (``classic_eager_hold``)."""
+    before joining an eager generation (``classic.eager_hold``)."""
 
     @property
     def awaiting_join(self) -> bool:

@@ -1,0 +1,1 @@
+"""Adopting a group from the upstream coordinator, and handing it back."""

@@ -1,0 +1,1 @@
+"""The connect group protocol (ConnectGroupHeartbeat): one state class and its steps."""

@@ -1,0 +1,1 @@
+"""Converting a group between the classic and the connect protocol."""
