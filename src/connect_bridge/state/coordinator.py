@@ -41,6 +41,7 @@ from connect_bridge.state.classic.group import (
 from connect_bridge.state.classic.leader_memory import ForgetRounds
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.connect import group as connect_steps
+from connect_bridge.state.connect import legacy_steps
 from connect_bridge.state.connect.group import ConnectGroup, check_heartbeat
 from connect_bridge.state.errors import RequestError
 from connect_bridge.state.holds import timer_removal_hold_ms
@@ -348,7 +349,7 @@ class GroupCoordinator(OwnershipSteps):
                 )
             else:
                 _heard_from(group, req.member_id, now_ms)
-                response = group.legacy_members.join(group, req, now_ms)
+                response = legacy_steps.join(group, req, now_ms)
                 if all(m.metadata.is_legacy for m in group.members.values()):
                     connect_steps.expect_downgrade(group)  # no new-protocol member left to wait for
         else:
@@ -380,7 +381,7 @@ class GroupCoordinator(OwnershipSteps):
             req = replace(req, assignments=revoke_all(group, req.assignments))  # docs/adoption.md
         _heard_from(group, req.member_id, now_ms)
         response = (
-            group.legacy_members.sync(group, req, now_ms)
+            legacy_steps.sync(group, req, now_ms)
             if isinstance(group, ConnectGroup)
             else classic_steps.sync(group, req, now_ms)
         )
@@ -399,7 +400,7 @@ class GroupCoordinator(OwnershipSteps):
             return capi.HeartbeatResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))  # adoption.handback
         _heard_from(group, req.member_id, now_ms)
         if isinstance(group, ConnectGroup):
-            response = group.legacy_members.heartbeat(group, req, now_ms)
+            response = legacy_steps.heartbeat(group, req, now_ms)
         else:
             response = classic_steps.heartbeat(group, req, now_ms)
         self._after(req.group_id, now_ms)
@@ -425,7 +426,7 @@ class GroupCoordinator(OwnershipSteps):
                 return held
             self._hold_hand_back(group, removed_by_admin(group, req), now_ms)
         response = (
-            group.legacy_members.leave(group, req, now_ms)
+            legacy_steps.leave(group, req, now_ms)
             if isinstance(group, ConnectGroup)
             else classic_steps.leave(group, req, now_ms)
         )
@@ -470,7 +471,7 @@ class GroupCoordinator(OwnershipSteps):
         converted = self._hold_for_leader(classic, leader.member_id, now_ms)
         if converted is None:
             return None
-        response = converted.legacy_members.leave(converted, req, now_ms)
+        response = legacy_steps.leave(converted, req, now_ms)
         self._after(req.group_id, now_ms)
         return response
 

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 def view_behind(records: list[Record], view_of: Callable[[str], ConfigView]) -> bool:
     """A member (re)joined with a config offset beyond its group's view: the config topic holds
     records the bridge has not read yet, and its members get CONFIG_MISMATCH until it has
-    (``legacy_members.encode_member_assignment``, ``ConnectGroup.assignment_header``), so read
+    (``legacy_steps.encode_member_assignment``, ``ConnectGroup.assignment_header``), so read
     now rather than a poll interval later."""
     for record in records:
         value = record.value

@@ -12,6 +12,7 @@ from enum import StrEnum
 
 from connect_bridge.state.api import DescribedGroup, DescribedMember
 from connect_bridge.state.classic.api import ClassicGroupState
+from connect_bridge.state.connect import legacy_steps
 from connect_bridge.state.connect.state import ConnectGroup
 from connect_bridge.state.model import EMPTY, GroupState, GroupType, Member, MemberState
 from connect_bridge.state.timers import TimerKey
@@ -62,7 +63,7 @@ def _waiting(group: ConnectGroup, member: Member) -> tuple[Waiting, int]:
     if current.state is MemberState.UNRELEASED:
         return Waiting.RELEASED, -1
     session = _deadline(group, TimerKey.session(group.group_id, mid))
-    if member.metadata.is_legacy and group.legacy_members.needs_rejoin(group, member):
+    if member.metadata.is_legacy and legacy_steps.needs_rejoin(group, member):
         return Waiting.REJOIN, session
     if current.member_epoch < group.assignment_epoch:
         return Waiting.HEARTBEAT, session

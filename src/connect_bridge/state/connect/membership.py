@@ -139,7 +139,10 @@ def _on_hold_expired(group: ConnectGroup, _key: TimerKey, _now_ms: int) -> None:
 
 
 def _on_legacy_timeout(group: ConnectGroup, key: TimerKey, now_ms: int) -> None:
-    group.legacy_members.on_timer(group, key, now_ms)
+    """A legacy member's join or sync timer: the member never came back in the state it bounds."""
+    member = group.members.get(key.member_id)
+    if member is not None and group.legacy_members.removable_by(member.member_id, key.kind):
+        remove_by_timer(group, member, now_ms)
 
 
 # ------------------------------------------------------------------ membership

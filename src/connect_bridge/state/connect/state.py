@@ -198,7 +198,7 @@ class ConnectGroup:
         a poll behind), and a worker that has read as far as the stamped offset would start work
         that config no longer has (a deleted connector, a task above a lowered ``tasks.max``).
         Connect's own leader answers everyone so (``ensureLeaderConfig``), and so do the classic
-        members' SyncGroup answers (``legacy_members.encode_member_assignment``). It ends when the
+        members' SyncGroup answers (``legacy_steps.encode_member_assignment``). It ends when the
         view catches up, which bumps the group epoch and so sends everyone a new assignment.
         """
         header = self._header
