@@ -73,20 +73,18 @@ def in_time_order(events: DataFrame) -> DataFrame:
     to ``t_ms`` order, file order for equal times: a log merged from several workers' files is
     analyzed as the checker does after sorting it (:func:`connect_bridge.drills.events.time_order`).
 
-    Two more columns for :func:`compute`, from the same windows: ``end_ms`` (the drill's largest
-    ``t_ms``) and ``prev_connectors`` (the ``connectors`` of the drill's previous ``config`` event
-    in time order). All windows are partitioned by drill: one shuffle, and the result stays
-    partitioned by drill, so that every later window and aggregation (all keyed by drill first)
-    runs without another shuffle."""
+    One more column for :func:`compute`, from the same window: ``end_ms``, the drill's largest
+    ``t_ms``. Both windows are partitioned by drill: one shuffle, and the result stays partitioned
+    by drill, so that every later window and aggregation (all keyed by drill first) runs without
+    another shuffle."""
     by_file = Window.partitionBy("drill").orderBy("seq")
     by_time = Window.partitionBy("drill").orderBy("t_ms", "seq")
-    config = F.when(F.col("type") == "config", F.col("connectors"))
+    whole = by_time.rowsBetween(_UNBOUNDED, Window.unboundedFollowing)
     return events.select(
         *(c for c in events.columns if c != "seq"),
         (F.row_number().over(by_file) - 1).cast("long").alias("index"),
         (F.row_number().over(by_time) - 1).cast("long").alias("seq"),
-        F.last(config, ignorenulls=True).over(by_time.rowsBetween(_UNBOUNDED, -1)).alias("prev_connectors"),
-        F.max("t_ms").over(Window.partitionBy("drill")).alias("end_ms"),
+        F.max("t_ms").over(whole).alias("end_ms"),
     )
 
 
@@ -109,38 +107,63 @@ def problems(events: DataFrame) -> DataFrame:
     The checker raises on the first of these; :func:`connect_bridge.pipeline.analyze.analyze` too.
     """
     t, kind = F.col("t_ms"), F.col("type")
-    ownership = kind.isin(*OWNERSHIP)
-    by_holder = Window.partitionBy("drill", ownership, "worker", "connector", "task").orderBy("index")
-    prev = F.lag(F.struct("index", "type", "t_ms")).over(by_holder)
-    contradiction = F.concat(
-        kind,
-        F.lit(" of "),
-        _item_name(),
-        F.lit(" by "),
-        F.col("worker"),
-        F.lit(" at t_ms "),
-        t.cast("string"),
-        F.lit(" is before the "),
-        prev["type"],
-        F.lit(" at event "),
-        prev["index"].cast("string"),
-        F.lit(" (t_ms "),
-        prev["t_ms"].cast("string"),
-        F.lit(") " + CONTRADICTION),
-    )
-    reason = (
-        F.when(t.isNull(), F.lit("missing field 't_ms' (or not a JSON object)"))
-        .when(kind.isNull(), F.lit("missing field 'type'"))
-        .when(ownership & F.col("connector").isNull(), F.lit("missing field 'connector'"))
-        .when(ownership & F.col("task").isNull(), F.lit("missing field 'task'"))
-        .when(ownership & (prev["t_ms"] > t), contradiction)
-        .when((kind == "run") & F.col("worker").isNull(), F.lit("worker is null"))
-        .when(
-            (kind == "config") & F.from_json(F.col("connectors"), CONNECTORS_TYPE).isNull(),
-            F.lit("connectors must be an object"),
+    ownership = F.coalesce(kind.isin(*OWNERSHIP), F.lit(False))
+    # Only run / release need the previous toggle of their holder: the window sorts those alone.
+    by_holder = Window.partitionBy("drill", "worker", "connector", "task").orderBy("index")
+    prev = F.col("prev")
+
+    def reason() -> Column:
+        contradiction = F.concat(
+            kind,
+            F.lit(" of "),
+            _item_name(),
+            F.lit(" by "),
+            F.col("worker"),
+            F.lit(" at t_ms "),
+            t.cast("string"),
+            F.lit(" is before the "),
+            prev["type"],
+            F.lit(" at event "),
+            prev["index"].cast("string"),
+            F.lit(" (t_ms "),
+            prev["t_ms"].cast("string"),
+            F.lit(") " + CONTRADICTION),
         )
+        return (
+            F.when(t.isNull(), F.lit("missing field 't_ms' (or not a JSON object)"))
+            .when(kind.isNull(), F.lit("missing field 'type'"))
+            .when(ownership & F.col("connector").isNull(), F.lit("missing field 'connector'"))
+            .when(ownership & F.col("task").isNull(), F.lit("missing field 'task'"))
+            .when(ownership & (prev["t_ms"] > t), contradiction)
+            .when((kind == "run") & F.col("worker").isNull(), F.lit("worker is null"))
+            .when(
+                (kind == "config") & F.from_json(F.col("connectors"), CONNECTORS_TYPE).isNull(),
+                F.lit("connectors must be an object"),
+            )
+        )
+
+    columns = ("drill", "index", "seq", "type")
+    toggles = events.where(ownership).select(
+        *columns,
+        "t_ms",
+        "worker",
+        "connector",
+        "task",
+        "connectors",
+        F.lag(F.struct("index", "type", "t_ms")).over(by_holder).alias("prev"),
     )
-    checked = events.select("drill", "index", "seq", "type", reason.alias("reason"))
+    others = events.where(~ownership).select(
+        *columns,
+        "t_ms",
+        "worker",
+        "connector",
+        "task",
+        "connectors",
+        F.lit(None).cast("struct<index:bigint,type:string,t_ms:bigint>").alias("prev"),
+    )
+    checked = toggles.select(*columns, reason().alias("reason")).unionByName(
+        others.select(*columns, reason().alias("reason"))
+    )
     bad = F.col("reason").isNotNull()
     return (
         checked.groupBy("drill")
@@ -164,12 +187,12 @@ change, a ``worker_start`` (so that a live worker running nothing still has a ro
 def compute(events: DataFrame) -> Metrics:
     """Every drill metric per drill, plus the item and interval tables (lazy DataFrames).
 
-    ``events`` must be :func:`in_time_order`'s (partitioned by drill, with ``end_ms`` and
-    ``prev_connectors``) and valid (see :func:`problems`). Every window and aggregation here is
-    keyed by drill first and nothing is joined on a bigger key, so the plan has no shuffle beyond
-    the one of :func:`in_time_order` (the per-drill tables are joined at the end, one row per drill):
-    each partition's drills are computed where they are. The caller may persist the results
-    (:attr:`Metrics.changes` is what the others are made of).
+    ``events`` must be :func:`in_time_order`'s (partitioned by drill, with ``end_ms``) and valid
+    (see :func:`problems`). Every window and aggregation here is keyed by drill first and nothing
+    is joined on a bigger key, so the plan has no shuffle beyond the one of :func:`in_time_order`
+    (the per-drill tables are joined at the end, one row per drill): each partition's drills are
+    computed where they are. The caller may persist the results (:attr:`Metrics.changes` is what
+    the others are made of).
     """
     kind = F.col("type")
     base = events.groupBy("drill").agg(
@@ -249,7 +272,7 @@ def _changes(ev: DataFrame) -> DataFrame:
     worker's next stop (a window per worker in reverse order): the previous toggle's state is -1 if
     that toggle's next stop came before this toggle, else its own; and a stop ends a holder's run
     exactly when the last toggle before the stop was a ``run`` (one -1 row at the stop). Configured
-    changes come from each ``config`` event and the previous one (``prev_connectors``): items it
+    changes come from each ``config`` event and the previous one (in time order): items it
     lists that the previous did not enter, items the previous listed that it does not leave.
     ``live``: the worker's last ``worker_start`` / ``worker_stop`` / ``worker_crash`` is a start."""
     kind, worker, seq = F.col("type"), F.col("worker"), F.col("seq")
@@ -262,7 +285,6 @@ def _changes(ev: DataFrame) -> DataFrame:
         "connector",
         "task",
         "connectors",
-        "prev_connectors",
         "end_ms",
     )
     later_first = Window.partitionBy("drill", "worker").orderBy(F.desc("seq"))
@@ -276,11 +298,13 @@ def _changes(ev: DataFrame) -> DataFrame:
         .over(later_first.rowsBetween(_UNBOUNDED, Window.unboundedFollowing))
         .alias("last_life"),
     )
-    by_holder = Window.partitionBy("drill", "connector", "task", "worker").orderBy("seq")
+    # config events have no item and no worker: a partition of their own (per drill), in time order
+    by_holder = Window.partitionBy("drill", "connector", "task", "worker", kind == "config").orderBy("seq")
     d = F.when(kind == "run", F.lit(1)).when(kind == "release", F.lit(-1))
     rows = rows.select(
         "*",
         d.alias("d"),
+        F.lag("connectors").over(by_holder).alias("prev_connectors"),
         F.lag(F.struct(d.alias("d"), F.col("next_stop.seq").alias("stop"))).over(by_holder).alias("prev"),
         F.lead("seq").over(by_holder).alias("next_seq"),
     )
