@@ -225,8 +225,10 @@ def _change(
     d_cfg: int,
     src: str,
     live: Column,
+    end_t: Column | None = None,
 ) -> Column:
-    """One row of :attr:`Metrics.changes` as a struct (every kind has the same fields)."""
+    """One row of :attr:`Metrics.changes` as a struct (every kind has the same fields; ``end_t``:
+    when the run an effective start begins ends, null if it still runs at the end)."""
     return F.struct(
         connector.cast("string").alias("connector"),
         task.cast("long").alias("task"),
@@ -237,6 +239,7 @@ def _change(
         F.lit(d_cfg).cast("int").alias("d_cfg"),
         F.lit(src).alias("src"),
         live.cast("boolean").alias("live"),
+        (F.lit(None) if end_t is None else end_t).cast("long").alias("end_t"),
     )
 
 
@@ -264,7 +267,7 @@ def _lists(m: Column, item: Column) -> Column:
 def _changes(ev: DataFrame) -> DataFrame:
     """Steps 1 and 2 in one pass over the ownership, ``config`` and worker lifecycle events: the
     rows of :attr:`Metrics.changes` (drill, connector, task, worker, seq, t_ms, d, d_cfg, src,
-    live, end_ms).
+    live, end_t, end_ms).
 
     Ownership toggles per holder ``(item, worker)``: a ``run`` sets the holder's state to +1, a
     ``release`` to -1, and a stop or crash of the worker sets it to -1 for every item. Rather than
@@ -274,7 +277,9 @@ def _changes(ev: DataFrame) -> DataFrame:
     exactly when the last toggle before the stop was a ``run`` (one -1 row at the stop). Configured
     changes come from each ``config`` event and the previous one (in time order): items it
     lists that the previous did not enter, items the previous listed that it does not leave.
-    ``live``: the worker's last ``worker_start`` / ``worker_stop`` / ``worker_crash`` is a start."""
+    ``live``: the worker's last ``worker_start`` / ``worker_stop`` / ``worker_crash`` is a start.
+    ``end_t`` (of an effective start): the time of the worker's next stop or the holder's next
+    release, whichever is first; the ownership intervals need no window of their own."""
     kind, worker, seq = F.col("type"), F.col("worker"), F.col("seq")
     rows = ev.where(kind.isin(*OWNERSHIP, "config", *_LIFECYCLE)).select(
         "drill",
@@ -298,15 +303,21 @@ def _changes(ev: DataFrame) -> DataFrame:
         .over(later_first.rowsBetween(_UNBOUNDED, Window.unboundedFollowing))
         .alias("last_life"),
     )
-    # config events have no item and no worker: a partition of their own (per drill), in time order
-    by_holder = Window.partitionBy("drill", "connector", "task", "worker", kind == "config").orderBy("seq")
+    # Newest first, so that the nearest later release is a running frame. config events have no
+    # item and no worker: a partition of their own (per drill).
+    newest_first = Window.partitionBy("drill", "connector", "task", "worker", kind == "config").orderBy(
+        F.desc("seq")
+    )
     d = F.when(kind == "run", F.lit(1)).when(kind == "release", F.lit(-1))
     rows = rows.select(
         "*",
         d.alias("d"),
-        F.lag("connectors").over(by_holder).alias("prev_connectors"),
-        F.lag(F.struct(d.alias("d"), F.col("next_stop.seq").alias("stop"))).over(by_holder).alias("prev"),
-        F.lead("seq").over(by_holder).alias("next_seq"),
+        F.lead("connectors").over(newest_first).alias("prev_connectors"),
+        F.lead(F.struct(d.alias("d"), F.col("next_stop.seq").alias("stop"))).over(newest_first).alias("prev"),
+        F.lag("seq").over(newest_first).alias("next_seq"),
+        F.last(F.when(d == -1, F.struct("seq", "t_ms")), ignorenulls=True)
+        .over(newest_first.rowsBetween(_UNBOUNDED, -1))
+        .alias("next_release"),
     )
     d, prev, next_stop = F.col("d"), F.col("prev"), F.col("next_stop")
     prev_state = F.when(prev["stop"] < seq, F.lit(-1)).otherwise(prev["d"])
@@ -318,8 +329,11 @@ def _changes(ev: DataFrame) -> DataFrame:
     )
     live = F.coalesce(F.col("last_life") == "worker_start", F.lit(False))
     item = (F.col("connector"), F.col("task"), worker)
+    # an effective start runs until the worker's next stop or the holder's next release, whichever
+    # comes first (runs in between repeat it)
+    until = F.least(next_stop, F.col("next_release"))["t_ms"]
     own = F.array(
-        F.when(effective, _change(*item, seq, F.col("t_ms"), d, 0, _OWN, live)),
+        F.when(effective, _change(*item, seq, F.col("t_ms"), d, 0, _OWN, live, F.when(d == 1, until))),
         F.when(stopped, _change(*item, next_stop["seq"], next_stop["t_ms"], -1, 0, _OWN, live)),
     )
     nobody = F.lit(None)
@@ -344,19 +358,14 @@ def _changes(ev: DataFrame) -> DataFrame:
 
 
 def _intervals(own: DataFrame) -> DataFrame:
-    """Ownership intervals: each effective start to the holder's next effective change (or the
-    drill's end, then ``open``)."""
-    by_holder = Window.partitionBy("drill", "connector", "task", "worker").orderBy("seq")
-    return (
-        own.select(*ITEM, "worker", "t_ms", "d", "end_ms", F.lead("t_ms").over(by_holder).alias("next_t"))
-        .where(F.col("d") == 1)
-        .select(
-            *ITEM,
-            "worker",
-            F.col("t_ms").alias("start_ms"),
-            F.coalesce("next_t", "end_ms").alias("end_ms"),
-            F.col("next_t").isNull().alias("open"),
-        )
+    """Ownership intervals: each effective start to the holder's next effective change (``end_t``,
+    or the drill's end, then ``open``)."""
+    return own.where(F.col("d") == 1).select(
+        *ITEM,
+        "worker",
+        F.col("t_ms").alias("start_ms"),
+        F.coalesce("end_t", "end_ms").alias("end_ms"),
+        F.col("end_t").isNull().alias("open"),
     )
 
 
