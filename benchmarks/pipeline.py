@@ -12,7 +12,14 @@ Timed: ``analyze(..., chart_drills=0)`` (reads, checks, computes, writes summary
 tables, the fleet histograms and index.html) on ``local[2]`` after an untimed warm-up run, and
 ``baseline.analyze_pandas`` (read + compute) on the same files. Reported for both: seconds,
 events/s and the ratio 10M-time / 1M-time (target <= 11, i.e. linear). Both must give the same
-per-drill numbers. The last line printed is one JSON object.
+per-drill numbers. The last line printed is one JSON object, with the seconds of each of
+``analyze``'s steps (``spark_<size>_phases_s``).
+
+The pandas baseline holds every event in one process: before each run its peak memory is estimated
+(from the previous run's peak growth per event, else :data:`PANDAS_BYTES_PER_EVENT`) and a run that
+would not fit in 80% of the available memory is not started; the result says why
+(``pandas_<size>_error``, ``pandas_<size>_estimated_gib``). ``--large 100000000`` thus measures
+Spark at 100M events and records where pandas stops.
 
     python benchmarks/pipeline.py [--small N] [--large N] [--dir DIR] [--keep]
 """
@@ -219,10 +226,48 @@ def generate(path: Path, target_events: int, seed: int = 1) -> tuple[int, int]:
     return total, n_drills
 
 
+PANDAS_MEMORY_SHARE = 0.8
+"""The pandas baseline runs only when its estimated peak memory fits in this share of the memory
+available when it would start (it holds every event in one process; the machine must survive)."""
+PANDAS_BYTES_PER_EVENT = 400
+"""Peak bytes per event assumed before a pandas run has been measured (about 0.3 KB were measured
+at 10M events); after one, its own peak growth per event is used."""
+
+
 def _rss_mb() -> float:
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _current_rss_mb() -> float:
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _available_mb() -> float:
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError("no MemAvailable in /proc/meminfo")
+
+
+class _Phases:
+    """``analyze``'s progress lines with the seconds until the next one: where the time goes."""
+
+    def __init__(self) -> None:
+        self.marks: list[tuple[float, str]] = []
+
+    def __call__(self, message: str) -> None:
+        self.marks.append((time.monotonic(), message.split(" for ")[0].split(" 0 ")[0]))
+
+    def seconds(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for (start, name), (end, _) in zip(self.marks, self.marks[1:], strict=False):
+            key = name.split(":")[0]
+            out[key] = round(out.get(key, 0.0) + end - start, 2)
+        return out
 
 
 def main() -> None:
@@ -260,9 +305,13 @@ def main() -> None:
 
     spark_docs: dict[str, dict[str, Any]] = {}
     for label in sizes:
+        phases = _Phases()
         started = time.monotonic()
-        spark_docs[label] = analyze([data[label]], work / f"out-{label}", spark=spark, chart_drills=0)
+        spark_docs[label] = analyze(
+            [data[label]], work / f"out-{label}", spark=spark, chart_drills=0, progress=phases
+        )
         secs = time.monotonic() - started
+        result[f"spark_{label}_phases_s"] = phases.seconds()
         result[f"spark_{label}_s"] = round(secs, 2)
         result[f"spark_{label}_events_per_s"] = round(result[f"events_{label}"] / secs)
         print(
@@ -272,7 +321,21 @@ def main() -> None:
     result["spark_ratio_10m_1m"] = round(result["spark_10m_s"] / result["spark_1m_s"], 2)
 
     agree = True
+    per_event = float(PANDAS_BYTES_PER_EVENT)
     for label in sizes:
+        events = result[f"events_{label}"]
+        before = _current_rss_mb()
+        needed, available = before + per_event * events / 2**20, _available_mb()
+        if needed > PANDAS_MEMORY_SHARE * available:
+            why = (
+                f"not run: needs about {needed / 1024:,.1f} GiB ({per_event:,.0f} bytes per event), "
+                f"more than {PANDAS_MEMORY_SHARE:.0%} of the {available / 1024:,.1f} GiB available"
+            )
+            print(f"pandas 1 process {label}: {why}", flush=True)
+            result[f"pandas_{label}_s"] = None
+            result[f"pandas_{label}_error"] = why
+            result[f"pandas_{label}_estimated_gib"] = round(needed / 1024, 1)
+            continue
         try:
             started = time.monotonic()
             doc = analyze_pandas([data[label]])
@@ -282,6 +345,8 @@ def main() -> None:
             result[f"pandas_{label}_s"] = None
             result[f"pandas_{label}_error"] = "MemoryError"
             continue
+        if _rss_mb() > before:  # this run set the peak: bytes per event for the next estimate
+            per_event = (_rss_mb() - before) * 2**20 / events
         result[f"pandas_{label}_s"] = round(secs, 2)
         result[f"pandas_{label}_events_per_s"] = round(result[f"events_{label}"] / secs)
         same = doc["drills"] == spark_docs[label]["drills"]

@@ -264,7 +264,7 @@ def run(spark: Any, paths: Iterable[str | Path], progress: Callable[[str], None]
 
     say("computing metrics")
     m = metrics.compute(events)
-    for df in (m.effective, m.items, m.intervals):
+    for df in (m.changes, m.items, m.intervals):
         df.persist(StorageLevel.MEMORY_AND_DISK)
     rows = [r.asDict() for r in m.drills.collect()]
     # An events.jsonl without events is an (ok, empty) drill too, but it yields no rows.
@@ -334,7 +334,7 @@ def analyze(
 
     (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     report.write_index(out, doc, result.drills, pictures)
-    for df in (result.metrics.effective, result.metrics.items, result.metrics.intervals, result.events):
+    for df in (result.metrics.changes, result.metrics.items, result.metrics.intervals, result.events):
         df.unpersist()
     say(f"done: {out / 'index.html'}")
     return doc

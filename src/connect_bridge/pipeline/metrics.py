@@ -38,8 +38,6 @@ from connect_bridge.drills.events import CONTRADICTION, OWNERSHIP
 CONNECTORS_TYPE = T.MapType(T.StringType(), T.LongType())
 ITEM = ("drill", "connector", "task")
 _UNBOUNDED = Window.unboundedPreceding
-_HOLDER_EVENT = ("drill", "seq", "t_ms", "worker", "connector", "task")
-"""An ownership toggle's columns, before its ``d``."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +59,9 @@ class Metrics:
     """Per-item timeline rows: drill, connector, task, seq, t_ms, cnt, cfg (state after the row)."""
     ends: DataFrame
     """drill, end_ms."""
+    changes: DataFrame
+    """What the others are made of: effective toggles (``src`` own), configured changes (cfg) and
+    worker starts (life), per drill (see :func:`_changes`)."""
 
 
 def _int(cond: Column) -> Column:
@@ -71,11 +72,19 @@ def in_time_order(events: DataFrame) -> DataFrame:
     """The events with ``index`` = position in the file (0-based, per drill) and ``seq`` renumbered
     to ``t_ms`` order, file order for equal times: a log merged from several workers' files is
     analyzed as the checker does after sorting it (:func:`connect_bridge.drills.events.time_order`).
-    Both windows share one partitioning by drill, so this costs one shuffle."""
+
+    One more column for :func:`compute`, from the same window: ``end_ms``, the drill's largest
+    ``t_ms``. Both windows are partitioned by drill: one shuffle, and the result stays partitioned
+    by drill, so that every later window and aggregation (all keyed by drill first) runs without
+    another shuffle."""
     by_file = Window.partitionBy("drill").orderBy("seq")
     by_time = Window.partitionBy("drill").orderBy("t_ms", "seq")
-    return events.withColumn("index", (F.row_number().over(by_file) - 1).cast("long")).withColumn(
-        "seq", (F.row_number().over(by_time) - 1).cast("long")
+    whole = by_time.rowsBetween(_UNBOUNDED, Window.unboundedFollowing)
+    return events.select(
+        *(c for c in events.columns if c != "seq"),
+        (F.row_number().over(by_file) - 1).cast("long").alias("index"),
+        (F.row_number().over(by_time) - 1).cast("long").alias("seq"),
+        F.max("t_ms").over(whole).alias("end_ms"),
     )
 
 
@@ -98,38 +107,63 @@ def problems(events: DataFrame) -> DataFrame:
     The checker raises on the first of these; :func:`connect_bridge.pipeline.analyze.analyze` too.
     """
     t, kind = F.col("t_ms"), F.col("type")
-    ownership = kind.isin(*OWNERSHIP)
-    by_holder = Window.partitionBy("drill", ownership, "worker", "connector", "task").orderBy("index")
-    prev = F.lag(F.struct("index", "type", "t_ms")).over(by_holder)
-    contradiction = F.concat(
-        kind,
-        F.lit(" of "),
-        _item_name(),
-        F.lit(" by "),
-        F.col("worker"),
-        F.lit(" at t_ms "),
-        t.cast("string"),
-        F.lit(" is before the "),
-        prev["type"],
-        F.lit(" at event "),
-        prev["index"].cast("string"),
-        F.lit(" (t_ms "),
-        prev["t_ms"].cast("string"),
-        F.lit(") " + CONTRADICTION),
-    )
-    reason = (
-        F.when(t.isNull(), F.lit("missing field 't_ms' (or not a JSON object)"))
-        .when(kind.isNull(), F.lit("missing field 'type'"))
-        .when(ownership & F.col("connector").isNull(), F.lit("missing field 'connector'"))
-        .when(ownership & F.col("task").isNull(), F.lit("missing field 'task'"))
-        .when(ownership & (prev["t_ms"] > t), contradiction)
-        .when((kind == "run") & F.col("worker").isNull(), F.lit("worker is null"))
-        .when(
-            (kind == "config") & F.from_json(F.col("connectors"), CONNECTORS_TYPE).isNull(),
-            F.lit("connectors must be an object"),
+    ownership = F.coalesce(kind.isin(*OWNERSHIP), F.lit(False))
+    # Only run / release need the previous toggle of their holder: the window sorts those alone.
+    by_holder = Window.partitionBy("drill", "worker", "connector", "task").orderBy("index")
+    prev = F.col("prev")
+
+    def reason() -> Column:
+        contradiction = F.concat(
+            kind,
+            F.lit(" of "),
+            _item_name(),
+            F.lit(" by "),
+            F.col("worker"),
+            F.lit(" at t_ms "),
+            t.cast("string"),
+            F.lit(" is before the "),
+            prev["type"],
+            F.lit(" at event "),
+            prev["index"].cast("string"),
+            F.lit(" (t_ms "),
+            prev["t_ms"].cast("string"),
+            F.lit(") " + CONTRADICTION),
         )
+        return (
+            F.when(t.isNull(), F.lit("missing field 't_ms' (or not a JSON object)"))
+            .when(kind.isNull(), F.lit("missing field 'type'"))
+            .when(ownership & F.col("connector").isNull(), F.lit("missing field 'connector'"))
+            .when(ownership & F.col("task").isNull(), F.lit("missing field 'task'"))
+            .when(ownership & (prev["t_ms"] > t), contradiction)
+            .when((kind == "run") & F.col("worker").isNull(), F.lit("worker is null"))
+            .when(
+                (kind == "config") & F.from_json(F.col("connectors"), CONNECTORS_TYPE).isNull(),
+                F.lit("connectors must be an object"),
+            )
+        )
+
+    columns = ("drill", "index", "seq", "type")
+    toggles = events.where(ownership).select(
+        *columns,
+        "t_ms",
+        "worker",
+        "connector",
+        "task",
+        "connectors",
+        F.lag(F.struct("index", "type", "t_ms")).over(by_holder).alias("prev"),
     )
-    checked = events.select("drill", "index", "seq", "type", reason.alias("reason"))
+    others = events.where(~ownership).select(
+        *columns,
+        "t_ms",
+        "worker",
+        "connector",
+        "task",
+        "connectors",
+        F.lit(None).cast("struct<index:bigint,type:string,t_ms:bigint>").alias("prev"),
+    )
+    checked = toggles.select(*columns, reason().alias("reason")).unionByName(
+        others.select(*columns, reason().alias("reason"))
+    )
     bad = F.col("reason").isNotNull()
     return (
         checked.groupBy("drill")
@@ -143,10 +177,22 @@ def problems(events: DataFrame) -> DataFrame:
     )
 
 
+_STOPS = ("worker_stop", "worker_crash")
+_LIFECYCLE = ("worker_start", *_STOPS)
+_OWN, _CFG, _LIFE = "own", "cfg", "life"
+"""The kinds of :attr:`Metrics.changes` rows (``src``): an effective ownership toggle, a configured
+change, a ``worker_start`` (so that a live worker running nothing still has a row)."""
+
+
 def compute(events: DataFrame) -> Metrics:
     """Every drill metric per drill, plus the item and interval tables (lazy DataFrames).
 
-    ``events`` must be valid (see :func:`problems`). The caller may persist the results.
+    ``events`` must be :func:`in_time_order`'s (partitioned by drill, with ``end_ms``) and valid
+    (see :func:`problems`). Every window and aggregation here is keyed by drill first and nothing
+    is joined on a bigger key, so the plan has no shuffle beyond the one of :func:`in_time_order`
+    (the per-drill tables are joined at the end, one row per drill): each partition's drills are
+    computed where they are. The caller may persist the results (:attr:`Metrics.changes` is what
+    the others are made of).
     """
     kind = F.col("type")
     base = events.groupBy("drill").agg(
@@ -154,119 +200,203 @@ def compute(events: DataFrame) -> Metrics:
         F.sum(_int(kind == "epoch")).cast("long").alias("rebalances"),
         F.coalesce(F.max("t_ms"), F.lit(0)).cast("long").alias("end_ms"),
     )
-    ends = base.select("drill", "end_ms")
-    effective, intervals = _ownership(events, ends)
-    timeline = _timeline(effective, _config_changes(events), ends)
-    items, balance = _end_state(events, intervals, _per_item(timeline))
+    changes = _changes(events)
+    own = changes.where(F.col("src") == _OWN)
+    timeline = _timeline(changes.where(F.col("src") != _LIFE))
+    items = _per_item(timeline)
     return Metrics(
-        drills=_drill_table(base, items, balance),
+        drills=_drill_table(base, items, _balance(changes.where(F.col("src") != _CFG))),
         items=items,
-        intervals=intervals,
-        effective=effective,
+        intervals=_intervals(own),
+        effective=own.select(*ITEM, "worker", "seq", "t_ms", "d"),
         timeline=timeline.select(*ITEM, "seq", "t_ms", "cnt", "cfg"),
-        ends=ends,
+        ends=base.select("drill", "end_ms"),
+        changes=changes,
     )
 
 
-def _ownership(ev: DataFrame, ends: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """Step 1: ownership toggles → effective starts / stops, and the ownership intervals."""
-    kind = F.col("type")
-    own = ev.where(kind.isin("run", "release")).select(
-        *_HOLDER_EVENT, F.when(kind == "run", F.lit(1)).otherwise(F.lit(-1)).alias("d")
+def _change(
+    connector: Column,
+    task: Column,
+    worker: Column,
+    seq: Column,
+    t_ms: Column,
+    d: int | Column,
+    d_cfg: int,
+    src: str,
+    live: Column,
+    end_t: Column | None = None,
+) -> Column:
+    """One row of :attr:`Metrics.changes` as a struct (every kind has the same fields; ``end_t``:
+    when the run an effective start begins ends, null if it still runs at the end)."""
+    return F.struct(
+        connector.cast("string").alias("connector"),
+        task.cast("long").alias("task"),
+        worker.cast("string").alias("worker"),
+        seq.cast("long").alias("seq"),
+        t_ms.cast("long").alias("t_ms"),
+        (d if isinstance(d, Column) else F.lit(d)).cast("int").alias("d"),
+        F.lit(d_cfg).cast("int").alias("d_cfg"),
+        F.lit(src).alias("src"),
+        live.cast("boolean").alias("live"),
+        (F.lit(None) if end_t is None else end_t).cast("long").alias("end_t"),
     )
-    pairs = ev.where(kind == "run").select("drill", "worker", "connector", "task").distinct()
-    stops = ev.where(kind.isin("worker_stop", "worker_crash") & F.col("worker").isNotNull()).select(
-        "drill", "seq", "t_ms", "worker"
-    )
-    ended = stops.join(pairs, ["drill", "worker"]).select(*_HOLDER_EVENT, F.lit(-1).alias("d"))
-    by_holder = Window.partitionBy("drill", "connector", "task", "worker").orderBy("seq")
-    prev = F.lag("d").over(by_holder)
-    toggles = own.unionByName(ended).withColumn("prev", prev)
-    d = F.col("d")
-    effective = toggles.where(
-        ((d == 1) & (F.col("prev").isNull() | (F.col("prev") == -1))) | ((d == -1) & (F.col("prev") == 1))
-    ).drop("prev")
-    intervals = (
-        effective.withColumn("next_t", F.lead("t_ms").over(by_holder))
-        .where(d == 1)
-        .join(F.broadcast(ends), "drill")
-        .select(
-            *ITEM,
-            "worker",
-            F.col("t_ms").alias("start_ms"),
-            F.coalesce("next_t", "end_ms").alias("end_ms"),
-            F.col("next_t").isNull().alias("open"),
+
+
+def _listed(m: Column) -> Column:
+    """The items a ``config`` map lists: ``(connector, task)`` structs, the instance (task -1) and
+    tasks ``0..n-1`` of each connector."""
+    instance = F.lit(CONNECTOR_TASK).cast("long")
+    return F.flatten(
+        F.transform(
+            F.map_entries(m),
+            lambda e: F.transform(
+                F.sequence(instance, F.greatest(e["value"], F.lit(0).cast("long")) - 1),
+                lambda t: F.struct(e["key"].alias("connector"), t.alias("task")),
+            ),
         )
     )
-    return effective, intervals
 
 
-def _config_changes(ev: DataFrame) -> DataFrame:
-    """Step 2: configured changes per item (enter at config ``k``, leave at ``k+1``)."""
-    configs = ev.where(F.col("type") == "config").select(
+def _lists(m: Column, item: Column) -> Column:
+    """Whether the ``config`` map ``m`` lists ``item`` (a :func:`_listed` struct)."""
+    n = F.coalesce(F.try_element_at(m, item["connector"]), F.lit(0).cast("long"))
+    return F.map_contains_key(m, item["connector"]) & ((item["task"] == CONNECTOR_TASK) | (item["task"] < n))
+
+
+def _changes(ev: DataFrame) -> DataFrame:
+    """Steps 1 and 2 in one pass over the ownership, ``config`` and worker lifecycle events: the
+    rows of :attr:`Metrics.changes` (drill, connector, task, worker, seq, t_ms, d, d_cfg, src,
+    live, end_t, end_ms).
+
+    Ownership toggles per holder ``(item, worker)``: a ``run`` sets the holder's state to +1, a
+    ``release`` to -1, and a stop or crash of the worker sets it to -1 for every item. Rather than
+    joining each stop with the items its worker ever ran, every ``run`` / ``release`` carries the
+    worker's next stop (a window per worker in reverse order): the previous toggle's state is -1 if
+    that toggle's next stop came before this toggle, else its own; and a stop ends a holder's run
+    exactly when the last toggle before the stop was a ``run`` (one -1 row at the stop). Configured
+    changes come from each ``config`` event and the previous one (in time order): items it
+    lists that the previous did not enter, items the previous listed that it does not leave.
+    ``live``: the worker's last ``worker_start`` / ``worker_stop`` / ``worker_crash`` is a start.
+    ``end_t`` (of an effective start): the time of the worker's next stop or the holder's next
+    release, whichever is first; the ownership intervals need no window of their own."""
+    kind, worker, seq = F.col("type"), F.col("worker"), F.col("seq")
+    rows = ev.where(kind.isin(*OWNERSHIP, "config", *_LIFECYCLE)).select(
         "drill",
         "seq",
         "t_ms",
-        F.row_number().over(Window.partitionBy("drill").orderBy("seq")).alias("k"),
-        F.from_json(F.col("connectors"), CONNECTORS_TYPE).alias("m"),
+        "type",
+        "worker",
+        "connector",
+        "task",
+        "connectors",
+        "end_ms",
     )
-    tasks = F.sequence(F.lit(CONNECTOR_TASK).cast("long"), F.greatest("n", F.lit(0)) - 1)
-    listed = configs.select("drill", "k", F.explode("m").alias("connector", "n")).select(
-        "drill", "k", "connector", F.explode(tasks).alias("task")
+    later_first = Window.partitionBy("drill", "worker").orderBy(F.desc("seq"))
+    stop = kind.isin(*_STOPS) & worker.isNotNull()
+    rows = rows.select(
+        "*",
+        F.last(F.when(stop, F.struct("seq", "t_ms")), ignorenulls=True)
+        .over(later_first.rowsBetween(_UNBOUNDED, Window.currentRow))
+        .alias("next_stop"),
+        F.first(F.when(kind.isin(*_LIFECYCLE), kind), ignorenulls=True)
+        .over(later_first.rowsBetween(_UNBOUNDED, Window.unboundedFollowing))
+        .alias("last_life"),
     )
-    by_cfg = Window.partitionBy(*ITEM).orderBy("k")
-    listed = listed.select(
-        *ITEM, "k", F.lag("k").over(by_cfg).alias("pk"), F.lead("k").over(by_cfg).alias("nk")
+    # Newest first, so that the nearest later release is a running frame. config events have no
+    # item and no worker: a partition of their own (per drill).
+    newest_first = Window.partitionBy("drill", "connector", "task", "worker", kind == "config").orderBy(
+        F.desc("seq")
     )
-    at = configs.select("drill", "k", "seq", "t_ms")
-    k = F.col("k")
-    enters = (
-        listed.where(F.col("pk").isNull() | (F.col("pk") != k - 1))
-        .join(at, ["drill", "k"])
-        .select(*ITEM, "seq", "t_ms", F.lit(1).alias("d_cfg"))
+    d = F.when(kind == "run", F.lit(1)).when(kind == "release", F.lit(-1))
+    rows = rows.select(
+        "*",
+        d.alias("d"),
+        F.lead("connectors").over(newest_first).alias("prev_connectors"),
+        F.lead(F.struct(d.alias("d"), F.col("next_stop.seq").alias("stop"))).over(newest_first).alias("prev"),
+        F.lag("seq").over(newest_first).alias("next_seq"),
+        F.last(F.when(d == -1, F.struct("seq", "t_ms")), ignorenulls=True)
+        .over(newest_first.rowsBetween(_UNBOUNDED, -1))
+        .alias("next_release"),
     )
-    leaves = (
-        listed.where(F.col("nk").isNull() | (F.col("nk") != k + 1))
-        .select(*ITEM, (k + 1).alias("k"))
-        .join(at, ["drill", "k"])  # the config event that drops the item; none after the last one
-        .select(*ITEM, "seq", "t_ms", F.lit(-1).alias("d_cfg"))
+    d, prev, next_stop = F.col("d"), F.col("prev"), F.col("next_stop")
+    prev_state = F.when(prev["stop"] < seq, F.lit(-1)).otherwise(prev["d"])
+    effective = ((d == 1) & (prev_state.isNull() | (prev_state == -1))) | ((d == -1) & (prev_state == 1))
+    stopped = (
+        (d == 1)
+        & next_stop.isNotNull()
+        & (F.col("next_seq").isNull() | (next_stop["seq"] < F.col("next_seq")))
     )
-    return enters.unionByName(leaves).select(
-        *ITEM, "seq", "t_ms", F.lit(None).cast("string").alias("worker"), F.lit(0).alias("d_own"), "d_cfg"
+    live = F.coalesce(F.col("last_life") == "worker_start", F.lit(False))
+    item = (F.col("connector"), F.col("task"), worker)
+    # an effective start runs until the worker's next stop or the holder's next release, whichever
+    # comes first (runs in between repeat it)
+    until = F.least(next_stop, F.col("next_release"))["t_ms"]
+    own = F.array(
+        F.when(effective, _change(*item, seq, F.col("t_ms"), d, 0, _OWN, live, F.when(d == 1, until))),
+        F.when(stopped, _change(*item, next_stop["seq"], next_stop["t_ms"], -1, 0, _OWN, live)),
+    )
+    nobody = F.lit(None)
+    empty = F.from_json(F.lit("{}"), CONNECTORS_TYPE)
+    now = F.coalesce(F.from_json(F.col("connectors"), CONNECTORS_TYPE), empty)
+    before = F.coalesce(F.from_json(F.col("prev_connectors"), CONNECTORS_TYPE), empty)
+
+    def configured(listed: Column, dropped_by: Column, d_cfg: int) -> Column:
+        return F.transform(
+            F.filter(listed, lambda x: ~_lists(dropped_by, x)),
+            lambda x: _change(x["connector"], x["task"], nobody, seq, F.col("t_ms"), 0, d_cfg, _CFG, nobody),
+        )
+
+    cfg = F.concat(configured(_listed(now), before, 1), configured(_listed(before), now, -1))
+    start = F.array(_change(nobody, nobody, worker, seq, F.col("t_ms"), 0, 0, _LIFE, live))
+    out = F.when(kind.isin(*OWNERSHIP), own).when(kind == "config", cfg).when(kind == "worker_start", start)
+    return (
+        rows.select("drill", "end_ms", F.explode(out).alias("c"))
+        .where(F.col("c").isNotNull())
+        .select("drill", "c.*", "end_ms")
     )
 
 
-def _timeline(effective: DataFrame, cfg_changes: DataFrame, ends: DataFrame) -> DataFrame:
-    """Step 3: the item timeline with the state after each row and its duration."""
+def _intervals(own: DataFrame) -> DataFrame:
+    """Ownership intervals: each effective start to the holder's next effective change (``end_t``,
+    or the drill's end, then ``open``)."""
+    return own.where(F.col("d") == 1).select(
+        *ITEM,
+        "worker",
+        F.col("t_ms").alias("start_ms"),
+        F.coalesce("end_t", "end_ms").alias("end_ms"),
+        F.col("end_t").isNull().alias("open"),
+    )
+
+
+def _timeline(rows: DataFrame) -> DataFrame:
+    """Step 3: the item timeline (effective toggles and configured changes) with the state after
+    each row (``cnt`` runners, ``live_cnt`` of them live at the end, ``cfg``) and its duration."""
     by_item = Window.partitionBy(*ITEM).orderBy("seq")
     so_far = by_item.rowsBetween(_UNBOUNDED, Window.currentRow)
     before = by_item.rowsBetween(_UNBOUNDED, -1)
-    d_own = F.col("d_own")
-    return (
-        effective.select(*ITEM, "seq", "t_ms", "worker", F.col("d").alias("d_own"), F.lit(0).alias("d_cfg"))
-        .unionByName(cfg_changes)
-        .select(
-            *ITEM,
-            "seq",
-            "t_ms",
-            "worker",
-            "d_own",
-            F.sum("d_own").over(so_far).alias("cnt"),
-            F.sum("d_cfg").over(so_far).alias("cfg"),
-            F.lead("t_ms").over(by_item).alias("next_t"),
-            F.last(F.when(d_own == 1, F.col("worker")), ignorenulls=True).over(before).alias("prev_runner"),
-        )
-        .join(F.broadcast(ends), "drill")
-        .withColumn("dur", F.coalesce("next_t", "end_ms") - F.col("t_ms"))
+    d = F.col("d")
+    return rows.select(
+        *ITEM,
+        "seq",
+        "t_ms",
+        "worker",
+        F.col("d").alias("d_own"),
+        F.sum("d").over(so_far).alias("cnt"),
+        F.sum(F.when(F.col("live"), d).otherwise(0)).over(so_far).alias("live_cnt"),
+        F.sum("d_cfg").over(so_far).alias("cfg"),
+        (F.coalesce(F.lead("t_ms").over(by_item), F.col("end_ms")) - F.col("t_ms")).alias("dur"),
+        F.last(F.when(d == 1, F.col("worker")), ignorenulls=True).over(before).alias("prev_runner"),
     )
 
 
 def _per_item(timeline: DataFrame) -> DataFrame:
-    """Step 3's sums per item: runs, moves, overlaps, overlap / unassigned time, state at the end."""
+    """Step 3's sums per item and step 4's end state: runs, moves, overlaps, overlap / unassigned
+    time, runners (and live runners) at the end, configured at the end, converged."""
     cnt, cfg, dur = F.col("cnt"), F.col("cfg"), F.col("dur")
     starts = F.col("d_own") == 1
     moved = starts & F.col("prev_runner").isNotNull() & (F.col("prev_runner") != F.col("worker"))
-    return timeline.groupBy(*ITEM).agg(
+    items = timeline.groupBy(*ITEM).agg(
         F.sum(_int(starts)).cast("long").alias("runs"),
         F.sum(_int(moved)).cast("long").alias("moves"),
         F.sum(_int(starts & (cnt >= 2))).cast("long").alias("overlaps"),
@@ -275,41 +405,31 @@ def _per_item(timeline: DataFrame) -> DataFrame:
         F.max(F.when((cfg > 0) & (cnt == 0), dur).otherwise(0)).cast("long").alias("longest_unassigned_ms"),
         F.max_by("cnt", "seq").cast("long").alias("workers_at_end"),
         (F.max_by("cfg", "seq") > 0).alias("configured_at_end"),
+        F.max_by("live_cnt", "seq").cast("long").alias("live_workers_at_end"),
     )
-
-
-def _end_state(ev: DataFrame, intervals: DataFrame, per_item: DataFrame) -> tuple[DataFrame, DataFrame]:
-    """Step 4: items with their converged flag, and per drill the balance of the live workers."""
-    last_state = (
-        ev.where(F.col("type").isin("worker_start", "worker_stop", "worker_crash"))
-        .groupBy("drill", "worker")
-        .agg(F.max_by("type", "seq").alias("last"))
-    )
-    live = last_state.where(F.col("last") == "worker_start").select("drill", "worker")
-    running_at_end = intervals.where(F.col("open")).select("drill", "connector", "task", "worker")
-    live_runners = (
-        running_at_end.join(live.withColumn("is_live", F.lit(1)), ["drill", "worker"], "left")
-        .groupBy(*ITEM)
-        .agg(F.sum(F.coalesce("is_live", F.lit(0))).cast("long").alias("live_workers_at_end"))
-    )
-    items = per_item.join(live_runners, list(ITEM), "left").fillna(0, subset=["live_workers_at_end"])
     item_ok = F.when(
         F.col("configured_at_end"),
         (F.col("workers_at_end") == 1) & (F.col("live_workers_at_end") == 1),
     ).otherwise(F.col("workers_at_end") == 0)
-    items = items.withColumn("converged", item_ok)
-    load = running_at_end.groupBy("drill", "worker").agg(
-        F.sum(_int(F.col("task") == CONNECTOR_TASK)).alias("conns"),
-        F.sum(_int(F.col("task") != CONNECTOR_TASK)).alias("tasks"),
+    return items.withColumn("converged", item_ok)
+
+
+def _balance(rows: DataFrame) -> DataFrame:
+    """Per drill: ``balanced`` (over live workers, connector instances per worker differ by at most
+    1, and tasks too; a live worker running nothing counts 0) and ``live_workers``."""
+    own = F.col("src") == _OWN
+    instance = F.col("task") == CONNECTOR_TASK
+    workers = rows.groupBy("drill", "worker").agg(
+        F.max("live").alias("live"),
+        F.sum(F.when(own & instance, F.col("d")).otherwise(0)).alias("conns"),
+        F.sum(F.when(own & ~instance, F.col("d")).otherwise(0)).alias("tasks"),
     )
     spread_ok = (F.max("conns") - F.min("conns") <= 1) & (F.max("tasks") - F.min("tasks") <= 1)
-    balance = (
-        live.join(load, ["drill", "worker"], "left")
-        .fillna(0, subset=["conns", "tasks"])
+    return (
+        workers.where(F.col("live"))
         .groupBy("drill")
         .agg(spread_ok.alias("balanced"), F.count(F.lit(1)).alias("live_workers"))
     )
-    return items, balance
 
 
 _ITEM_SUMS = ("overlaps", "overlap_ms", "moves", "unassigned_item_ms")

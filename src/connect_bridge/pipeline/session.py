@@ -32,6 +32,14 @@ LOCAL_SHUFFLE_PARTITIONS = 8
 """At most this many shuffle partitions locally (one per core, at least 2): drill logs are small
 per drill, and every window or join is a shuffle whose tasks cost more than their work."""
 
+LOCAL_CONF: dict[str, str] = {
+    # Adaptive execution re-plans after every shuffle to coalesce partitions and split skewed
+    # ones. A local session has a few shuffle partitions, and the analysis has one shuffle (by
+    # drill: metrics.in_time_order): the re-planning, one job per query stage, is pure cost.
+    "spark.sql.adaptive.enabled": "false",
+}
+"""Settings of every local session (whatever the input's size)."""
+
 SHORT_RUN_CONF: dict[str, str] = {
     # Whole-stage code generation compiles Java source per stage (Janino, then the JIT): for the
     # many small stages of one analysis that is most of the run; interpreted operators are plenty.
@@ -40,9 +48,6 @@ SHORT_RUN_CONF: dict[str, str] = {
     # not compiled. An internal setting, but the one that says exactly this; measured on one drill
     # it saves a quarter of the JVM's CPU time.
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-    # Adaptive execution re-plans after every shuffle; with a few small partitions that planning
-    # costs more than the partition coalescing and skew handling it buys.
-    "spark.sql.adaptive.enabled": "false",
 }
 """Settings of a local session for a short run (small input: :data:`SHORT_RUN_BYTES`)."""
 
@@ -176,6 +181,8 @@ def get_spark(master: str | None = None, app: str = "connect-bridge", short_run:
                 "spark.default.parallelism", partitions
             )
             builder = builder.config("spark.ui.enabled", "false").config("spark.driver.host", "127.0.0.1")
+            for key, value in LOCAL_CONF.items():
+                builder = builder.config(key, value)
             if short_run:
                 for key, value in SHORT_RUN_CONF.items():
                     builder = builder.config(key, value)
