@@ -271,7 +271,7 @@ class SimulatedBridge:
             resp = LEGACY_CALLS[kind].unavailable()
             at = max(now, timeout_at)
             self.log.stall_start(now, name, "timeout")
-            self.at(at, lambda t, name=name: self.log.stall_end(t, name, "timeout"))
+            self.at(at, self._timeout_over(worker))
         else:
             at = now + self.latency()
         self.at(at, self._legacy_response_cb(worker, incarnation, kind, resp, seq))
@@ -355,11 +355,26 @@ class SimulatedBridge:
         if duplicate:  # the resend reaches the bridge after its original (one connection, in order)
             self.at(first + self.latency() + self.latency(), lambda t: self._arrive(sent, t, "dup"))
 
+    def _timeout_over(self, worker: SimWorker) -> Callable[[int], None]:
+        """The end of ``worker``'s wait for an answer that never came, logged only while the process
+        that waited still runs: a restarted worker's new process has stalls of its own, and the old
+        one's end would close them in the checker (drill 98803296417062: a new process's 40 s
+        JoinGroup wait at a paused bridge was closed 0.3 s in by its predecessor's end, and the work
+        it was given looked unowned while it could run it)."""
+        name, incarnation = worker.name, worker.incarnation
+
+        def over(t: int) -> None:
+            current = self.workers.get(name)
+            if current is not None and current.incarnation == incarnation:
+                self.log.stall_end(t, name, "timeout")
+
+        return over
+
     def _time_out(self, sent: _Sent, start: int, at: int) -> None:
         """The worker waits for an answer that never comes: it cannot take work meanwhile."""
         name = sent.worker.name
         self.log.stall_start(start, name, "timeout")
-        self.at(at, lambda t: self.log.stall_end(t, name, "timeout"))
+        self.at(at, self._timeout_over(sent.worker))
         sent.deliver(sent.unavailable(), at, False)
 
     def _arrive(self, sent: _Sent, t: int, tag: str) -> None:
@@ -597,9 +612,7 @@ class SimulatedBridge:
                     continue  # not parked at the bridge (on its way, or answered already)
                 resp = LEGACY_CALLS[kind].unavailable()
                 self.log.stall_start(now, worker.name, "timeout")
-                self.at(
-                    max(now, timeout_at), lambda t, name=worker.name: self.log.stall_end(t, name, "timeout")
-                )
+                self.at(max(now, timeout_at), self._timeout_over(worker))
                 self.at(
                     max(now, timeout_at),
                     self._legacy_response_cb(worker, worker.incarnation, kind, resp, seq),
