@@ -42,6 +42,7 @@ from connect_bridge.state.model import (
     NEW_PROTOCOL,
     ConfigView,
     CurrentAssignment,
+    Items,
     Member,
     MemberMetadata,
     MemberState,
@@ -67,7 +68,28 @@ def _expect_revoked(group: ConnectGroup, member: Member, req: HeartbeatRequest, 
     soon = now_ms + zombie_grace_ms(member.metadata.session_timeout_ms)
     armed = group.timers.deadline(key)
     if armed is None or soon < armed:
+        if member.member_id not in group.revocation_deadlines:
+            group.revocation_deadlines[member.member_id] = (
+                armed if armed is not None else now_ms + member.metadata.rebalance_timeout_ms
+            )
         group.timers.schedule(key, soon)
+
+
+def _still_revoking(group: ConnectGroup, member: Member, owned: Items | None, now_ms: int) -> None:
+    """Put back the deadline ``_expect_revoked`` brought forward once the worker reports owning
+    some of what it revokes: it did not reset after all (it took its assignment back from the
+    answer to its rejoin and runs it), and ending its revocation a zombie grace in removed it in
+    the middle of a slow revocation, with its work dealt out while it still ran it (fleet drill
+    98804296420767). The revocation then ends when it would have without the rejoin."""
+    deadline = group.revocation_deadlines.get(member.member_id)
+    if deadline is None:
+        return
+    current = member.current
+    if current.state is not MemberState.UNREVOKED:
+        del group.revocation_deadlines[member.member_id]
+    elif owned is not None and owned & current.revoking:
+        del group.revocation_deadlines[member.member_id]
+        group.timers.schedule(TimerKey.revoke(group.group_id, member.member_id), max(deadline, now_ms))
 
 
 def _metadata_from(group: ConnectGroup, req: HeartbeatRequest, base: MemberMetadata) -> MemberMetadata:
@@ -202,6 +224,8 @@ def _heartbeat(group: ConnectGroup, req: HeartbeatRequest, now_ms: int) -> Heart
     reconcile(group, member, reported_owned, now_ms)
     if joining and reported_owned is None:
         _expect_revoked(group, member, req, now_ms)
+    else:
+        _still_revoking(group, member, req.owned, now_ms)
     # A worker whose config offset moved or that sent a full request (after an error, or its
     # herder's requestRejoin) waits for an Assignment before it resolves, even an unchanged one.
     asked = req.is_full or (req.config_offset is not None and req.config_offset != offset_before)

@@ -120,6 +120,11 @@ class ConnectGroup:
         self.told: dict[str, AssignmentHeader] = {}
         """The assignment header each new-protocol member was last sent (after a restart every
         member is sent its assignment once more)."""
+        self.revocation_deadlines: dict[str, int] = {}
+        """The revocation deadline of a member whose revocation timer ``connect.heartbeat`` brought
+        forward because its worker seemed to have reset (it rejoined owning none of what it was
+        revoking), kept until that revocation ends: if the worker reports owning what it revokes
+        after all, the deadline is put back. Soft state (after a restart the timer is re-armed)."""
         self.waits_elsewhere_until: dict[str, int] = {}
         """Legacy members of a group just loaded from the log (or converted from such a classic
         group): until when each may still wait on a JoinGroup parked at the previous coordinator,
@@ -358,6 +363,7 @@ class ConnectGroup:
         self.timers.cancel(TimerKey.revoke(self.group_id, member_id))
         self._session_keys.pop(member_id, None)
         self.told.pop(member_id, None)
+        self.revocation_deadlines.pop(member_id, None)
         self.waits_elsewhere_until.pop(member_id, None)
         self.legacy_members.forget(member_id)
         for record in member_tombstones(self.group_id, member_id):
