@@ -40,9 +40,10 @@ import pytest
 from kafka import ConsumerRebalanceListener, KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.protocol.metadata import MetadataRequest
 
+from connect_bridge.codecs import messages as m
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.wire.client import KafkaConnection
-from kafka_cluster import KafkaCluster, metadata_brokers, running_cluster
+from kafka_cluster import CONTROLLER_ID, KafkaCluster, metadata_brokers, running_cluster
 from kafka_fixtures import BridgeProcess, KafkaStartError, accepts, start_bridge
 from kafka_processes import HOST, free_ports
 from polling import wait_until
@@ -462,11 +463,59 @@ def owns_partition(admin: str) -> bool:
     return False
 
 
+TRANSACTION_KEY_TYPE = 1
+"""FindCoordinator's key type for a transactional id."""
+
+
+def transaction_coordinator(cluster: KafkaCluster, transactional_id: str) -> int | None:
+    """The node coordinating ``transactional_id``'s transactions (None while the cluster has none:
+    the first lookup creates ``__transaction_state``)."""
+
+    async def ask() -> int | None:
+        conn = await KafkaConnection.connect(HOST, cluster.ports[1], "three-txn-lookup")
+        try:
+            request = m.FindCoordinatorRequest(
+                key_type=TRANSACTION_KEY_TYPE, coordinator_keys=[transactional_id]
+            )
+            [found] = (await conn.request(request, 4, timeout=10)).coordinators
+        finally:
+            await conn.close()
+        return found.node_id if found.error_code == ErrorCode.NONE else None
+
+    with contextlib.suppress(OSError, asyncio.TimeoutError):
+        return asyncio.run(ask())
+    return None
+
+
+def coordinate_transactions_on(front: Front, node_id: int) -> None:
+    """Move ``__transaction_state`` (one partition here) to lead from ``node_id``: killing that node
+    then also kills the state producer's transaction coordinator. The first lookup creates the
+    topic."""
+    wait_until(lambda: transaction_coordinator(front.cluster, "probe") is not None, 60, 0.5)
+    admin = front.direct_admin()
+    others = sorted(n for n in front.cluster.nodes if n not in (node_id, CONTROLLER_ID))
+    try:
+        admin.alter_partition_reassignments({TopicPartition("__transaction_state", 0): [node_id, *others]})
+
+        def moved() -> bool:
+            with contextlib.suppress(Exception):  # "already the preferred leader" included
+                admin.elect_leaders(0, {"__transaction_state": [0]})
+            return transaction_coordinator(front.cluster, "probe") == node_id
+
+        wait_until(moved, 60, 0.5, lambda: f"transactions led by {leaders(admin, '__transaction_state')}")
+    finally:
+        admin.close()
+
+
 def test_d_ha_state_topic_keeps_every_acknowledged_answer_when_its_leader_dies(
     front: Front, tmp_path: Path
 ) -> None:
+    """The killed broker leads the state partition and coordinates the state producer's
+    transactions: the producer must find the new coordinator within the sync timeout (a producer
+    that waits a whole request timeout on the dead one fails the store and stops the bridge)."""
     front.ensure_three()
     cluster = front.cluster
+    coordinate_transactions_on(front, 2)
     suffix = uuid.uuid4().hex[:8]
     state = f"bridge-state-{suffix}"
     front.create(state, {0: [2, 3, 1]}, {"cleanup.policy": "compact", "min.insync.replicas": "2"})
@@ -532,7 +581,7 @@ def test_d_ha_state_topic_keeps_every_acknowledged_answer_when_its_leader_dies(
         wait_until(lambda: joined(f"connect-ha-before-{suffix}"), 60, 0.5, bridge.log_tail)
 
         leader = leaders(direct, state)[0]
-        assert leader != 1, "the state partition is led by the controller node (the test kills only brokers)"
+        assert leader == 2, f"the state partition is led by node {leader}, not by its coordinator 2"
         cluster.kill(leader)
         killed = time.monotonic()
         # Joins while the leader is dead: each answered only once its records are on 2 replicas.

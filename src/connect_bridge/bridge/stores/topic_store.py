@@ -53,6 +53,7 @@ __all__ = [
     "TopicRecordStore",
     "close_producer",
     "ensure_state_topic",
+    "keep_requests_to_dead_coordinators",
     "keyed_records",
     "opening_state_topic",
     "read_partition_to_end",
@@ -77,6 +78,11 @@ fails with its own error rather than with flush's generic timeout."""
 MIN_DELIVERY_TIMEOUT_MS = 1000
 MAX_REQUEST_TIMEOUT_MS = 30000
 """kafka-python's own default: a sync timeout above it still gives up on one request after 30 s."""
+REQUESTS_PER_DELIVERY = 4
+"""One request may take a quarter of the delivery timeout. kafka-python waits a whole request
+timeout for a dead transaction coordinator to come back before it looks the coordinator up again;
+with request timeout = delivery timeout, a killed coordinator expired every pending record and
+stopped the bridge although a new coordinator took over within seconds."""
 
 PendingSend = tuple[bytes, Any]
 """(key, kafka-python send future) of a record handed to the producer and not yet checked by sync."""
@@ -279,9 +285,12 @@ class StateTopic:
         (``state_producer_config``); ``extra``: more kafka-python settings (a transactional id)."""
         from kafka import KafkaProducer
 
-        return KafkaProducer(
+        producer = KafkaProducer(
             **{**state_producer_config(self.bootstrap, self.sync_timeout_s, self.client_options), **extra}
         )
+        if extra.get("transactional_id") is not None:
+            keep_requests_to_dead_coordinators(producer)
+        return producer
 
     def read_to_end(self, consumer: Any, tp: Any, live: dict[bytes, bytes], end: Callable[[], int]) -> int:
         """``read_partition_to_end`` within the load timeout; the number of records read."""
@@ -394,6 +403,33 @@ def close_producer(producer: Any, timeout_s: float, where: str) -> None:
             sender.force_close()
 
 
+def keep_requests_to_dead_coordinators(producer: Any) -> None:
+    """Make a transactional kafka-python producer retry a request whose coordinator is down.
+
+    kafka-python 3.0.12's sender asks ``await_ready(coordinator)`` before a transactional request
+    (AddPartitionsToTxn, EndTxn). That call raises when the coordinator's broker is down; the sender
+    then looks the coordinator up again but, having already noted the dead node as the target,
+    never re-enqueues the request: the partition is never added to the transaction, its records are
+    never drained and expire after the delivery timeout, and the bridge stopped on a broker crash
+    that Kafka survives within seconds (a new transaction coordinator is elected). Answering False
+    instead of raising takes the sender's own path for a coordinator that is not ready: look it up
+    and retry the request. Another kafka-python (no such client) is left alone.
+    """
+    client = getattr(getattr(producer, "_sender", None), "_client", None)
+    original = getattr(client, "await_ready", None)
+    if original is None:
+        return
+    from kafka.errors import KafkaConnectionError
+
+    def await_ready(node_id: Any, timeout_ms: int = MAX_REQUEST_TIMEOUT_MS) -> bool:
+        try:
+            return bool(original(node_id, timeout_ms=timeout_ms))
+        except KafkaConnectionError:
+            return False
+
+    client.await_ready = await_ready
+
+
 def state_producer_config(
     bootstrap: str | list[str], sync_timeout_s: float, options: dict[str, Any]
 ) -> dict[str, Any]:
@@ -402,7 +438,8 @@ def state_producer_config(
 
     A send not acknowledged within sync_timeout_s fails (and with it the store) instead of being
     retried for kafka-python's default two minutes: sync's flush then returns in time and close()
-    is not left with undeliverable records.
+    is not left with undeliverable records. Within that time a request is retried (against a new
+    leader or transaction coordinator) after a quarter of it (``REQUESTS_PER_DELIVERY``).
     """
     delivery_ms = max(MIN_DELIVERY_TIMEOUT_MS, int(sync_timeout_s * 1000))
     return {
@@ -412,6 +449,8 @@ def state_producer_config(
         "enable_idempotence": True,  # retries never duplicate or reorder records
         "linger_ms": 0,
         "delivery_timeout_ms": delivery_ms,
-        "request_timeout_ms": min(MAX_REQUEST_TIMEOUT_MS, delivery_ms),
+        "request_timeout_ms": min(
+            MAX_REQUEST_TIMEOUT_MS, max(MIN_DELIVERY_TIMEOUT_MS, delivery_ms // REQUESTS_PER_DELIVERY)
+        ),
         **options,
     }
