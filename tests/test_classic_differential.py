@@ -72,6 +72,7 @@ BOGUS_ID = "bogus-member-00000000-0000-0000-0000-000000000000"
 GHOST_INSTANCE = "ghost-instance"
 MEMBER_ID_REQUIRED = int(ErrorCode.MEMBER_ID_REQUIRED)
 REBALANCE_IN_PROGRESS = int(ErrorCode.REBALANCE_IN_PROGRESS)
+ILLEGAL_GENERATION = int(ErrorCode.ILLEGAL_GENERATION)
 COORDINATOR_NOT_AVAILABLE = int(ErrorCode.COORDINATOR_NOT_AVAILABLE)
 COORDINATOR_LOAD_IN_PROGRESS = int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
 BRIDGE_CONFIG = CoordinatorConfig(
@@ -382,6 +383,8 @@ class MemberState:
     """The protocols of the member's last JoinGroup answered with a generation."""
     assignment: bytes = b""
     """What the member's last successful SyncGroup gave it."""
+    told: bool = False
+    """A Heartbeat or SyncGroup answer told it to rejoin since that SyncGroup."""
 
 
 class SideRun:
@@ -572,6 +575,9 @@ class SideRun:
             return
         if kind == "sync" and msg.error_code == 0:
             state.assignment = msg.assignment
+            state.told = False
+        if kind in ("heartbeat", "sync") and msg.error_code in (REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION):
+            state.told = True
         if kind != "join":
             return
         if msg.error_code in (0, MEMBER_ID_REQUIRED) and msg.member_id and msg.member_id != state.member_id:
@@ -646,10 +652,11 @@ def _static_takeover_rebalances(d: Diff) -> bool:
 
 def _stale_join_refused(d: Diff) -> bool:
     """Deviation 18: a known member's JoinGroup whose protocols are byte for byte those it joined
-    with, in a cooperative connect group, while its last SyncGroup gave it items that allocation
-    lacks (Connect names what it runs in its next join, so these bytes are a copy from before that
-    assignment). The bridge refuses it once with REBALANCE_IN_PROGRESS; Kafka takes it as the
-    member's join (answers it, or parks it while the others rejoin)."""
+    with, while its last SyncGroup gave it items: in a cooperative connect group when its
+    allocation lacks them (Connect names what it runs in its next join, so these bytes are a copy
+    from before that assignment), in an eager one when no answer told it to rejoin since. The
+    bridge refuses it once with REBALANCE_IN_PROGRESS; Kafka takes it as the member's join
+    (answers it, or parks it while the others rejoin)."""
     member = d.member
     if d.step.kind != "join" or d.step.mid != "own" or member is None or not member.assignment:
         return False
@@ -657,7 +664,11 @@ def _stale_join_refused(d: Diff) -> bool:
         return False
     if d.kafka is not None and d.kafka.get("error_code") != 0:
         return False
-    if member.protocol_name not in ("compatible", "sessioned") or d.protocols != member.joined_protocols:
+    if d.protocols != member.joined_protocols:
+        return False
+    if member.protocol_name == "default":
+        return not member.told and bool(decode_assignment(member.assignment).items)
+    if member.protocol_name not in ("compatible", "sessioned"):
         return False
     metadata = dict(d.protocols).get(member.protocol_name)
     if metadata is None:
@@ -674,8 +685,9 @@ KNOWN_DIFFERENCES: dict[str, tuple[str, Any]] = {
         _static_takeover_rebalances,
     ),
     "stale-join-refused": (
-        "a cooperative member's JoinGroup repeating its earlier join, whose allocation lacks work its "
-        "last assignment gave it, is refused once with REBALANCE_IN_PROGRESS",
+        "a member's JoinGroup repeating its earlier join, whose allocation lacks work its last "
+        "assignment gave it (cooperative) or which no answer asked for since (eager), is refused "
+        "once with REBALANCE_IN_PROGRESS",
         _stale_join_refused,
     ),
 }

@@ -90,6 +90,7 @@ def given_assignment(group: ClassicGroup, member: ClassicMember, now_ms: int) ->
     """``member`` was given this generation's assignment: it knows the elected protocol now. The
     last holder of kept work to get there starts the round that deals that work."""
     member.synced_protocol = group.protocol_name
+    member.told_to_rejoin = False
     if member.member_id not in group.eager_holders:
         return
     group.eager_holders.discard(member.member_id)

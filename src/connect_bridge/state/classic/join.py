@@ -161,7 +161,7 @@ def _join_existing_member(
     if state is _S.STABLE and member_id != group.leader_id and same_protocols:
         return group.join_response(member_id, with_members=False)
     if same_protocols and state is not _S.COMPLETING_REBALANCE and not member.awaiting_join:
-        if member.refused_stale_join != member.protocols and _reports_less_than_given(group, member):
+        if member.refused_stale_join != member.protocols and _may_be_stale_copy(group, member):
             # Possibly a copy of the JoinGroup this member sent before the SyncGroup that gave it
             # its work (a request the network delayed past its resend): taken as its join, it
             # would show the leader that work as free while the member runs it. Hold: refuse it
@@ -178,6 +178,42 @@ def _join_existing_member(
         maybe_prepare_rebalance_or_complete_join(group, now_ms)
         return None
     return join_error(ErrorCode.UNKNOWN_MEMBER_ID, member_id)  # Empty: no members to rejoin
+
+
+def _may_be_stale_copy(group: ClassicGroup, member: ClassicMember) -> bool:
+    """Whether a JoinGroup repeating the member's last one may be a stale copy of it.
+
+    Cooperative (v1/v2) elections: its allocation lacks work it was given
+    (``_reports_less_than_given``). Eager: a worker stops all its work before it joins, so the
+    bridge takes a join as proof that its work is free; nothing in an eager subscription tells a
+    copy from a rejoin, but a Java worker rejoins on its own only when its leader saw a config
+    change. So a join of a member that holds work and was not told to rejoin since it got it
+    (``told_to_rejoin``) is refused once; such a spontaneous rejoin costs one retry.
+    """
+    if group.protocol_type != PROTOCOL_TYPE_CONNECT:
+        return False
+    elected = group.protocol_name or _only_protocol(member)
+    version = CONNECT_PROTOCOL_NAMES.get(elected or "")
+    if version is None:
+        return False
+    if version >= 1:
+        return _reports_less_than_given(group, member)
+    return not member.told_to_rejoin and _holds_work(member)
+
+
+def _only_protocol(member: ClassicMember) -> str | None:
+    """The protocol a member offers when it offers one (an eager-only worker: ``default``)."""
+    return member.protocols[0][0] if len(member.protocols) == 1 else None
+
+
+def _holds_work(member: ClassicMember) -> bool:
+    """Whether the member's stored assignment gives it any item."""
+    if not member.assignment:
+        return False
+    try:
+        return bool(decode_assignment(member.assignment).items)
+    except CodecError:
+        return False
 
 
 def _reports_less_than_given(group: ClassicGroup, member: ClassicMember) -> bool:

@@ -58,6 +58,11 @@ class ClassicMember:
     refused_stale_join: Protocols | None = field(default=None, compare=False)
     """Soft: the protocols of a JoinGroup refused once as a possibly stale copy
     (``classic.join._reports_less_than_given``); the same protocols again are taken as its join."""
+    told_to_rejoin: bool = field(default=False, compare=False)
+    """Soft: since the member was last given an assignment, an answer told it to rejoin
+    (REBALANCE_IN_PROGRESS or ILLEGAL_GENERATION to its Heartbeat or SyncGroup). An eager worker's
+    JoinGroup after that is its own; before it, a JoinGroup repeating its last one may be a stale
+    copy (``classic.join``). A reload forgets it: the next such join is refused once."""
     synced_protocol: str | None = field(default=None, compare=False)
     """The elected protocol of the last generation whose assignment this member was given (soft:
     a reload forgets it). A Connect worker whose last one was cooperative has not stopped its work

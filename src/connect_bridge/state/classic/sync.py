@@ -79,6 +79,7 @@ def _sync(
 ) -> SyncGroupResponse | None:
     error = _sync_error(group, req)
     if error is not None:
+        _tell(group, req.member_id, error)
         return SyncGroupResponse(error_code=int(error))
     member = group.members[req.member_id]
     if group.state is _S.COMPLETING_REBALANCE:
@@ -147,6 +148,16 @@ def _before_downgrade(group: ClassicGroup, generation_id: int) -> bool:
     )
 
 
+REJOIN_ERRORS = frozenset({ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION})
+"""Answers after which a Java worker rejoins with the member id it has (``told_to_rejoin``)."""
+
+
+def _tell(group: ClassicGroup, member_id: str, error: ErrorCode) -> None:
+    member = group.members.get(member_id)
+    if member is not None and error in REJOIN_ERRORS:
+        member.told_to_rejoin = True
+
+
 def heartbeat(group: ClassicGroup, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
     """Heartbeat: keeps the session; REBALANCE_IN_PROGRESS tells a member to rejoin."""
     if group.state is _S.DEAD:
@@ -155,11 +166,13 @@ def heartbeat(group: ClassicGroup, req: HeartbeatRequest, now_ms: int) -> Heartb
     if error is ErrorCode.ILLEGAL_GENERATION and _before_downgrade(group, req.generation_id):
         error = None
     if error is not None:
+        _tell(group, req.member_id, error)
         return HeartbeatResponse(int(error))
     if group.state is _S.EMPTY:
         return HeartbeatResponse(int(ErrorCode.UNKNOWN_MEMBER_ID))
     group.arm_session(group.members[req.member_id], now_ms)
     if group.state is _S.PREPARING_REBALANCE:
+        _tell(group, req.member_id, ErrorCode.REBALANCE_IN_PROGRESS)
         return HeartbeatResponse(int(ErrorCode.REBALANCE_IN_PROGRESS))
     # CompletingRebalance too: a member may heartbeat between its JoinGroup answer and SyncGroup.
     return HeartbeatResponse()
