@@ -1,6 +1,6 @@
 """Fleet drills (``drill fleet``, ``pipeline.fleet``) and the pandas baseline (``pipeline.baseline``).
 
-One 200-drill fleet runs in the executors of the shared local session and must keep every
+One 60-drill fleet runs in the executors of the shared local session and must keep every
 invariant; its Parquet-based numbers must equal the checker's on the same scenarios' sim events.
 The failed-drill path is exercised by making analyze report a drill as broken: its scenario must
 be written out and replayable.
@@ -25,7 +25,7 @@ from connect_bridge.drills.sim import run_scenario
 from connect_bridge.pipeline import baseline, fleet
 from connect_bridge.pipeline.schema import write_events_parquet
 
-COUNT = 200
+COUNT = 60
 SEED = 7
 NUMBERS = (
     "events",
@@ -51,7 +51,7 @@ def fleet_run(spark, tmp_path_factory) -> tuple[dict[str, Any], Path]:  # type: 
     return fleet.run_fleet(COUNT, SEED, out, spark=spark), out
 
 
-def test_fleet_of_200_keeps_every_invariant(fleet_run) -> None:  # type: ignore[no-untyped-def]
+def test_fleet_keeps_every_invariant(fleet_run) -> None:  # type: ignore[no-untyped-def]
     doc, out = fleet_run
     assert doc["failed"] == [], doc["failed"]
     assert doc["count"] == COUNT and doc["seed"] == SEED
@@ -75,7 +75,7 @@ def test_fleet_of_200_keeps_every_invariant(fleet_run) -> None:  # type: ignore[
 def test_fleet_numbers_equal_the_checker(fleet_run) -> None:  # type: ignore[no-untyped-def]
     _, out = fleet_run
     summary = {d["name"]: d for d in json.loads((out / "report" / "summary.json").read_text())["drills"]}
-    for i in (0, 1, 57, 123, COUNT - 1):
+    for i in (0, 1, 29, 43, COUNT - 1):
         expected = _checked(fleet.scenario_seed(SEED, i))
         got = summary[expected["name"]]
         assert {"name": got["name"], **{k: got[k] for k in NUMBERS}} == expected
