@@ -120,3 +120,165 @@ def test_a_group_is_one_state_class_and_steps_read_no_private_parts() -> None:
             ):
                 reads.append(f"{path.relative_to(state_dir)}:{node.lineno} {ast.unparse(node)}")
     assert reads == []
+
+
+_GROUP_CLASSES = frozenset({"ClassicGroup", "ConnectGroup"})
+_MUTATORS = frozenset("clear pop popitem update add discard append extend insert setdefault remove".split())
+"""Methods that change a list, dict or set in place."""
+
+
+def _is_group_class(annotation: ast.expr | None) -> bool:
+    """``ClassicGroup``, ``ConnectGroup``, a union or optional of one, or their string forms."""
+    if annotation is None:
+        return False
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        annotation = ast.parse(annotation.value, mode="eval").body
+    return any(isinstance(n, ast.Name) and n.id in _GROUP_CLASSES for n in ast.walk(annotation))
+
+
+def _group_names(tree: ast.AST) -> set[str]:
+    """The names a module uses for a group: ``group``, and any name typed as one (an argument or a
+    variable annotation, an ``isinstance`` check, a group's constructor assigned to it)."""
+    names = {"group"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and _is_group_class(node.annotation):
+            names.add(node.arg)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            if _is_group_class(node.annotation):
+                names.add(node.target.id)
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == "isinstance"
+            and len(node.args) == 2
+            and isinstance(node.args[0], ast.Name)
+            and _is_group_class(node.args[1])
+        ):
+            names.add(node.args[0].id)
+        elif isinstance(node, ast.Assign) and isinstance(node.value, ast.Call):
+            func = node.value.func
+            if isinstance(func, ast.Name) and func.id in _GROUP_CLASSES:
+                names.update(x.id for x in node.targets if isinstance(x, ast.Name))
+    return names
+
+
+def _is_group(node: ast.expr, names: set[str]) -> bool:
+    """A group: one of ``names``, or an entry of a ``groups`` mapping (``self.groups[gid]``,
+    ``self.groups.get(gid)``)."""
+    if isinstance(node, ast.Name):
+        return node.id in names
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+        node = node.func.value
+    elif isinstance(node, ast.Subscript):
+        node = node.value
+    else:
+        return False
+    return (isinstance(node, ast.Attribute) and node.attr == "groups") or (
+        isinstance(node, ast.Name) and node.id == "groups"
+    )
+
+
+def _inside_group(node: ast.expr, names: set[str]) -> bool:
+    """``node`` is an attribute or item of a group, at any depth (``group.x``, ``group.x[k]``,
+    ``group.x.y``), not the group itself."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+        if _is_group(node, names):
+            return True
+    return False
+
+
+def _unpacked(targets: list[ast.expr]) -> list[ast.expr]:
+    """The single targets of ``a, (b, *c) = ...``."""
+    out: list[ast.expr] = []
+    for target in targets:
+        if isinstance(target, (ast.Tuple, ast.List)):
+            out += _unpacked(target.elts)
+        elif isinstance(target, ast.Starred):
+            out += _unpacked([target.value])
+        else:
+            out.append(target)
+    return out
+
+
+def group_mutations(source: str) -> list[str]:
+    """Statements of ``source`` that change a group's state other than through its own methods:
+    an assignment, augmented assignment or deletion of an attribute or item of a group (at any
+    depth), a mutating container method called on one of its attributes, ``setattr``/``delattr``."""
+    tree = ast.parse(source)
+    names = _group_names(tree)
+    found = []
+    for node in ast.walk(tree):
+        targets: list[ast.expr] = []
+        if isinstance(node, (ast.Assign, ast.Delete)):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
+            targets = [node.target]
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            targets = [item.optional_vars for item in node.items if item.optional_vars is not None]
+        found += [f"{node.lineno}: {ast.unparse(x)}" for x in _unpacked(targets) if _inside_group(x, names)]
+        if isinstance(node, ast.Call):
+            func = node.func
+            if (
+                isinstance(func, ast.Attribute)
+                and func.attr in _MUTATORS
+                and _inside_group(func.value, names)
+            ):
+                found.append(f"{node.lineno}: {ast.unparse(func)}()")
+            elif isinstance(func, ast.Name) and func.id in ("setattr", "delattr") and node.args:
+                if _is_group(node.args[0], names) or _inside_group(node.args[0], names):
+                    found.append(f"{node.lineno}: {func.id}({ast.unparse(node.args[0])}, ...)")
+    return found
+
+
+def test_the_mutation_finder_finds_each_form_and_spares_a_groups_own_methods() -> None:
+    """The finder below must be able to fail: each form of change to a group's state is found,
+    and a call of the group's own method, or a change of the coordinator's mapping, is not."""
+    changes = [
+        "group.generation_id = 1",
+        "group.generation_id += 1",
+        "group.eager_holders |= {m}",
+        "group.reported[mid] = owned",
+        "del group.revocation_deadlines[mid]",
+        "group.pending_sync.clear()",
+        "group.legacy_members.returning.pop(mid, None)",
+        "self.groups[gid].view = view",
+        "self.groups.get(gid).touched = t",
+        "setattr(group, 'x', 1)",
+        "def f(g: ClassicGroup) -> None:\n    g.members[m] = x",
+        "def f(g: 'ConnectGroup | None') -> None:\n    g.told[m] = h",
+        "if isinstance(existing, ConnectGroup):\n    existing.downgrade_pending = True",
+        "a, group.x = 1, 2",
+        "for group.x in xs:\n    pass",
+        "with f() as group.x:\n    pass",
+    ]
+    for source in changes:
+        assert group_mutations(source), source
+    own = [
+        "group.add(member, parked)",
+        "group.remove(mid)",
+        "self.groups[gid] = group",
+        "del self.groups[gid]",
+        "self.groups.pop(gid)",
+        "member.assignment = b''",
+        "x = group.members.get(mid)",
+    ]
+    for source in own:
+        assert group_mutations(source) == [], source
+
+
+def test_nothing_outside_a_groups_state_module_assigns_its_attributes() -> None:
+    """State apart from logic (docs/architecture.md): a step decides, the state class applies.
+    Outside ``classic/state.py`` and ``connect/state.py`` no module of the engine assigns, augments
+    or deletes an attribute or item of a ``ClassicGroup`` or ``ConnectGroup`` (nor of what they
+    hold, such as ``group.legacy_members``), or calls a mutating container method on one: every
+    change goes through a method of the state class whose name says what it means."""
+    state_dir = pathlib.Path(inspect.getfile(ConnectGroup)).parents[1]
+    state_modules = {state_dir / "classic" / "state.py", state_dir / "connect" / "state.py"}
+    found = [
+        f"{path.relative_to(state_dir)}:{where}"
+        for path in sorted(state_dir.rglob("*.py"))
+        if path not in state_modules
+        for where in group_mutations(path.read_text())
+    ]
+    assert found == []

@@ -106,7 +106,7 @@ class GroupCoordinator(OwnershipSteps):
 
     def _tracked(self, group: G) -> G:
         """``group``, marking itself in :attr:`_touched` whenever it changes (and marked now)."""
-        group.touched = self._touched
+        group.report_changes_to(self._touched)
         self._touched[group.group_id] = None
         return group
 
@@ -647,7 +647,7 @@ class GroupCoordinator(OwnershipSteps):
                 del self.groups[gid]
                 continue
             if isinstance(group, ConnectGroup):
-                group.view = self.view(gid)
+                group.set_config_view(self.view(gid))
             group.drain_records()
             if isinstance(group, ClassicGroup):
                 classic_steps.rebuild_after_load(group, now_ms, reloaded=True)

@@ -67,7 +67,7 @@ def _without(data: bytes, foreign: Items) -> bytes | None:
 def hold_unstopped(group: ClassicGroup, assignments: dict[str, bytes]) -> dict[str, bytes]:
     """The leader's ``assignments`` with what another member may still run taken out; records in
     ``group.eager_holders`` whose work was kept from someone."""
-    group.eager_holders = set()
+    group.begin_eager_holds()
     if group.protocol_type != PROTOCOL_TYPE_CONNECT or group.protocol_name != EAGER_PROTOCOL:
         return assignments
     claims = {mid: items for mid, m in group.members.items() if (items := _unstopped(m))}
@@ -81,7 +81,7 @@ def hold_unstopped(group: ClassicGroup, assignments: dict[str, bytes]) -> dict[s
         if trimmed is None:
             continue
         held = frozenset(decode_assignment(data).items) & foreign
-        group.eager_holders |= {other for other, items in others.items() if items & held}
+        group.hold_for({other for other, items in others.items() if items & held})
         out[mid] = trimmed
     return out
 
@@ -93,7 +93,7 @@ def given_assignment(group: ClassicGroup, member: ClassicMember, now_ms: int) ->
     member.told_to_rejoin = False
     if member.member_id not in group.eager_holders:
         return
-    group.eager_holders.discard(member.member_id)
+    group.eager_holder_served(member.member_id)
     if not group.eager_holders and group.state is ClassicGroupState.STABLE:
         # The switch timer's handler rebalances a Stable group; init_next_generation cancels it.
         group.schedule(group.switch_key, now_ms)

@@ -57,7 +57,7 @@ def join(group: ClassicGroup, req: JoinGroupRequest, now_ms: int) -> JoinGroupRe
         # Kafka creates a group only for a member without an id.
         return join_error(ErrorCode.UNKNOWN_MEMBER_ID, req.member_id)
     if new_group and group.state_timestamp < 0:
-        group.state_timestamp = now_ms  # Kafka stamps a group with its creation time
+        group.stamp_creation(now_ms)
     parked = ParkedRequest(req.token, req.api_version)
     response = _join(group, req, parked, now_ms)
     if response is None:
@@ -91,7 +91,7 @@ def forget_round(group: ClassicGroup, req: JoinGroupRequest) -> JoinGroupRespons
         return None
     answer = unsynced_leader_round(rounds.generation - 1, req, "forget")
     if answer is not None:
-        rounds.done.add(key)
+        rounds.answered(key)
     return answer
 
 
@@ -133,7 +133,7 @@ def _join_new_member(
         return _add_member(group, req, parked, new_id, now_ms)
     if req.api_version >= MEMBER_ID_REQUIRED_MIN_VERSION:
         # The member must come back with this id; until then it holds up the join barrier.
-        group.pending_members[new_id] = req.principal
+        group.add_pending_member(new_id, req.principal)
         group.schedule(group.session_key(new_id), now_ms + req.session_timeout_ms)
         return JoinGroupResponse(error_code=int(ErrorCode.MEMBER_ID_REQUIRED), member_id=new_id)
     return _add_member(group, req, parked, new_id, now_ms)
@@ -262,7 +262,7 @@ def _add_member(
         principal=req.principal,
     )
     if group.state is _S.PREPARING_REBALANCE and group.previous_state is _S.EMPTY:
-        group.new_member_added = True  # extends the initial rebalance delay
+        group.note_new_member_added()  # extends the initial rebalance delay
     group.add(member, parked)
     # A new member cannot heartbeat while parked: bound its wait by the new-member join timeout.
     group.arm_session(member, now_ms, group.new_member_join_timeout_ms)

@@ -45,6 +45,10 @@ class ForgetRounds:
     done: set[str] = field(default_factory=set)
     """The workers (:func:`unsynced_round_key`) already answered with a round."""
 
+    def answered(self, key: str) -> None:
+        """The worker ``key`` was answered with its round: it gets no second one."""
+        self.done.add(key)
+
 
 def worker_url(protocols: Iterable[tuple[str, bytes]]) -> str:
     """The REST url a Connect JoinGroup's subscriptions carry ("" when none can be read)."""

@@ -11,8 +11,6 @@ from dataclasses import replace
 
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state.classic.api import (
-    EAGER_PROTOCOL,
-    PROTOCOL_TYPE_CONNECT,
     ClassicGroupState,
     SyncGroupResponse,
 )
@@ -49,7 +47,7 @@ def rebalance_after_removal(group: ClassicGroup, now_ms: int) -> None:
 def prepare_rebalance(group: ClassicGroup, now_ms: int) -> None:
     if group.state is _S.COMPLETING_REBALANCE:
         reset_and_propagate_assignment_error(group, ErrorCode.REBALANCE_IN_PROGRESS, now_ms)
-    group.pending_sync.clear()
+    group.clear_pending_sync()
     group.cancel(group.sync_key)
     initial = group.state is _S.EMPTY
     if initial:
@@ -92,8 +90,7 @@ def complete_join_phase(group: ClassicGroup, now_ms: int) -> None:
         group.complete_join(member, group.join_response(member.member_id, with_members=is_leader))
         group.arm_session(member, now_ms)
         member.is_new = False
-        group.pending_sync[member.member_id] = None
-    group.sync_generation = group.generation_id
+    group.await_syncs()
     group.schedule(group.sync_key, now_ms + group.rebalance_timeout_ms)
 
 
@@ -112,16 +109,9 @@ def waits_elsewhere_until(group: ClassicGroup, now_ms: int) -> int | None:
 def init_next_generation(group: ClassicGroup, now_ms: int) -> None:
     """The next generation: with members, the working generation (in memory until its leader's
     SyncGroup commits it Stable, as in Kafka); without, an Empty generation, committed at once."""
-    group.eager_before = (
-        group.protocol_type == PROTOCOL_TYPE_CONNECT and group.protocol_name == EAGER_PROTOCOL
-    )
-    group.cancel(group.switch_key)
-    group.pending_sync.clear()
+    group.end_generation()
     if group.members:
-        group.extra_rebalance_at_ms = -1
-        group.generation_id += 1
-        group.protocol_name = group.select_protocol()
-        group.transition(_S.COMPLETING_REBALANCE, now_ms)
+        group.begin_next_generation(now_ms)
         return
     group.transition(_S.EMPTY, now_ms)
     group.commit(

@@ -2,8 +2,9 @@
 
 The steps (``classic.join``, ``classic.sync``, ``classic.leave``, ``classic.rebalance``,
 ``classic.timers``, ``classic.load``; ``classic.group`` is their public face) are functions that
-take a :class:`ClassicGroup` and change it through the primitives here; none of them touches its
-private parts.
+take a :class:`ClassicGroup` and change it through the primitives here: they decide, the primitives
+apply, and none of them assigns an attribute of the group, changes one of its containers or touches
+its private parts (``tests/test_engine_reshape.py`` checks it).
 
 The group's durable state changes only by applying its ``CLASSIC_GROUP`` record: a step calls
 :meth:`ClassicGroup.commit`, which queues the record (built by :func:`classic_group_record`) and
@@ -23,6 +24,8 @@ from dataclasses import dataclass, replace
 
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state.classic.api import (
+    EAGER_PROTOCOL,
+    PROTOCOL_TYPE_CONNECT,
     ClassicGroupState,
     JoinGroupMember,
     JoinGroupResponse,
@@ -266,10 +269,47 @@ class ClassicGroup:
         )
 
     # ------------------------------------------------------------------ soft flags
+    def report_changes_to(self, touched: Touched) -> None:
+        """Mark this group in the coordinator's set of changed groups (``state.result``) whenever
+        it writes a record, releases a parked answer or changes state, so a step's result is built
+        from the groups it changed only."""
+        self.touched = touched
+
+    def stamp_creation(self, now_ms: int) -> None:
+        """A JoinGroup creates the group: Kafka stamps a new group with its creation time (the
+        ``current_state_timestamp`` of its first record)."""
+        self.state_timestamp = now_ms
+
+    def note_new_member_added(self) -> None:
+        """A new member joined during the initial rebalance delay (Kafka's ``newMemberAdded``):
+        when the delay ends it is extended (:meth:`extend_initial_delay`)."""
+        self.new_member_added = True
+
+    def extend_initial_delay(self, now_ms: int, delay_ms: int, remaining_ms: int) -> None:
+        """Kafka's ``InitialDelayedJoin``: a member joined during the delay that just ended, so
+        wait ``delay_ms`` more (``remaining_ms`` left of the rebalance timeout after it), and
+        watch again whether another member comes."""
+        self.new_member_added = False
+        self.schedule_join(now_ms, delay_ms, (delay_ms, remaining_ms))
+
     def mark_downgraded(self) -> None:
         """The group was just loaded by a downgrade (``classic.load.load_converted``): until a
         later generation its members may name their connect-era epochs (``downgraded_generation``)."""
         self.downgraded_generation = self.generation_id
+
+    def begin_eager_holds(self) -> None:
+        """The leader's assignments arrived: nobody is held back yet in this generation
+        (``classic.eager_hold.hold_unstopped`` decides who is)."""
+        self.eager_holders = set()
+
+    def hold_for(self, member_ids: set[str]) -> None:
+        """Work was kept from another member because these members may still run it: each is
+        waited for until it is given its own assignment (:meth:`eager_holder_served`)."""
+        self.eager_holders |= member_ids
+
+    def eager_holder_served(self, member_id: str) -> None:
+        """``member_id`` was given its assignment: the work kept for it no longer waits on it."""
+        self.eager_holders.discard(member_id)
 
     def heard_from(self, member_id: str) -> None:
         """A request of ``member_id`` reached this coordinator: it no longer waits on a JoinGroup
@@ -481,6 +521,11 @@ class ClassicGroup:
         self.armed.pop(key, None)
         self.timers.cancel(key)
 
+    def fired(self, key: TimerKey) -> bool:
+        """``key`` was delivered as due: whether this group armed it (its deadline is forgotten
+        then); False for a stale delivery of a key cancelled or re-armed since."""
+        return self.armed.pop(key, None) is not None
+
     def arm_session(self, member: ClassicMember, now_ms: int, timeout_ms: int | None = None) -> None:
         key = member.session_key
         if key is None:  # built once per member: a heartbeat must not pay for a new key
@@ -494,6 +539,41 @@ class ClassicGroup:
     def cancel_join(self) -> None:
         self.initial_delay = None
         self.cancel(self.join_key)
+
+    # ------------------------------------------------------------------ generations
+    def end_generation(self) -> None:
+        """The join phase completed and the current generation ends: remember whether it ran
+        Connect's eager protocol (``eager_before``: leaving eager takes an extra rebalance), drop
+        its pending extra-rebalance timer and the members that had not synced in it."""
+        self.eager_before = (
+            self.protocol_type == PROTOCOL_TYPE_CONNECT and self.protocol_name == EAGER_PROTOCOL
+        )
+        self.cancel(self.switch_key)
+        self.pending_sync.clear()
+
+    def begin_next_generation(self, now_ms: int) -> None:
+        """Kafka's ``initNextGeneration`` with members: the next generation number, the protocol
+        the members elect, CompletingRebalance. The working generation stays in memory until its
+        leader's SyncGroup commits it Stable, as in Kafka; no extra rebalance is due any more."""
+        self.extra_rebalance_at_ms = -1
+        self.generation_id += 1
+        self.protocol_name = self.select_protocol()
+        self.transition(ClassicGroupState.COMPLETING_REBALANCE, now_ms)
+
+    def await_syncs(self) -> None:
+        """Every member was answered its JoinGroup in this generation and owes a SyncGroup
+        (Kafka's ``pendingSyncMembers``); the sync timer is for this generation."""
+        for member_id in self.members:
+            self.pending_sync[member_id] = None
+        self.sync_generation = self.generation_id
+
+    def clear_pending_sync(self) -> None:
+        """A rebalance begins: nobody owes a SyncGroup of the generation it ends."""
+        self.pending_sync.clear()
+
+    def remove_pending_sync_member(self, member_id: str) -> None:
+        """Kafka's ``removePendingSyncMember``: ``member_id`` sent its SyncGroup."""
+        self.pending_sync.pop(member_id, None)
 
     # ------------------------------------------------------------------ membership primitives
     def _protocol_counts(self) -> dict[str, int]:
@@ -553,6 +633,12 @@ class ClassicGroup:
             self.leader_id = next(iter(self.members), None)
         self.pending_members.pop(member_id, None)
         self.pending_sync.pop(member_id, None)
+
+    def add_pending_member(self, member_id: str, principal: str) -> None:
+        """Kafka's ``addPendingMember``: ``member_id`` was handed out with MEMBER_ID_REQUIRED to
+        ``principal``; it holds up the join barrier until it joins with it (only that principal
+        may: ``state.ownership``) or its session ends."""
+        self.pending_members[member_id] = principal
 
     def remove_member(self, member_id: str) -> None:
         """A member (or pending member) leaves for good: removed, its session timer cancelled."""

@@ -126,7 +126,7 @@ def _install_assignment(group: ClassicGroup, assignments: dict[str, bytes], now_
 
 
 def _remove_pending_sync(group: ClassicGroup, member_id: str) -> None:
-    group.pending_sync.pop(member_id, None)
+    group.remove_pending_sync_member(member_id)
     if group.state not in IN_GENERATION or not group.pending_sync:
         group.cancel(group.sync_key)
 

@@ -29,7 +29,7 @@ def on_timer(group: ClassicGroup, key: TimerKey, now_ms: int) -> None:
     the same batch may have cancelled or re-armed this key: such a delivery is stale and ignored
     (Kafka's timer cancels reliably; this restores that guarantee).
     """
-    if key in group.timers or group.armed.pop(key, None) is None:
+    if key in group.timers or not group.fired(key):
         return
     if group.state is _S.DEAD:
         return
@@ -78,10 +78,8 @@ def _try_complete_initial_rebalance(group: ClassicGroup, now_ms: int) -> None:
     assert group.initial_delay is not None
     delay, remaining = group.initial_delay
     if group.new_member_added and remaining != 0:
-        group.new_member_added = False
         new_delay = min(group.config.classic_initial_rebalance_delay_ms, remaining)
-        new_remaining = max(remaining - delay, 0)
-        group.schedule_join(now_ms, new_delay, (new_delay, new_remaining))
+        group.extend_initial_delay(now_ms, new_delay, max(remaining - delay, 0))
     else:
         complete_join_phase(group, now_ms)
 

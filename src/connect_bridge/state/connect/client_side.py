@@ -204,7 +204,7 @@ class ClientSideAssignment:
         self._evaluated = None
         return True
 
-    def clear(self) -> None:
+    def use_server_side(self) -> None:
         """The group no longer uses a client-side assignor: nobody computes."""
         if self.member is not None:
             self._drop()

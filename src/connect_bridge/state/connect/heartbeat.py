@@ -69,8 +69,9 @@ def _expect_revoked(group: ConnectGroup, member: Member, req: HeartbeatRequest, 
     armed = group.timers.deadline(key)
     if armed is None or soon < armed:
         if member.member_id not in group.revocation_deadlines:
-            group.revocation_deadlines[member.member_id] = (
-                armed if armed is not None else now_ms + member.metadata.rebalance_timeout_ms
+            group.keep_revocation_deadline(
+                member.member_id,
+                armed if armed is not None else now_ms + member.metadata.rebalance_timeout_ms,
             )
         group.timers.schedule(key, soon)
 
@@ -86,9 +87,9 @@ def _still_revoking(group: ConnectGroup, member: Member, owned: Items | None, no
         return
     current = member.current
     if current.state is not MemberState.UNREVOKED:
-        del group.revocation_deadlines[member.member_id]
+        group.drop_revocation_deadline(member.member_id)
     elif owned is not None and owned & current.revoking:
-        del group.revocation_deadlines[member.member_id]
+        group.drop_revocation_deadline(member.member_id)
         group.timers.schedule(TimerKey.revoke(group.group_id, member.member_id), max(deadline, now_ms))
 
 
@@ -364,9 +365,9 @@ def _response(
     )
     mid = member.member_id
     if joining:
-        group.reported[mid] = EMPTY
+        group.note_reported(mid, EMPTY)
     elif req.owned is not None:
-        group.reported[mid] = req.owned
+        group.note_reported(mid, req.owned)
     changed = (
         joining
         or c.member_epoch != before.member_epoch
@@ -375,7 +376,7 @@ def _response(
         or (req.owned is not None and req.owned != c.assigned)
     )
     if changed and mid not in group.reported:
-        group.reported[mid] = before.assigned | before.revoking  # what it had acknowledged
+        group.note_reported(mid, before.assigned | before.revoking)  # what it had acknowledged
     # A changed assignment is resent until the member reports owning it: the answer that
     # carried it may have been lost or may have answered a duplicate of the request
     # (adversarial drill 15005207; Kafka's client resends a full request after a failure,
@@ -383,7 +384,7 @@ def _response(
     # state stays on the fast path.
     unacknowledged = group.reported.get(mid, c.assigned | c.revoking) != c.assigned | c.revoking
     if not unacknowledged:
-        group.reported.pop(mid, None)
+        group.acknowledged(mid)
     # What an Assignment says besides the work changes without the member's work changing: the
     # leader (it left while its work is held, a static member took over its place, a client-side
     # target is still being computed), the config offset, CONFIG_MISMATCH. A worker forwards
@@ -392,7 +393,7 @@ def _response(
     header = group.assignment_header()
     if changed or unacknowledged or asked or group.told.get(mid) != header:
         resp.assignment = group.assignment_for(member, header)
-        group.told[mid] = header
+        group.note_told(mid, header)
     group.client_side.signal(group, member, resp, now_ms)
     return resp
 
@@ -401,7 +402,7 @@ def _response(
 def set_config(group: ConnectGroup, view: ConfigView, now_ms: int) -> bool:
     if view == group.view:
         return False
-    group.view = view
+    group.set_config_view(view)
     # Held work stays held when the config drops it: a zombie may still run it, and the config
     # may bring it back before the hold ends (only configured items are ever assigned).
     group.bump_group_epoch()

@@ -155,6 +155,16 @@ class LegacyMembers:
         """Held work goes back to ``member_id`` (``returning``)."""
         self.returning[member_id] = self.returning.get(member_id, EMPTY) | items
 
+    def own_returned(self, member_id: str) -> None:
+        """``member_id`` synced: it is a process talking to the bridge, so what was returned to it
+        is its own from now on (owned once granted), no longer kept for it."""
+        self.returning.pop(member_id, None)
+
+    def note_elected(self, member_id: str | None) -> None:
+        """``member_id`` was answered as leader in a JoinGroup (or, after a load or a conversion,
+        is the leader that kept its leader state): its Java leader state is built."""
+        self.elected = member_id
+
     def forget(self, member_id: str) -> None:
         self.returning.pop(member_id, None)
         self.states.pop(member_id, None)

@@ -144,7 +144,7 @@ def _join(group: ConnectGroup, req: api.JoinGroupRequest, now_ms: int) -> api.Jo
     leader, members = "", ()
     if member.member_id == group.metadata.leader_id:
         leader, members = member.member_id, leader_view(group, CONNECT_PROTOCOL_NAMES[name])
-        group.legacy_members.elected = member.member_id
+        group.legacy_members.note_elected(member.member_id)
     return api.JoinGroupResponse(
         generation_id=member.current.member_epoch,
         protocol_type=PROTOCOL_TYPE,
@@ -182,7 +182,7 @@ def sync(group: ConnectGroup, req: api.SyncGroupRequest, now_ms: int) -> api.Syn
     # A member that syncs is a process talking to the bridge, not a stale member that never
     # will: what was returned to it is its own from now on (owned once granted), as for any
     # worker that is back; work the target has since moved elsewhere is no longer kept for it.
-    group.legacy_members.returning.pop(member.member_id, None)
+    group.legacy_members.own_returned(member.member_id)
     return api.SyncGroupResponse(
         protocol_type=PROTOCOL_TYPE,
         protocol_name=name,

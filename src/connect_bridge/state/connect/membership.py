@@ -66,7 +66,8 @@ def install_converted(
     ``waits_elsewhere_until_ms``: the classic members that may still wait on a JoinGroup at the
     previous coordinator (a conversion soon after a load) keep that deadline, so a timer that
     removes them holds their work until they can have noticed (``remove_by_timer``)."""
-    group.waits_elsewhere_until.update(waits_elsewhere_until_ms or {})
+    for mid, until_ms in (waits_elsewhere_until_ms or {}).items():
+        group.note_waits_elsewhere(mid, until_ms)
     for mid, member_metadata, current in members:
         group.set_member_metadata(mid, member_metadata)
         member = group.members[mid]
@@ -76,7 +77,7 @@ def install_converted(
             group.arm_revocation(member, now_ms)
     group.install_target(target_metadata.assignment_epoch, {mid: c.assigned for mid, _, c in members})
     group.write(group_metadata_record(group.group_id, metadata))
-    group.legacy_members.elected = metadata.leader_id  # elected by the classic group
+    group.legacy_members.note_elected(metadata.leader_id)  # elected by the classic group
 
 
 def tombstone_all(group: ConnectGroup) -> None:
@@ -104,12 +105,12 @@ def rebuild_after_load(group: ConnectGroup, now_ms: int) -> None:
             first = first_session_after_load_ms(
                 meta.session_timeout_ms, meta.rebalance_timeout_ms, group.config.worker_request_timeout_ms
             )
-            group.waits_elsewhere_until[mid] = now_ms + first
+            group.note_waits_elsewhere(mid, now_ms + first)
         group.arm_session(member, now_ms, first)
         if member.current.state is MemberState.UNREVOKED:
             group.arm_revocation(member, now_ms)
     group.arm_held_timer()
-    group.legacy_members.elected = group.metadata.leader_id  # a loaded leader kept its leader state
+    group.legacy_members.note_elected(group.metadata.leader_id)  # a loaded leader kept its leader state
 
 
 # ------------------------------------------------------------------ timers
@@ -168,7 +169,7 @@ def heard_from(group: ConnectGroup, member_id: str, now_ms: int) -> None:
     parked at a previous one (a Java client talks to one coordinator at a time); and another
     member of the same worker url that has sent nothing since the load is an earlier
     incarnation of that worker (:func:`_end_first_sessions_of_earlier_incarnations`)."""
-    group.waits_elsewhere_until.pop(member_id, None)
+    group.stop_waiting_elsewhere(member_id)
     _end_first_sessions_of_earlier_incarnations(group, member_id, now_ms)
 
 
@@ -244,7 +245,7 @@ def remove_member(group: ConnectGroup, member: Member, now_ms: int, min_hold_ms:
     if leader == mid:
         leader = min(group.members) if group.members else ""
     group.client_side.forget(mid)
-    group.reported.pop(mid, None)
+    group.acknowledged(mid)
     group.set_metadata(group_epoch=group.metadata.group_epoch + 1, leader_id=leader, held=held)
     group.arm_held_timer()
     _check_downgrade(group, member.metadata)
@@ -324,7 +325,7 @@ def ready_to_downgrade(group: ConnectGroup) -> bool:
 
 def expect_downgrade(group: ConnectGroup) -> None:
     """No new-protocol member is left to wait for: convert back once :func:`downgrade_due`."""
-    group.downgrade_pending = True
+    group.mark_downgrade_pending()
 
 
 def downgrade_due(group: ConnectGroup, allowed: bool) -> bool:
@@ -335,11 +336,11 @@ def downgrade_due(group: ConnectGroup, allowed: bool) -> bool:
         return False
     legacy_only = bool(group.members) and all(m.metadata.is_legacy for m in group.members.values())
     if not legacy_only or not allowed:
-        group.downgrade_pending = False
+        group.drop_downgrade_pending()
         return False
     if not ready_to_downgrade(group):
         return False
-    group.downgrade_pending = False
+    group.drop_downgrade_pending()
     return True
 
 
@@ -359,7 +360,7 @@ def maybe_update_target(group: ConnectGroup, now_ms: int) -> None:
         return
     server = assignors.WORK_ASSIGNORS.get(group.assignor_name())
     if server is not None:
-        group.client_side.clear()
+        group.client_side.use_server_side()
         spec = target_spec(group, now_ms)
         group.install_work(group.group_epoch, spec, server(spec))
     else:

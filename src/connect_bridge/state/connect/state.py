@@ -15,11 +15,16 @@ it holds cannot drift apart.
 
 Derived from the records, by the appliers only (so replay rebuilds them): the owner index (who
 owns each item, from the current assignments) and the member aggregates (``MemberIndex``,
-``working``, ``untargeted``, ``departed``). Soft state, set directly because no record carries it
-(a restart redoes it): the config view (the coordinator writes its CONFIG record), the timers, who
-computes a client-side target, the legacy members' classic states, what members last reported
-owning and were last told, until when a loaded legacy member may still wait elsewhere, and whether
-a downgrade is pending.
+``working``, ``untargeted``, ``departed``). Soft state, which no record carries (a restart redoes
+it), changes without a record, through the methods here or those of the collaborator holding it:
+the config view (the coordinator writes its CONFIG record), the timers, who computes a client-side
+target (``client_side``), the legacy members' classic states (``legacy_members``), what members
+last reported owning and were last told, until when a loaded legacy member may still wait
+elsewhere, and whether a downgrade is pending.
+
+The steps decide and those methods apply: no module outside this one (and the collaborators' own)
+assigns an attribute of the group or changes one of its containers
+(``tests/test_engine_reshape.py`` checks it).
 """
 
 from __future__ import annotations
@@ -80,7 +85,7 @@ class ConnectGroup:
         self._header: AssignmentHeader | None = None
         """``assignment_header`` as last computed; dropped by every record applied and by a new view
         (nothing else changes what it is made of), so the steady heartbeat path reads it for free."""
-        self.view = view or ConfigView()
+        self._view = view or ConfigView()
         self.metadata = GroupMetadata()
         self.members: dict[str, Member] = {}
         self.target_metadata = TargetMetadata()
@@ -139,8 +144,10 @@ class ConnectGroup:
         """The group's view of the Connect config topic (soft: the coordinator keeps its record)."""
         return self._view
 
-    @view.setter
-    def view(self, view: ConfigView) -> None:
+    def set_config_view(self, view: ConfigView) -> None:
+        """The config topic as the bridge last read it (a new view, or the coordinator's after a
+        load): every Assignment's config offset and CONFIG_MISMATCH come from it, so the cached
+        ``assignment_header`` goes."""
         self._view = view
         self._header = None
 
@@ -304,6 +311,58 @@ class ConnectGroup:
             "assignor_metadata": dict(self.assignor_metadata),
             "members": {mid: (m.metadata, m.current) for mid, m in sorted(self.members.items())},
         }
+
+    # ------------------------------------------------------------------ soft state
+    def report_changes_to(self, touched: Touched) -> None:
+        """Mark this group in the coordinator's set of changed groups (``state.result``) whenever
+        it writes a record, so a step's result is built from the groups it changed only."""
+        self.touched = touched
+
+    def note_reported(self, member_id: str, owned: Items) -> None:
+        """What ``member_id`` reports owning (or, joining, nothing; or what it had acknowledged
+        when its assignment changes): its Assignment is resent until it reports owning it."""
+        self.reported[member_id] = owned
+
+    def acknowledged(self, member_id: str) -> None:
+        """``member_id`` owns what it was last sent, or left: nothing is resent to it any more
+        (the steady heartbeat path skips it)."""
+        self.reported.pop(member_id, None)
+
+    def note_told(self, member_id: str, header: AssignmentHeader) -> None:
+        """``member_id`` was sent an Assignment with ``header``: it is told again once the leader,
+        config offset or error changes."""
+        self.told[member_id] = header
+
+    def keep_revocation_deadline(self, member_id: str, deadline_ms: int) -> None:
+        """The revocation timer of ``member_id`` is brought forward (its worker seemed to have
+        reset): ``deadline_ms`` is when it was due, to put back if the worker turns out to run
+        what it revokes after all."""
+        self.revocation_deadlines[member_id] = deadline_ms
+
+    def drop_revocation_deadline(self, member_id: str) -> None:
+        """The revocation that a kept deadline belongs to ended, or its deadline is put back."""
+        del self.revocation_deadlines[member_id]
+
+    def note_waits_elsewhere(self, member_id: str, until_ms: int) -> None:
+        """The legacy member ``member_id`` was loaded (or converted soon after a load): until
+        ``until_ms`` it may still wait on a JoinGroup parked at the previous coordinator."""
+        self.waits_elsewhere_until[member_id] = until_ms
+
+    def stop_waiting_elsewhere(self, member_id: str) -> None:
+        """A request of ``member_id`` reached this coordinator (``connect.membership.heard_from``):
+        it waits on no JoinGroup parked at a previous one (a Java client talks to one coordinator
+        at a time)."""
+        self.waits_elsewhere_until.pop(member_id, None)
+
+    def mark_downgrade_pending(self) -> None:
+        """The last new-protocol member left while legacy members remain: convert back to a
+        classic group once ``connect.membership.downgrade_due`` says so."""
+        self.downgrade_pending = True
+
+    def drop_downgrade_pending(self) -> None:
+        """The pending downgrade happens now, or no longer applies (a new-protocol member is
+        back, the group emptied, or the migration policy forbids it)."""
+        self.downgrade_pending = False
 
     # ------------------------------------------------------------------ records
     def drain_records(self) -> list[Record]:
