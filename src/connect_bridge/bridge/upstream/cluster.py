@@ -494,6 +494,9 @@ _SCRATCH = 64 * 1024
 """Read size for small frames; a frame with at least this much left to read is read in place."""
 STREAMED = 64 * 1024
 """Answers from this size on are passed to the client chunk by chunk as they arrive (cut-through)."""
+PASSED_ON = 64 * 1024
+"""The smallest chunk passed on before the answer is complete: a broker's bytes may come in many
+small reads, and each write to the client costs a system call and a few Python calls."""
 
 
 class _UpstreamProtocol(asyncio.BufferedProtocol):
@@ -564,7 +567,8 @@ class _UpstreamProtocol(asyncio.BufferedProtocol):
             self.streaming = link._streams(frame)
         if self.streaming:
             assert link is not None
-            if filled > self.passed and link.sink is not None:
+            ready = filled - self.passed
+            if ready and (ready >= PASSED_ON or filled == len(frame)) and link.sink is not None:
                 # Never written to again: the transport may keep the view instead of a copy.
                 link.sink.write(memoryview(frame)[self.passed : filled])
                 self.passed = filled
