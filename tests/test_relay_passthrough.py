@@ -53,11 +53,12 @@ class Scripted:
     """Close the connection after this many bytes of the next Fetch answer."""
 
     def start(self) -> None:
-        threading.Thread(target=self.loop.run_forever, name="upstream", daemon=True).start()
-        server = asyncio.run_coroutine_threadsafe(
+        self.thread = threading.Thread(target=self.loop.run_forever, name="upstream", daemon=True)
+        self.thread.start()
+        self.server = asyncio.run_coroutine_threadsafe(
             asyncio.start_server(self._serve, HOST, 0), self.loop
         ).result(5)
-        self.port = server.sockets[0].getsockname()[1]
+        self.port = self.server.sockets[0].getsockname()[1]
 
     def hold(self) -> None:
         self.held = asyncio.run_coroutine_threadsafe(self._event(), self.loop).result(5)
@@ -71,7 +72,17 @@ class Scripted:
         self.loop.call_soon_threadsafe(held.set)
 
     def stop(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._close(), self.loop).result(5)
         self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+    async def _close(self) -> None:
+        self.server.close()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

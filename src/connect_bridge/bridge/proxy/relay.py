@@ -161,7 +161,8 @@ class Relay:
         if started is not None and expects and api_key not in REWRITTEN:
             answers = conn.direct
             if conn.pending == (answers.owed if answers is not None else 0):  # nothing queued ahead
-                await link.open()
+                if not link.connected:
+                    await link.open()
                 if answers is None:
                     answers = conn.direct = link.sink = DirectAnswers(conn, link, self.observe_answer)
                 answers.expect()

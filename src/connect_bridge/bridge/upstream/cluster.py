@@ -392,6 +392,11 @@ class UpstreamLink:
                 server_hostname=self.broker.host if self.ssl is not None else None,
             )
 
+    @property
+    def connected(self) -> bool:
+        """Connected to the broker (not closing): :meth:`relay` may be called without :meth:`open`."""
+        return self.transport is not None and not self.transport.is_closing()
+
     async def open(self) -> None:
         """Connect to the broker unless connected (raises OSError when it cannot be reached)."""
         transport = self.transport
