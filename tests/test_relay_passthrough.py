@@ -11,6 +11,8 @@ link fails in the middle of an answer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import re
 import socket
 import struct
 import threading
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 import pytest
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 
+from connect_bridge.bridge.metrics import Metrics
 from connect_bridge.codecs import messages as m
 from connect_bridge.codecs.requests import encode_request, encode_response_frame, request_header_fields
 from tansu import free_port
@@ -130,19 +133,26 @@ class Scripted:
         return encode_response_frame(METADATA, version, correlation, response)
 
 
-@pytest.fixture
-def relayed() -> Iterator[tuple[Scripted, int]]:
-    """The scripted upstream and the bridge's listener for it."""
+@contextlib.contextmanager
+def bridge_in_front(metrics: Metrics | None = None) -> Iterator[tuple[Scripted, int, Running]]:
+    """The scripted upstream, the bridge's listener for it and the bridge."""
     upstream = Scripted()
     upstream.start()
     listener = free_port()
-    srv = Running(upstream=[(HOST, upstream.port)], proxy_base_port=listener - NODE)
+    srv = Running(upstream=[(HOST, upstream.port)], proxy_base_port=listener - NODE, metrics=metrics)
     try:
         srv.wait_loaded()
-        yield upstream, listener
+        yield upstream, listener, srv
     finally:
         srv.stop()
         upstream.stop()
+
+
+@pytest.fixture
+def relayed() -> Iterator[tuple[Scripted, int]]:
+    """The scripted upstream and the bridge's listener for it."""
+    with bridge_in_front() as (upstream, listener, _):
+        yield upstream, listener
 
 
 def produce(correlation: int) -> bytes:
@@ -210,3 +220,20 @@ def test_a_link_failing_in_the_middle_of_an_answer_closes_the_client(relayed: tu
             received += chunk
     assert len(received) < len(answer(9, LARGE))
     assert answer(9, LARGE).startswith(received)
+
+
+def test_answers_the_link_writes_are_counted_as_relayed_answers() -> None:
+    """The answers a link writes itself never pass the server's answer path, yet the request
+    metrics count them as every relayed answer is counted (``Relayed``, error NONE: not decoded);
+    the bridge's own answer on the same connection keeps its label."""
+    metrics = Metrics()
+    with bridge_in_front(metrics) as (_, listener, srv), connect(listener) as sock:
+        sock.sendall(produce(1) + fetch(2) + api_versions(3) + produce(4))
+        sock.settimeout(10)
+        got = [read_frame(sock) for _ in range(4)]
+        text = srv.on_loop(metrics.render).decode()
+    assert [SIZE.unpack_from(f or b"", 0)[0] for f in got] == [1, 2, 3, 4]
+    line = re.compile(r'^connect_bridge_requests_total\{api="([^"]+)",error="([^"]+)"\} (\S+)$', re.M)
+    counts = {(m.group(1), m.group(2)): float(m.group(3)) for m in line.finditer(text)}
+    assert counts[("Relayed", "NONE")] == 3
+    assert counts[("ApiVersions", "NONE")] == 1
