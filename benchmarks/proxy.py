@@ -27,8 +27,10 @@ the bridge, alternating in the same run: an unmeasured warm-up of each target (t
 without it the first target measured is 3x slower), then rounds direct/bridge and bridge/direct,
 each on a fresh one-partition topic deleted afterwards. N = 1,000,000 (~1 GB, 10-20 s of produce).
 Reported: throughput ratios bridge / direct (target >= 0.9 for produce and for fetch),
-ProducerPerformance's latency percentiles, and ConsumerPerformance's timings (it reports no
-percentiles). The last line printed is one JSON object.
+ProducerPerformance's latency percentiles, ConsumerPerformance's timings (it reports no
+percentiles), and the bridge's CPU (user + system, from /proc) per MiB of record values relayed,
+while producing and while consuming (``bridge_cpu_ms_per_mib_produce``/``_consume``). The last line
+printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -341,6 +343,13 @@ def create_topics(port: int, topics: list[str]) -> int:
 # ------------------------------------------------------------------------------------------ real Kafka
 
 
+def cpu_seconds(process: Any) -> float:
+    """User + system CPU seconds a running child process has used (Linux ``/proc/<pid>/stat``)."""
+    with open(f"/proc/{process.process.pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def kafka_main(quick: bool, records: int | None, event_loop: str = "auto") -> None:
     tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
     sys.path.insert(0, tests)
@@ -365,6 +374,7 @@ def kafka_main(quick: bool, records: int | None, event_loop: str = "auto") -> No
                 """Produce ``n`` records to a fresh topic, consume them with a fresh group, delete it."""
                 create = ["--bootstrap-server", broker.bootstrap, "--create", "--topic", topic]
                 jt.run_tool(jt.TOPICS, *create, "--partitions", "1", "--replication-factor", "1")
+                cpu_before = cpu_seconds(bridge) if name == "bridge" else 0.0
                 produced = jt.run_tool(
                     jt.PRODUCER_PERF,
                     *(
@@ -382,6 +392,8 @@ def kafka_main(quick: bool, records: int | None, event_loop: str = "auto") -> No
                     fast_start=False,
                     timeout_s=600,
                 )
+                produce_cpu = cpu_seconds(bridge) - cpu_before if name == "bridge" else None
+                cpu_before = cpu_seconds(bridge) if name == "bridge" else 0.0
                 consumed = jt.run_tool(
                     jt.CONSUMER_PERF,
                     *("--bootstrap-server", targets[name], "--topic", topic, "--num-records", str(n)),
@@ -389,19 +401,30 @@ def kafka_main(quick: bool, records: int | None, event_loop: str = "auto") -> No
                     fast_start=False,
                     timeout_s=600,
                 )
+                consume_cpu = cpu_seconds(bridge) - cpu_before if name == "bridge" else None
                 jt.run_tool(jt.TOPICS, "--bootstrap-server", broker.bootstrap, "--delete", "--topic", topic)
-                return {
+                run: dict[str, Any] = {
                     "produce": jt.producer_perf_summary(produced.stdout),
                     "consume": jt.consumer_perf_summary(consumed.stdout),
                 }
+                if produce_cpu is not None and consume_cpu is not None:
+                    mib = n * 1024 / (1 << 20)  # record values relayed each way
+                    run["bridge_cpu_ms_per_mib"] = {
+                        "produce": round(produce_cpu * 1000 / mib, 2),
+                        "consume": round(consume_cpu * 1000 / mib, 2),
+                    }
+                return run
 
             def show(label: str, run: dict[str, Any]) -> None:
                 p, c = run["produce"], run["consume"]
+                cpu = run.get("bridge_cpu_ms_per_mib")
+                cpu_note = f" | bridge CPU {cpu['produce']:.1f} / {cpu['consume']:.1f} ms/MiB" if cpu else ""
                 print(
                     f"{label:15s} produce {p['records_per_s']:9.0f} rec/s "
                     f"{p['mb_per_s']:6.1f} MB/s p50 {p['p50_ms']:.0f} p99 {p['p99_ms']:.0f} ms | "
                     f"consume {c['fetch.MB.sec']:6.1f} MB/s "
-                    f"(fetch {c['fetch.time.ms']:.0f} ms, rebalance {c['rebalance.time.ms']:.0f} ms)",
+                    f"(fetch {c['fetch.time.ms']:.0f} ms, rebalance {c['rebalance.time.ms']:.0f} ms)"
+                    + cpu_note,
                     flush=True,
                 )
 
@@ -441,6 +464,10 @@ def kafka_main(quick: bool, records: int | None, event_loop: str = "auto") -> No
     out["produce_throughput_ratio"] = round(b["produce_records_per_s"] / d["produce_records_per_s"], 3)
     out["fetch_throughput_ratio"] = round(b["fetch_mb_per_s"] / d["fetch_mb_per_s"], 3)
     out["consume_throughput_ratio"] = round(b["consume_mb_per_s"] / d["consume_mb_per_s"], 3)
+    for part in ("produce", "consume"):
+        out[f"bridge_cpu_ms_per_mib_{part}"] = round(
+            statistics.fmean(run["bridge_cpu_ms_per_mib"][part] for run in runs["bridge"]), 2
+        )
     out["event_loop"] = event_loop
     out["produce_p50_ratio"] = (
         round(b["produce_p50_ms"] / d["produce_p50_ms"], 3) if d["produce_p50_ms"] else None
@@ -450,7 +477,8 @@ def kafka_main(quick: bool, records: int | None, event_loop: str = "auto") -> No
         f"throughput bridge/direct: produce {out['produce_throughput_ratio']}, fetch "
         f"{out['fetch_throughput_ratio']} (target >= 0.9); consume incl. group join "
         f"{out['consume_throughput_ratio']}; produce p50 {d['produce_p50_ms']} -> {b['produce_p50_ms']} ms, "
-        f"p99 {d['produce_p99_ms']} -> {b['produce_p99_ms']} ms"
+        f"p99 {d['produce_p99_ms']} -> {b['produce_p99_ms']} ms; bridge CPU per MiB relayed: produce "
+        f"{out['bridge_cpu_ms_per_mib_produce']} ms, consume {out['bridge_cpu_ms_per_mib_consume']} ms"
     )
     print(json.dumps(out))
 

@@ -25,6 +25,8 @@ from prometheus_client import (
 from connect_bridge.codecs.error_codes import error_name
 
 NAMESPACE = "connect_bridge"
+RELAYED = "Relayed"
+"""The ``api`` label of answers relayed from the upstream cluster (never decoded: error NONE)."""
 
 LATENCY_BUCKETS = (
     0.0001,

@@ -47,7 +47,7 @@ from connect_bridge.bridge.edge.frames import FrameAdmission
 from connect_bridge.bridge.edge.sasl_gate import Admission, SaslGate
 from connect_bridge.bridge.ha.owners import BridgeAddress
 from connect_bridge.bridge.ha.partitions import HighAvailability, membership_factory
-from connect_bridge.bridge.metrics import Metrics
+from connect_bridge.bridge.metrics import RELAYED, Metrics
 from connect_bridge.bridge.proxy.listeners import (
     LISTEN_BUFFER,
     BrokerListeners,
@@ -78,8 +78,6 @@ __all__ = ["BridgeServer", "ServerOptions"]
 log = logging.getLogger("connect_bridge.server")
 _SIZE = struct.Struct(">i")
 _NONE = int(ErrorCode.NONE)
-RELAYED = "Relayed"
-"""The metrics label of answers relayed from the upstream cluster."""
 
 
 class BridgeServer:
@@ -647,6 +645,8 @@ class BridgeServer:
         writer = conn.writer
         while True:
             item = await conn.queue.get()
+            if conn.direct is not None and conn.direct.owed:
+                await conn.direct.idle()  # relayed answers of earlier requests go first
             if item is None:
                 return
             here = True

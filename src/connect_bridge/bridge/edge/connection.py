@@ -12,7 +12,7 @@ import logging
 import resource
 import time
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from connect_bridge.bridge.coordination.api_table import Answer
 from connect_bridge.bridge.coordination.fastpath import Framed
@@ -39,6 +39,17 @@ class Answering(NamedTuple):
     api_key: int
     api_version: int
     correlation_id: int
+
+
+class LinkAnswers(Protocol):
+    """Answers an upstream link writes to the client itself, as they arrive (proxy mode,
+    ``proxy.relay.DirectAnswers``): what the connection's sender needs to keep request order."""
+
+    owed: int
+    """Answers relayed this way and not yet sent in full (also counted in ``Connection.pending``)."""
+
+    async def idle(self) -> None:
+        """Wait until every answer owed was sent (or the connection closes)."""
 
 
 ANONYMOUS = "User:ANONYMOUS"
@@ -78,6 +89,9 @@ class Connection:
     """Its place among the connection slots (``edge.accept``); None for a connection made by hand."""
     client_kind: ClientKind | None = None
     """Proxy mode: what its relayed requests are (a task's producer, ...), from the first one."""
+    direct: LinkAnswers | None = None
+    """Proxy mode: the relayed answers its upstream link writes itself (``proxy.relay.DirectAnswers``,
+    from the first request passed through); the sender waits for them before writing its own."""
 
 
 class AcceptFailures:

@@ -22,8 +22,8 @@ from connect_bridge.bridge.coordination.runtime import CoordinatorRuntime
 from connect_bridge.bridge.edge.accept import Listener
 from connect_bridge.bridge.edge.connection import Answering, Connection, Outcome
 from connect_bridge.bridge.ha.partitions import HighAvailability
-from connect_bridge.bridge.metrics import Metrics
-from connect_bridge.bridge.proxy.relay import UNREACHABLE, Relay
+from connect_bridge.bridge.metrics import RELAYED, Metrics
+from connect_bridge.bridge.proxy.relay import PASSED_THROUGH, UNREACHABLE, Relay
 from connect_bridge.bridge.server_options import ServerOptions
 from connect_bridge.bridge.startup import address, bind_error, retry_until
 from connect_bridge.bridge.upstream.cluster import UpstreamCluster, group_matcher
@@ -132,6 +132,8 @@ def proxy_mode(host: ProxyHost, advertised_host: str) -> ProxyMode:
     relay.clients = RelayedClients(
         metrics.observe_relayed if metrics is not None else lambda kind, size: None
     )
+    if metrics is not None:  # answers the link writes itself are counted as the server counts its own
+        relay.observe_answer = functools.partial(metrics.observe_request, RELAYED)
     adoption = None
     if options.adoption is not None and options.adoption.enabled:
         adoption = Adoption(
@@ -252,10 +254,12 @@ async def forward_upstream(
 ) -> bool:
     """Forward to the upstream broker behind this listener; False when it is gone."""
     try:
-        outcome = await relay.forward(conn, payload, api_key)
+        outcome = await relay.forward(conn, payload, api_key, started=started)
     except OSError as exc:
         log.warning("closing %s: upstream broker %s unreachable: %s", conn.host, conn.node_id, exc)
         return False
+    if outcome is PASSED_THROUGH:
+        return True  # the link writes the answer itself
     if outcome is UNREACHABLE:
         return False
     if outcome is not None:

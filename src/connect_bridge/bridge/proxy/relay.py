@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
+import time
 from collections.abc import Awaitable, Callable, Container
 from typing import Any
 
@@ -41,6 +42,13 @@ _SIZE = struct.Struct(">i")
 
 UNREACHABLE = object()
 """What :meth:`Relay.forward` returns when there is no upstream broker to relay to."""
+PASSED_THROUGH = object()
+"""What :meth:`Relay.forward` returns for a request whose answer the link writes to the client
+itself (:class:`DirectAnswers`): nothing is left for the caller to answer with."""
+
+FLUSH_ABOVE = 256 * 1024
+"""Bytes waiting in a client's transport above which its link stops reading answers until they
+are sent (an answer is also counted unsent until its last byte is: ``DirectAnswers``)."""
 
 
 class Relay:
@@ -78,6 +86,8 @@ class Relay:
         requests are answered here (NOT_COORDINATOR), never relayed to the upstream cluster."""
         self.clients: RelayedClients | None = None
         """Counts relayed requests per client kind (task data or not); None: not counted."""
+        self.observe_answer: Callable[[float], None] = lambda seconds: None
+        """Counts one relayed answer passed through, ``seconds`` after its request was read."""
 
     def coordinates(self, group_id: str, joining_protocol_type: str | None = None) -> bool:
         """One of the bridge's groups. Its id matches ``coordinated_groups`` and the bridge has it
@@ -124,10 +134,17 @@ class Relay:
             link = conn.links[conn.node_id] = UpstreamLink(broker, self.cluster.ssl)
         return link
 
-    async def forward(self, conn: Connection, payload: bytes, api_key: int) -> Any:
+    async def forward(
+        self, conn: Connection, payload: bytes, api_key: int, *, started: float | None = None
+    ) -> Any:
         """Relay to the upstream broker behind this listener. The outcome to answer with: a future of
         the framed response, None for a request that gets no response, or :data:`UNREACHABLE`.
-        Raises OSError when the broker cannot be reached."""
+        Raises OSError when the broker cannot be reached.
+
+        With ``started`` (when the request was read) a request passed through as is (not rewritten,
+        not split) whose answer comes right after the answers the link writes itself is relayed by
+        its header alone: no future, and the link writes its answer to the client as it arrives
+        (:data:`PASSED_THROUGH`; :class:`DirectAnswers`)."""
         if not self.may_forward():
             log.warning("closing %s: not relaying while this bridge's lease is not fresh", conn.host)
             return UNREACHABLE
@@ -141,6 +158,16 @@ class Relay:
             return UNREACHABLE
         _, version, correlation = request_header_fields(payload)
         expects = api_key not in ACKS_ONLY or produce_acks(payload, version) != 0
+        if started is not None and expects and api_key not in REWRITTEN:
+            answers = conn.direct
+            if conn.pending == (answers.owed if answers is not None else 0):  # nothing queued ahead
+                if not link.connected:
+                    await link.open()
+                if answers is None:
+                    answers = conn.direct = link.sink = DirectAnswers(conn, link, self.observe_answer)
+                answers.expect()
+                await link.relay(payload, correlation, started)
+                return PASSED_THROUGH
         future = await link.send(_SIZE.pack(len(payload)) + payload, correlation, expects)
         if future is None or api_key not in REWRITTEN:
             return future  # resolves to the framed response: no task per Produce/Fetch
@@ -177,6 +204,93 @@ class Relay:
             return split.merge(local, bytes(memoryview(await upstream)[4:]))
 
         return asyncio.get_running_loop().create_task(merged())
+
+
+class DirectAnswers:
+    """A client connection's relayed answers written by its upstream link as they arrive, in the
+    order the requests were read (the link's order): no future, no task and no queue per request.
+
+    Every such answer counts in ``conn.pending`` (the in-flight limit, muting) until its last byte
+    was handed to the socket, as the sender task counts the answers it writes. An answer the
+    bridge queues (its own, a rewritten or split one) is relayed or queued only after every answer
+    owed here: the sender waits for :meth:`idle` before writing it, and a request read while one is
+    queued takes the queue too, so answers leave in request order."""
+
+    def __init__(self, conn: Connection, link: UpstreamLink, observe: Callable[[float], None]) -> None:
+        self.conn = conn
+        self.link = link
+        self.transport = conn.writer.transport
+        self.observe = observe
+        self.owed = 0
+        """Answers relayed this way and not yet sent in full (also counted in ``conn.pending``)."""
+        self.unsent = 0
+        """Of ``owed``, answers received in full whose bytes wait in the client's transport."""
+        self.flushing: asyncio.Task[None] | None = None
+        self.idle_waiter: asyncio.Future[None] | None = None
+
+    def expect(self) -> None:
+        """One more request relayed whose answer is written here."""
+        self.owed += 1
+        self.conn.pending += 1
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.transport.write(data)
+        if self.flushing is None and self.transport.get_write_buffer_size() > FLUSH_ABOVE:
+            self._flush_later()
+
+    def complete(self, started: float) -> None:
+        self.observe(time.perf_counter() - started)
+        if self.flushing is None and not self.transport.get_write_buffer_size():
+            self._settle(1)
+        else:
+            self.unsent += 1
+            self._flush_later()
+
+    def failed(self, exc: BaseException) -> None:
+        # Upstream gone with answers owed (one may be half written): close, so the client sees EOF
+        # at once instead of waiting for its request timeout.
+        log.warning("closing a client connection: %s", exc)
+        self.conn.writer.close()
+        self.owed = self.unsent = 0
+        self._wake()
+
+    async def idle(self) -> None:
+        """Wait until every answer owed here was sent (or the connection closes)."""
+        while self.owed and not self.transport.is_closing():
+            self.idle_waiter = asyncio.get_running_loop().create_future()
+            await self.idle_waiter
+
+    def _flush_later(self) -> None:
+        if self.flushing is None:
+            self.link.pause_reading()  # no more answers into the transport until it has sent these
+            self.flushing = asyncio.get_running_loop().create_task(self._flush())
+
+    async def _flush(self) -> None:
+        try:
+            while True:
+                await self.conn.writer.drain()
+                if not self.transport.get_write_buffer_size() or self.transport.is_closing():
+                    break
+                # Answers delivered from bytes read before the pause went in after: wait for them too.
+                await asyncio.sleep(0)
+        except Exception:  # the client is gone: its connection's teardown follows
+            pass
+        finally:
+            self.flushing = None
+            unsent, self.unsent = self.unsent, 0
+            self._settle(unsent)
+            self.link.resume_reading()
+
+    def _settle(self, answers: int) -> None:
+        if answers:
+            self.owed -= answers
+            self.conn.pending -= answers
+            self._wake()
+
+    def _wake(self) -> None:
+        self.conn.answered.set()
+        if not self.owed and self.idle_waiter is not None and not self.idle_waiter.done():
+            self.idle_waiter.set_result(None)
 
 
 def _coordinator_keys(payload: bytes) -> list[str] | None:

@@ -11,7 +11,9 @@ dedicated to that client connection, so upstream order is the client's order and
 need no remapping. Only responses that carry broker addresses (Metadata, FindCoordinator,
 DescribeCluster) are decoded and rewritten to the bridge's listeners; Produce and Fetch are capped
 below the versions that carry node endpoints, so they never need rewriting. Groups the bridge
-coordinates are answered locally on every listener.
+coordinates are answered locally on every listener. Requests passed through as is (Produce, Fetch,
+...) are routed by their header alone and answered without a future (``UpstreamLink.relay``): the
+link writes each answer to the client connection as it arrives (``ResponseSink``).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import ssl as ssl_module
 import struct
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from kafka.protocol.admin.groups import DescribeGroupsRequest
 from kafka.protocol.metadata import ApiVersionsRequest, MetadataRequest
@@ -335,12 +337,32 @@ class UpstreamCluster:
         return encode_response_frame(ApiKey.LIST_GROUPS, version, correlation, remote)
 
 
+class ResponseSink(Protocol):
+    """Where a link writes the answers of requests relayed without a future (``UpstreamLink.relay``):
+    the client connection, in upstream order, which is the order the client sent them."""
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Part (or all) of the answer at the head of the link: hand it to the client. ``data`` is
+        never changed afterwards, so the transport may keep it without copying."""
+
+    def complete(self, started: float) -> None:
+        """The head answer was written in full (``started``: when its request was read)."""
+
+    def failed(self, exc: BaseException) -> None:
+        """The link failed with answers still owed to the client (one may be half written)."""
+
+
 class UpstreamLink:
     """One client connection's relay to one upstream broker: FIFO, so responses match requests.
 
     Responses are read with a buffered protocol: a large frame is received straight into its own
     buffer (size prefix included), which is what the client is sent, so a 1 MiB Fetch response
-    is not copied by the bridge at all; small frames are cut out of one scratch buffer."""
+    is not copied by the bridge at all; small frames are cut out of one scratch buffer.
+
+    A request relayed with :meth:`relay` (Produce, Fetch and everything else passed through as is)
+    has no future: its answer goes to the link's ``sink`` as it arrives, a large one chunk by chunk
+    while the rest is still being received, so the client reads a 1 MiB Fetch response while the
+    bridge still receives it instead of after."""
 
     def __init__(self, broker: Broker, ssl: ssl_module.SSLContext | None = None) -> None:
         self.broker = broker
@@ -348,45 +370,90 @@ class UpstreamLink:
         """TLS towards the broker (hostname checked against the host its Metadata advertises)."""
         self.transport: asyncio.Transport | None = None
         self.protocol: _UpstreamProtocol | None = None
-        self.waiting: collections.deque[tuple[int, asyncio.Future[bytearray]]] = collections.deque()
-        """Requests sent and expecting a response, oldest first (an entry precedes its response)."""
+        self.waiting: collections.deque[tuple[int, asyncio.Future[bytearray] | None, float]] = (
+            collections.deque()
+        )
+        """Requests sent and expecting a response, oldest first (an entry precedes its response):
+        correlation id, the future of its answer (None: the answer goes to ``sink``), when read."""
         self.unanswered: collections.deque[int] = collections.deque(maxlen=UNANSWERED_KEPT)
         """Correlation ids of recent acks=0 Produce requests. Kafka never answers them, but some
         brokers do (tansu 0.6): such a response is dropped, since the client expects none."""
+        self.sink: ResponseSink | None = None
+        """Where the answers of :meth:`relay` go (the client connection); set before the first."""
 
     async def _ensure(self) -> None:
         if self.transport is None or self.transport.is_closing():
             loop = asyncio.get_running_loop()
             self.transport, self.protocol = await loop.create_connection(
-                lambda: _UpstreamProtocol(self),
+                lambda: _UpstreamProtocol(self, cut_through=self),
                 self.broker.host,
                 self.broker.port,
                 ssl=self.ssl,
                 server_hostname=self.broker.host if self.ssl is not None else None,
             )
 
+    @property
+    def connected(self) -> bool:
+        """Connected to the broker (not closing): :meth:`relay` may be called without :meth:`open`."""
+        return self.transport is not None and not self.transport.is_closing()
+
+    async def open(self) -> None:
+        """Connect to the broker unless connected (raises OSError when it cannot be reached)."""
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            await self._ensure()
+
     async def send(
         self, frame: bytes, correlation_id: int, expects_response: bool
     ) -> asyncio.Future[bytearray] | None:
         """Relay a framed request; the future resolves with the framed response (size prefix
         included, ready to send to the client)."""
-        await self._ensure()
+        await self.open()
         assert self.transport is not None and self.protocol is not None
         future: asyncio.Future[bytearray] | None = None
         if expects_response:
             future = asyncio.get_running_loop().create_future()
-            self.waiting.append((correlation_id, future))
+            self.waiting.append((correlation_id, future, 0.0))
         else:
             self.unanswered.append(correlation_id)
         self.transport.write(frame)
-        await self.protocol.drain()  # backpressure: a slow upstream slows the client's reads
+        await self._backpressure()
         return future
+
+    async def relay(self, payload: bytes, correlation_id: int, started: float) -> None:
+        """Relay a request (``payload``: unframed) whose answer goes to ``sink`` as it arrives, with
+        no future and no copy of the request (call :meth:`open` first)."""
+        transport = self.transport
+        assert transport is not None and self.sink is not None
+        self.waiting.append((correlation_id, None, started))
+        transport.writelines((_SIZE.pack(len(payload)), payload))
+        await self._backpressure()
+
+    async def _backpressure(self) -> None:
+        """A slow upstream slows the client's reads; a closed one fails the request."""
+        protocol, transport = self.protocol, self.transport
+        assert protocol is not None and transport is not None
+        if protocol.paused or transport.is_closing():
+            await protocol.drain()
+
+    def pause_reading(self) -> None:
+        """Stop reading answers (the client has not taken the last ones yet)."""
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.resume_reading()
 
     def _deliver(self, frame: bytearray) -> None:
         (got,) = _SIZE.unpack_from(frame, 4)
         if self.waiting and self.waiting[0][0] == got:
-            _, future = self.waiting.popleft()
-            if not future.done():
+            _, future, started = self.waiting.popleft()
+            if future is None:
+                if self.sink is not None:  # None: the client connection is going away (close)
+                    self.sink.write(frame)
+                    self.sink.complete(started)
+            elif not future.done():
                 future.set_result(frame)
         elif got in self.unanswered:
             self.unanswered.remove(got)  # an answer to acks=0: the client expects none
@@ -394,33 +461,66 @@ class UpstreamLink:
             expected = self.waiting[0][0] if self.waiting else None
             raise ConnectionError(f"upstream answered correlation {got}, expected {expected}")
 
+    def _streams(self, frame: bytearray) -> bool:
+        """Whether the frame being received (its header read) answers the head request and goes to
+        ``sink``, so its bytes may be passed on before the rest arrives."""
+        if not self.waiting or self.sink is None:
+            return False
+        correlation, future, _ = self.waiting[0]
+        return future is None and correlation == _SIZE.unpack_from(frame, 4)[0]
+
+    def _streamed(self) -> None:
+        """The head answer, passed on while it arrived, is complete."""
+        _, _, started = self.waiting.popleft()
+        if self.sink is not None:
+            self.sink.complete(started)
+
     def _fail(self, exc: BaseException) -> None:
+        owed = False
         while self.waiting:
-            _, future = self.waiting.popleft()
-            if not future.done():
+            _, future, _ = self.waiting.popleft()
+            if future is None:
+                owed = True
+            elif not future.done():
                 future.set_exception(ConnectionError(f"upstream broker {self.broker.node_id} failed: {exc}"))
+        if owed and self.sink is not None:
+            self.sink.failed(ConnectionError(f"upstream broker {self.broker.node_id} failed: {exc}"))
         if self.transport is not None:
             self.transport.close()
 
     async def close(self) -> None:
+        """The client connection is going away: nothing more is written to it from here."""
+        self.sink = None
         if self.transport is not None:
             self.transport.close()
 
 
 _SCRATCH = 64 * 1024
 """Read size for small frames; a frame with at least this much left to read is read in place."""
+STREAMED = 64 * 1024
+"""Answers from this size on are passed to the client chunk by chunk as they arrive (cut-through)."""
+PASSED_ON = 64 * 1024
+"""The smallest chunk passed on before the answer is complete: a broker's bytes may come in many
+small reads, and each write to the client costs a system call and a few Python calls."""
 
 
 class _UpstreamProtocol(asyncio.BufferedProtocol):
     """Frames an upstream connection's bytes into responses for its ``UpstreamLink``."""
 
-    def __init__(self, link: UpstreamLink) -> None:
+    def __init__(self, link: UpstreamLink, cut_through: UpstreamLink | None = None) -> None:
         self.link = link
+        self.cut_through = cut_through
+        """The link whose passed-through answers may be written on before they are complete
+        (``UpstreamLink.relay``); None: every frame is delivered whole."""
         self.scratch = bytearray(_SCRATCH)
         self.header = bytearray()
         self.frame: bytearray | None = None
         self.filled = 0
         self.in_place = False
+        self.streaming: bool | None = None
+        """Whether the current frame is passed on as it arrives (None: not decided yet)."""
+        self.passed = 0
+        """Bytes of the current frame passed on already (when streaming)."""
         self.paused = False
         self.drained: asyncio.Future[None] | None = None
 
@@ -464,8 +564,24 @@ class _UpstreamProtocol(asyncio.BufferedProtocol):
 
     def _complete(self) -> None:
         frame = self.frame
-        if frame is not None and self.filled == len(frame):
-            self.frame = None
+        if frame is None:
+            return
+        filled = self.filled
+        link = self.cut_through
+        if self.streaming is None and link is not None and filled >= 8 and len(frame) >= STREAMED:
+            self.streaming = link._streams(frame)
+        if self.streaming:
+            assert link is not None
+            ready = filled - self.passed
+            if ready and (ready >= PASSED_ON or filled == len(frame)) and link.sink is not None:
+                # Never written to again: the transport may keep the view instead of a copy.
+                link.sink.write(memoryview(frame)[self.passed : filled])
+                self.passed = filled
+            if filled == len(frame):
+                self.frame, self.streaming, self.passed = None, None, 0
+                link._streamed()
+        elif filled == len(frame):
+            self.frame, self.streaming = None, None
             self.link._deliver(frame)
 
     def eof_received(self) -> bool:
