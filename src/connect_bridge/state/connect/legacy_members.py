@@ -118,6 +118,14 @@ class LegacyMembers:
         self.elected: str | None = None
         """The legacy member last answered as leader in a JoinGroup (its Java leader state is built).
         Transient: after a load the current leader counts as elected (it kept its leader state)."""
+        self.given: dict[str, Items] = {}
+        """Per member, the work its last SyncGroup answer granted (nothing under CONFIG_MISMATCH):
+        a cooperative worker names it in its next JoinGroup. Transient: after a load nothing is
+        known to have been given, and no JoinGroup is refused as a stale copy."""
+        self.refused_stale_join: dict[str, tuple[tuple[str, bytes], ...]] = {}
+        """Per member, the protocols of a JoinGroup refused once as a possibly stale copy
+        (``connect.legacy_steps``); the same protocols again are taken as its join. Transient:
+        after a load such a join is refused once more (one more round trip)."""
 
     # ------------------------------------------------------------------ helpers
     def _cancel_timers(self, member_id: str) -> None:
@@ -151,6 +159,22 @@ class LegacyMembers:
             return owned & owned_from_metadata(member.metadata)
         return owned
 
+    def refuse_once(self, member_id: str, protocols: tuple[tuple[str, bytes], ...]) -> bool:
+        """Whether a possibly stale JoinGroup with ``protocols`` is refused: the first time, yes
+        (noted); the same protocols again are the worker's own rejoin."""
+        if self.refused_stale_join.get(member_id) == protocols:
+            return False
+        self.refused_stale_join[member_id] = protocols
+        return True
+
+    def note_given(self, member_id: str, items: Items) -> None:
+        """``member_id``'s SyncGroup answer granted ``items`` (``given``)."""
+        self.given[member_id] = items
+
+    def join_taken(self, member_id: str) -> None:
+        """A JoinGroup of ``member_id`` was taken: a later copy of it is judged afresh."""
+        self.refused_stale_join.pop(member_id, None)
+
     def note_returned(self, member_id: str, items: Items) -> None:
         """Held work goes back to ``member_id`` (``returning``)."""
         self.returning[member_id] = self.returning.get(member_id, EMPTY) | items
@@ -168,4 +192,6 @@ class LegacyMembers:
     def forget(self, member_id: str) -> None:
         self.returning.pop(member_id, None)
         self.states.pop(member_id, None)
+        self.given.pop(member_id, None)
+        self.refused_stale_join.pop(member_id, None)
         self._cancel_timers(member_id)

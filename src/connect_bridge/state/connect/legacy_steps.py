@@ -123,6 +123,21 @@ def _join(group: ConnectGroup, req: api.JoinGroupRequest, now_ms: int) -> api.Jo
         state = group.legacy_members.states.get(member.member_id, ClassicGroupState.STABLE)
         synced = state is ClassicGroupState.STABLE
         repeat = synced and member.metadata == metadata
+        if (
+            repeat
+            and req.member_id == member.member_id  # its own id: not a new process (empty id)
+            and _reports_less_than_given(group, member, metadata)
+            and group.legacy_members.refuse_once(member.member_id, metadata.classic_protocols or ())
+        ):
+            # Possibly a copy of the JoinGroup this member sent before the SyncGroup that gave it
+            # that work (a request delayed past the worker's resend): taken as its join, it would
+            # show the work as released while the worker runs it. Refused once, as in a classic
+            # group (docs/classic-group.md, deviation 18); the same bytes again are its join.
+            raise RequestError(
+                ErrorCode.REBALANCE_IN_PROGRESS,
+                "the JoinGroup repeats one from before the SyncGroup that gave the member its work",
+            )
+        group.legacy_members.join_taken(member.member_id)
         before = member.current
         membership.update_member_metadata(group, member, metadata)
     owned = owned_from_metadata(metadata)
@@ -155,6 +170,25 @@ def _join(group: ConnectGroup, req: api.JoinGroupRequest, now_ms: int) -> api.Jo
     )
 
 
+def _reports_less_than_given(group: ConnectGroup, member: Member, metadata: MemberMetadata) -> bool:
+    """Whether a cooperative (v1/v2) member's JoinGroup reports an allocation lacking work its last
+    SyncGroup gave it (``LegacyMembers.given``). Connect names what a worker runs as of its last
+    completed generation, so after applying an assignment its next JoinGroup names that work; the
+    bytes of the join before it are a copy sent earlier or a worker that never applied the
+    assignment. An eager subscription reports nothing (an eager worker stops everything before it
+    joins)."""
+    protocols = metadata.classic_protocols or ()
+    if not protocols or CONNECT_PROTOCOL_NAMES.get(protocols[0][0], 0) < 1:
+        return False
+    given = group.legacy_members.given.get(member.member_id, EMPTY)
+    return not given <= owned_from_metadata(metadata)
+
+
+def _config_mismatch(group: ConnectGroup) -> bool:
+    """A member has read config records the bridge's view has not (``encode_member_assignment``)."""
+    return group.assignment_config_offset() > group.view.offset
+
+
 # ------------------------------------------------------------------ SyncGroup
 def sync(group: ConnectGroup, req: api.SyncGroupRequest, now_ms: int) -> api.SyncGroupResponse:
     try:
@@ -183,11 +217,11 @@ def sync(group: ConnectGroup, req: api.SyncGroupRequest, now_ms: int) -> api.Syn
     # will: what was returned to it is its own from now on (owned once granted), as for any
     # worker that is back; work the target has since moved elsewhere is no longer kept for it.
     group.legacy_members.own_returned(member.member_id)
-    return api.SyncGroupResponse(
-        protocol_type=PROTOCOL_TYPE,
-        protocol_name=name,
-        assignment=encode_member_assignment(group, member, name, now_ms),
+    assignment = encode_member_assignment(group, member, name, now_ms)
+    group.legacy_members.note_given(
+        member.member_id, EMPTY if _config_mismatch(group) else member.current.assigned
     )
+    return api.SyncGroupResponse(protocol_type=PROTOCOL_TYPE, protocol_name=name, assignment=assignment)
 
 
 # ------------------------------------------------------------------ Heartbeat
@@ -330,7 +364,7 @@ def encode_member_assignment(
     own = CONNECT_PROTOCOL_NAMES[first_protocol(member.metadata)]
     version = CONNECT_PROTOCOL_NAMES.get(protocol or "", own)
     offset = group.assignment_config_offset()
-    if offset > group.view.offset:
+    if _config_mismatch(group):
         # A member has read config records the bridge's view has not (the bridge reads the config
         # topic on its own, a poll behind): the target was computed from an older config, e.g.
         # still holding a connector just deleted or tasks above a lowered tasks.max. A Java
