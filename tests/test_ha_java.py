@@ -351,7 +351,7 @@ def drain(drill: HaDrill) -> str:
     took, after = time.monotonic() - started, time.monotonic() - handed
     drill.bridge = drill.bridges[new]
     assert after < 0.75 * SESSION_MS / 1000, (
-        f"the partition was owned again {after:.1f}s after the drain handed it on: as slow as a session timeout"
+        f"owned again {after:.1f}s after the drain handed it on: as slow as a session timeout"
     )
     drill.wait_converged(90)
     drill.coordinated()
