@@ -585,6 +585,13 @@ class GroupCoordinator(OwnershipSteps):
                 self._classic_changed.add(gid)  # converted to a connect group
         touched.clear()
 
+    def has_effects(self) -> bool:
+        """Whether the steps since the last result left records, released parked answers or changed
+        classic groups: a result built now would carry more than its response and the next
+        deadline. The steady-heartbeat path asks, and builds no result when nothing happened."""
+        self._gather()
+        return bool(self._records or self._responses or self._classic_changed)
+
     def result(self, response: R = None) -> CoordinatorResult[R]:  # type: ignore[assignment]
         """The effects of the steps since the last result, with ``response``: what a caller must
         make durable, the parked answers it must deliver, and when the next timer is due."""

@@ -50,6 +50,7 @@ __all__ = ["CoordinatorRuntime", "Gate", "Parked", "RecordCommitter"]
 
 log = logging.getLogger("connect_bridge.server")
 R = TypeVar("R")
+Q = TypeVar("Q")
 
 _LOADING = int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
 _INVALID = int(ErrorCode.INVALID_REQUEST)
@@ -194,7 +195,28 @@ class CoordinatorRuntime:
         """Run ``step`` and hand its records to the committer: the part of applying a result an
         answer must wait for (it is written once they are durable). :meth:`settle` does the rest."""
         coordinator = self.coordinator
-        result = coordinator.result(step(coordinator))
+        return self._commit(coordinator.result(step(coordinator)))
+
+    def submit_steady(
+        self, step: Callable[[GroupCoordinator, Q, int], R], request: Q
+    ) -> tuple[R, CoordinatorResult[R] | None]:
+        """:meth:`submit` of ``step(coordinator, request, now)`` for the steady-heartbeat path: the
+        step's response, and its result only when :meth:`settle` has something to do with it (None:
+        no records, no released answers, no classic state change, the metrics have seen every group
+        and the timer loop sleeps no later than the next deadline). A steady heartbeat only renews
+        a session, so building and settling a result for it would cost more than the step itself."""
+        coordinator = self.coordinator
+        response = step(coordinator, request, self.clock())
+        if coordinator.has_effects() or (self.metrics is not None and not self._groups_observed):
+            return response, self._commit(coordinator.result(response))
+        deadline = coordinator.next_deadline()
+        if deadline is not None and (self._sleeping_until is None or deadline < self._sleeping_until):
+            return response, coordinator.result(response)  # the timer loop must wake earlier
+        return response, None
+
+    def _commit(self, result: CoordinatorResult[R]) -> CoordinatorResult[R]:
+        """Hand ``result``'s records to the committer (and note what they reveal); ``result``."""
+        coordinator = self.coordinator
         records = result.records
         try:
             self.committer.submit(records)
