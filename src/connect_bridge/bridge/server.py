@@ -514,7 +514,7 @@ class BridgeServer:
                 await asyncio.sleep(0)
             if unauthenticated:
                 unauthenticated = self._still_unauthenticated(conn)
-            while self._muted(conn, unauthenticated):
+            while conn.pending and self._muted(conn, unauthenticated):  # never muted with none pending
                 conn.answered.clear()
                 if conn.slot is None or not conn.slot.gone:
                     await conn.answered.wait()
@@ -561,39 +561,36 @@ class BridgeServer:
                 except Exception:  # anything odd takes the full path, which reports it properly
                     answered = None
                 if answered is not None:
-                    await self._respond_steady(conn, payload, *answered, started)
+                    framed, result = answered
+                    if self._write_steady(conn, framed, result, started):
+                        await conn.writer.drain()  # backpressure: stop reading while the client lags
+                    else:
+                        answering = Answering(*request_header_fields(payload))
+                        settle = functools.partial(runtime.settle_steady, result)
+                        await self._respond(conn, answering, framed, self.committer.written, started, settle)
                     continue
             if not await self._serve(conn, payload, started):
                 return True
 
-    async def _respond_steady(
-        self,
-        conn: Connection,
-        payload: bytes,
-        framed: Framed,
-        result: CoordinatorResult[Any] | None,
-        started: float,
-    ) -> None:
-        """:meth:`_respond` for the steady-heartbeat path's answer: written at once when nothing is
-        queued ahead and nothing must be waited for (every steady heartbeat of a worker that waits
-        for its answers), counted under the API name ``framed`` carries; otherwise in request order
-        through the sender like any other answer. ``result``: what the step left to settle (None:
-        nothing), settled once the answer is written, off the path of a worker waiting for it (and
-        before anything else can run)."""
-        seq = self.committer.written
-        if conn.pending == 0 and self.committer.is_durable(seq):
-            seconds = time.perf_counter() - started
-            writer = conn.writer
-            writer.write(framed.frame)
-            # Counted once written: the metrics cost the worker waiting for this answer nothing.
-            if self.metrics is not None:
-                self.metrics.observe_request(framed.api, seconds, framed.error_code)
-            if result is not None:
-                self.runtime.settle(result)
-            await writer.drain()  # backpressure: stop reading while the client lags
-            return
-        settle = functools.partial(self.runtime.settle, result) if result is not None else None
-        await self._respond(conn, Answering(*request_header_fields(payload)), framed, seq, started, settle)
+    def _write_steady(
+        self, conn: Connection, framed: Framed, result: CoordinatorResult[Any] | None, started: float
+    ) -> bool:
+        """:meth:`_respond`'s direct case for the steady-heartbeat path's answer, without a
+        coroutine of its own: written at once when nothing is queued ahead and nothing must be
+        waited for (every steady heartbeat of a worker that waits for its answers), counted under
+        the API name ``framed`` carries; False when it must go through :meth:`_respond` instead
+        (nothing done then). ``result``: what the step left to settle (``submit_steady``), settled
+        once the answer is written, off the path of a worker waiting for it (and before anything
+        else runs). The caller drains the writer (back-pressure) after a True."""
+        if conn.pending or not self.committer.is_durable(self.committer.written):
+            return False
+        seconds = time.perf_counter() - started
+        conn.writer.write(framed.frame)
+        # Counted once written: the metrics cost the worker waiting for this answer nothing.
+        if self.metrics is not None:
+            self.metrics.observe_request(framed.api, seconds, framed.error_code)
+        self.runtime.settle_steady(result)
+        return True
 
     async def _serve(self, conn: Connection, payload: bytes, started: float) -> bool:
         """Answer one request here or relay it upstream; False when the connection must close."""

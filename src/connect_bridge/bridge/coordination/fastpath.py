@@ -48,6 +48,9 @@ _ENTRY_OVERHEAD = 256
 _HEARTBEAT_NAME = API_NAMES[_HEARTBEAT]
 _CLASSIC_HEARTBEAT_NAME = API_NAMES[_CLASSIC_HEARTBEAT]
 """The ``api`` label of each heartbeat's metrics, as the full path names it."""
+_CONNECT_STEADY, _CONNECT_FULL = GroupCoordinator.steady_connect_heartbeat, GroupCoordinator.connect_heartbeat
+_CLASSIC_STEADY, _CLASSIC_FULL = GroupCoordinator.steady_classic_heartbeat, GroupCoordinator.classic_heartbeat
+"""Each heartbeat's steps: the steady one first, the full one when it does not apply."""
 _CORRELATION = struct.Struct(">i")
 """The correlation id, after the 4-byte size of a framed response: patched into a cached frame."""
 
@@ -100,9 +103,10 @@ class SteadyHeartbeats:
         self.bodies: _Lru = _Lru(limit_bytes // 3)
 
     def answer(self, payload: bytes) -> tuple[Framed, CoordinatorResult[Any] | None] | None:
-        """The framed response (with its error code) and the step's result when it has anything
-        to settle (``CoordinatorRuntime.settle`` it once the answer is written; None: nothing, as
-        for every steady heartbeat), or None when this frame needs the full path."""
+        """The framed response (with its error code and API name) and the step's result when it
+        has effects (``CoordinatorRuntime.submit_steady``: None for every steady heartbeat;
+        ``settle_steady`` it either way once the answer is written), or None when this frame needs
+        the full path."""
         api_key, version, correlation = request_header_fields(payload)
         if len(payload) > self.max_frame:
             return None
@@ -121,7 +125,7 @@ class SteadyHeartbeats:
         runtime = self.runtime
         if not runtime.answers_here(req.group_id):
             return None
-        resp, result = runtime.submit_steady(GroupCoordinator.connect_heartbeat, req)
+        resp, result = runtime.submit_steady(_CONNECT_STEADY, _CONNECT_FULL, req)
         if not known and resp.error_code == _NONE:
             # Cached only once the coordinator knew the member: requests naming unknown members
             # must not fill the cache (issue 11.4).
@@ -149,7 +153,7 @@ class SteadyHeartbeats:
         runtime = self.runtime
         if req.group_id not in runtime.coordinator.groups or not runtime.answers_here(req.group_id):
             return None
-        resp, result = runtime.submit_steady(GroupCoordinator.classic_heartbeat, req)
+        resp, result = runtime.submit_steady(_CLASSIC_STEADY, _CLASSIC_FULL, req)
         if not known and resp.error_code == _NONE:
             self.classic_requests.put(key, req)  # known members only, as above
         body_key = ("classic", version, resp.error_code)

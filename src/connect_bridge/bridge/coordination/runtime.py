@@ -198,21 +198,34 @@ class CoordinatorRuntime:
         return self._commit(coordinator.result(step(coordinator)))
 
     def submit_steady(
-        self, step: Callable[[GroupCoordinator, Q, int], R], request: Q
+        self,
+        steady: Callable[[GroupCoordinator, Q, int], R | None],
+        full: Callable[[GroupCoordinator, Q, int], R],
+        request: Q,
     ) -> tuple[R, CoordinatorResult[R] | None]:
-        """:meth:`submit` of ``step(coordinator, request, now)`` for the steady-heartbeat path: the
-        step's response, and its result only when :meth:`settle` has something to do with it (None:
-        no records, no released answers, no classic state change, the metrics have seen every group
-        and the timer loop sleeps no later than the next deadline). A steady heartbeat only renews
-        a session, so building and settling a result for it would cost more than the step itself."""
+        """:meth:`submit` for the steady-heartbeat path: ``steady(coordinator, request, now)``, or
+        ``full`` (the same arguments) when that answers None. The step's response, and its result
+        only when it has effects to apply (records, released answers, a classic state change, or
+        metrics that have not seen every group yet); None for a steady heartbeat, which only renews
+        a session: building and settling a result for it would cost more than the step itself.
+        Either way :meth:`settle_steady` it once the answer is written."""
         coordinator = self.coordinator
-        response = step(coordinator, request, self.clock())
+        now = self.clock()
+        response = steady(coordinator, request, now)
+        if response is None:
+            response = full(coordinator, request, now)
         if coordinator.has_effects() or (self.metrics is not None and not self._groups_observed):
             return response, self._commit(coordinator.result(response))
-        deadline = coordinator.next_deadline()
-        if deadline is not None and (self._sleeping_until is None or deadline < self._sleeping_until):
-            return response, coordinator.result(response)  # the timer loop must wake earlier
         return response, None
+
+    def settle_steady(self, result: CoordinatorResult[Any] | None) -> None:
+        """:meth:`settle` of what :meth:`submit_steady` gave: without a result, only the timer loop
+        is woken if the step armed a deadline earlier than the one it sleeps until (a heartbeat
+        can end another member's first session sooner: ``connect.membership.heard_from``)."""
+        if result is not None:
+            self.settle(result)
+        else:
+            self._wake_for(self.coordinator.next_deadline())
 
     def _commit(self, result: CoordinatorResult[R]) -> CoordinatorResult[R]:
         """Hand ``result``'s records to the committer (and note what they reveal); ``result``."""
@@ -242,9 +255,13 @@ class CoordinatorRuntime:
             result.records or result.classic_changed or not self._groups_observed
         ):
             self._observe_groups(result)
-        deadline = result.next_deadline
+        self._wake_for(result.next_deadline)
+
+    def _wake_for(self, deadline: int | None) -> None:
+        """Wake the timer loop when ``deadline`` (the coordinator's next, after a step) is earlier
+        than the one it sleeps until: only then, or it would sleep past it."""
         if deadline is not None and (self._sleeping_until is None or deadline < self._sleeping_until):
-            self._timer_wake.set()  # only when the timer loop would otherwise sleep past it
+            self._timer_wake.set()
 
     async def durable(self) -> None:
         """Wait until everything handed to the committer so far is durable."""
