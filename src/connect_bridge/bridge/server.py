@@ -541,12 +541,15 @@ class BridgeServer:
             if size < 0 or size > limit:
                 log.warning("closing %s: frame of %d bytes (limit %d, %s)", conn.host, size, limit, name)
                 return True
-            if frames.unbudgeted(size, authenticated=not unauthenticated):
+            if not unauthenticated and size <= frames.plain_bytes:
                 payload = await reader.readexactly(size)
             else:
-                payload = await frames.read_payload(conn, size, authenticated=not unauthenticated)
-            if payload is None or frames.over_bound(conn, payload, size):
-                return True
+                if frames.unbudgeted(size, authenticated=not unauthenticated):
+                    payload = await reader.readexactly(size)
+                else:
+                    payload = await frames.read_payload(conn, size, authenticated=not unauthenticated)
+                if payload is None or frames.over_bound(conn, payload, size):
+                    return True
             consumed += 4 + size
             started = time.perf_counter()
             if self.sasl is not None:  # before anything answers: SASL first, then the session's expiry
