@@ -514,7 +514,7 @@ class BridgeServer:
                 await asyncio.sleep(0)
             if unauthenticated:
                 unauthenticated = self._still_unauthenticated(conn)
-            while conn.pending and self._muted(conn, unauthenticated):  # never muted with none pending
+            while conn.pending and self._muted(conn, unauthenticated):  # the in-flight limit is >= 1
                 conn.answered.clear()
                 if conn.slot is None or not conn.slot.gone:
                     await conn.answered.wait()
@@ -566,7 +566,11 @@ class BridgeServer:
                 if answered is not None:
                     framed, result = answered
                     if self._write_steady(conn, framed, result, started):
-                        await conn.writer.drain()  # backpressure: stop reading while the client lags
+                        # Back-pressure: stop reading while the client lags. Only bytes the socket
+                        # did not take can pause the writer (limits high=1, low=0), so with none
+                        # left there is nothing to wait for (a peer gone shows at the next read).
+                        if conn.writer.transport.get_write_buffer_size():
+                            await conn.writer.drain()
                     else:
                         answering = Answering(*request_header_fields(payload))
                         settle = functools.partial(runtime.settle_steady, result)
@@ -584,7 +588,7 @@ class BridgeServer:
         the API name ``framed`` carries; False when it must go through :meth:`_respond` instead
         (nothing done then). ``result``: what the step left to settle (``submit_steady``), settled
         once the answer is written, off the path of a worker waiting for it (and before anything
-        else runs). The caller drains the writer (back-pressure) after a True."""
+        else runs). The caller sees to back-pressure after a True."""
         if conn.pending or not self.committer.is_durable(self.committer.written):
             return False
         seconds = time.perf_counter() - started
