@@ -4,9 +4,10 @@ Kafka's ``CoordinatorRuntime`` runs each write operation on a shard, appends the
 operation returned, completes its response once they are committed and schedules its timers. Here
 the request handlers (``handlers``), the steady-heartbeat path (``fastpath``), the timer loop, the
 high-availability hand-overs (``ha.partitions``) and adoption (``adoption.wiring``) all change the
-coordinator through :meth:`CoordinatorRuntime.run` (or :meth:`submit` then :meth:`settle`): a step
-is a function of the coordinator, and its effects come back as one value
-(``state.result.CoordinatorResult``), which the runtime applies:
+coordinator through :meth:`CoordinatorRuntime.run` (or :meth:`submit` then :meth:`settle`; the
+steady-heartbeat path :meth:`submit_steady` then :meth:`settle_steady`, which build no result for a
+step that changed nothing but a session): a step is a function of the coordinator, and its effects
+come back as one value (``state.result.CoordinatorResult``), which the runtime applies:
 
 * the records go to the committer (a response computed now waits until they are durable);
 * parked JoinGroup/SyncGroup answers the step released are completed;
