@@ -100,7 +100,8 @@ class SteadyHeartbeats:
         """Larger frames take the full path (a steady heartbeat is a few dozen bytes)."""
         self.requests: _Lru = _Lru(limit_bytes // 3)
         self.classic_requests: _Lru = _Lru(limit_bytes // 3)
-        self.bodies: _Lru = _Lru(limit_bytes // 3)
+        self.answers: _Lru = _Lru(limit_bytes // 3)
+        """Framed steady answers (correlation id 0), by the fields they are made of."""
 
     def answer(self, payload: bytes) -> tuple[Framed, CoordinatorResult[Any] | None] | None:
         """The framed response (with its error code and API name) and the step's result when it
@@ -157,11 +158,11 @@ class SteadyHeartbeats:
         if not known and resp.error_code == _NONE:
             self.classic_requests.put(key, req)  # known members only, as above
         body_key = ("classic", version, resp.error_code)
-        template = self.bodies.get(body_key)
+        template = self.answers.get(body_key)
         if template is None:
             body = wm.classic_heartbeat_response_to_wire(resp, version).encode(version=version)
             template = response_frame(0, _CLASSIC_RESPONSE_HEADER[version], body)
-            self.bodies.put(body_key, template)
+            self.answers.put(body_key, template)
         frame = template[:4] + _CORRELATION.pack(correlation) + template[8:]
         return Framed(frame, resp.error_code, _CLASSIC_HEARTBEAT_NAME), result
 
@@ -169,11 +170,11 @@ class SteadyHeartbeats:
         """The framed steady answer ``resp`` (correlation id 0): the same bytes for every heartbeat
         of the member at its epoch, so they are encoded once."""
         key = (resp.member_id, resp.member_epoch, resp.heartbeat_interval_ms)
-        template = self.bodies.get(key)
+        template = self.answers.get(key)
         if template is None:
             body = wm.heartbeat_response_to_wire(resp, _HEARTBEAT_VERSION).encode(version=_HEARTBEAT_VERSION)
             template = response_frame(0, _RESPONSE_HEADER, body)
-            self.bodies.put(key, template)
+            self.answers.put(key, template)
         return template
 
 
