@@ -19,11 +19,19 @@ so the difference is what the bridge does per request. Two steady heartbeats are
 Also: ConnectGroupHeartbeats per second with 200 members on 200 concurrent connections (uvloop).
 Target: p50 ratio (bridge / canned, same loop) <= 1.5 for both heartbeats. The last line printed is
 one JSON object; ``--loop uvloop`` or ``--loop asyncio`` measures one loop only.
+
+Latency depends on the machine's load (other processes delay either server's wake-ups), so each
+comparison also reports the CPU time each server process spent per timed request
+(``bridge_cpu_us_per_request``, ``canned_cpu_us_per_request`` and their ``cpu_ratio``): the
+scheduler's per-thread run time (``/proc/<pid>/task/*/schedstat``, nanoseconds; utime+stime from
+``/proc/<pid>/stat``, in clock ticks, where schedstat is missing), read right before and right after
+the timed batches. A loaded machine stretches the wall clock much more than the CPU a request costs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import signal
@@ -51,10 +59,11 @@ LOOPS = ("uvloop", "asyncio")
 
 
 def against_canned(
-    port: int, frame: bytes, canned: bytes, count: int, tmp: str, loop: str
-) -> tuple[list[float], list[float]]:
-    """Latencies of ``frame`` through the bridge on ``port`` and through a canned server answering
-    ``canned`` on the event loop ``loop`` (a subprocess of this script), in alternating batches."""
+    port: int, bridge_pid: int, frame: bytes, canned: bytes, count: int, tmp: str, loop: str
+) -> Timed:
+    """Latencies of ``frame`` through the bridge (process ``bridge_pid``) on ``port`` and through a
+    canned server answering ``canned`` on the event loop ``loop`` (a subprocess of this script), in
+    alternating batches, with the CPU time each server spent on them."""
     port_file = f"{tmp}/canned-{loop}.port"
     canned_proc = subprocess.Popen(
         [sys.executable, __file__, "--canned", port_file, loop],
@@ -66,12 +75,39 @@ def against_canned(
                 break
             time.sleep(0.05)
         canned_port = int(open(port_file).read())
-        bridge_lat, canned_lat = asyncio.run(latencies((port, canned_port), frame, count))
-        return bridge_lat, canned_lat
+        return asyncio.run(latencies((port, canned_port), (bridge_pid, canned_proc.pid), frame, count))
     finally:
         canned_proc.terminate()
         canned_proc.wait(10)
         os.remove(port_file)  # the next comparison's canned server writes its own port there
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time the process ``pid`` has used so far, all its threads: their scheduler run time
+    (nanosecond resolution), or utime+stime (clock ticks) on a kernel without schedstat."""
+    try:
+        total_ns = 0
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total_ns += int(f.read().split()[0])
+        return total_ns / 1e9
+    except OSError:  # no schedstat (or a thread ended between listing and reading): clock ticks
+        pass
+    with open(f"/proc/{pid}/stat") as f:
+        # Fields after the command name (which may hold spaces): utime and stime are the 12th and 13th.
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+@dataclasses.dataclass
+class Timed:
+    """Round trips (µs) through each server and the CPU (seconds) each server process used meanwhile."""
+
+    latencies: list[list[float]]
+    cpu_seconds: list[float]
 
 
 def start_bridge(tmp: str, loop: str) -> tuple[subprocess.Popen[str], int]:
@@ -160,22 +196,27 @@ async def join(port: int, url: str) -> tuple[asyncio.StreamReader, asyncio.Strea
     return reader, writer, steady, SIZE.pack(len(answer)) + answer
 
 
-async def latencies(ports: tuple[int, int], frame: bytes, count: int, batch: int = 100) -> list[list[float]]:
-    """Round trips to each port, in alternating batches so both see the same machine noise."""
+async def latencies(
+    ports: tuple[int, int], pids: tuple[int, int], frame: bytes, count: int, batch: int = 100
+) -> Timed:
+    """Round trips to each port, in alternating batches so both see the same machine noise, and the
+    CPU time each server process (``pids``, in the order of ``ports``) used over the timed ones."""
     conns = [await asyncio.open_connection("127.0.0.1", port) for port in ports]
     out: list[list[float]] = [[] for _ in ports]
     for reader, writer in conns:
         for _ in range(200):  # warm-up
             await rpc(reader, writer, frame)
+    cpu_before = [cpu_seconds(pid) for pid in pids]
     while len(out[0]) < count:
         for i, (reader, writer) in enumerate(conns):
             for _ in range(batch):
                 started = time.perf_counter()
                 await rpc(reader, writer, frame)
                 out[i].append((time.perf_counter() - started) * 1e6)
+    cpu_used = [cpu_seconds(pid) - before for pid, before in zip(pids, cpu_before, strict=True)]
     for _, writer in conns:
         writer.close()
-    return out
+    return Timed(out, cpu_used)
 
 
 async def throughput(port: int, members: int, seconds: float) -> float:
@@ -288,9 +329,10 @@ def compare(tmp: str, loop: str, count: int) -> dict[str, dict[str, object]]:
         # What is timed must be the steady answer, not an error answered at every request.
         steady = wm.heartbeat_response_from_wire(decode_response(1000, 0, canned[4:], framed=False))
         assert steady.error_code == 0 and steady.assignment is None, steady
-        out["ConnectGroupHeartbeat"] = summary(*against_canned(port, frame, canned, count, tmp, loop))
+        timed = against_canned(port, bridge.pid, frame, canned, count, tmp, loop)
+        out["ConnectGroupHeartbeat"] = summary(timed)
         frame, canned = asyncio.run(java_join(port))
-        java = summary(*against_canned(port, frame, canned, count, tmp, loop))
+        java = summary(against_canned(port, bridge.pid, frame, canned, count, tmp, loop))
         out[f"Heartbeat v{JAVA_HEARTBEAT_V}"] = java
     finally:
         bridge.send_signal(signal.SIGTERM)
@@ -298,7 +340,11 @@ def compare(tmp: str, loop: str, count: int) -> dict[str, dict[str, object]]:
     return out
 
 
-def summary(bridge_lat: list[float], canned_lat: list[float]) -> dict[str, object]:
+def summary(timed: Timed) -> dict[str, object]:
+    bridge_lat, canned_lat = timed.latencies
+    bridge_cpu, canned_cpu = (
+        seconds * 1e6 / len(lat) for seconds, lat in zip(timed.cpu_seconds, timed.latencies, strict=True)
+    )
     result: dict[str, object] = {
         "bridge_p50_us": round(pct(bridge_lat, 50), 1),
         "bridge_p99_us": round(pct(bridge_lat, 99), 1),
@@ -307,6 +353,9 @@ def summary(bridge_lat: list[float], canned_lat: list[float]) -> dict[str, objec
     }
     result["p50_ratio"] = round(pct(bridge_lat, 50) / pct(canned_lat, 50), 3)
     result["p99_ratio"] = round(pct(bridge_lat, 99) / pct(canned_lat, 99), 3)
+    result["bridge_cpu_us_per_request"] = round(bridge_cpu, 1)
+    result["canned_cpu_us_per_request"] = round(canned_cpu, 1)
+    result["cpu_ratio"] = round(bridge_cpu / canned_cpu, 3)
     return result
 
 
@@ -320,7 +369,9 @@ def main() -> None:
             for name, m in measured.items():
                 print(
                     f"{loop}: {name} p50 {m['bridge_p50_us']} us vs canned {m['canned_p50_us']} us "
-                    f"(ratio {m['p50_ratio']}, target <= 1.5); p99 ratio {m['p99_ratio']}"
+                    f"(ratio {m['p50_ratio']}, target <= 1.5); p99 ratio {m['p99_ratio']}; "
+                    f"CPU per request {m['bridge_cpu_us_per_request']} us "
+                    f"vs canned {m['canned_cpu_us_per_request']} us (ratio {m['cpu_ratio']})"
                 )
         bridge, port = start_bridge(tmp, loops[0])
         try:

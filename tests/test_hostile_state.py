@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from connect_bridge.bridge.coordination.fastpath import _Lru
+from connect_bridge.bridge.metrics import Metrics
 from connect_bridge.bridge.stores.store import HEADER, FileRecordStore, MemoryRecordStore
 from connect_bridge.codecs import messages as m
 from connect_bridge.codecs.error_codes import ErrorCode
@@ -62,11 +63,18 @@ def test_a_request_whose_record_cannot_be_stored_is_refused_before_anything_chan
         async with connection(port) as conn:
             fields: dict[str, Any] = {"group_id": G, "member_id": "", "member_epoch": 0}
             fields[field] = value
-            req = napi.HeartbeatRequest(
-                **fields, rebalance_timeout_ms=60_000, url=fields.get("url", "http://w:8083"),
-                config_offset=5, owned=frozenset(),
-            ) if field != "url" else napi.HeartbeatRequest(
-                G, "", 0, rebalance_timeout_ms=60_000, url=value, config_offset=5, owned=frozenset()
+            req = (
+                napi.HeartbeatRequest(
+                    **fields,
+                    rebalance_timeout_ms=60_000,
+                    url=fields.get("url", "http://w:8083"),
+                    config_offset=5,
+                    owned=frozenset(),
+                )
+                if field != "url"
+                else napi.HeartbeatRequest(
+                    G, "", 0, rebalance_timeout_ms=60_000, url=value, config_offset=5, owned=frozenset()
+                )
             )
             answer = await new_heartbeat(conn, req)
             assert answer.error_code == INVALID_REQUEST
@@ -105,10 +113,21 @@ def test_a_classic_join_with_an_oversized_protocol_is_refused() -> None:
 def serve(state_dir: Path, timeout: float = 20) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [
-            sys.executable, "-m", "connect_bridge.cli", "serve", "--state-dir", str(state_dir),
-            "--listen", "127.0.0.1:0", "--metrics-listen", "off",
+            sys.executable,
+            "-m",
+            "connect_bridge.cli",
+            "serve",
+            "--state-dir",
+            str(state_dir),
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "off",
         ],
-        capture_output=True, text=True, timeout=timeout, check=False,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
 
 
@@ -308,6 +327,58 @@ def test_a_client_that_never_reads_is_closed_at_the_idle_timeout() -> None:
         assert srv.on_loop(lambda: srv.server.failure) is None
 
 
+def test_a_client_pipelining_steady_heartbeats_without_reading_stops_being_read() -> None:
+    """The steady-heartbeat path writes its answers itself: once the socket stops taking them
+    (the client reads nothing), the bridge must stop reading that client's requests, as for every
+    other answer, instead of answering on into an ever larger write buffer."""
+    metrics = Metrics()
+    with running(view=None, metrics=metrics) as srv:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # fills after a few answers
+        sock.settimeout(10)
+        sock.connect((HOST, srv.port))
+        join = napi.HeartbeatRequest(
+            G, "", 0, rebalance_timeout_ms=60_000, url="http://w:8083/", owned=frozenset()
+        )
+        sock.sendall(frame(wm.heartbeat_to_wire(join), 0, 1))
+        payload = read_frame(sock)
+        assert payload is not None
+        joined = wm.heartbeat_response_from_wire(
+            decode_response(int(m.ApiKey.CONNECT_GROUP_HEARTBEAT), 0, payload, framed=False)
+        )
+        assert joined.error_code == 0 and joined.member_epoch > 0, joined
+        steady = frame(
+            wm.heartbeat_to_wire(napi.HeartbeatRequest(G, joined.member_id, joined.member_epoch)), 0, 2
+        )
+
+        def answered() -> float:
+            labels = {"api": "ConnectGroupHeartbeat", "error": "NONE"}
+            return srv.on_loop(
+                lambda: metrics.registry.get_sample_value("connect_bridge_requests_total", labels) or 0
+            )
+
+        sock.setblocking(False)
+        burst = steady * 10_000
+        offset, blocked_since = 0, None
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and (
+            blocked_since is None or time.monotonic() - blocked_since < 0.5
+        ):
+            try:
+                start = offset % len(burst)  # the same frame over and over: sent on seamlessly
+                offset += sock.send(burst[start : start + 65536])
+                blocked_since = None
+            except BlockingIOError:
+                blocked_since = blocked_since or time.monotonic()
+                time.sleep(0.01)
+        sent = offset // len(steady)
+        assert blocked_since is not None, "the bridge read everything sent for 10 s"
+        held = answered()
+        time.sleep(0.3)
+        assert answered() == held and 0 < held < sent, (held, sent)
+        sock.close()
+
+
 # ------------------------------------------------------------------------------ 11.3 member ids
 
 
@@ -394,13 +465,25 @@ def test_describe_never_prints_a_client_chosen_escape_sequence() -> None:
 
     evil = "w\x1b]0;pwned\x07\x1b[2J"
     member = {
-        "member_id": evil, "protocol": "new", "member_epoch": 1, "state": "stable",
-        "current": [evil], "target": [], "instance_id": None,
+        "member_id": evil,
+        "protocol": "new",
+        "member_epoch": 1,
+        "state": "stable",
+        "current": [evil],
+        "target": [],
+        "instance_id": None,
     }
     group = {
-        "group_id": evil, "group_type": "connect", "state": "stable", "group_epoch": 1,
-        "assignment_epoch": 1, "assignor": "connect-cooperative", "leader_id": evil, "leader_url": evil,
-        "config_offset": 5, "members": [member],
+        "group_id": evil,
+        "group_type": "connect",
+        "state": "stable",
+        "group_epoch": 1,
+        "assignment_epoch": 1,
+        "assignor": "connect-cooperative",
+        "leader_id": evil,
+        "leader_url": evil,
+        "config_offset": 5,
+        "members": [member],
     }
     table = render_table([group])
     assert "\x1b" not in table and "\x07" not in table

@@ -187,3 +187,43 @@ def test_requests_are_labelled_by_api_and_their_own_error_code() -> None:
     assert counts[("ConnectGroupHeartbeat", "FENCED_MEMBER_EPOCH")] == 1
     assert counts[("Heartbeat", "UNKNOWN_MEMBER_ID")] == 1
     assert not any(api == "Relayed" for api, _ in counts)  # nothing was relayed here
+
+
+OBSERVATIONS = (0.00005, 0.0001, 0.0001000001, 0.0003, 0.0025, 0.7, 10.0, 11.0, 0.0)
+"""Below, at and just above a bound, between bounds, at the last bound and past it, zero."""
+
+
+def test_per_request_metrics_expose_what_prometheus_client_would() -> None:
+    """The request metrics count in plain numbers, folded in when collected: a scrape shows the
+    same samples as prometheus_client's own Counter and Histogram given the same observations,
+    and again after more observations (a fold never counts anything twice)."""
+    from prometheus_client import CollectorRegistry, Counter, Histogram
+
+    from connect_bridge.bridge.metrics import LATENCY_BUCKETS, LoopCounter, LoopHistogram
+
+    def samples(registry: CollectorRegistry) -> list[tuple[str, list[tuple[str, str]], float]]:
+        return sorted(
+            (s.name, sorted(s.labels.items()), s.value)
+            for family in registry.collect()
+            for s in family.samples
+            if not s.name.endswith("_created")
+        )
+
+    own, loop = CollectorRegistry(), CollectorRegistry()
+    kinds = ((own, Histogram, Counter), (loop, LoopHistogram, LoopCounter))
+    built = [
+        (hist("lat", "d", ["api"], buckets=LATENCY_BUCKETS, registry=r), count("n", "d", ["api"], registry=r))
+        for r, hist, count in kinds
+    ]
+    for rounds in range(2):
+        for latency, counter in built:
+            for i, seconds in enumerate(OBSERVATIONS):
+                latency.labels(api=f"a{i % 2}").observe(seconds)
+                counter.labels(api=f"a{i % 2}").inc()
+            counter.labels(api="a0").inc(2.5)
+        assert samples(loop) == samples(own), rounds
+    for _, counter in built:
+        counter.labels(api="a1").reset()
+    assert samples(loop) == samples(own)
+    with pytest.raises(ValueError):
+        built[1][1].labels(api="a0").inc(-1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from bisect import bisect_left
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,10 +50,76 @@ LATENCY_BUCKETS = (
 """100 µs .. 10 s: a local coordinator answer is sub-millisecond, a relayed or durable one is not."""
 
 
+class LoopCounter(Counter):
+    """A Counter whose series count in a plain number, folded into prometheus_client's value when
+    collected. prometheus_client takes a lock and checks the series per increment; the request
+    counter is incremented once per answer on the event loop, which is also where /metrics is
+    rendered (``edge/http.py``), so no other thread ever sees a count half-added."""
+
+    def _metric_init(self) -> None:
+        super()._metric_init()
+        self._count = 0.0
+
+    def inc(self, amount: float = 1, exemplar: dict[str, str] | None = None) -> None:
+        """Count ``amount`` more (never negative, as any Counter)."""
+        if exemplar:
+            self._fold()
+            super().inc(amount, exemplar)
+            self._count = self._value.get()
+        elif amount < 0:
+            raise ValueError("Counters can only be incremented by non-negative amounts.")
+        else:
+            self._count += amount
+
+    def reset(self) -> None:
+        self._count = 0.0
+        super().reset()
+
+    def _fold(self) -> None:
+        self._value.set(self._count)
+
+    def _child_samples(self) -> Any:
+        self._fold()
+        return super()._child_samples()
+
+
+class LoopHistogram(Histogram):
+    """A Histogram whose series count in plain numbers (the sum and a count per bucket), folded
+    into prometheus_client's values when collected: what ``LoopCounter`` does for a counter, for
+    the request latencies observed once per answer on the event loop."""
+
+    def _metric_init(self) -> None:
+        super()._metric_init()
+        self._tally_sum = 0.0
+        self._tally_buckets = [0] * len(self._upper_bounds)
+
+    def observe(self, amount: float, exemplar: dict[str, str] | None = None) -> None:
+        """One observation: in the first bucket whose upper bound is at least ``amount``."""
+        if exemplar:
+            self._fold()
+            super().observe(amount, exemplar)
+            self._tally_sum = self._sum.get()
+            self._tally_buckets = [bucket.get() for bucket in self._buckets]
+            return
+        self._tally_sum += amount
+        self._tally_buckets[bisect_left(self._upper_bounds, amount)] += 1
+
+    def _fold(self) -> None:
+        self._sum.set(self._tally_sum)
+        for bucket, count in zip(self._buckets, self._tally_buckets, strict=True):
+            bucket.set(count)
+
+    def _child_samples(self) -> Any:
+        self._fold()
+        return super()._child_samples()
+
+
 @dataclass(frozen=True)
 class MetricSpec:
     """One metric of the bridge: the attribute of ``Metrics`` that holds it, its prometheus_client
-    kind, its name under ``NAMESPACE``, its help text, its labels and extra options (buckets)."""
+    kind, its name under ``NAMESPACE``, its help text, its labels and extra options (buckets).
+    ``per_request``: updated for every answer, so built as the kind's ``Loop`` form (plain
+    numbers, folded in when collected)."""
 
     attribute: str
     kind: type[Counter] | type[Gauge] | type[Histogram]
@@ -60,6 +127,14 @@ class MetricSpec:
     doc: str
     labels: tuple[str, ...] = ()
     options: Mapping[str, Any] = field(default_factory=dict)
+    per_request: bool = False
+
+    @property
+    def built_as(self) -> type[Counter] | type[Gauge] | type[Histogram]:
+        """The class ``Metrics`` builds the metric with."""
+        if self.per_request:
+            return {Counter: LoopCounter, Histogram: LoopHistogram}[self.kind]
+        return self.kind
 
 
 METRIC_SPECS: tuple[MetricSpec, ...] = (
@@ -70,6 +145,7 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         "Time from a request frame's arrival to its response being queued, by API.",
         ("api",),
         {"buckets": LATENCY_BUCKETS},
+        per_request=True,
     ),
     MetricSpec(
         "requests",
@@ -77,6 +153,7 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         "requests",
         "Requests answered, by API and top-level error code name (NONE = success).",
         ("api", "error"),
+        per_request=True,
     ),
     MetricSpec(
         "group_epoch", Gauge, "group_epoch", "Current group epoch (classic groups: generation).", ("group",)
@@ -182,6 +259,10 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
 ``Metrics``), and the names, help texts and labels a scraper sees are reviewable in one place."""
 
 
+_RequestSeries = tuple[Callable[[float], None], Callable[[], None]]
+"""How one (api, error) series of answers is counted: its latency observation, its count."""
+
+
 class Metrics:
     """The bridge's metrics, in a registry of their own (one attribute per ``METRIC_SPECS`` row)."""
 
@@ -206,13 +287,14 @@ class Metrics:
     def __init__(self, group_ids: bool = True) -> None:
         self.group_ids = group_ids
         """``metrics_group_ids``: label per-group series with the group id; False: ``group_label``'s hash."""
-        self._request_children: dict[tuple[str, int | str], tuple[Any, Any]] = {}
+        self._request_children: dict[tuple[str, int | str], _RequestSeries] = {}
+        """The latency observation and the count of each (api, error) series, resolved once."""
         self.registry = CollectorRegistry(auto_describe=True)
         for spec in METRIC_SPECS:
             setattr(
                 self,
                 spec.attribute,
-                self._metric(spec.kind, spec.name, spec.doc, spec.labels, **spec.options),
+                self._metric(spec.built_as, spec.name, spec.doc, spec.labels, **spec.options),
             )
         self._epochs: dict[str, int] = {}
         self._member_series: dict[str, set[tuple[str, str]]] = {}
@@ -262,10 +344,14 @@ class Metrics:
         children = self._request_children.get((api, error))
         if children is None:  # label lookups cost more than the observation: resolve them once
             name = error_name(error) if isinstance(error, int) else error
-            children = (self.request_latency.labels(api=api), self.requests.labels(api=api, error=name))
+            children = (
+                self.request_latency.labels(api=api).observe,
+                self.requests.labels(api=api, error=name).inc,
+            )
             self._request_children[(api, error)] = children
-        children[0].observe(seconds)
-        children[1].inc()
+        observe, count = children
+        observe(seconds)
+        count()
 
     def observe_fsync(self, seconds: float) -> None:
         """One fsync of the record store (every state-revealing answer waits for one)."""

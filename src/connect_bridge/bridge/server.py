@@ -72,6 +72,7 @@ from connect_bridge.codecs.requests import (
 )
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.model import ConfigView
+from connect_bridge.state.result import CoordinatorResult
 
 __all__ = ["BridgeServer", "ServerOptions"]
 
@@ -495,8 +496,14 @@ class BridgeServer:
     async def _read_loop(self, conn: Connection) -> bool:
         """Serve requests until the peer closes (False) or a frame the bridge closes on (True)."""
         reader = conn.reader
+        options = self.options
+        frames = self.frames
+        runtime = self.runtime
         consumed = 0
         """Bytes of the frames read so far (size prefixes included)."""
+        unauthenticated = True
+        """Whether the connection must still authenticate: once it has, it stays so
+        (``Connection.authenticated`` is never reset), so it is no longer asked about per frame."""
         while True:
             # One request per connection per turn of the loop: frames already buffered would
             # otherwise be served back to back without yielding, and a client pipelining many
@@ -505,36 +512,44 @@ class BridgeServer:
             # that waits for each answer costs no extra turn.
             if conn.slot is None or conn.slot.received > consumed:
                 await asyncio.sleep(0)
-            unauthenticated = self._still_unauthenticated(conn)
-            while self._muted(conn, unauthenticated):
+            if unauthenticated:
+                unauthenticated = self._still_unauthenticated(conn)
+            while conn.pending and self._muted(conn, unauthenticated):  # the in-flight limit is >= 1
                 conn.answered.clear()
                 if conn.slot is None or not conn.slot.gone:
                     await conn.answered.wait()
                 if conn.writer.transport.is_closing() or (conn.slot is not None and conn.slot.gone):
                     return False  # closed while waiting (peer gone, idle, stop): nothing more to read
-                unauthenticated = self._still_unauthenticated(conn)
+                if unauthenticated:
+                    unauthenticated = self._still_unauthenticated(conn)
             try:
                 size_bytes = await reader.readexactly(4)
             except asyncio.IncompleteReadError:
                 return False
             conn.last_read = time.monotonic()
             (size,) = _SIZE.unpack(size_bytes)
-            unauthenticated = self._still_unauthenticated(conn)
-            limit, name = self.options.max_frame_bytes, "max_frame_bytes"
-            if unauthenticated and self.options.connections.max_unauthenticated_frame_bytes < limit:
+            if unauthenticated:
+                unauthenticated = self._still_unauthenticated(conn)
+            limit = options.max_frame_bytes
+            if unauthenticated and options.connections.max_unauthenticated_frame_bytes < limit:
                 # Checked on the size prefix, before anything of the frame is read (Kafka's
                 # sasl.server.max.receive.size): a peer without credentials reserves nothing.
-                limit = self.options.connections.max_unauthenticated_frame_bytes
+                limit = options.connections.max_unauthenticated_frame_bytes
                 name = "connections.max_unauthenticated_frame_bytes, before authentication"
+            else:
+                name = "max_frame_bytes"
             if size < 0 or size > limit:
                 log.warning("closing %s: frame of %d bytes (limit %d, %s)", conn.host, size, limit, name)
                 return True
-            if self.frames.unbudgeted(size, authenticated=not unauthenticated):
+            if not unauthenticated and size <= frames.plain_bytes:
                 payload = await reader.readexactly(size)
             else:
-                payload = await self.frames.read_payload(conn, size, authenticated=not unauthenticated)
-            if payload is None or self.frames.over_bound(conn, payload, size):
-                return True
+                if frames.unbudgeted(size, authenticated=not unauthenticated):
+                    payload = await reader.readexactly(size)
+                else:
+                    payload = await frames.read_payload(conn, size, authenticated=not unauthenticated)
+                if payload is None or frames.over_bound(conn, payload, size):
+                    return True
             consumed += 4 + size
             started = time.perf_counter()
             if self.sasl is not None:  # before anything answers: SASL first, then the session's expiry
@@ -543,21 +558,46 @@ class BridgeServer:
                     return True
                 if admitted is Admission.DONE:
                     continue
-            if len(payload) >= 8 and self.runtime.fast_path_open(conn.principal):
+            if len(payload) >= 8 and runtime.fast_path_open(conn.principal):
                 try:
                     answered = self.steady.answer(payload)
                 except Exception:  # anything odd takes the full path, which reports it properly
                     answered = None
                 if answered is not None:
-                    frame, result = answered
-                    answering = Answering(*request_header_fields(payload))
-                    # The rest of the step's bookkeeping runs once the answer is written, off the
-                    # path of a worker waiting for it (and before anything else can run).
-                    settle = functools.partial(self.runtime.settle, result)
-                    await self._respond(conn, answering, frame, self.committer.written, started, settle)
+                    framed, result = answered
+                    if self._write_steady(conn, framed, result, started):
+                        # Back-pressure: stop reading while the client lags. Only bytes the socket
+                        # did not take can pause the writer (limits high=1, low=0), so with none
+                        # left there is nothing to wait for (a peer gone shows at the next read).
+                        if conn.writer.transport.get_write_buffer_size():
+                            await conn.writer.drain()
+                    else:
+                        answering = Answering(*request_header_fields(payload))
+                        settle = functools.partial(runtime.settle_steady, result)
+                        await self._respond(conn, answering, framed, self.committer.written, started, settle)
                     continue
             if not await self._serve(conn, payload, started):
                 return True
+
+    def _write_steady(
+        self, conn: Connection, framed: Framed, result: CoordinatorResult[Any] | None, started: float
+    ) -> bool:
+        """:meth:`_respond`'s direct case for the steady-heartbeat path's answer, without a
+        coroutine of its own: written at once when nothing is queued ahead and nothing must be
+        waited for (every steady heartbeat of a worker that waits for its answers), counted under
+        the API name ``framed`` carries; False when it must go through :meth:`_respond` instead
+        (nothing done then). ``result``: what the step left to settle (``submit_steady``), settled
+        once the answer is written, off the path of a worker waiting for it (and before anything
+        else runs). The caller sees to back-pressure after a True."""
+        if conn.pending or not self.committer.is_durable(self.committer.written):
+            return False
+        seconds = time.perf_counter() - started
+        conn.writer.write(framed.frame)
+        # Counted once written: the metrics cost the worker waiting for this answer nothing.
+        if self.metrics is not None:
+            self.metrics.observe_request(framed.api, seconds, framed.error_code)
+        self.runtime.settle_steady(result)
+        return True
 
     async def _serve(self, conn: Connection, payload: bytes, started: float) -> bool:
         """Answer one request here or relay it upstream; False when the connection must close."""

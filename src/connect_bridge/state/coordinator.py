@@ -232,6 +232,26 @@ class GroupCoordinator(OwnershipSteps):
         self._after(req.group_id, now_ms)
         return response
 
+    def steady_connect_heartbeat(self, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse | None:
+        """:meth:`connect_heartbeat` of a heartbeat that only renews a stable member's session
+        (``connect_steps.steady_heartbeat``), the short way; None for any other request, with
+        nothing changed (:meth:`connect_heartbeat` answers it). The effects are the same: the member
+        is heard from, and :meth:`_after` runs whenever it has anything to do (records queued, a
+        downgrade pending); only then is the group marked changed, all :meth:`_gather` would find.
+        The steady-heartbeat path calls it for every heartbeat of a stable worker."""
+        group = self.groups.get(req.group_id) if req.group_id else None
+        if not isinstance(group, ConnectGroup) or refusal(
+            group, req.member_id, req.instance_id, req.principal
+        ):
+            return None
+        response = connect_steps.steady_heartbeat(group, req, now_ms)
+        if response is None:
+            return None
+        connect_steps.heard_from(group, req.member_id, now_ms)
+        if not group.quiet or group.downgrade_pending:
+            self._after(req.group_id, now_ms)
+        return response
+
     def prepare_assignment(self, req: PrepareAssignmentRequest, now_ms: int) -> PrepareAssignmentResponse:
         return self._client_side(req, now_ms, connect_steps.prepare_assignment, PrepareAssignmentResponse)
 
@@ -404,6 +424,30 @@ class GroupCoordinator(OwnershipSteps):
         else:
             response = classic_steps.heartbeat(group, req, now_ms)
         self._after(req.group_id, now_ms)
+        return response
+
+    def steady_classic_heartbeat(
+        self, req: capi.HeartbeatRequest, now_ms: int
+    ) -> capi.HeartbeatResponse | None:
+        """:meth:`classic_heartbeat` of a member of a Stable classic group at its generation
+        (``classic_steps.steady_heartbeat``), the short way; None for any other request, with
+        nothing changed (:meth:`classic_heartbeat` answers it). The effects are the same: the
+        session renewed, the member heard from, and :meth:`_after` run whenever it has anything to
+        do (records or parked answers queued, a rejoin due under ``releasing``; a Stable group with
+        this member is neither dead nor empty); only then is the group marked changed."""
+        group = self.groups.get(req.group_id) if req.group_id else None
+        if (
+            not isinstance(group, ClassicGroup)
+            or refusal(group, req.member_id, req.group_instance_id, req.principal)
+            or self.from_unsynced_round(req.group_id, req.member_id, req.generation_id)
+        ):
+            return None
+        response = classic_steps.steady_heartbeat(group, req, now_ms)
+        if response is None:
+            return None
+        group.heard_from(req.member_id)
+        if not group.quiet or req.group_id in self._release_rejoins:
+            self._after(req.group_id, now_ms)
         return response
 
     def classic_leave(self, req: capi.LeaveGroupRequest, now_ms: int) -> capi.LeaveGroupResponse:
@@ -584,6 +628,13 @@ class GroupCoordinator(OwnershipSteps):
             elif states.pop(gid, None) is not None:
                 self._classic_changed.add(gid)  # converted to a connect group
         touched.clear()
+
+    def has_effects(self) -> bool:
+        """Whether the steps since the last result left records, released parked answers or changed
+        classic groups: a result built now would carry more than its response and the next
+        deadline. The steady-heartbeat path asks, and builds no result when nothing happened."""
+        self._gather()
+        return bool(self._records or self._responses or self._classic_changed)
 
     def result(self, response: R = None) -> CoordinatorResult[R]:  # type: ignore[assignment]
         """The effects of the steps since the last result, with ``response``: what a caller must

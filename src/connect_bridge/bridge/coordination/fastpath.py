@@ -2,17 +2,21 @@
 
 A stable member sends the same ConnectGroupHeartbeat bytes every interval, but for the correlation
 id; the answer is the same bytes too while nothing changes (no assignment, no error). So the decoded
-engine request is cached by the request bytes without the correlation id, and the encoded response
-body by the fields it is made of. The coordinator still handles every heartbeat, through the
-runtime like every other caller (sessions are renewed, epochs checked, the result applied); only
-decoding and encoding are saved. Anything unusual takes the full path.
+engine request is cached by the request bytes without the correlation id, and the framed response
+by the fields it is made of (its correlation id patched in per answer). The coordinator still
+handles every heartbeat, through the runtime like every other caller (sessions are renewed, epochs
+checked, the result applied: ``CoordinatorRuntime.submit_steady`` hands back a result only when it
+has something to apply, which a steady heartbeat has not); only decoding, encoding and the empty
+result are saved. Anything unusual takes the full path.
 """
 
 from __future__ import annotations
 
+import struct
 from collections import OrderedDict
 from typing import Any, NamedTuple
 
+from connect_bridge.bridge.coordination.api_table import API_NAMES
 from connect_bridge.bridge.coordination.runtime import CoordinatorRuntime
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.messages import API_SPECS, ApiKey
@@ -24,6 +28,7 @@ from connect_bridge.codecs.requests import (
 )
 from connect_bridge.state.api import HeartbeatRequest, HeartbeatResponse
 from connect_bridge.state.classic import api as capi
+from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.result import CoordinatorResult
 from connect_bridge.wire import maps as wm
 
@@ -39,14 +44,24 @@ _CLASSIC_RESPONSE_HEADER = tuple(
 )
 """Response header version by Heartbeat version (v4+ is flexible: the header has tagged fields)."""
 _ENTRY_OVERHEAD = 256
-"""Bytes counted per cache entry besides its key (the dict slot, the decoded request or body)."""
+"""Bytes counted per cache entry besides its key (the dict slot, the decoded request or answer)."""
+_HEARTBEAT_NAME = API_NAMES[_HEARTBEAT]
+_CLASSIC_HEARTBEAT_NAME = API_NAMES[_CLASSIC_HEARTBEAT]
+"""The ``api`` label of each heartbeat's metrics, as the full path names it."""
+_CONNECT_STEADY, _CONNECT_FULL = GroupCoordinator.steady_connect_heartbeat, GroupCoordinator.connect_heartbeat
+_CLASSIC_STEADY, _CLASSIC_FULL = GroupCoordinator.steady_classic_heartbeat, GroupCoordinator.classic_heartbeat
+"""Each heartbeat's steps: the steady one first, the full one when it does not apply."""
+_CORRELATION = struct.Struct(">i")
+"""The correlation id, after the 4-byte size of a framed response: patched into a cached frame."""
 
 
 class Framed(NamedTuple):
-    """A response already framed here, with its error code (the metrics label it by that code)."""
+    """A response already framed here, with its error code and the name of its API (the metrics
+    label it by both)."""
 
     frame: bytes
     error_code: int
+    api: str
 
 
 class _Lru(OrderedDict):
@@ -71,7 +86,7 @@ class _Lru(OrderedDict):
 
 
 class SteadyHeartbeats:
-    """Caches decoded steady heartbeats and encoded answers (three LRUs sharing ``limit_bytes``)."""
+    """Caches decoded steady heartbeats and framed answers (three LRUs sharing ``limit_bytes``)."""
 
     def __init__(
         self,
@@ -85,12 +100,14 @@ class SteadyHeartbeats:
         """Larger frames take the full path (a steady heartbeat is a few dozen bytes)."""
         self.requests: _Lru = _Lru(limit_bytes // 3)
         self.classic_requests: _Lru = _Lru(limit_bytes // 3)
-        self.bodies: _Lru = _Lru(limit_bytes // 3)
+        self.answers: _Lru = _Lru(limit_bytes // 3)
+        """Framed steady answers (correlation id 0), by the fields they are made of."""
 
-    def answer(self, payload: bytes) -> tuple[Framed, CoordinatorResult[Any]] | None:
-        """The framed response (with its error code) and the step's result, submitted but not
-        settled (``CoordinatorRuntime.settle`` it once the answer is written), or None when this
-        frame needs the full path."""
+    def answer(self, payload: bytes) -> tuple[Framed, CoordinatorResult[Any] | None] | None:
+        """The framed response (with its error code and API name) and the step's result when it
+        has effects (``CoordinatorRuntime.submit_steady``: None for every steady heartbeat;
+        ``settle_steady`` it either way once the answer is written), or None when this frame needs
+        the full path."""
         api_key, version, correlation = request_header_fields(payload)
         if len(payload) > self.max_frame:
             return None
@@ -109,9 +126,7 @@ class SteadyHeartbeats:
         runtime = self.runtime
         if not runtime.answers_here(req.group_id):
             return None
-        now = runtime.clock()
-        result = runtime.submit(lambda coordinator: coordinator.connect_heartbeat(req, now))
-        resp = result.response
+        resp, result = runtime.submit_steady(_CONNECT_STEADY, _CONNECT_FULL, req)
         if not known and resp.error_code == _NONE:
             # Cached only once the coordinator knew the member: requests naming unknown members
             # must not fill the cache (issue 11.4).
@@ -119,12 +134,15 @@ class SteadyHeartbeats:
         if resp.assignment is not None or resp.error_code != _NONE:
             # Not steady after all: the caller must not have changed state twice, so answer here.
             body = wm.heartbeat_response_to_wire(resp, version).encode(version=version)
-            return Framed(response_frame(correlation, _RESPONSE_HEADER, body), resp.error_code), result
-        return Framed(response_frame(correlation, _RESPONSE_HEADER, self._body(resp)), _NONE), result
+            frame = response_frame(correlation, _RESPONSE_HEADER, body)
+            return Framed(frame, resp.error_code, _HEARTBEAT_NAME), result
+        template = self._steady_frame(resp)
+        frame = template[:4] + _CORRELATION.pack(correlation) + template[8:]
+        return Framed(frame, _NONE, _HEARTBEAT_NAME), result
 
     def _classic(
         self, payload: bytes, version: int, correlation: int
-    ) -> tuple[Framed, CoordinatorResult[Any]] | None:
+    ) -> tuple[Framed, CoordinatorResult[Any] | None] | None:
         """A Java worker's classic Heartbeat (the same bytes every interval) for a group this bridge
         holds; any other group takes the full path, which relays it upstream in proxy mode."""
         key = without_correlation_id(payload)
@@ -136,28 +154,28 @@ class SteadyHeartbeats:
         runtime = self.runtime
         if req.group_id not in runtime.coordinator.groups or not runtime.answers_here(req.group_id):
             return None
-        now = runtime.clock()
-        result = runtime.submit(lambda coordinator: coordinator.classic_heartbeat(req, now))
-        resp = result.response
+        resp, result = runtime.submit_steady(_CLASSIC_STEADY, _CLASSIC_FULL, req)
         if not known and resp.error_code == _NONE:
             self.classic_requests.put(key, req)  # known members only, as above
         body_key = ("classic", version, resp.error_code)
-        body = self.bodies.get(body_key)
-        if body is None:
-            body = bytes(wm.classic_heartbeat_response_to_wire(resp, version).encode(version=version))
-            self.bodies.put(body_key, body)
-        frame = response_frame(correlation, _CLASSIC_RESPONSE_HEADER[version], body)
-        return Framed(frame, resp.error_code), result
+        template = self.answers.get(body_key)
+        if template is None:
+            body = wm.classic_heartbeat_response_to_wire(resp, version).encode(version=version)
+            template = response_frame(0, _CLASSIC_RESPONSE_HEADER[version], body)
+            self.answers.put(body_key, template)
+        frame = template[:4] + _CORRELATION.pack(correlation) + template[8:]
+        return Framed(frame, resp.error_code, _CLASSIC_HEARTBEAT_NAME), result
 
-    def _body(self, resp: HeartbeatResponse) -> bytes:
+    def _steady_frame(self, resp: HeartbeatResponse) -> bytes:
+        """The framed steady answer ``resp`` (correlation id 0): the same bytes for every heartbeat
+        of the member at its epoch, so they are encoded once."""
         key = (resp.member_id, resp.member_epoch, resp.heartbeat_interval_ms)
-        body = self.bodies.get(key)
-        if body is None:
-            body = bytes(
-                wm.heartbeat_response_to_wire(resp, _HEARTBEAT_VERSION).encode(version=_HEARTBEAT_VERSION)
-            )
-            self.bodies.put(key, body)
-        return body
+        template = self.answers.get(key)
+        if template is None:
+            body = wm.heartbeat_response_to_wire(resp, _HEARTBEAT_VERSION).encode(version=_HEARTBEAT_VERSION)
+            template = response_frame(0, _RESPONSE_HEADER, body)
+            self.answers.put(key, template)
+        return template
 
 
 def _steady_request(req: HeartbeatRequest) -> bool:

@@ -4,9 +4,10 @@ Kafka's ``CoordinatorRuntime`` runs each write operation on a shard, appends the
 operation returned, completes its response once they are committed and schedules its timers. Here
 the request handlers (``handlers``), the steady-heartbeat path (``fastpath``), the timer loop, the
 high-availability hand-overs (``ha.partitions``) and adoption (``adoption.wiring``) all change the
-coordinator through :meth:`CoordinatorRuntime.run` (or :meth:`submit` then :meth:`settle`): a step
-is a function of the coordinator, and its effects come back as one value
-(``state.result.CoordinatorResult``), which the runtime applies:
+coordinator through :meth:`CoordinatorRuntime.run` (or :meth:`submit` then :meth:`settle`; the
+steady-heartbeat path :meth:`submit_steady` then :meth:`settle_steady`, which build no result for a
+step that changed nothing but a session): a step is a function of the coordinator, and its effects
+come back as one value (``state.result.CoordinatorResult``), which the runtime applies:
 
 * the records go to the committer (a response computed now waits until they are durable);
 * parked JoinGroup/SyncGroup answers the step released are completed;
@@ -50,6 +51,7 @@ __all__ = ["CoordinatorRuntime", "Gate", "Parked", "RecordCommitter"]
 
 log = logging.getLogger("connect_bridge.server")
 R = TypeVar("R")
+Q = TypeVar("Q")
 
 _LOADING = int(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
 _INVALID = int(ErrorCode.INVALID_REQUEST)
@@ -194,7 +196,41 @@ class CoordinatorRuntime:
         """Run ``step`` and hand its records to the committer: the part of applying a result an
         answer must wait for (it is written once they are durable). :meth:`settle` does the rest."""
         coordinator = self.coordinator
-        result = coordinator.result(step(coordinator))
+        return self._commit(coordinator.result(step(coordinator)))
+
+    def submit_steady(
+        self,
+        steady: Callable[[GroupCoordinator, Q, int], R | None],
+        full: Callable[[GroupCoordinator, Q, int], R],
+        request: Q,
+    ) -> tuple[R, CoordinatorResult[R] | None]:
+        """:meth:`submit` for the steady-heartbeat path: ``steady(coordinator, request, now)``, or
+        ``full`` (the same arguments) when that answers None. The step's response, and its result
+        only when it has effects to apply (records, released answers, a classic state change, or
+        metrics that have not seen every group yet); None for a steady heartbeat, which only renews
+        a session: building and settling a result for it would cost more than the step itself.
+        Either way :meth:`settle_steady` it once the answer is written."""
+        coordinator = self.coordinator
+        now = self.clock()
+        response = steady(coordinator, request, now)
+        if response is None:
+            response = full(coordinator, request, now)
+        if coordinator.has_effects() or (self.metrics is not None and not self._groups_observed):
+            return response, self._commit(coordinator.result(response))
+        return response, None
+
+    def settle_steady(self, result: CoordinatorResult[Any] | None) -> None:
+        """:meth:`settle` of what :meth:`submit_steady` gave: without a result, only the timer loop
+        is woken if the step armed a deadline earlier than the one it sleeps until (a heartbeat
+        can end another member's first session sooner: ``connect.membership.heard_from``)."""
+        if result is not None:
+            self.settle(result)
+        else:
+            self._wake_for(self.coordinator.next_deadline())
+
+    def _commit(self, result: CoordinatorResult[R]) -> CoordinatorResult[R]:
+        """Hand ``result``'s records to the committer (and note what they reveal); ``result``."""
+        coordinator = self.coordinator
         records = result.records
         try:
             self.committer.submit(records)
@@ -220,9 +256,13 @@ class CoordinatorRuntime:
             result.records or result.classic_changed or not self._groups_observed
         ):
             self._observe_groups(result)
-        deadline = result.next_deadline
+        self._wake_for(result.next_deadline)
+
+    def _wake_for(self, deadline: int | None) -> None:
+        """Wake the timer loop when ``deadline`` (the coordinator's next, after a step) is earlier
+        than the one it sleeps until: only then, or it would sleep past it."""
         if deadline is not None and (self._sleeping_until is None or deadline < self._sleeping_until):
-            self._timer_wake.set()  # only when the timer loop would otherwise sleep past it
+            self._timer_wake.set()
 
     async def durable(self) -> None:
         """Wait until everything handed to the committer so far is durable."""

@@ -44,6 +44,10 @@ class FrameAdmission:
         """Bytes of unauthenticated frames above ``UNAUTHENTICATED_SMALL_FRAME`` being read right now."""
         self.cluster_frames = CLUSTER_FRAMES_PROXY if options.upstream else CLUSTER_FRAMES_EMBEDDED
         """Requests refused above ``limits.max_cluster_request_bytes`` (``api_table.Limit``)."""
+        self.plain_bytes = min(LARGE_FRAME, options.limits.max_cluster_request_bytes, decoder.max_frame_bytes)
+        """An authenticated frame up to this size is read without a budget (``unbudgeted``) and is
+        within every bound (``over_bound``): the server asks neither for it (most frames; a
+        steady heartbeat is a few dozen bytes)."""
 
     @staticmethod
     def unbudgeted(size: int, *, authenticated: bool = True) -> bool:

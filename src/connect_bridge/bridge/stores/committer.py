@@ -72,7 +72,7 @@ class Committer:
     def is_durable(self, seq: int) -> bool:
         """Whether a response waiting for ``seq`` may leave now, without awaiting ``durable``
         (False for a fenced one: ``durable`` then says why)."""
-        return seq <= self._durable and not self._was_fenced(seq)
+        return seq <= self._durable and not (self._fenced and self._was_fenced(seq))
 
     def _was_fenced(self, seq: int) -> bool:
         return bool(self._fenced) and any(after < seq <= upto for after, upto in self._fenced)

@@ -62,7 +62,7 @@ from connect_bridge.state.classic.state import (
     ClassicDescribedMember,
     ClassicGroup,
 )
-from connect_bridge.state.classic.sync import heartbeat, sync
+from connect_bridge.state.classic.sync import heartbeat, steady_heartbeat, sync
 from connect_bridge.state.classic.timers import on_timer, removed_by
 
 __all__ = [
@@ -88,5 +88,6 @@ __all__ = [
     "on_timer",
     "rebuild_after_load",
     "removed_by",
+    "steady_heartbeat",
     "sync",
 ]

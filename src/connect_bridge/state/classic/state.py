@@ -360,6 +360,11 @@ class ClassicGroup:
         out, self._records = self._records, []
         return out
 
+    @property
+    def quiet(self) -> bool:
+        """Nothing queued for the coordinator to gather (no record, no parked answer completed)."""
+        return not self._records and not self._outbox
+
     def to_snapshot(self) -> ClassicGroupSnapshot:
         return ClassicGroupSnapshot(
             generation=self.generation_id,

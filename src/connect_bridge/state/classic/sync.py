@@ -158,6 +158,15 @@ def _tell(group: ClassicGroup, member_id: str, error: ErrorCode) -> None:
         member.told_to_rejoin = True
 
 
+def steady_heartbeat(group: ClassicGroup, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse | None:
+    """The Stable case of :func:`heartbeat`: a member at the group's generation has its session
+    renewed, and nothing else changes. None for any other heartbeat, with nothing changed."""
+    if group.state is not _S.STABLE or generation_error(group, req) is not None:
+        return None
+    group.arm_session(group.members[req.member_id], now_ms)
+    return HeartbeatResponse()
+
+
 def heartbeat(group: ClassicGroup, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
     """Heartbeat: keeps the session; REBALANCE_IN_PROGRESS tells a member to rejoin."""
     if group.state is _S.DEAD:
@@ -178,4 +187,4 @@ def heartbeat(group: ClassicGroup, req: HeartbeatRequest, now_ms: int) -> Heartb
     return HeartbeatResponse()
 
 
-__all__ = ["generation_error", "heartbeat", "sync"]
+__all__ = ["generation_error", "heartbeat", "steady_heartbeat", "sync"]

@@ -39,6 +39,7 @@ from connect_bridge.state.connect.heartbeat import (
     install_assignment,
     prepare_assignment,
     set_config,
+    steady_heartbeat,
 )
 from connect_bridge.state.connect.membership import (
     downgrade_due,
@@ -73,5 +74,6 @@ __all__ = [
     "rebuild_after_load",
     "remove_member",
     "set_config",
+    "steady_heartbeat",
     "tombstone_all",
 ]

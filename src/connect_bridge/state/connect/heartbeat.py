@@ -140,10 +140,12 @@ def _temporary_leave(group: ConnectGroup, req: HeartbeatRequest, now_ms: int) ->
     )
 
 
-def heartbeat(group: ConnectGroup, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
+def steady_heartbeat(group: ConnectGroup, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse | None:
+    """The steady case of :func:`heartbeat`: a stable member at the group's epoch with nothing to
+    report, which has acknowledged what it was last told. Its session is renewed and nothing else
+    changes (no record, no reconciliation). None for any other heartbeat, with nothing changed."""
     epoch = req.member_epoch
     member = group.members.get(req.member_id)
-    # The steady-state fast path: a stable member with nothing to report.
     if (
         member is not None
         and epoch == member.current.member_epoch
@@ -164,6 +166,13 @@ def heartbeat(group: ConnectGroup, req: HeartbeatRequest, now_ms: int) -> Heartb
             member_epoch=epoch,
             heartbeat_interval_ms=group.config.heartbeat_interval_ms,
         )
+    return None
+
+
+def heartbeat(group: ConnectGroup, req: HeartbeatRequest, now_ms: int) -> HeartbeatResponse:
+    steady = steady_heartbeat(group, req, now_ms)
+    if steady is not None:
+        return steady
     try:
         return _heartbeat(group, req, now_ms)
     except RequestError as exc:

@@ -186,6 +186,8 @@ def _end_first_sessions_of_earlier_incarnations(group: ConnectGroup, member_id: 
     30 s bound). Its hold is unchanged: a timer removing it still holds what it owned until a
     JoinGroup it might have parked would have timed out (``remove_by_timer``), and held work goes
     back to the member of its url (``holds.hold_departed``)."""
+    if not group.waits_elsewhere_until:
+        return  # nobody loaded and silent (every heartbeat of a stable group comes here)
     member = group.members.get(member_id)
     url = member.metadata.url if member is not None else ""
     if not url:

@@ -369,6 +369,11 @@ class ConnectGroup:
         out, self._records = self._records, []
         return out
 
+    @property
+    def quiet(self) -> bool:
+        """Nothing queued for the coordinator to gather (no record written since the last drain)."""
+        return not self._records
+
     def write(self, record: Record) -> None:
         """The one way persisted state changes: apply the record as replay would, and queue it."""
         self.apply(record)
