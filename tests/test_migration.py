@@ -1121,3 +1121,26 @@ def test_legacy_member_ahead_of_the_config_view_gets_config_mismatch() -> None:
     _, asg = decoded(csync(coord, w1, jr.generation_id, now=80))
     assert asg.error == 0 and asg.config_offset == OFFSET + 2
     assert not frozenset(asg.items) & b_items
+
+
+def test_a_legacy_member_whose_epoch_moved_on_before_its_sync_rejoins_at_once() -> None:
+    """A legacy member's JoinGroup is answered at the group's epoch of that moment; when the target
+    moves on before its SyncGroup (another member joins, a hold ends), the SyncGroup says
+    REBALANCE_IN_PROGRESS, as Kafka's classic coordinator answers a SyncGroup once a new rebalance
+    began. Answering it with the old generation's assignment left the worker without its new work
+    until its next heartbeat, up to ``heartbeat.interval.ms`` later (a Java leader whose scheduled
+    rebalance fired 4 ms before the bridge's hold ended: tests/test_java_versus_kafka.py)."""
+    coord, _, w1, _, _ = upgraded_and_settled()
+    joined = cjoin(coord, w1, "http://w1/", W1_FULL - {A2}, now=300)
+    assert joined is not None and joined.error_code == 0 and joined.generation_id == 2
+    w4 = njoin(coord, "", "http://w4/", now=301).member_id
+    assert connect(coord).assignment_epoch == 3 and w4 in connect(coord).members
+    answer = csync(coord, w1, 2, now=302)
+    assert answer is not None and answer.error_code == RIP, answer
+    rejoined = cjoin(coord, w1, "http://w1/", W1_FULL - {A2}, now=303)
+    assert rejoined is not None and rejoined.error_code == 0
+    synced = csync(coord, w1, rejoined.generation_id, now=304)
+    assert synced is not None and synced.error_code == 0, synced
+    # At the epoch it rejoined to, nothing is left for a heartbeat to tell it.
+    member = connect(coord).members[w1].current
+    assert member.member_epoch == connect(coord).assignment_epoch or member.state is MemberState.UNREVOKED

@@ -209,6 +209,17 @@ def sync(group: ConnectGroup, req: api.SyncGroupRequest, now_ms: int) -> api.Syn
             )
         if group.legacy_members.states.get(member.member_id) is ClassicGroupState.PREPARING_REBALANCE:
             raise RequestError(ErrorCode.REBALANCE_IN_PROGRESS, "rejoin first")
+        if _target_moved_since_join(group, member):
+            group.legacy_members.set_state(
+                member.member_id,
+                ClassicGroupState.PREPARING_REBALANCE,
+                now_ms,
+                member.metadata.rebalance_timeout_ms,
+            )
+            raise RequestError(
+                ErrorCode.REBALANCE_IN_PROGRESS,
+                f"the target moved to epoch {group.assignment_epoch} after this member joined",
+            )
     except RequestError as exc:
         return api.SyncGroupResponse(error_code=int(exc.code), error_message=exc.message)
     group.arm_session(member, now_ms)
@@ -222,6 +233,22 @@ def sync(group: ConnectGroup, req: api.SyncGroupRequest, now_ms: int) -> api.Syn
         member.member_id, EMPTY if _config_mismatch(group) else member.current.assigned
     )
     return api.SyncGroupResponse(protocol_type=PROTOCOL_TYPE, protocol_name=name, assignment=assignment)
+
+
+def _target_moved_since_join(group: ConnectGroup, member: Member) -> bool:
+    """Whether the target moved past the epoch the member's JoinGroup answered while it was
+    between JoinGroup and SyncGroup (another member joined or left, a hold ended).
+
+    A JoinGroup reconciles the member to the newest target it can reach: the target's epoch, or,
+    while it still has work to revoke (UNREVOKED), its old one. So a member behind the target
+    that is not revoking saw the target move after its join, and another JoinGroup moves it on.
+    Kafka's classic coordinator answers such a SyncGroup REBALANCE_IN_PROGRESS; answering it with
+    the old epoch's assignment left the worker without its new work until its next heartbeat, a
+    heartbeat interval later (a Java worker whose scheduled rebalance fired a few ms before the
+    bridge's hold ended, tests/test_java_versus_kafka.py). A revoking member gets its revocation:
+    Connect rejoins right after applying one."""
+    current = member.current
+    return current.member_epoch < group.assignment_epoch and current.state is not MemberState.UNREVOKED
 
 
 # ------------------------------------------------------------------ Heartbeat
