@@ -34,6 +34,7 @@ from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.coordinator import GroupCoordinator
 from connect_bridge.state.model import ConfigView
 from connect_bridge.state.records import RecordType
+from connect_bridge.wire.classic import join_from_wire
 
 WORKERS = ["w1", "w2", "w3"]
 
@@ -377,3 +378,58 @@ async def _emptied() -> None:
     assert bridge.durable_calls  # awaited durable before anything is answered locally
     assert G not in bridge.coordinator.groups and bridge.upstream.left == []
     assert bridge.adoption.progress[G].taken_over_generation == -1  # nothing of it was observed
+
+
+def test_a_released_group_answers_an_owed_round_here_and_relays_everything_else() -> None:
+    """``released`` with a round owed to w2 (``RoundsDue``: a timer removed it during the hand-back,
+    docs/adoption.md): w2's JoinGroup is the bridge's to answer (neither relayed nor observed), and
+    so are that round's SyncGroup and Heartbeat; w1's JoinGroup, and w2's next one, go upstream."""
+    asyncio.run(_owed_round_routing())
+
+
+async def _owed_round_routing() -> None:
+    from kafka.protocol.consumer.group import JoinGroupRequest, SyncGroupRequest
+
+    from connect_bridge.codecs.messages import ApiKey
+    from connect_bridge.state.adoption.records import GroupOwnership, ownership_record
+    from test_migration import protocols as connect_protocols
+
+    relay, _, _, _ = formed()
+    bridge = Bridge(relay)
+    owed = GroupOwnership(OwnershipState.RELEASED, 7, 0, rounds_due=("http://w2/",))
+    bridge.coordinator.ownership.apply(ownership_record(G, owed))
+
+    def join(worker: str, member_id: str) -> Any:
+        msg = JoinGroupRequest(
+            group_id=G, session_timeout_ms=10_000, rebalance_timeout_ms=60_000, member_id=member_id,
+            group_instance_id=None, protocol_type="connect", reason=None,
+            protocols=[
+                JoinGroupRequest.JoinGroupRequestProtocol(name=n, metadata=md)
+                for n, md in connect_protocols(f"http://{worker}/")
+            ],
+        )
+        return decode_request(encode_request(msg, 9, 1, worker))
+
+    adoption = bridge.adoption
+    other = join("w1", "")
+    assert not adoption.owed_round(ApiKey.JOIN_GROUP, other)
+    assert await adoption.before_routing(bridge.conn("w1"), ApiKey.JOIN_GROUP, other)
+    adoption.not_relayed(G)
+    mine = join("w2", "w2-old-member")
+    assert adoption.owed_round(ApiKey.JOIN_GROUP, mine)
+    assert not await adoption.before_routing(bridge.conn("w2"), ApiKey.JOIN_GROUP, mine)
+    answer = bridge.runtime.run(lambda c: c.classic_join(join_from_wire(mine.body, 9), relay.now))
+    assert answer.error_code == 0 and answer.leader == answer.member_id == "w2-old-member"
+    assert answer.generation_id == 8
+    sync = decode_request(
+        encode_request(
+            SyncGroupRequest(
+                group_id=G, generation_id=8, member_id="w2-old-member", group_instance_id=None,
+                protocol_type="connect", protocol_name="sessioned", assignments=[],
+            ),
+            5, 2, "w2",
+        )
+    )
+    assert adoption.owed_round(ApiKey.SYNC_GROUP, sync)
+    assert not adoption.owed_round(ApiKey.JOIN_GROUP, mine)  # answered: the next one is upstream's
+    assert await adoption.before_routing(bridge.conn("w2"), ApiKey.JOIN_GROUP, mine)

@@ -105,8 +105,8 @@ def test_the_hold_survives_a_restart() -> None:
     assert not after.groups[G].members
     assert not after.finish_release(G, SESSION_MS + DELAY_MS - 1)
     assert after.finish_release(G, SESSION_MS + DELAY_MS)
-    holds = [r for r in log if r.type is RecordType.GROUP_OWNERSHIP and r.value.hold_until_ms >= 0]  # type: ignore[union-attr]
-    assert [r.value.hold_until_ms for r in holds] == [SESSION_MS + DELAY_MS]  # type: ignore[union-attr]
+    holds = {r.value.hold_until_ms for r in log if r.type is RecordType.GROUP_OWNERSHIP}  # type: ignore[union-attr]
+    assert holds == {-1, SESSION_MS + DELAY_MS}
 
 
 def test_an_eager_group_holds_the_zombie_grace() -> None:
@@ -281,3 +281,103 @@ def test_the_unsynced_round_of_a_static_worker_is_never_fenced() -> None:
     )
     assert other.error_code == ErrorCode.FENCED_INSTANCE_ID, other
     assert w1 in classic(coord).members and w2 in classic(coord).members
+
+
+LATER = 10**9
+"""Any time after the hand-back (the round depends on no clock)."""
+
+
+def _round_then_relayed(coord: GroupCoordinator, member_id: str, url: str, above: int) -> None:
+    """``member_id``'s worker (at ``url``, still running W2_FULL) joins after ``released``: the
+    bridge answers it with an unsynced leader round above generation ``above``, whose SyncGroup
+    is answered UNKNOWN_MEMBER_ID here; the round is owed no more, so its next JoinGroup is
+    upstream's."""
+    from test_migration import protocols
+
+    join = capi.JoinGroupRequest(
+        G, member_id, "connect", protocols(url, W2_FULL), session_timeout_ms=SESSION_MS,
+        rebalance_timeout_ms=60_000,
+    )
+    assert coord.unsynced_round_due(join)
+    answer = coord.classic_join(join, LATER)
+    assert answer is not None and answer.error_code == 0 and answer.leader == answer.member_id == member_id
+    assert answer.generation_id > above
+    assert coord.from_unsynced_round(G, member_id, answer.generation_id)
+    synced = csync(coord, member_id, answer.generation_id, now=LATER)
+    assert synced is not None and synced.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+    assert not coord.unsynced_round_due(join)
+    assert url not in coord.ownership.get(G).rounds_due  # type: ignore[union-attr]
+
+
+def test_a_worker_a_timer_removed_while_releasing_forgets_when_it_comes_back_after_released() -> None:
+    """w2 falls silent while the group is released and a timer removes it; the hand-back finishes
+    after its hold. w2 comes back only then (a partition longer than the hold): its JoinGroup went
+    upstream as it was, and w2, which led the bridge's generations in the drill, led upstream
+    remembering them, took work no upstream member reported for lost and delayed it a whole
+    scheduled delay more (fleet drill 98903296711928: 96.3 s unowned against a 90 s bound). Now
+    the round is owed by the ownership record and given at its first JoinGroup after ``released``."""
+    coord, _, w1, w2 = releasing()
+    assert cjoin(coord, w1, "http://w1/", W1_FULL, now=START_MS, token="w1-join") is None
+    coord.advance(SESSION_MS)  # w2's session ends
+    w1_handed_back(coord, w1, SESSION_MS)
+    last_generation = classic(coord).generation_id
+    assert coord.ownership.get(G).rounds_due == ("http://w2/",)  # type: ignore[union-attr]
+    assert coord.finish_release(G, SESSION_MS + DELAY_MS)
+    released = coord.ownership.get(G)
+    assert released is not None and released.state is OwnershipState.RELEASED
+    assert released.rounds_due == ("http://w2/",) and released.generation >= last_generation
+    _round_then_relayed(coord, w2, "http://w2/", last_generation)
+
+
+def emptied_connect_group() -> tuple[GroupCoordinator, str, int]:
+    """An adopted group of w1 and w2 (``stable_classic``) in which w2 fell silent: at its session's
+    end the group became a connect group holding W2_FULL for it until 12,000 + DELAY_MS; then w1
+    left at 12,500 (its work held too). Returns (coordinator, w2, the group epoch)."""
+    from connect_bridge.state.connect.group import ConnectGroup
+    from test_migration import cbeat
+
+    coord = coordinator(scheduled_rebalance_max_delay_ms=DELAY_MS)
+    w1, w2 = stable_classic(coord)
+    coord.change_ownership(G, OwnershipState.RELAYING, -1, 0)
+    coord.change_ownership(G, OwnershipState.ADOPTED, 1, 0)
+    for now in range(3_000, 12_001, 3_000):  # only w1 heartbeats
+        cbeat(coord, w1, 1, now=now)
+        coord.advance(now)
+    group = coord.groups[G]
+    assert isinstance(group, ConnectGroup) and w2 not in group.members
+    assert [(h.url, h.deadline_ms) for h in group.metadata.held] == [("http://w2/", 12_000 + DELAY_MS)]
+    left = coord.classic_leave(capi.LeaveGroupRequest(G, (capi.LeavingMember(w1, None, "stopping"),)), 12_500)
+    assert left.members[0][2] == ErrorCode.NONE and not group.members
+    # Connect's assignor holds a departed worker's work however it left: w1's too.
+    assert {(h.url, h.deadline_ms) for h in group.metadata.held} == {
+        ("http://w2/", 12_000 + DELAY_MS),
+        ("http://w1/", 12_500 + DELAY_MS),
+    }
+    return coord, w2, group.group_epoch
+
+
+def test_an_emptied_connect_group_is_handed_back_after_its_holds_and_its_held_workers_forget() -> None:
+    """The group the bridge hands back is an emptied connect group still holding w2's work for
+    w2, which may still run it (fleet drill 98903296711928, where w2 was cut off). The hand-back
+    finished at once: upstream's first leader would deal that work at once, and w2, elected
+    Connect leader in each of its JoinGroups to the connect group, led upstream remembering the
+    held work as its own generation's and delayed it a second scheduled delay. Now the hand-back
+    waits for the hold, and w2 gets an unsynced leader round above the group's epoch, while
+    ``releasing`` or after (owed by the ownership record, so a restart keeps it)."""
+    coord, w2, epoch = emptied_connect_group()
+    end = 12_500 + DELAY_MS
+    coord.start_release(G, 13_000)
+    assert coord.hand_back_hold_until(G) == end
+    assert not coord.finish_release(G, 13_000)
+    assert not coord.finish_release(G, end - 1)
+    log = coord.drain_records()
+    assert coord.finish_release(G, end)
+    log += coord.drain_records()
+    released = coord.ownership.get(G)
+    assert released is not None and released.generation >= epoch
+    assert released.rounds_due == ("http://w1/", "http://w2/")
+
+    after = GroupCoordinator(coord.config)  # a restart: the owed round is in the records
+    after.replay([decode_record(*encode_record(r)) for r in log], end + 1)
+    assert after.ownership.get(G) == released
+    _round_then_relayed(after, w2, "http://w2/", epoch)

@@ -611,7 +611,8 @@ class BridgeServer:
             adopting = adoption is not None and self.loaded and isinstance(decoded, DecodedRequest)
             if adopting and await adoption.before_routing(conn, api_key, decoded):
                 return await forward_observed(relay, adoption, self._respond, conn, payload, decoded, started)
-            if not relay.answers_locally(api_key, decoded):
+            owed_round = adopting and adoption.owed_round(api_key, decoded)
+            if not owed_round and not relay.answers_locally(api_key, decoded):
                 return await forward_upstream(relay, self._respond, conn, payload, api_key, started)
         if decoded is None:
             decoded = await self.decoder.decode(payload)

@@ -419,7 +419,11 @@ class SimulatedBridge:
         ``adoption.wiring``); ``_HELD`` for a JoinGroup held until the hand-back completes,
         ``None`` for an answer the coordinator parked."""
         phase = self.phase()
-        if self.upstream is not None and phase in (OwnershipState.RELAYING, OwnershipState.RELEASED):
+        if (
+            self.upstream is not None
+            and phase in (OwnershipState.RELAYING, OwnershipState.RELEASED)
+            and not self._owed_round(sent.method, req)
+        ):
             return self._relay(sent.method, req, t, sent.worker.name)
         if phase is OwnershipState.RELEASING and sent.method == "classic_join":
             group = self.coordinator.groups.get(self.scenario.group)
@@ -453,6 +457,17 @@ class SimulatedBridge:
             self.parked_timeouts[(name, incarnation, kind, seq)] = timeout_at
         self._after_coordinator(t)
         return resp
+
+    def _owed_round(self, method: str, req: Any) -> bool:
+        """``released``: the coordinator answers the unsynced leader round owed to a worker a timer
+        removed during the hand-back, as the server's ``Adoption._owed_round`` routes it."""
+        if self.phase() is not OwnershipState.RELEASED:
+            return False
+        if method == "classic_join":
+            return self.coordinator.unsynced_round_due(req)
+        if method in ("classic_sync", "classic_heartbeat"):
+            return self.coordinator.from_unsynced_round(req.group_id, req.member_id, req.generation_id)
+        return False
 
     def _relay(self, method: str, req: Any, t: int, worker_name: str | None) -> Any:
         """The upstream coordinator answers; the relay's observer sees the exchange."""

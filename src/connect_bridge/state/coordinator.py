@@ -74,6 +74,7 @@ class GroupCoordinator(OwnershipSteps):
         self._records: list[Record] = []
         self._release_rejoins: set[str] = set()
         self._unsynced_rounds: dict[str, set[str]] = {}
+        self._released_rounds: dict[str, set[tuple[str, int]]] = {}
         self._forget_rounds: dict[str, ForgetRounds] = {}
         """Group id -> the unsynced leader rounds of the classic group that replaces the emptied
         connect group it named (``classic.join.forget_round``), until that classic group is

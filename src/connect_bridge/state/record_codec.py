@@ -143,7 +143,10 @@ _CLASSIC = StructMap(
 
 _OWNERSHIP = StructMap(
     GroupOwnership,
-    {"state": Field(to_wire=WIRE_STATES.index, from_wire=WIRE_STATES.__getitem__)},
+    {
+        "state": Field(to_wire=WIRE_STATES.index, from_wire=WIRE_STATES.__getitem__),
+        "rounds_due": Field(from_wire=tuple),
+    },
 )
 """Ownership phases as their index in ``WIRE_STATES`` (0 relaying ... 3 released)."""
 

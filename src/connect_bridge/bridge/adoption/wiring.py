@@ -146,10 +146,25 @@ class Adoption:
             local = self.runtime.coordinator.groups.get(group_id)
             if local is None or not local.members:  # a config view makes an empty one
                 await self._classify(group_id)
-        if self.phase(group_id) not in _OBSERVED_PHASES:
+        if self.phase(group_id) not in _OBSERVED_PHASES or self.owed_round(api_key, decoded):
             return False
         self._inflight[group_id] = self._inflight.get(group_id, 0) + 1
         return True
+
+    def owed_round(self, api_key: int, decoded: DecodedRequest) -> bool:
+        """``released``: whether the coordinator answers this request itself, as part of the
+        unsynced leader round owed to a worker a timer removed during the hand-back (its
+        JoinGroup, then that round's SyncGroup and Heartbeat: ``OwnershipSteps.unsynced_round``),
+        although the group is the upstream's: neither relayed nor observed."""
+        if self.phase(decoded.body.group_id) is not OwnershipState.RELEASED:
+            return False
+        coordinator = self.runtime.coordinator
+        if api_key == ApiKey.JOIN_GROUP:
+            return coordinator.unsynced_round_due(join_from_wire(decoded.body, decoded.api_version))
+        if api_key in (ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT):
+            body = decoded.body
+            return coordinator.from_unsynced_round(body.group_id, body.member_id, body.generation_id)
+        return False
 
     async def _classify(self, group_id: str) -> None:
         """A watched group's first JoinGroup: ``relaying`` if the upstream has the group with

@@ -77,6 +77,12 @@ class GroupOwnership:
     """``releasing``: the hand-back is not finished before this time, because a member removed
     by a timer may still run its work until then (``GroupCoordinator.hold_hand_back``); -1: no
     hold. A tagged field of the record, so records written without it replay as -1."""
+    rounds_due: tuple[str, ...] = ()
+    """``releasing``/``released``: the workers (``handback.unsynced_round_key``) a timer removed
+    from the bridge's cooperative group during the hand-back, which have not had their unsynced
+    leader round yet; each gets it at its next JoinGroup, ``released`` or not, so that its assignor
+    does not lead upstream remembering a bridge generation (docs/adoption.md "Hand-back"). A
+    tagged field: records written without it replay as none due."""
 
 
 def ownership_record(group_id: str, value: GroupOwnership | None) -> Record:
@@ -119,12 +125,34 @@ class OwnershipTable:
         replay of the same records knows it."""
         self._by_group.pop(group_id, None)
 
-    def change(self, group_id: str, target: OwnershipState, generation: int, now_ms: int) -> Record:
+    def change(
+        self,
+        group_id: str,
+        target: OwnershipState,
+        generation: int,
+        now_ms: int,
+        rounds_due: tuple[str, ...] = (),
+    ) -> Record:
         """The record moving ``group_id`` to ``target``, applied here; the caller persists it.
 
         Raises :class:`OwnershipError` for a change ``_NEXT`` does not allow."""
         check_transition(self.state(group_id), target)
-        record = ownership_record(group_id, GroupOwnership(target, generation, now_ms))
+        value = GroupOwnership(target, generation, now_ms, rounds_due=tuple(sorted(rounds_due)))
+        record = ownership_record(group_id, value)
+        self.apply(record)
+        return record
+
+    def rounds(self, group_id: str, due: set[str]) -> Record | None:
+        """The record setting the workers still due an unsynced leader round of a ``releasing`` or
+        ``released`` group (same phase, generation, timestamp and hold), applied here; None when
+        that is already the set. Not a phase change."""
+        value = self._by_group.get(group_id)
+        if value is None or value.state not in (OwnershipState.RELEASING, OwnershipState.RELEASED):
+            raise OwnershipError(f"only a group being or having been handed back owes rounds, not {group_id}")
+        rounds_due = tuple(sorted(due))
+        if rounds_due == value.rounds_due:
+            return None
+        record = ownership_record(group_id, replace(value, rounds_due=rounds_due))
         self.apply(record)
         return record
 

@@ -21,6 +21,7 @@ from connect_bridge.state.adoption.records import OwnershipState, OwnershipTable
 from connect_bridge.state.classic import api as capi
 from connect_bridge.state.classic import group as classic_steps
 from connect_bridge.state.classic.group import ClassicGroup, ClassicGroupState, ClassicMember
+from connect_bridge.state.classic.leader_memory import worker_key
 from connect_bridge.state.classic.rebalance import prepare_rebalance
 from connect_bridge.state.classic.records import Protocols
 from connect_bridge.state.config import CoordinatorConfig
@@ -47,6 +48,11 @@ class OwnershipSteps:
     _unsynced_rounds: dict[str, set[str]]
     """``releasing`` group -> the workers (``handback.unsynced_round_key``) already answered with an
     unsynced leader round in this hand-back. Soft: after a restart a worker gets one more round."""
+    _released_rounds: dict[str, set[tuple[str, int]]]
+    """``released`` group -> (member id, generation) of the unsynced leader rounds answered since
+    ``released``, so that their SyncGroup and Heartbeat are answered here (UNKNOWN_MEMBER_ID), not
+    relayed upstream, which would fence a static worker whose instance id it knows. Soft: after a
+    restart they go upstream, which answers a dynamic member UNKNOWN_MEMBER_ID as well."""
 
     @staticmethod
     def _may_run_any(classic: ClassicGroup, member: ClassicMember) -> bool:
@@ -133,6 +139,8 @@ class OwnershipSteps:
             )
             raise AdoptionError(f"group {group_id} cannot be handed back yet: {detail}")
         generation = group.generation_id if isinstance(group, ClassicGroup) else -1
+        if isinstance(group, ConnectGroup):
+            generation = group.group_epoch  # a legacy member's generation is its member epoch
         owned = self.ownership.get(group_id)
         if generation < 0 and owned is not None:
             generation = owned.generation
@@ -140,7 +148,25 @@ class OwnershipSteps:
         self._unsynced_rounds.pop(group_id, None)
         if isinstance(group, ClassicGroup):
             self._rebalance_to_release(group, now_ms)
+        elif isinstance(group, ConnectGroup):
+            self._hold_emptied_hand_back(group, now_ms)
         return record
+
+    def _hold_emptied_hand_back(self, group: ConnectGroup, now_ms: int) -> None:
+        """An emptied connect group is handed back: its members left or were removed by timers,
+        and the work it still holds for those a timer removed may still run on them. The hand-back
+        is not finished before those holds end (upstream's leader would deal that work at once),
+        and each such worker gets an unsynced leader round at its next JoinGroup: as a legacy
+        member of the connect group it was elected Connect leader and ran its assignor on the
+        bridge's view, and leading upstream it would take the work held then for lost and delay it
+        a second time (fleet drill 98903296711928)."""
+        pending = [h for h in group.metadata.held if h.deadline_ms > now_ms]
+        if not pending:
+            return
+        record = self.ownership.hold(group.group_id, max(h.deadline_ms for h in pending))
+        if record is not None:
+            self._records.append(record)
+        self._owe_rounds(group.group_id, {h.url or worker_key((), h.instance_id) for h in pending} - {""})
 
     def _rebalance_to_release(self, group: ClassicGroup, now_ms: int) -> None:
         """Every member of a ``releasing`` group rejoins (REBALANCE_IN_PROGRESS on its next
@@ -208,6 +234,17 @@ class OwnershipSteps:
         record = self.ownership.hold(classic.group_id, now_ms + max(holds)) if holds else None
         if record is not None:
             self._records.append(record)
+        if classic.protocol_name != capi.EAGER_PROTOCOL:
+            # Each may have led a bridge generation: it forgets before it leads upstream.
+            owned = self.ownership.get(classic.group_id)
+            assert owned is not None
+            keys = {worker_key(m.protocols, m.group_instance_id) for m in removed} - {""}
+            self._owe_rounds(classic.group_id, set(owned.rounds_due) | keys)
+
+    def _owe_rounds(self, group_id: str, due: set[str]) -> None:
+        record = self.ownership.rounds(group_id, due)
+        if record is not None:
+            self._records.append(record)
 
     def hand_back_hold_until(self, group_id: str) -> int:
         """The time before which a ``releasing`` group's hand-back is not finished (-1: none)."""
@@ -238,24 +275,43 @@ class OwnershipSteps:
 
     def unsynced_round(self, req: capi.JoinGroupRequest) -> capi.JoinGroupResponse | None:
         """The answer of :meth:`unsynced_round_due` (``handback.unsynced_leader_round``), noting that
-        the worker had its round; ``None`` when none is due."""
+        the worker had its round (for a worker whose round is owed, by a record); ``None`` when none
+        is due."""
         answer = self._unsynced_round_answer(req)
-        if answer is not None:
-            self._unsynced_rounds.setdefault(req.group_id, set()).add(unsynced_round_key(req))
+        if answer is None:
+            return None
+        key = unsynced_round_key(req)
+        owned = self.ownership.get(req.group_id)
+        if owned is not None and key in owned.rounds_due:
+            self._owe_rounds(req.group_id, set(owned.rounds_due) - {key})
+        if self._releasing(req.group_id):
+            self._unsynced_rounds.setdefault(req.group_id, set()).add(key)
+        else:
+            self._released_rounds.setdefault(req.group_id, set()).add(
+                (answer.member_id, answer.generation_id)
+            )
         return answer
 
     def _unsynced_round_answer(self, req: capi.JoinGroupRequest) -> capi.JoinGroupResponse | None:
-        if not self._releasing(req.group_id):
+        owned = self.ownership.get(req.group_id)
+        key = unsynced_round_key(req)
+        if owned is None or not key:
             return None
         group = self.groups.get(req.group_id)
-        if not isinstance(group, ClassicGroup) or req.member_id in group.members:
-            return None
-        if group.protocol_name == capi.EAGER_PROTOCOL:
-            return None  # the group's last generation was eager: no worker's assignor remembers it
-        key = unsynced_round_key(req)
-        if not key or key in self._unsynced_rounds.get(req.group_id, ()):
-            return None
-        return unsynced_leader_round(group.generation_id, req)
+        if owned.state is OwnershipState.RELEASING and isinstance(group, ClassicGroup):
+            if req.member_id in group.members:
+                return None
+            if group.protocol_name == capi.EAGER_PROTOCOL:
+                return None  # the group's last generation was eager: no worker's assignor remembers it
+            if key in self._unsynced_rounds.get(req.group_id, ()):
+                return None
+            return unsynced_leader_round(group.generation_id, req)
+        if owned.state in (OwnershipState.RELEASING, OwnershipState.RELEASED) and key in owned.rounds_due:
+            # A worker removed by a timer whose round is owed (an emptied connect group handed
+            # back, or a worker back after the hand-back finished): its JoinGroup would otherwise
+            # reach upstream remembering the bridge's generations.
+            return unsynced_leader_round(owned.generation, req)
+        return None
 
     def from_unsynced_round(self, group_id: str, member_id: str, generation_id: int) -> bool:
         """Whether a SyncGroup or Heartbeat of a ``releasing`` group comes from an unsynced leader
@@ -264,7 +320,10 @@ class OwnershipSteps:
         UNKNOWN_MEMBER_ID, as the round intends, before the static-member check: a static worker
         whose instance id still names a member of the group (its earlier incarnation, or any
         member not yet sent away) would otherwise get FENCED_INSTANCE_ID, which a Java worker
-        takes as fatal (``FencedInstanceIdException``: the herder exits and the worker is gone)."""
+        takes as fatal (``FencedInstanceIdException``: the herder exits and the worker is gone).
+        ``released``: the request comes from a round answered since (``_released_rounds``)."""
+        if self.ownership.state(group_id) is OwnershipState.RELEASED:
+            return (member_id, generation_id) in self._released_rounds.get(group_id, ())
         if not self._releasing(group_id):
             return False
         group = self.groups.get(group_id)
@@ -289,7 +348,10 @@ class OwnershipSteps:
             return False
         owned = self.ownership.get(group_id)
         generation = owned.generation if owned is not None else -1
+        rounds_due = owned.rounds_due if owned is not None else ()
         if isinstance(group, ClassicGroup):
+            # Above every generation a worker completed here (an owed round is numbered past it).
+            generation = max(generation, group.generation_id)
             classic_steps.delete(group, now_ms)
             self._records.extend(group.drain_records())
             group.drain_responses()
@@ -298,7 +360,9 @@ class OwnershipSteps:
             self._flush(group)
         self.groups.pop(group_id, None)
         self._unsynced_rounds.pop(group_id, None)
-        self.change_ownership(group_id, OwnershipState.RELEASED, generation, now_ms)
+        self._released_rounds.pop(group_id, None)
+        record = self.ownership.change(group_id, OwnershipState.RELEASED, generation, now_ms, rounds_due)
+        self._records.append(record)
         return True
 
     def _releasing(self, group_id: str) -> bool:

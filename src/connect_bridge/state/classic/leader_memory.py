@@ -62,10 +62,15 @@ def worker_url(protocols: Iterable[tuple[str, bytes]]) -> str:
     return ""
 
 
+def worker_key(protocols: Iterable[tuple[str, bytes]], instance_id: str | None) -> str:
+    """Who a worker is across its member ids, for :func:`unsynced_leader_round` (one round per
+    worker): its REST url, else its instance id ("" when neither is known: no round for it)."""
+    return worker_url(protocols) or (f"instance:{instance_id}" if instance_id else "")
+
+
 def unsynced_round_key(req: JoinGroupRequest) -> str:
-    """Who a JoinGroup comes from, for :func:`unsynced_leader_round` (one round per worker): the
-    worker's REST url, else its instance id ("" when neither is known: no round for it)."""
-    return worker_url(req.protocols) or (f"instance:{req.group_instance_id}" if req.group_instance_id else "")
+    """Who a JoinGroup comes from (:func:`worker_key`)."""
+    return worker_key(req.protocols, req.group_instance_id)
 
 
 def unsynced_leader_round(last_generation: int, req: JoinGroupRequest, tag: str) -> JoinGroupResponse | None:
@@ -97,4 +102,4 @@ def unsynced_leader_round(last_generation: int, req: JoinGroupRequest, tag: str)
     )
 
 
-__all__ = ["ForgetRounds", "unsynced_leader_round", "unsynced_round_key", "worker_url"]
+__all__ = ["ForgetRounds", "unsynced_leader_round", "unsynced_round_key", "worker_key", "worker_url"]
