@@ -5,8 +5,13 @@ classic member snapshot, the generation check of SyncGroup/Heartbeat, a deleted 
 from __future__ import annotations
 
 import ast
+import enum
+import importlib
 import inspect
 import pathlib
+import pkgutil
+import textwrap
+from typing import Protocol
 
 import pytest
 
@@ -14,11 +19,12 @@ from connect_bridge.bridge.coordination import api_table as t
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.messages import APIS, KNOWN_APIS, ApiKey, ApiSpec, RelayedApi
 from connect_bridge.state.adoption.observation import UpstreamMember
+from connect_bridge.state.adoption.steps import OwnershipPhases
 from connect_bridge.state.api import LEAVE_EPOCH, HeartbeatRequest
 from connect_bridge.state.classic import api as capi
 from connect_bridge.state.classic.group import ClassicGroup
 from connect_bridge.state.classic.member import ClassicMember
-from connect_bridge.state.classic.records import ClassicMemberSnapshot
+from connect_bridge.state.classic.records import ClassicJoin, ClassicMemberSnapshot
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.connect.group import ConnectGroup
 from connect_bridge.state.coordinator import GroupCoordinator
@@ -280,5 +286,98 @@ def test_nothing_outside_a_groups_state_module_assigns_its_attributes() -> None:
         for path in sorted(state_dir.rglob("*.py"))
         if path not in state_modules
         for where in group_mutations(path.read_text())
+    ]
+    assert found == []
+
+
+def _foreign_state_bases(cls: type) -> list[str]:
+    """The direct bases of ``cls`` defined in a module of ``state/`` other than its own that are
+    not a genuine base type (a ``typing.Protocol``, an exception, an enum): a class spread across
+    modules by inheritance, each part using state the other declares."""
+    return [
+        f"{cls.__module__}.{cls.__qualname__}({base.__module__}.{base.__qualname__})"
+        for base in cls.__bases__
+        if base.__module__.startswith("connect_bridge.state.")
+        and base.__module__ != cls.__module__
+        and not getattr(base, "_is_protocol", False)
+        and not issubclass(base, (BaseException, enum.Enum))
+    ]
+
+
+def test_no_engine_class_is_spread_across_modules_by_inheritance() -> None:
+    """State apart from logic (docs/architecture.md): a part of the engine that keeps its own state
+    is an object another one holds and calls through its public methods, not a base class that
+    redeclares the state of the class inheriting it. The check finds such a base, and spares
+    protocols, exceptions and enums; then no class of ``state/`` has one, and the coordinator holds
+    the adoption steps rather than inheriting them."""
+    spread = type("Spread", (OwnershipPhases,), {"__module__": "connect_bridge.state.coordinator"})
+    assert _foreign_state_bases(spread) == [
+        "connect_bridge.state.coordinator.Spread(connect_bridge.state.adoption.steps.OwnershipPhases)"
+    ]
+    joined = type("Joined", (ClassicJoin, Protocol), {"__module__": "connect_bridge.state.connect.x"})
+    assert _foreign_state_bases(joined) == []
+    own = type("Own", (GroupCoordinator,), {"__module__": GroupCoordinator.__module__})
+    assert _foreign_state_bases(own) == []
+
+    state = importlib.import_module("connect_bridge.state")
+    found = []
+    for info in pkgutil.walk_packages(state.__path__, "connect_bridge.state."):
+        module = importlib.import_module(info.name)
+        for value in vars(module).values():
+            if inspect.isclass(value) and value.__module__ == info.name:
+                found += _foreign_state_bases(value)
+    assert found == []
+    assert GroupCoordinator.__mro__ == (GroupCoordinator, object)
+
+
+def _private_names(cls: type) -> set[str]:
+    """The private attributes ``cls`` assigns on ``self`` and its private methods."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(node.name)
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "self"
+        ):
+            names.add(node.attr)
+    return {n for n in names if n.startswith("_") and not n.startswith("__")}
+
+
+def _reaches_into(source: str, names: set[str]) -> list[str]:
+    """Reads and writes of ``x.name`` for a name of ``names``, where ``x`` is not ``self``/``cls``
+    (another object's private attribute, such as ``coordinator._adoption._unsynced_rounds``)."""
+    return [
+        f"{node.lineno}: {ast.unparse(node)}"
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Attribute)
+        and node.attr in names
+        and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+    ]
+
+
+def test_nothing_outside_the_adoption_package_touches_the_adoption_steps_private_state() -> None:
+    """The coordinator and the adoption steps meet at the steps' public methods and constructor
+    (docs/engine.md): no module of the bridge, the drills, the tests or the benchmarks outside
+    ``state/adoption/`` reads or writes a private attribute of ``OwnershipPhases``."""
+    names = _private_names(OwnershipPhases)
+    assert {"_release_rejoins", "_unsynced_rounds", "_released_rounds", "_groups", "_owe_rounds"} <= names
+    assert _reaches_into("coordinator._adoption._release_rejoins.add(g)", names) == [
+        "1: coordinator._adoption._release_rejoins"
+    ]
+    assert _reaches_into("self._release_rejoins = set()\nself._adoption.releasing(g)", names) == []
+
+    src = pathlib.Path(inspect.getfile(GroupCoordinator)).parents[1]
+    adoption = src / "state" / "adoption"
+    root = src.parents[1]
+    found = [
+        f"{path.relative_to(root)}:{where}"
+        for top in (src, root / "tests", root / "benchmarks")
+        for path in sorted(top.rglob("*.py"))
+        if adoption not in path.parents
+        for where in _reaches_into(path.read_text(), names)
     ]
     assert found == []

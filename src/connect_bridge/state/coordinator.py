@@ -12,14 +12,15 @@ built from the groups the step changed; ``bridge/coordination/runtime.py`` appli
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any, TypeVar
 
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state.adoption.handback import removed_by_admin, revoke_all
-from connect_bridge.state.adoption.records import OwnershipTable
-from connect_bridge.state.adoption.steps import OwnershipSteps
+from connect_bridge.state.adoption.observation import UpstreamGeneration
+from connect_bridge.state.adoption.records import OwnershipState, OwnershipTable
+from connect_bridge.state.adoption.steps import OwnershipPhases
 from connect_bridge.state.api import (
     DescribedGroup,
     HeartbeatRequest,
@@ -32,26 +33,16 @@ from connect_bridge.state.api import (
 from connect_bridge.state.classic import api as capi
 from connect_bridge.state.classic import group as classic_steps
 from connect_bridge.state.classic.api import EAGER_PROTOCOL, PROTOCOL_TYPE_CONNECT
-from connect_bridge.state.classic.group import (
-    ClassicDescribedGroup,
-    ClassicGroup,
-    ClassicGroupState,
-    ClassicMember,
-)
+from connect_bridge.state.classic.group import ClassicDescribedGroup, ClassicGroup, ClassicGroupState
 from connect_bridge.state.classic.leader_memory import ForgetRounds
+from connect_bridge.state.classic.records import Protocols
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.connect import group as connect_steps
 from connect_bridge.state.connect import legacy_steps
 from connect_bridge.state.connect.group import ConnectGroup, check_heartbeat
 from connect_bridge.state.errors import RequestError
 from connect_bridge.state.holds import timer_removal_hold_ms
-from connect_bridge.state.migration.conversion import (
-    ConversionError,
-    allocation,
-    downgrade,
-    full_assignment,
-    upgrade,
-)
+from connect_bridge.state.migration.conversion import ConversionError, downgrade, may_run_any, upgrade
 from connect_bridge.state.model import ConfigView, GroupType
 from connect_bridge.state.ownership import refusal, split_leaving
 from connect_bridge.state.records import Record, RecordType
@@ -64,7 +55,12 @@ Group = ConnectGroup | ClassicGroup
 G = TypeVar("G", ConnectGroup, ClassicGroup)
 
 
-class GroupCoordinator(OwnershipSteps):
+class GroupCoordinator:
+    """Routes requests to groups and converts them; adoption and the hand-back are delegated to an
+    :class:`~connect_bridge.state.adoption.steps.OwnershipPhases` it holds, which reaches the
+    groups only through what the constructor hands it (the groups mapping, the record queue,
+    :meth:`_flush`, :meth:`_after` and :meth:`_new_classic`)."""
+
     def __init__(self, config: CoordinatorConfig | None = None) -> None:
         self.config = config or CoordinatorConfig()
         self.timers = Timers()
@@ -72,9 +68,6 @@ class GroupCoordinator(OwnershipSteps):
         self.views: dict[str, ConfigView] = {}
         self.default_view = ConfigView()
         self._records: list[Record] = []
-        self._release_rejoins: set[str] = set()
-        self._unsynced_rounds: dict[str, set[str]] = {}
-        self._released_rounds: dict[str, set[tuple[str, int]]] = {}
         self._forget_rounds: dict[str, ForgetRounds] = {}
         """Group id -> the unsynced leader rounds of the classic group that replaces the emptied
         connect group it named (``classic.join.forget_round``), until that classic group is
@@ -87,8 +80,20 @@ class GroupCoordinator(OwnershipSteps):
         """Classic groups changed since the last result (gathered, not reported yet)."""
         self._touched: Touched = {}
         """Groups changed since their effects were last gathered (``state.result.Touched``)."""
-        self.ownership = OwnershipTable()
+        self._adoption = OwnershipPhases(
+            self.config,
+            self.groups,
+            queue_records=self._queue_records,
+            flush=self._flush,
+            after=self._after,
+            new_classic=self._new_classic,
+        )
+        """Adoption, ownership phases and the hand-back (docs/adoption.md)."""
+
+    @property
+    def ownership(self) -> OwnershipTable:
         """Which side coordinates each adopted or released group (docs/adoption.md)."""
+        return self._adoption.table
 
     # ------------------------------------------------------------------ groups
     def view(self, group_id: str) -> ConfigView:
@@ -136,6 +141,9 @@ class GroupCoordinator(OwnershipSteps):
         if isinstance(group, ConnectGroup):
             connect_steps.set_config(group, view, now_ms)
 
+    def _queue_records(self, records: Iterable[Record]) -> None:
+        self._records.extend(records)
+
     def _flush(self, group: Group) -> None:
         self._touched[group.group_id] = None
         self._records.extend(group.drain_records())
@@ -174,7 +182,7 @@ class GroupCoordinator(OwnershipSteps):
         if group is None:
             return
         if isinstance(group, ClassicGroup):
-            self._rejoin_after_early_join(group, now_ms)
+            self._adoption.rejoin_after_early_join(group, now_ms)
         self._flush(group)
         if isinstance(group, ConnectGroup):
             if connect_steps.downgrade_due(group, self.config.migration_policy.allows_downgrade):
@@ -330,7 +338,7 @@ class GroupCoordinator(OwnershipSteps):
                 error_code=int(refused.code), member_id=req.member_id, error_message=refused.message
             )
         # hand-back: a worker going upstream forgets (state.adoption.handback)
-        unsynced = self.unsynced_round(req)
+        unsynced = self._adoption.unsynced_round(req)
         if unsynced is not None:
             return unsynced
         policy = self.config.migration_policy
@@ -396,9 +404,9 @@ class GroupCoordinator(OwnershipSteps):
             return capi.SyncGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
         if refused := refusal(group, req.member_id, req.group_instance_id, req.principal):
             return capi.SyncGroupResponse(error_code=int(refused.code))
-        if self.from_unsynced_round(req.group_id, req.member_id, req.generation_id):
+        if self._adoption.from_unsynced_round(req.group_id, req.member_id, req.generation_id):
             return capi.SyncGroupResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))  # adoption.handback
-        if req.assignments and isinstance(group, ClassicGroup) and self._releasing(req.group_id):
+        if req.assignments and isinstance(group, ClassicGroup) and self._adoption.releasing(req.group_id):
             req = replace(req, assignments=revoke_all(group, req.assignments))  # docs/adoption.md
         _heard_from(group, req.member_id, now_ms)
         response = (
@@ -417,7 +425,7 @@ class GroupCoordinator(OwnershipSteps):
             return capi.HeartbeatResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))
         if refused := refusal(group, req.member_id, req.group_instance_id, req.principal):
             return capi.HeartbeatResponse(error_code=int(refused.code))
-        if self.from_unsynced_round(req.group_id, req.member_id, req.generation_id):
+        if self._adoption.from_unsynced_round(req.group_id, req.member_id, req.generation_id):
             return capi.HeartbeatResponse(error_code=int(ErrorCode.UNKNOWN_MEMBER_ID))  # adoption.handback
         _heard_from(group, req.member_id, now_ms)
         if isinstance(group, ConnectGroup):
@@ -440,14 +448,14 @@ class GroupCoordinator(OwnershipSteps):
         if (
             not isinstance(group, ClassicGroup)
             or refusal(group, req.member_id, req.group_instance_id, req.principal)
-            or self.from_unsynced_round(req.group_id, req.member_id, req.generation_id)
+            or self._adoption.from_unsynced_round(req.group_id, req.member_id, req.generation_id)
         ):
             return None
         response = classic_steps.steady_heartbeat(group, req, now_ms)
         if response is None:
             return None
         group.heard_from(req.member_id)
-        if not group.quiet or req.group_id in self._release_rejoins:
+        if not group.quiet or self._adoption.rejoin_pending(req.group_id):
             self._after(req.group_id, now_ms)
         return response
 
@@ -469,7 +477,7 @@ class GroupCoordinator(OwnershipSteps):
             held = self._leader_leaving(group, req, now_ms)
             if held is not None:
                 return held
-            self._hold_hand_back(group, removed_by_admin(group, req), now_ms)
+            self._adoption.hold_hand_back(group, removed_by_admin(group, req), now_ms)
         response = (
             legacy_steps.leave(group, req, now_ms)
             if isinstance(group, ConnectGroup)
@@ -536,10 +544,10 @@ class GroupCoordinator(OwnershipSteps):
 
         While ``releasing`` no generation of this group deals work (``state.adoption.handback``): the classic
         group removes the members, and the hand-back waits out their hold instead."""
-        if self._releasing(classic.group_id):
-            self._hold_hand_back(classic, classic_steps.removed_by(classic, key), now_ms)
+        if self._adoption.releasing(classic.group_id):
+            self._adoption.hold_hand_back(classic, classic_steps.removed_by(classic, key), now_ms)
             return False
-        leaving = [m for m in classic_steps.removed_by(classic, key) if self._may_run_any(classic, m)]
+        leaving = [m for m in classic_steps.removed_by(classic, key) if may_run_any(classic, m)]
         if not leaving:
             return False
         eager = classic.protocol_name == EAGER_PROTOCOL  # read before the conversion clears it
@@ -565,24 +573,14 @@ class GroupCoordinator(OwnershipSteps):
         leader = classic.members.get(member_id)
         if (
             self.config.scheduled_rebalance_max_delay_ms <= 0
-            or self._releasing(classic.group_id)
+            or self._adoption.releasing(classic.group_id)
             or leader is None
             or member_id != classic.leader_id
             or classic.protocol_name == EAGER_PROTOCOL
-            or not self._may_run_any(classic, leader)
+            or not may_run_any(classic, leader)
         ):
             return None
         return self._hold_in_connect_group(classic, now_ms)
-
-    @staticmethod
-    def _may_run_any(classic: ClassicGroup, member: ClassicMember) -> bool:
-        """The member runs something after its last sync, or still from before (a cooperative
-        worker that never saw this round's answer keeps its allocation; drill 20022560)."""
-        try:
-            name = classic.protocol_name
-            return bool(full_assignment(member, name) or allocation(member, name))
-        except ConversionError:
-            return False
 
     def _hold_in_connect_group(self, classic: ClassicGroup, now_ms: int) -> ConnectGroup | None:
         """Convert ``classic`` to a connect group that downgrades once nothing is held (policy
@@ -604,6 +602,58 @@ class GroupCoordinator(OwnershipSteps):
             return None
         connect_steps.expect_downgrade(converted)
         return converted
+
+    # ------------------------------------------------------------------ adoption and hand-back
+    # docs/adoption.md; each is the method of the same name of ``state.adoption.steps.OwnershipPhases``,
+    # which documents it and says what it raises (``AdoptionError``, ``OwnershipError``).
+    def adopt(
+        self, gen: UpstreamGeneration, now_ms: int, principals: dict[str, str] | None = None
+    ) -> list[Record]:
+        """Continue the upstream generation ``gen`` as the bridge's own classic group."""
+        return self._adoption.adopt(gen, now_ms, principals)
+
+    def adopt_emptied(self, group_id: str, generation_id: int, now_ms: int) -> Record:
+        """Take over a relayed group whose upstream group has emptied (only ``adopted`` written)."""
+        return self._adoption.adopt_emptied(group_id, generation_id, now_ms)
+
+    def change_ownership(self, group_id: str, state: OwnershipState, generation: int, now_ms: int) -> Record:
+        """Record a phase change other than adoption (relaying, releasing, released)."""
+        return self._adoption.change_ownership(group_id, state, generation, now_ms)
+
+    def start_release(self, group_id: str, now_ms: int) -> Record:
+        """Write ``releasing`` for an adopted group and start sending its members away."""
+        return self._adoption.start_release(group_id, now_ms)
+
+    def release_member(self, group_id: str, member_id: str, now_ms: int) -> bool:
+        """Hand-back: remove one member of a ``releasing`` group; False if it is not a member."""
+        return self._adoption.release_member(group_id, member_id, now_ms)
+
+    def release_returned(
+        self, group_id: str, protocols: Protocols, instance_id: str | None, now_ms: int
+    ) -> list[str]:
+        """Hand-back: remove the earlier incarnations of a stopped worker that joins again."""
+        return self._adoption.release_returned(group_id, protocols, instance_id, now_ms)
+
+    def hand_back_hold_until(self, group_id: str) -> int:
+        """The time before which a ``releasing`` group's hand-back is not finished (-1: none)."""
+        return self._adoption.hand_back_hold_until(group_id)
+
+    def unsynced_round_due(self, req: capi.JoinGroupRequest) -> bool:
+        """Whether a JoinGroup of a ``releasing`` group is answered here with an unsynced round."""
+        return self._adoption.unsynced_round_due(req)
+
+    def unsynced_round(self, req: capi.JoinGroupRequest) -> capi.JoinGroupResponse | None:
+        """The unsynced leader round that answers ``req``, noted as given; ``None`` when none is due."""
+        return self._adoption.unsynced_round(req)
+
+    def from_unsynced_round(self, group_id: str, member_id: str, generation_id: int) -> bool:
+        """Whether a SyncGroup or Heartbeat comes from an unsynced leader round answered here."""
+        return self._adoption.from_unsynced_round(group_id, member_id, generation_id)
+
+    def finish_release(self, group_id: str, now_ms: int) -> bool:
+        """Hand-back: tombstone the emptied ``releasing`` group and write ``released`` once its
+        holds have ended; False before."""
+        return self._adoption.finish_release(group_id, now_ms)
 
     # ------------------------------------------------------------------ effects
     def _gather(self) -> None:
@@ -705,10 +755,10 @@ class GroupCoordinator(OwnershipSteps):
                 classic_steps.rebuild_after_load(group, now_ms, reloaded=True)
             else:
                 connect_steps.rebuild_after_load(group, now_ms)
-        self._drop_unowned(now_ms, touched)
+        self._adoption.drop_unowned(now_ms, touched)
         for gid, group in [(gid, g) for gid, g in self.groups.items() if gid in touched]:
-            if self._releasing(gid) and isinstance(group, ClassicGroup):
-                self._rebalance_to_release(group, now_ms)
+            if self._adoption.releasing(gid) and isinstance(group, ClassicGroup):
+                self._adoption.rebalance_to_release(group, now_ms)
         return touched
 
     def _replay_one(self, record: Record) -> None:

@@ -154,7 +154,7 @@ class Adoption:
     def owed_round(self, api_key: int, decoded: DecodedRequest) -> bool:
         """``released``: whether the coordinator answers this request itself, as part of the
         unsynced leader round owed to a worker a timer removed during the hand-back (its
-        JoinGroup, then that round's SyncGroup and Heartbeat: ``OwnershipSteps.unsynced_round``),
+        JoinGroup, then that round's SyncGroup and Heartbeat: ``GroupCoordinator.unsynced_round``),
         although the group is the upstream's: neither relayed nor observed."""
         if self.phase(decoded.body.group_id) is not OwnershipState.RELEASED:
             return False

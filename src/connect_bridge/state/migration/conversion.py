@@ -98,6 +98,17 @@ def allocation(member: ClassicMember, protocol_name: str | None) -> Items:
     return _allocation_in(member, metadata)
 
 
+def may_run_any(classic: ClassicGroup, member: ClassicMember) -> bool:
+    """The member runs something after its last sync, or still from before (a cooperative
+    worker that never saw this round's answer keeps its allocation; drill 20022560). A member
+    whose assignment or metadata cannot be read runs nothing the bridge knows of."""
+    try:
+        name = classic.protocol_name
+        return bool(full_assignment(member, name) or allocation(member, name))
+    except ConversionError:
+        return False
+
+
 def _legacy_metadata(member: ClassicMember) -> MemberMetadata:
     # Only the Connect protocols, in the member's order: a classic group elects any name its members
     # share, and a first choice such as "connect-eager" names no Connect protocol version to answer
