@@ -12,8 +12,8 @@ def make_spark() -> Any:
     pytest.importorskip("pyspark")
     from connect_bridge.pipeline.session import get_spark
 
-    spark = get_spark("local[2]")
-    # Test data is tiny: compiling whole-stage code costs more than it saves.
-    spark.conf.set("spark.sql.codegen.wholeStage", "false")
+    # Test data is tiny: a short run's session (the driver JVM with the serial collector and C1 only,
+    # no generated code: pipeline.session.SHORT_RUN_CONF), as `analyze` starts for a small input.
+    spark = get_spark("local[2]", short_run=True)
     spark.conf.set("spark.sql.shuffle.partitions", "2")
     return spark

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Recording", "cds_options", "settle"]
+__all__ = ["Recording", "cds_options", "records", "settle"]
 
 QUIET = "-Xlog:cds=off,cds+dynamic=off"
 """The JVM's CDS warnings (classes it cannot archive) stay out of the worker's log."""
@@ -84,6 +84,13 @@ def settle() -> None:
             with contextlib.suppress(OSError):
                 fcntl.flock(rec.lock, fcntl.LOCK_UN)
                 rec.lock.close()
+
+
+def records(process: subprocess.Popen[Any]) -> bool:
+    """Whether ``process`` is the JVM recording an archive (it writes it only on a graceful exit:
+    a kill would throw the recording away, and the next start would record again)."""
+    with _guard:
+        return any(rec.process is process for rec in _pending)
 
 
 def _prune(root: Path) -> None:

@@ -252,7 +252,8 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
 @pytest.fixture
 def connect_worker(tmp_path: Path) -> Iterator[Callable[..., ConnectWorker]]:
     """Factory: ``connect_worker(bootstrap=..., group_id=..., protocol=...)`` starts a worker
-    (``start_connect_worker``'s keywords); every worker it started is stopped at teardown."""
+    (``start_connect_worker``'s keywords); every worker it started is killed at teardown
+    (``ConnectWorker.discard``: the test is over, a graceful stop would only cost time)."""
     start = lambda _count, **kwargs: start_connect_worker(tmp_path / "connect", **kwargs)  # noqa: E731
     yield from _started_each(start, "Connect worker")
 
@@ -442,7 +443,8 @@ def bridge_proxy(tmp_path: Path) -> Iterator[Callable[..., BridgeProcess]]:
 def _started_each(start: Callable[..., P], what: str) -> Iterator[Callable[..., P]]:
     """Body of a factory fixture: the factory calls ``start(count, ...)`` (``count``: how many it
     started before, to name a directory), fails the test (never skips) when one cannot start, and
-    stops every one it started at teardown, the last first."""
+    ends every one it started at teardown, the last first (``discard()``: a Connect worker is
+    killed, a bridge stopped)."""
     started: list[P] = []
 
     def factory(*args: Any, **kwargs: Any) -> P:
@@ -455,4 +457,4 @@ def _started_each(start: Callable[..., P], what: str) -> Iterator[Callable[..., 
 
     yield factory
     for process in reversed(started):
-        process.stop()
+        process.discard()

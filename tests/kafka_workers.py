@@ -98,6 +98,16 @@ class ConnectWorker(KafkaProcess):
         super().kill()
         jvm_cds.settle()
 
+    def discard(self) -> int | None:
+        """End a worker whose test is over: SIGKILL, as nothing is judged after it. A graceful stop
+        takes seconds (tasks stopped, the group left), and can wait out its timeouts (Jetty's join,
+        a coordinator that is gone: :data:`CONNECT_STOP_TIMEOUT_S`). Only a worker recording the
+        class-data archive stops gracefully, since it writes the archive as it exits (jvm_cds)."""
+        if self.process.poll() is None and jvm_cds.records(self.process):
+            return self.stop()
+        self.kill()
+        return self.process.returncode
+
     def log_tail(self, lines: int = 60) -> str:
         """The last ``lines`` lines the runtime wrote, without the test connector's JSON output
         (one line per record, which would otherwise push every herder message out of view)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -139,8 +140,17 @@ def standalone_cluster(base: Path) -> Iterator[StandaloneCluster]:
 
 
 def client_env() -> dict[str, str]:
-    """The environment of a ``connect-bridge`` process that uses the cluster: small executors."""
+    """The environment of a ``connect-bridge`` process that uses the cluster: small executors, and
+    the driver and executor JVMs started as the daemons are (:data:`DAEMON_JAVA_OPTIONS`: a test's
+    jobs run seconds, which C2's compile work and G1's threads never pay back on two cores)."""
     return {
         **os.environ,
-        "PYSPARK_SUBMIT_ARGS": f"--conf spark.executor.memory={EXECUTOR_MEMORY} pyspark-shell",
+        "PYSPARK_SUBMIT_ARGS": shlex.join(
+            [
+                *("--conf", f"spark.executor.memory={EXECUTOR_MEMORY}"),
+                *("--conf", f"spark.executor.extraJavaOptions={DAEMON_JAVA_OPTIONS}"),
+                *("--driver-java-options", DAEMON_JAVA_OPTIONS),
+                "pyspark-shell",
+            ]
+        ),
     }

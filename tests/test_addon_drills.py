@@ -374,7 +374,7 @@ def ha_connect_drill(
     try:
         yield drill
     finally:
-        drill.teardown()
+        drill.teardown(graceful=False)
 
 
 def test_connect_protocol_workers_follow_a_bridge_failover(ha_connect_drill: HaDrill) -> None:

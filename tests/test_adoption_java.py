@@ -315,7 +315,7 @@ def adoption_drill(
 
     drill = AdoptionDrill(kafka_broker, connect_worker, with_adoption, tmp_path, "adoption")
     yield drill, metrics
-    drill.teardown()
+    drill.teardown(graceful=False)
 
 
 def test_adopt_a_running_java_cluster(adoption_drill: tuple[AdoptionDrill, str]) -> None:

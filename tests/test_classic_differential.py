@@ -979,10 +979,13 @@ HYPOTHESIS = dict(
 )
 
 
-@settings(max_examples=22, **HYPOTHESIS)
-@given(batch=st.lists(sequences("fast"), min_size=8, max_size=8, unique_by=repr))
+@settings(max_examples=12, **HYPOTHESIS)
+@given(batch=st.lists(sequences("fast"), min_size=16, max_size=16, unique_by=repr))
 def test_fast_sequences(rig: Rig, batch: list[Sequence]) -> None:
-    """Joins, syncs, heartbeats, leaves and describes with no timer expiring (176 sequences)."""
+    """Joins, syncs, heartbeats, leaves and describes with no timer expiring (192 sequences, 177
+    distinct). Batches of 16: a sequence spends most of its time waiting for parked answers, so a
+    batch takes about as long as its slowest sequence, and 12 batches of 16 cover every answer,
+    group state and known difference that 22 batches of 8 did, in two thirds of the time."""
     rig.run_batch(batch)
 
 

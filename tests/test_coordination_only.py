@@ -320,11 +320,12 @@ class Deployment:
         return outage
 
     def close(self) -> None:
-        """SIGCONT (a paused bridge must hear SIGTERM), then stop the workers at once, then the rest."""
+        """SIGCONT (a paused bridge must hear SIGTERM), then end the workers at once (killed: the
+        test is over, ``ConnectWorker.discard``), then the rest."""
         with contextlib.suppress(ProcessLookupError):
             if self.bridge.running:
                 os.kill(self.bridge.pid, signal.SIGCONT)
-        stoppers = [threading.Thread(target=w.stop, daemon=True) for w in self.workers]
+        stoppers = [threading.Thread(target=w.discard, daemon=True) for w in self.workers]
         for thread in stoppers:
             thread.start()
         for thread in stoppers:

@@ -221,7 +221,7 @@ def ha_drill(
     finally:
         for i in drill.paused:  # a failed test may leave one paused: it must be able to stop
             os.kill(drill.bridges[i].process.pid, signal.SIGCONT)
-        drill.teardown()
+        drill.teardown(graceful=False)
 
 
 def drain_command(metrics: str) -> subprocess.CompletedProcess[str]:

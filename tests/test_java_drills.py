@@ -139,12 +139,15 @@ class JavaDrill:
 
     # --- actions ------------------------------------------------------------------------------
 
-    def teardown(self) -> None:
+    def teardown(self, graceful: bool = True) -> None:
         """Close the new-protocol workers, then stop every Java worker at once (each stop waits for
-        its process: one after the other, a drill's teardown would take minutes)."""
+        its process: one after the other, a drill's teardown would take minutes). ``graceful``
+        False kills them instead (``ConnectWorker.discard``), for a drill whose judgement is over:
+        a graceful stop takes seconds and can sit out Connect's shutdown timeouts."""
         if self.new is not None:
             self.new.close()
-        stoppers = [threading.Thread(target=w.stop, daemon=True) for w in self.workers.values()]
+        end = (lambda w: w.stop) if graceful else (lambda w: w.discard)
+        stoppers = [threading.Thread(target=end(w), daemon=True) for w in self.workers.values()]
         for thread in stoppers:
             thread.start()
         for thread in stoppers:
@@ -408,12 +411,13 @@ def drill_fixture(
     tmp_path: Path,
     request: pytest.FixtureRequest,
 ) -> Iterator[JavaDrill]:
-    """A drill; at teardown its workers stop (in parallel) before the fixtures stop the bridge: a
-    worker whose coordinator is gone takes its full shutdown timeouts to stop."""
+    """A drill; at teardown its workers are killed (in parallel) before the fixtures stop the
+    bridge: the drill was judged in the test, and a graceful stop only costs time (a worker whose
+    coordinator is gone would sit out its full shutdown timeouts)."""
     name = request.node.name.removeprefix("test_").replace("_", "-")
     drill = JavaDrill(kafka_broker, connect_worker, bridge_proxy, tmp_path, name)
     yield drill
-    drill.teardown()
+    drill.teardown(graceful=False)
 
 
 def test_rolling_restart_sessioned(drill: JavaDrill) -> None:
