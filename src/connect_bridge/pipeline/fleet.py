@@ -113,6 +113,13 @@ def _seed_frame(spark: Any, count: int, seed: int, per_core: int) -> Any:
     return ids.repartition(_partitions(spark, count, per_core))
 
 
+SHORT_RUN_DRILLS = 100
+"""A fleet of at most this many drills starts a short-run session (``session.get_spark``): its
+events (a few hundred to a couple of thousand per drill) stay within what ``analyze`` counts as a
+short run (``session.SHORT_RUN_BYTES``), and its Spark work is seconds, where compiling generated
+code and a JIT at full strength cost more than they save."""
+
+
 def _prepare(
     count: int,
     out_dir: str | Path,
@@ -131,7 +138,7 @@ def _prepare(
     out.mkdir(parents=True, exist_ok=True)
     if spark is None:
         say("starting Spark")  # (tens of seconds on a cold JVM: say so before the bar sits still)
-        spark = get_spark(master)
+        spark = get_spark(master, short_run=count <= SHORT_RUN_DRILLS)
     ship_package(spark)  # the drills run in the executors' Python: on a cluster they need the package
     return say, out, spark
 
