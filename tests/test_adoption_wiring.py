@@ -433,3 +433,10 @@ async def _owed_round_routing() -> None:
     assert adoption.owed_round(ApiKey.SYNC_GROUP, sync)
     assert not adoption.owed_round(ApiKey.JOIN_GROUP, mine)  # answered: the next one is upstream's
     assert await adoption.before_routing(bridge.conn("w2"), ApiKey.JOIN_GROUP, mine)
+    # Requests that name no single group (the server asks about every request it decoded).
+    from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
+
+    for request, version in ((DescribeGroupsRequest(groups=[G], include_authorized_operations=False), 5),
+                             (ListGroupsRequest(states_filter=[]), 4)):
+        decoded = decode_request(encode_request(request, version, 3, "admin"))
+        assert not adoption.owed_round(decoded.api_key, decoded)

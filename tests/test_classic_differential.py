@@ -656,9 +656,11 @@ def _stale_join_refused(d: Diff) -> bool:
     allocation lacks them (Connect names what it runs in its next join, so these bytes are a copy
     from before that assignment), in an eager one when no answer told it to rejoin since. The
     bridge refuses it once with REBALANCE_IN_PROGRESS; Kafka takes it as the member's join
-    (answers it, or parks it while the others rejoin)."""
+    (answers it, or parks it while the others rejoin). The id it names may be the client's own or
+    an older one of the same client that is still a member (the client was given a new id by a
+    MEMBER_ID_REQUIRED that it never joined with): to both coordinators that id is the member."""
     member = d.member
-    if d.step.kind != "join" or d.step.mid != "own" or member is None or not member.assignment:
+    if d.step.kind != "join" or d.step.mid not in ("own", "stale") or member is None or not member.assignment:
         return False
     if not d.bridge or d.bridge.get("error_code") != REBALANCE_IN_PROGRESS:
         return False

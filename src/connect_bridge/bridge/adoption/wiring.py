@@ -81,6 +81,10 @@ class GroupProgress:
     reports ``holding`` or ``committing`` (docs/adoption.md "kill -9 during the takeover")."""
 
 
+_OWED_ROUND_APIS = frozenset({ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT})
+"""The requests of an owed unsynced leader round (``Adoption.owed_round``)."""
+
+
 def _locally_ready(obs: Observation, behind: set[str]) -> bool:
     """The takeover condition's parts the relayed traffic alone can tell; only when they hold is
     the upstream asked (so a busy relay does not send a DescribeGroups per heartbeat)."""
@@ -156,15 +160,15 @@ class Adoption:
         unsynced leader round owed to a worker a timer removed during the hand-back (its
         JoinGroup, then that round's SyncGroup and Heartbeat: ``GroupCoordinator.unsynced_round``),
         although the group is the upstream's: neither relayed nor observed."""
+        if api_key not in _OWED_ROUND_APIS:
+            return False  # (DescribeGroups, ListGroups and the rest name no single group_id)
         if self.phase(decoded.body.group_id) is not OwnershipState.RELEASED:
             return False
         coordinator = self.runtime.coordinator
         if api_key == ApiKey.JOIN_GROUP:
             return coordinator.unsynced_round_due(join_from_wire(decoded.body, decoded.api_version))
-        if api_key in (ApiKey.SYNC_GROUP, ApiKey.HEARTBEAT):
-            body = decoded.body
-            return coordinator.from_unsynced_round(body.group_id, body.member_id, body.generation_id)
-        return False
+        body = decoded.body
+        return coordinator.from_unsynced_round(body.group_id, body.member_id, body.generation_id)
 
     async def _classify(self, group_id: str) -> None:
         """A watched group's first JoinGroup: ``relaying`` if the upstream has the group with
