@@ -241,6 +241,13 @@ def test_find_coordinator_names_the_owner_and_other_bridges_refuse(fleet: Fleet)
             member = Member(right, group)
             assert await member.join() == ErrorCode.NONE
             assert await member.heartbeat() == ErrorCode.NONE
+            # The member's own requests at a bridge that does not own the group's partition are
+            # refused there as a broker that is not the coordinator refuses them, never relayed
+            # upstream: the broker, which never saw the member, would answer UNKNOWN_MEMBER_ID,
+            # and a Java worker drops its member id on that (found by the Java failover drill).
+            stray = Member(wrong, group, member.member_id, member.generation)
+            assert await stray.heartbeat() == ErrorCode.NOT_COORDINATOR
+            assert await member.heartbeat() == ErrorCode.NONE
         finally:
             await wrong.close()
             await right.close()

@@ -57,6 +57,8 @@ MEMBER = re.compile(
     r"Successfully joined group with generation Generation\{generationId=(\d+), memberId='([^']+)'"
 )
 """A Java worker's join (``AbstractCoordinator``): its generation and member id."""
+RESET = re.compile(r"Resetting generation and member id due to: [^\n]*")
+"""A Java worker drops its member id (``AbstractCoordinator``): the error and request that made it."""
 DISCOVERED = re.compile(rf"Discovered group coordinator {re.escape(HOST)}:(\d+) ")
 """A Java worker found its group coordinator (``AbstractCoordinator``): the listener's port."""
 WORKER_REQUEST_TIMEOUT_MS = 10_000
@@ -261,7 +263,12 @@ def kill_the_owner(drill: HaDrill) -> str:
     after = drill.joins()
     for name, joined in after.items():
         # Same member id throughout; a join after the failover (if any) carries the generation on.
-        assert {m for _, m in joined} == {before[name][-1][1]}, (name, before[name], joined)
+        assert {m for _, m in joined} == {before[name][-1][1]}, (
+            name,
+            before[name],
+            joined,
+            RESET.findall(drill.workers[name].own_log()),
+        )
         assert all(g > before[name][-1][0] for g, _ in joined[len(before[name]) :]), (name, joined)
     gap = drill.longest_gap(killed, now_ms())
     drill.bridges[old].restart()  # it rejoins the bridges' group and may get partitions back

@@ -162,6 +162,11 @@ class HighAvailability:
     def gave_up(self, group_id: str) -> bool:
         return group_id in self.lost
 
+    def not_owned_here(self, group_id: str) -> bool:
+        """Whether a request of ``group_id`` is refused here now (:meth:`refusal`): the relay
+        answers such a group's membership requests here instead of passing them upstream."""
+        return self.refusal(group_id) is not None
+
     def owner(self, group_id: str) -> BridgeAddress | None:
         """The owning bridge (its node id, host and proxy base port), None while unknown."""
         if self.membership is None:

@@ -242,11 +242,11 @@ class BrokerListeners:
 
 
 def _high_availability(ha: HighAvailability | None) -> dict[str, Any]:
-    """The relay's several-bridges checks (``Relay``'s ``may_forward`` and ``gave_up``), none
-    without ``ha``."""
+    """The relay's several-bridges checks (``Relay``'s ``may_forward``, ``gave_up`` and
+    ``not_owned_here``), none without ``ha``."""
     if ha is None:
         return {}
-    return {"may_forward": ha.relay_allowed, "gave_up": ha.gave_up}
+    return {"may_forward": ha.relay_allowed, "gave_up": ha.gave_up, "not_owned_here": ha.not_owned_here}
 
 
 async def forward_upstream(
