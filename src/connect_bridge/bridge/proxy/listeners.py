@@ -122,6 +122,7 @@ def proxy_mode(host: ProxyHost, advertised_host: str) -> ProxyMode:
         lambda: runtime.coordinator.groups,
         answer_here,
         **_high_availability(host.ha),
+        refused_here=refused_here(runtime, host.ha),
     )
     cluster = relay.cluster
     cluster.coordinated = relay.coordinates
@@ -242,11 +243,19 @@ class BrokerListeners:
 
 
 def _high_availability(ha: HighAvailability | None) -> dict[str, Any]:
-    """The relay's several-bridges checks (``Relay``'s ``may_forward``, ``gave_up`` and
-    ``not_owned_here``), none without ``ha``."""
+    """The relay's several-bridges checks (``Relay``'s ``may_forward`` and ``gave_up``), none
+    without ``ha``."""
     if ha is None:
         return {}
-    return {"may_forward": ha.relay_allowed, "gave_up": ha.gave_up, "not_owned_here": ha.not_owned_here}
+    return {"may_forward": ha.relay_allowed, "gave_up": ha.gave_up}
+
+
+def refused_here(runtime: CoordinatorRuntime, ha: HighAvailability | None) -> Callable[[str], bool]:
+    """``Relay.refused_here``: the state is loading, or another bridge (or a load here) holds the
+    group's partition."""
+    if ha is None:
+        return lambda group_id: not runtime.loaded
+    return lambda group_id: not runtime.loaded or ha.not_owned_here(group_id)
 
 
 async def forward_upstream(

@@ -63,7 +63,7 @@ class Relay:
         *,
         may_forward: Callable[[], bool] = lambda: True,
         gave_up: Callable[[str], bool] = lambda group_id: False,
-        not_owned_here: Callable[[str], bool] = lambda group_id: False,
+        refused_here: Callable[[str], bool] = lambda group_id: False,
     ) -> None:
         self.cluster = cluster
         self.matches = matches
@@ -83,14 +83,15 @@ class Relay:
         """Waits for the listeners of brokers a rewritten response just named for the first time
         (``BrokerListeners.ready``), so the client reads an address that accepts connections."""
         self.gave_up = gave_up
-        self.not_owned_here = not_owned_here
-        """Several bridges: this bridge does not coordinate the group's partition now (another
-        bridge does, or it is loading here). A membership request (JoinGroup, SyncGroup, Heartbeat,
-        LeaveGroup) of a group whose id matches is then answered here (NOT_COORDINATOR,
-        COORDINATOR_LOAD_IN_PROGRESS), as a broker that is not the coordinator answers: relayed,
-        the upstream, which never saw the member, would answer UNKNOWN_MEMBER_ID, and a worker
-        drops its member id on that (it then rejoins as a new member). FindCoordinator sends
-        every matching group to the owner, which relays the groups it does not hold."""
+        self.refused_here = refused_here
+        """The bridge cannot answer the group now: its state is still loading, or (several
+        bridges) another bridge owns the group's partition or it is loading here. A membership
+        request (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) of a group whose id matches is then
+        answered here (COORDINATOR_LOAD_IN_PROGRESS, NOT_COORDINATOR), as a coordinator that is
+        loading or a broker that is not the coordinator answers. Relayed, it would reach the
+        upstream, which never saw the member and answers UNKNOWN_MEMBER_ID; a worker drops its
+        member id on that and rejoins as a new member. (With several bridges FindCoordinator sends
+        every matching group to the owner, which relays the groups it does not hold.)"""
         """Several bridges: a group this bridge coordinated and gave up to another bridge; its
         requests are answered here (NOT_COORDINATOR), never relayed to the upstream cluster."""
         self.clients: RelayedClients | None = None
@@ -132,7 +133,7 @@ class Relay:
         joining = body.protocol_type if api_key in CREATES_GROUP else None
         if self.coordinates(body.group_id, joining):
             return True
-        return self.matches(body.group_id) and self.not_owned_here(body.group_id)
+        return self.matches(body.group_id) and self.refused_here(body.group_id)
 
     def link(self, conn: Connection) -> UpstreamLink | None:
         """The connection's link to the broker its listener stands for (opened on first use)."""
