@@ -610,11 +610,11 @@ class BridgeServer:
         (size,) = _SIZE.unpack_from(data)
         if size + 4 != len(data) or size > self._lane_max_frame:
             return False
-        runtime = self.runtime
+        runtime, committer = self.runtime, self.committer
         transport = conn.writer.transport
         if (
             not runtime.fast_path_open(conn.principal)
-            or not self.committer.is_durable(self.committer.written)
+            or not committer.is_durable(committer.written)
             or transport.get_write_buffer_size()
             or transport.is_closing()
         ):
@@ -629,14 +629,19 @@ class BridgeServer:
             return False
         conn.last_read = time.monotonic()
         framed, result = answered
-        if not self._write_steady(conn, framed, result, started):
-            # Records to make durable first: the sender writes it once they are (as _respond).
+        if result is None or committer.is_durable(committer.written):
+            # :meth:`_write_steady`, whose checks were made above (a step without a result
+            # submitted no records: what was durable still is).
+            transport.write(framed.frame)
+            if self.metrics is not None:
+                self.metrics.observe_request(framed.api, time.perf_counter() - started, framed.error_code)
             runtime.settle_steady(result)
-            self._enqueue(
-                conn, Answering(*request_header_fields(payload)), framed, self.committer.written, started
-            )
-        elif not transport.get_write_buffer_size():
-            return True
+            if not transport.get_write_buffer_size():
+                return True
+        else:  # records to make durable first: the sender writes it once they are (as _respond)
+            runtime.settle_steady(result)
+            answering = Answering(*request_header_fields(payload))
+            self._enqueue(conn, answering, framed, committer.written, started)
         # The read loop would now wait for this answer to go out (muted, one request in flight) and
         # for the client to take it (back-pressure) before reading on: so is the connection read.
         transport.pause_reading()
