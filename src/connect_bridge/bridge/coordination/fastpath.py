@@ -12,7 +12,6 @@ result are saved. Anything unusual takes the full path.
 
 from __future__ import annotations
 
-import struct
 from collections import OrderedDict
 from typing import Any, NamedTuple
 
@@ -51,8 +50,6 @@ _CLASSIC_HEARTBEAT_NAME = API_NAMES[_CLASSIC_HEARTBEAT]
 _CONNECT_STEADY, _CONNECT_FULL = GroupCoordinator.steady_connect_heartbeat, GroupCoordinator.connect_heartbeat
 _CLASSIC_STEADY, _CLASSIC_FULL = GroupCoordinator.steady_classic_heartbeat, GroupCoordinator.classic_heartbeat
 """Each heartbeat's steps: the steady one first, the full one when it does not apply."""
-_CORRELATION = struct.Struct(">i")
-"""The correlation id, after the 4-byte size of a framed response: patched into a cached frame."""
 
 
 class Framed(NamedTuple):
