@@ -144,3 +144,52 @@ def test_a_lane_answer_waiting_for_records_mutes_the_connection_until_it_is_out(
         before = received(srv)
         exchange(sock, encode_request(wm.heartbeat_to_wire(steady), 0, 302, "renamed-client"))
         assert received(srv) == before  # reading resumed, through the lane
+
+
+def test_a_client_that_stops_reading_is_no_longer_read_and_is_answered_in_order_once_it_reads() -> None:
+    """Back-pressure through the lane: answers the socket does not take pause reading (as the
+    read loop's drain), and reading resumes once the client has taken them."""
+    with running(view=None) as srv:
+        client = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)  # set before connecting
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        client.connect(("127.0.0.1", srv.port))
+        client.settimeout(5)
+        with client:
+            steady, _ = connect_member(client)
+
+            def small_buffers() -> None:  # so that a few hundred unread answers fill them
+                for conn in srv.server.open_connections:
+                    sock = conn.writer.get_extra_info("socket")
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+
+            srv.on_loop(small_buffers)
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+            client.settimeout(0.2)
+            sent = 0
+            paused_seen = False
+            for correlation in range(1000, 30_000):
+                data = encode_request(wm.heartbeat_to_wire(steady), 0, correlation, "lane")
+                try:
+                    client.sendall(data)
+                except TimeoutError:
+                    # The server stopped reading (the kernel buffers are full): the lane paused it.
+                    paused_seen = paused_seen or srv.on_loop(lambda: bool(srv.server._resuming))
+                    break
+                sent += 1
+                time.sleep(0.001)  # one frame per chunk: the lane's case
+                if sent % 50 == 0:
+                    paused_seen = paused_seen or srv.on_loop(lambda: bool(srv.server._resuming))
+            else:
+                raise AssertionError("the server kept reading a client that does not read")
+            assert paused_seen, "the lane never paused the connection"
+            client.settimeout(5)
+            for correlation in range(1000, 1000 + sent):
+                payload = read_frame(client)
+                assert payload is not None
+                answer = decode_response(CONNECT_HEARTBEAT, 0, payload, framed=False)
+                assert (answer._header.correlation_id, answer.error_code) == (correlation, 0)
+            assert srv.on_loop(lambda: not srv.server._resuming)
+            # Reading resumed: the next heartbeat is answered.
+            exchange(client, encode_request(wm.heartbeat_to_wire(steady), 0, 7, "lane"))

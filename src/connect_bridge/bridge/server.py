@@ -644,6 +644,8 @@ class BridgeServer:
             self._enqueue(conn, answering, framed, committer.written, started)
         # The read loop would now wait for this answer to go out (muted, one request in flight) and
         # for the client to take it (back-pressure) before reading on: so is the connection read.
+        if transport.is_closing():  # the write failed: the read loop sees the connection end
+            return True
         transport.pause_reading()
         resuming = asyncio.get_running_loop().create_task(self._resume_when_answered(conn))
         self._resuming.add(resuming)  # held until done (the loop keeps only weak references)
