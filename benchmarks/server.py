@@ -4,9 +4,18 @@ the same event loop.
 Both servers run as subprocesses on loopback, on the same event loop (``event_loop`` of ``serve``
 and the canned server's loop: uvloop, as ``serve`` runs by default, then asyncio's own; a ratio
 across loops measures the loops, not the bridge). The same client (asyncio, in this process) sends
-the same frame, alternating batches between the two so that both see the same machine load. The
+the same frame, alternating batches between the servers so that all see the same machine load. The
 canned server answers every frame with the bridge's own response bytes (correlation id patched),
-so the difference is what the bridge does per request. Two steady heartbeats are timed:
+so the difference is what the bridge does per request. It runs in two forms, each timed:
+
+- ``stream`` (the target's baseline): asyncio's streams, two ``readexactly`` per frame and a
+  ``drain`` per answer, as the bridge's read loop reads every request;
+- ``protocol``: frames cut from the bytes in ``data_received`` and answered there, as the bridge's
+  steady lane answers a steady heartbeat of a client that waits for its answers (``serve`` reads
+  steady heartbeats that way, everything else through its read loop): the least a server on that
+  loop can do per request, reported beside (``*_protocol``) so that the lane's own cost shows.
+
+Two steady heartbeats are timed:
 
 - ConnectGroupHeartbeat v0 of a member of a ``connect`` group;
 - the classic Heartbeat a Java Connect worker (kafka-clients 4.3.1) sends. Its ApiVersions ranges
@@ -17,8 +26,8 @@ so the difference is what the bridge does per request. Two steady heartbeats are
   (flexible header, null group instance id) is timed.
 
 Also: ConnectGroupHeartbeats per second with 200 members on 200 concurrent connections (uvloop).
-Target: p50 ratio (bridge / canned, same loop) <= 1.5 for both heartbeats. The last line printed is
-one JSON object; ``--loop uvloop`` or ``--loop asyncio`` measures one loop only.
+Target: p50 ratio (bridge / ``stream`` canned server, same loop) <= 1.5 for both heartbeats. The
+last line printed is one JSON object; ``--loop uvloop`` or ``--loop asyncio`` measures one loop only.
 
 Latency depends on the machine's load (other processes delay either server's wake-ups), so each
 comparison also reports the CPU time each server process spent per timed request
@@ -58,28 +67,42 @@ LOOPS = ("uvloop", "asyncio")
 """The event loops compared, each with both servers on it (``serve``'s default first)."""
 
 
+CANNED_STYLES = ("stream", "protocol")
+"""The canned server's two forms (module doc), timed in this order after the bridge."""
+
+
 def against_canned(
     port: int, bridge_pid: int, frame: bytes, canned: bytes, count: int, tmp: str, loop: str
 ) -> Timed:
-    """Latencies of ``frame`` through the bridge (process ``bridge_pid``) on ``port`` and through a
-    canned server answering ``canned`` on the event loop ``loop`` (a subprocess of this script), in
-    alternating batches, with the CPU time each server spent on them."""
-    port_file = f"{tmp}/canned-{loop}.port"
-    canned_proc = subprocess.Popen(
-        [sys.executable, __file__, "--canned", port_file, loop],
-        env={**os.environ, "CANNED_HEX": canned.hex()},
-    )
+    """Latencies of ``frame`` through the bridge (process ``bridge_pid``) on ``port`` and through
+    canned servers of each style answering ``canned`` on the event loop ``loop`` (subprocesses of
+    this script), in alternating batches, with the CPU time each server spent on them."""
+    procs: list[subprocess.Popen[bytes]] = []
+    port_files = [f"{tmp}/canned-{loop}-{style}.port" for style in CANNED_STYLES]
     try:
-        for _ in range(100):
-            if os.path.exists(port_file) and open(port_file).read():
-                break
-            time.sleep(0.05)
-        canned_port = int(open(port_file).read())
-        return asyncio.run(latencies((port, canned_port), (bridge_pid, canned_proc.pid), frame, count))
+        for style, port_file in zip(CANNED_STYLES, port_files, strict=True):
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, __file__, "--canned", port_file, loop, style],
+                    env={**os.environ, "CANNED_HEX": canned.hex()},
+                )
+            )
+        canned_ports = []
+        for port_file in port_files:
+            for _ in range(100):
+                if os.path.exists(port_file) and open(port_file).read():
+                    break
+                time.sleep(0.05)
+            canned_ports.append(int(open(port_file).read()))
+        pids = (bridge_pid, *(proc.pid for proc in procs))
+        return asyncio.run(latencies((port, *canned_ports), pids, frame, count))
     finally:
-        canned_proc.terminate()
-        canned_proc.wait(10)
-        os.remove(port_file)  # the next comparison's canned server writes its own port there
+        for proc in procs:
+            proc.terminate()
+            proc.wait(10)
+        for port_file in port_files:  # the next comparison's canned servers write their own there
+            if os.path.exists(port_file):
+                os.remove(port_file)
 
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -140,8 +163,33 @@ def start_bridge(tmp: str, loop: str) -> tuple[subprocess.Popen[str], int]:
     return proc, int(line.rsplit(":", 1)[1])
 
 
-async def canned_server(port_file: str) -> None:
-    """Answer every request frame with the canned response in $CANNED_HEX (correlation id patched)."""
+class CannedProtocol(asyncio.Protocol):
+    """The ``protocol`` canned server's connection: every whole frame in the bytes received is
+    answered at once, from ``data_received``."""
+
+    def __init__(self, canned: bytes) -> None:
+        self.head, self.tail = canned[:4], canned[8:]
+        self.buffer = bytearray()
+        self.transport: Any = None
+
+    def connection_made(self, transport: Any) -> None:
+        self.transport = transport  # uvloop's transports are not asyncio.Transport subclasses
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self.buffer
+        buffer += data
+        while len(buffer) >= 4:
+            (size,) = SIZE.unpack_from(buffer)
+            if len(buffer) < 4 + size:
+                return
+            correlation = bytes(buffer[8:12])
+            del buffer[: 4 + size]
+            self.transport.write(self.head + correlation + self.tail)
+
+
+async def canned_server(port_file: str, style: str = "stream") -> None:
+    """Answer every request frame with the canned response in $CANNED_HEX (correlation id patched),
+    reading frames with asyncio's streams (``stream``) or in ``data_received`` (``protocol``)."""
     canned = bytes.fromhex(os.environ["CANNED_HEX"])
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -155,7 +203,11 @@ async def canned_server(port_file: str) -> None:
         except (asyncio.IncompleteReadError, ConnectionError):
             writer.close()
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
+    if style == "protocol":
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: CannedProtocol(canned), "127.0.0.1", 0)
+    else:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
     with open(port_file, "w") as f:
         f.write(str(server.sockets[0].getsockname()[1]))
     await server.serve_forever()
@@ -341,21 +393,24 @@ def compare(tmp: str, loop: str, count: int) -> dict[str, dict[str, object]]:
 
 
 def summary(timed: Timed) -> dict[str, object]:
-    bridge_lat, canned_lat = timed.latencies
-    bridge_cpu, canned_cpu = (
-        seconds * 1e6 / len(lat) for seconds, lat in zip(timed.cpu_seconds, timed.latencies, strict=True)
-    )
+    """The bridge against each canned server: the ``stream`` one's figures under the plain names
+    (the target's baseline), the ``protocol`` one's with ``_protocol`` appended."""
+    bridge_lat = timed.latencies[0]
+    cpu_us = [s * 1e6 / len(lat) for s, lat in zip(timed.cpu_seconds, timed.latencies, strict=True)]
     result: dict[str, object] = {
         "bridge_p50_us": round(pct(bridge_lat, 50), 1),
         "bridge_p99_us": round(pct(bridge_lat, 99), 1),
-        "canned_p50_us": round(pct(canned_lat, 50), 1),
-        "canned_p99_us": round(pct(canned_lat, 99), 1),
+        "bridge_cpu_us_per_request": round(cpu_us[0], 1),
     }
-    result["p50_ratio"] = round(pct(bridge_lat, 50) / pct(canned_lat, 50), 3)
-    result["p99_ratio"] = round(pct(bridge_lat, 99) / pct(canned_lat, 99), 3)
-    result["bridge_cpu_us_per_request"] = round(bridge_cpu, 1)
-    result["canned_cpu_us_per_request"] = round(canned_cpu, 1)
-    result["cpu_ratio"] = round(bridge_cpu / canned_cpu, 3)
+    for i, style in enumerate(CANNED_STYLES, start=1):
+        suffix = "" if style == "stream" else f"_{style}"
+        canned_lat = timed.latencies[i]
+        result[f"canned{suffix}_p50_us"] = round(pct(canned_lat, 50), 1)
+        result[f"canned{suffix}_p99_us"] = round(pct(canned_lat, 99), 1)
+        result[f"p50_ratio{suffix}"] = round(pct(bridge_lat, 50) / pct(canned_lat, 50), 3)
+        result[f"p99_ratio{suffix}"] = round(pct(bridge_lat, 99) / pct(canned_lat, 99), 3)
+        result[f"canned{suffix}_cpu_us_per_request"] = round(cpu_us[i], 1)
+        result[f"cpu_ratio{suffix}"] = round(cpu_us[0] / cpu_us[i], 3)
     return result
 
 
@@ -371,7 +426,9 @@ def main() -> None:
                     f"{loop}: {name} p50 {m['bridge_p50_us']} us vs canned {m['canned_p50_us']} us "
                     f"(ratio {m['p50_ratio']}, target <= 1.5); p99 ratio {m['p99_ratio']}; "
                     f"CPU per request {m['bridge_cpu_us_per_request']} us "
-                    f"vs canned {m['canned_cpu_us_per_request']} us (ratio {m['cpu_ratio']})"
+                    f"vs canned {m['canned_cpu_us_per_request']} us (ratio {m['cpu_ratio']}); "
+                    f"against the protocol canned server: p50 ratio {m['p50_ratio_protocol']}, "
+                    f"CPU {m['canned_protocol_cpu_us_per_request']} us (ratio {m['cpu_ratio_protocol']})"
                 )
         bridge, port = start_bridge(tmp, loops[0])
         try:
@@ -385,7 +442,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 4 and sys.argv[1] == "--canned":
-        run_on(sys.argv[3], canned_server(sys.argv[2]))
+    if len(sys.argv) in (4, 5) and sys.argv[1] == "--canned":
+        run_on(sys.argv[3], canned_server(sys.argv[2], *sys.argv[4:]))
     else:
         main()

@@ -259,8 +259,8 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
 ``Metrics``), and the names, help texts and labels a scraper sees are reviewable in one place."""
 
 
-_RequestSeries = tuple[Callable[[float], None], Callable[[], None]]
-"""How one (api, error) series of answers is counted: its latency observation, its count."""
+_RequestSeries = tuple[LoopHistogram, LoopCounter]
+"""One (api, error) series of answers: its latency histogram and its count (both ``per_request``)."""
 
 
 class Metrics:
@@ -288,7 +288,7 @@ class Metrics:
         self.group_ids = group_ids
         """``metrics_group_ids``: label per-group series with the group id; False: ``group_label``'s hash."""
         self._request_children: dict[tuple[str, int | str], _RequestSeries] = {}
-        """The latency observation and the count of each (api, error) series, resolved once."""
+        """The latency histogram and the count of each (api, error) series, resolved once."""
         self.registry = CollectorRegistry(auto_describe=True)
         for spec in METRIC_SPECS:
             setattr(
@@ -340,18 +340,18 @@ class Metrics:
         self.ha_lease.set(1 if lease_valid else 0)
 
     def observe_request(self, api: str, seconds: float, error: int | str = 0) -> None:
-        """Record one answered request; ``error`` is a Kafka error code or its name."""
-        children = self._request_children.get((api, error))
-        if children is None:  # label lookups cost more than the observation: resolve them once
+        """Record one answered request; ``error`` is a Kafka error code or its name. Once per
+        answer: the latency and the count go straight into the series' plain numbers
+        (``LoopHistogram``, ``LoopCounter``, folded in when collected), without a call each."""
+        series = self._request_children.get((api, error))
+        if series is None:  # label lookups cost more than the observation: resolve them once
             name = error_name(error) if isinstance(error, int) else error
-            children = (
-                self.request_latency.labels(api=api).observe,
-                self.requests.labels(api=api, error=name).inc,
-            )
-            self._request_children[(api, error)] = children
-        observe, count = children
-        observe(seconds)
-        count()
+            series = (self.request_latency.labels(api=api), self.requests.labels(api=api, error=name))
+            self._request_children[(api, error)] = series
+        latency, count = series
+        latency._tally_sum += seconds
+        latency._tally_buckets[bisect_left(latency._upper_bounds, seconds)] += 1
+        count._count += 1
 
     def observe_fsync(self, seconds: float) -> None:
         """One fsync of the record store (every state-revealing answer waits for one)."""

@@ -32,7 +32,14 @@ from connect_bridge.bridge.coordination.api_table import API_NAMES, DECODED_FOR_
 from connect_bridge.bridge.coordination.fastpath import Framed, SteadyHeartbeats
 from connect_bridge.bridge.coordination.handlers import Client, LocalApis, now_ms
 from connect_bridge.bridge.coordination.runtime import CoordinatorRuntime
-from connect_bridge.bridge.edge.accept import ConnectionSlots, Listener, RateLimited, Slot, start_listener
+from connect_bridge.bridge.edge.accept import (
+    ConnectionSlots,
+    Listener,
+    RateLimited,
+    Slot,
+    divert,
+    start_listener,
+)
 from connect_bridge.bridge.edge.connection import (
     AcceptFailures,
     Answering,
@@ -131,6 +138,8 @@ class BridgeServer:
         self._tasks: list[asyncio.Task[Any]] = []
         self._connections: set[asyncio.Task[Any]] = set()
         self.open_connections: set[Connection] = set()
+        self._resuming: set[asyncio.Task[None]] = set()
+        """Connections the steady lane paused for back-pressure, waiting to resume (``_steady_lane``)."""
         self._stopping = asyncio.Event()
         self.port = options.port
         self.apis: LocalApis | None = None
@@ -237,6 +246,10 @@ class BridgeServer:
             )
         self.decoder = FrameDecoder(self.options.limits)
         self.frames = FrameAdmission(self.options, self.decoder)
+        self._lane_max_frame = min(
+            self.frames.plain_bytes, self.options.max_frame_bytes, self.steady.max_frame
+        )
+        """Frames up to this size may take the steady lane: within every limit the read loop checks."""
 
     def _listeners(self) -> list[Listener]:
         """The worker listener and, in proxy mode, every relay listener opened so far."""
@@ -432,6 +445,8 @@ class BridgeServer:
         # requests and then waited never got the later answers.
         writer.transport.set_write_buffer_limits(high=1, low=0)
         slot.wake = conn.answered.set
+        if self.sasl is None:  # with SASL every frame passes the gate first (the read loop's)
+            divert(writer, functools.partial(self._steady_lane, conn))
         self.open_connections.add(conn)
         loop = asyncio.get_running_loop()
         sender = loop.create_task(self._send_loop(conn))
@@ -522,10 +537,14 @@ class BridgeServer:
                     return False  # closed while waiting (peer gone, idle, stop): nothing more to read
                 if unauthenticated:
                     unauthenticated = self._still_unauthenticated(conn)
+            # Nothing of a next frame buffered: a chunk arriving while this waits starts one.
+            conn.between_frames = conn.slot is not None and conn.slot.received == consumed
             try:
                 size_bytes = await reader.readexactly(4)
             except asyncio.IncompleteReadError:
                 return False
+            finally:
+                conn.between_frames = False
             conn.last_read = time.monotonic()
             (size,) = _SIZE.unpack(size_bytes)
             if unauthenticated:
@@ -573,11 +592,78 @@ class BridgeServer:
                             await conn.writer.drain()
                     else:
                         answering = Answering(*request_header_fields(payload))
-                        settle = functools.partial(runtime.settle_steady, result)
-                        await self._respond(conn, answering, framed, self.committer.written, started, settle)
+                        runtime.settle_steady(result)
+                        self._enqueue(conn, answering, framed, self.committer.written, started)
                     continue
             if not await self._serve(conn, payload, started):
                 return True
+
+    def _steady_lane(self, conn: Connection, data: bytes) -> bool:
+        """Answer a steady heartbeat straight from the event loop's callback (``accept.divert``),
+        when ``data`` is exactly one whole frame arriving while the read loop waits for the next
+        one and nothing is queued ahead: the read loop would do the same with it (fast path,
+        :meth:`_write_steady`), only after a stream reader, a future and a task switch, which cost
+        as much as the answer. False leaves ``data`` to the read loop (with nothing changed): a
+        partial or pipelined frame, any other request, anything the fast path does not answer."""
+        if not conn.between_frames or conn.pending or len(data) < 12:
+            return False
+        (size,) = _SIZE.unpack_from(data)
+        if size + 4 != len(data) or size > self._lane_max_frame:
+            return False
+        runtime, committer = self.runtime, self.committer
+        transport = conn.writer.transport
+        if (
+            not runtime.fast_path_open(conn.principal)
+            or not committer.is_durable(committer.written)
+            or transport.get_write_buffer_size()
+            or transport.is_closing()
+        ):
+            return False
+        started = time.perf_counter()
+        payload = data[4:]
+        try:
+            answered = self.steady.answer(payload)
+        except Exception:  # anything odd takes the full path, which reports it properly
+            return False
+        if answered is None:
+            return False
+        conn.last_read = time.monotonic()
+        framed, result = answered
+        if result is None or committer.is_durable(committer.written):
+            # :meth:`_write_steady`, whose checks were made above (a step without a result
+            # submitted no records: what was durable still is).
+            transport.write(framed.frame)
+            if self.metrics is not None:
+                self.metrics.observe_request(framed.api, time.perf_counter() - started, framed.error_code)
+            runtime.settle_steady(result)
+            if not transport.get_write_buffer_size():
+                return True
+        else:  # records to make durable first: the sender writes it once they are (as _respond)
+            runtime.settle_steady(result)
+            answering = Answering(*request_header_fields(payload))
+            self._enqueue(conn, answering, framed, committer.written, started)
+        # The read loop would now wait for this answer to go out (muted, one request in flight) and
+        # for the client to take it (back-pressure) before reading on: so is the connection read.
+        if transport.is_closing():  # the write failed: the read loop sees the connection end
+            return True
+        transport.pause_reading()
+        resuming = asyncio.get_running_loop().create_task(self._resume_when_answered(conn))
+        self._resuming.add(resuming)  # held until done (the loop keeps only weak references)
+        resuming.add_done_callback(self._resuming.discard)
+        return True
+
+    @staticmethod
+    async def _resume_when_answered(conn: Connection) -> None:
+        """Resume reading a connection the steady lane paused once every answer it owes went out
+        and the socket took all of it."""
+        transport = conn.writer.transport
+        while conn.pending and not transport.is_closing():
+            conn.answered.clear()
+            await conn.answered.wait()
+        with contextlib.suppress(ConnectionError):
+            await conn.writer.drain()
+        if not transport.is_closing():
+            transport.resume_reading()
 
     def _write_steady(
         self, conn: Connection, framed: Framed, result: CoordinatorResult[Any] | None, started: float
@@ -668,13 +754,24 @@ class BridgeServer:
             return
         if then is not None:
             then()
+        self._enqueue(conn, request, outcome, seq, started)
+
+    @staticmethod
+    def _enqueue(
+        conn: Connection,
+        request: DecodedRequest | Answering | None,
+        outcome: Outcome,
+        seq: int,
+        started: float,
+    ) -> None:
+        """Queue an answer for the connection's sender (its queue has no bound: this never waits)."""
         conn.pending += 1
         if request is not None:
             conn.pending_here += 1
         # Only what the answer needs is queued, not the request's body: up to the in-flight limit
         # of large requests would otherwise stay in memory behind a parked one (issue 11.4).
         answering = request and Answering(request.api_key, request.api_version, request.correlation_id)
-        await conn.queue.put((answering, outcome, seq, started))
+        conn.queue.put_nowait((answering, outcome, seq, started))
 
     async def _send_loop(self, conn: Connection) -> None:
         try:

@@ -12,7 +12,6 @@ result are saved. Anything unusual takes the full path.
 
 from __future__ import annotations
 
-import struct
 from collections import OrderedDict
 from typing import Any, NamedTuple
 
@@ -51,8 +50,6 @@ _CLASSIC_HEARTBEAT_NAME = API_NAMES[_CLASSIC_HEARTBEAT]
 _CONNECT_STEADY, _CONNECT_FULL = GroupCoordinator.steady_connect_heartbeat, GroupCoordinator.connect_heartbeat
 _CLASSIC_STEADY, _CLASSIC_FULL = GroupCoordinator.steady_classic_heartbeat, GroupCoordinator.classic_heartbeat
 """Each heartbeat's steps: the steady one first, the full one when it does not apply."""
-_CORRELATION = struct.Struct(">i")
-"""The correlation id, after the 4-byte size of a framed response: patched into a cached frame."""
 
 
 class Framed(NamedTuple):
@@ -136,9 +133,11 @@ class SteadyHeartbeats:
             body = wm.heartbeat_response_to_wire(resp, version).encode(version=version)
             frame = response_frame(correlation, _RESPONSE_HEADER, body)
             return Framed(frame, resp.error_code, _HEARTBEAT_NAME), result
-        template = self._steady_frame(resp)
-        frame = template[:4] + _CORRELATION.pack(correlation) + template[8:]
-        return Framed(frame, _NONE, _HEARTBEAT_NAME), result
+        # The steady answer's bytes but for the correlation id, which is the request's (bytes 4-8).
+        template = self.answers.get((resp.member_id, resp.member_epoch, resp.heartbeat_interval_ms))
+        if template is None:
+            template = self._steady_frame(resp)
+        return Framed(template[:4] + payload[4:8] + template[8:], _NONE, _HEARTBEAT_NAME), result
 
     def _classic(
         self, payload: bytes, version: int, correlation: int
@@ -163,7 +162,7 @@ class SteadyHeartbeats:
             body = wm.classic_heartbeat_response_to_wire(resp, version).encode(version=version)
             template = response_frame(0, _CLASSIC_RESPONSE_HEADER[version], body)
             self.answers.put(body_key, template)
-        frame = template[:4] + _CORRELATION.pack(correlation) + template[8:]
+        frame = template[:4] + payload[4:8] + template[8:]  # the request's correlation id, as above
         return Framed(frame, resp.error_code, _CLASSIC_HEARTBEAT_NAME), result
 
     def _steady_frame(self, resp: HeartbeatResponse) -> bytes:

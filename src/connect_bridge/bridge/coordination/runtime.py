@@ -144,7 +144,8 @@ class CoordinatorRuntime:
         phase = self.coordinator.ownership.state(group_id)
         if phase is not None and phase is not OwnershipState.ADOPTED:
             return False
-        return self.refusal(group_id) is None
+        gate = self.gate  # :meth:`refusal`, without the call (once per steady heartbeat)
+        return gate is None or gate.refusal(group_id) is None
 
     def fast_path_open(self, principal: str) -> bool:
         """The steady-heartbeat cache keys on request bytes alone: it serves anonymous clients of a

@@ -28,7 +28,7 @@ from typing import Any
 
 from connect_bridge.bridge.edge.connection_settings import ConnectionSettings
 
-__all__ = ["ConnectionSlots", "Listener", "RateLimited", "Slot", "start_listener"]
+__all__ = ["ConnectionSlots", "Listener", "RateLimited", "Slot", "divert", "start_listener"]
 
 log = logging.getLogger("connect_bridge.server")
 
@@ -69,8 +69,9 @@ class Slot:
     """Called when the peer is gone: a reader muted until its answers are sent must not wait for an
     answer that may never come (a parked JoinGroup) to notice that nobody is there."""
     received: int = 0
-    """Bytes the peer has sent so far (after TLS): the server compares them with the bytes it has
-    read to know whether a next request is already buffered (``BridgeServer._read_loop``)."""
+    """Bytes the peer has sent so far (after TLS) that went to the connection's stream reader (not
+    those a :func:`divert` lane took): the server compares them with the bytes it has read to know
+    whether a next request is already buffered (``BridgeServer._read_loop``)."""
 
     def peer_gone(self) -> None:
         self.gone = True
@@ -155,14 +156,24 @@ class ConnectionSlots:
             del counts[address]
 
 
+Lane = Callable[[bytes], bool]
+"""Takes a chunk of received bytes before the stream reader sees it: True when it consumed the
+chunk (answered it), False to let the stream reader have it."""
+
+
 class _Stream(asyncio.StreamReaderProtocol):
-    """asyncio's stream protocol, telling the slot how much arrived and when the peer is gone."""
+    """asyncio's stream protocol, telling the slot how much arrived and when the peer is gone, and
+    letting a lane (:func:`divert`) take a chunk before the stream reader does."""
 
     def __init__(self, reader: asyncio.StreamReader, connected: Any, slot: Slot) -> None:
         super().__init__(reader, connected, loop=asyncio.get_running_loop())
         self.slot = slot
+        self.lane: Lane | None = None
 
     def data_received(self, data: bytes) -> None:
+        lane = self.lane
+        if lane is not None and lane(data):
+            return
         self.slot.received += len(data)
         super().data_received(data)
 
@@ -173,6 +184,18 @@ class _Stream(asyncio.StreamReaderProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.slot.peer_gone()
         super().connection_lost(exc)
+
+
+def divert(writer: asyncio.StreamWriter, lane: Lane) -> bool:
+    """Hand every chunk the connection of ``writer`` receives to ``lane`` first, straight from the
+    event loop's callback: a request answered there costs no stream reader, no future and no task
+    switch (the steady-heartbeat lane, ``BridgeServer._steady_lane``). False when the connection
+    is not one this module accepted (nothing changed then)."""
+    protocol = writer.transport.get_protocol()
+    if not isinstance(protocol, _Stream):
+        return False
+    protocol.lane = lane
+    return True
 
 
 OnConnection = Callable[[asyncio.StreamReader, asyncio.StreamWriter, Slot], Awaitable[None]]

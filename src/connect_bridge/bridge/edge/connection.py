@@ -89,6 +89,10 @@ class Connection:
     """Its place among the connection slots (``edge.accept``); None for a connection made by hand."""
     client_kind: ClientKind | None = None
     """Proxy mode: what its relayed requests are (a task's producer, ...), from the first one."""
+    between_frames: bool = False
+    """The reader waits for the next request's size prefix with nothing of it buffered: a chunk
+    arriving now starts a new frame, so the steady-heartbeat lane may answer it
+    (``BridgeServer._steady_lane``)."""
     direct: LinkAnswers | None = None
     """Proxy mode: the relayed answers its upstream link writes itself (``proxy.relay.DirectAnswers``,
     from the first request passed through); the sender waits for them before writing its own."""
