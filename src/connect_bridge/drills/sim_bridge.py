@@ -103,6 +103,8 @@ class SimulatedBridge:
             classic_min_session_timeout_ms=min(6000, t.session_timeout_ms),
         )
         self.rng = random.Random(sc.seed)
+        lo, hi = self.latency_ms
+        self._latency_draw = (lo, hi - lo + 1, (hi - lo + 1).bit_length())
         self.now = 0
         self.queue: list[tuple[int, int, Callable[[int], None]]] = []
         self.seq = 0
@@ -172,8 +174,16 @@ class SimulatedBridge:
         heapq.heappush(self.queue, (max(t_ms, self.now), self.seq, action))
 
     def latency(self) -> int:
-        lo, hi = self.latency_ms
-        return self.rng.randint(lo, hi)
+        """``rng.randint(lo, hi)``, drawn the way CPython's ``Random.randint`` draws it (``lo`` plus
+        the first ``getrandbits(k)`` below the width, ``k`` the width's bit length), without its
+        three layers of calls: the simulator draws a latency for every message, and a drill is a
+        pure function of these draws (``tests/test_sim_determinism.py`` pins them to ``randint``)."""
+        lo, width, bits = self._latency_draw
+        getrandbits = self.rng.getrandbits
+        r = getrandbits(bits)
+        while r >= width:
+            r = getrandbits(bits)
+        return lo + r
 
     # ------------------------------------------------------------------ the coordinator
     def _after_coordinator(self, now: int) -> None:
@@ -450,7 +460,13 @@ class SimulatedBridge:
                 self.held_joins.append((sent, tag))
                 self.at(t, self._finish_release)
                 return _HELD
-        resp = getattr(self.coordinator, sent.method)(req, t)
+        resp = None
+        if sent.method == "classic_heartbeat":
+            # The server's short way for the commonest request (same effects, ``GroupCoordinator.
+            # steady_classic_heartbeat``); anything else it leaves to the full handler.
+            resp = self.coordinator.steady_classic_heartbeat(req, t)
+        if resp is None:
+            resp = getattr(self.coordinator, sent.method)(req, t)
         self._learn_member(sent.worker.name, req, resp)
         if resp is None and getattr(req, "token", None) is not None:
             name, incarnation, kind, seq, _, timeout_at = req.token
