@@ -171,7 +171,8 @@ class SimulatedBridge:
     def at(self, t_ms: int, action: Callable[[int], None]) -> None:
         """Queue ``action``; a deadline already in the past (a timer re-armed on load) runs now."""
         self.seq += 1
-        heapq.heappush(self.queue, (max(t_ms, self.now), self.seq, action))
+        now = self.now
+        heapq.heappush(self.queue, (t_ms if t_ms > now else now, self.seq, action))
 
     def latency(self) -> int:
         """``rng.randint(lo, hi)``, drawn the way CPython's ``Random.randint`` draws it (``lo`` plus
@@ -188,14 +189,18 @@ class SimulatedBridge:
     # ------------------------------------------------------------------ the coordinator
     def _after_coordinator(self, now: int) -> None:
         """Persist records, deliver parked responses, report the group, queue the next timer tick."""
-        for record in self.coordinator.drain_records():
-            self.store[record.key] = record
-        for token, resp in self.coordinator.drain_responses():
+        coordinator = self.coordinator
+        records = coordinator.drain_records()
+        if records:
+            store = self.store
+            for record in records:
+                store[record.key] = record
+        for token, resp in coordinator.drain_responses():
             self._deliver_parked(now, token, resp)
-        group = self.coordinator.groups.get(self.scenario.group)
+        group = coordinator.groups.get(self.scenario.group)
         if group is not None:
             self._report_group(now, group)
-        deadline = self.coordinator.next_deadline()
+        deadline = coordinator.next_deadline()
         if self.tick_at is not None and self.tick_at < self.now:
             self.tick_at = None  # that tick has run (or was dropped with an old bridge incarnation)
         if deadline is not None and (self.tick_at is None or deadline < self.tick_at):
@@ -428,7 +433,8 @@ class SimulatedBridge:
         (relaying, released), or per member while a hand-back is under way (docs/adoption.md,
         ``adoption.wiring``); ``_HELD`` for a JoinGroup held until the hand-back completes,
         ``None`` for an answer the coordinator parked."""
-        phase = self.phase()
+        # (Without an upstream the phase only matters to a JoinGroup: the hand-back case below.)
+        phase = self.phase() if self.upstream is not None or sent.method == "classic_join" else None
         if (
             self.upstream is not None
             and phase in (OwnershipState.RELAYING, OwnershipState.RELEASED)
