@@ -284,3 +284,39 @@ def test_the_drill_stage_has_tasks_enough_for_the_bar_to_move(
     """The fleet's progress counts finished tasks of the drill stage (job_progress.py): on a small
     machine the stage needs more tasks than its cores' share, or the bar sits still, then jumps."""
     assert fleet._partitions(_Cores(cores), count, per_core) == tasks
+
+
+class _Started(Exception):
+    """Raised by a stand-in ``get_spark`` once it has heard how the session would start."""
+
+
+@pytest.mark.parametrize(
+    ("checks_only", "count", "short_run"),
+    [
+        (True, 100_000, True),  # the JVM only moves one row per drill: C2 and codegen never pay
+        (True, 10, True),
+        (False, 10, True),  # a small fleet with events: seconds of Spark work
+        (False, 10_000, False),  # a large event table is analyzed at full strength
+    ],
+)
+def test_a_checks_only_fleet_starts_a_short_run_session_at_any_size(
+    monkeypatch, tmp_path: Path, checks_only: bool, count: int, short_run: bool
+) -> None:  # type: ignore[no-untyped-def]
+    """A checks-only fleet's JVM does next to nothing while the drills run in Python; a JVM at
+    full strength (C2 compiling for minutes, parallel GC threads) took as much CPU as the drills
+    did on a 2-core machine, so it starts the short-run session whatever its size."""
+    from connect_bridge.pipeline import session
+
+    heard: list[bool] = []
+
+    def get_spark(master: str | None = None, app: str = "", short_run: bool = False) -> Any:
+        heard.append(short_run)
+        raise _Started
+
+    monkeypatch.setattr(session, "get_spark", get_spark)
+    with pytest.raises(_Started):
+        if checks_only:
+            fleet.run_fleet_checks(count, 1, tmp_path, adversarial=True)
+        else:
+            fleet.run_fleet(count, 1, tmp_path)
+    assert heard == [short_run]
