@@ -372,8 +372,9 @@ class SimulatedDrill(SimulatedBridge):
             self._apply(now, worker, lost.stop, frozenset(), None)
         reaction = getattr(logic, LEGACY_CALLS[kind].on_response)(resp, now)
         epoch = reaction.generation if reaction.generation_changed else None
-        slow = self._slow_stop(now, worker, reaction.stop) if reaction.fatal is None else 0
-        self._apply_after(slow, now, worker, reaction.stop, reaction.start, epoch)
+        if reaction.stop or reaction.start or epoch is not None:  # (most answers change nothing)
+            slow = self._slow_stop(now, worker, reaction.stop) if reaction.fatal is None else 0
+            self._apply_after(slow, now, worker, reaction.stop, reaction.start, epoch)
         if reaction.fatal is not None:
             worker.alive = False
             self.log.worker_crash(now, worker.name, worker.protocol)
