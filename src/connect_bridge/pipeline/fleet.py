@@ -402,8 +402,9 @@ CHECKS_SHORT_RUN = True
 """A checks-only fleet starts a short-run session (C1 JIT only, serial collector, no generated
 code: ``session.SHORT_RUN_JAVA_OPTIONS``) at any size: its JVM moves one small row per drill, so
 the drills' Python is all the work, and a JVM compiling its hot paths with C2 for minutes took CPU
-from the drills on a machine with two cores (a 400-drill adversarial fleet: about 32 s of JVM CPU
-beside 24 s of Python before; see docs/pipeline.md for the figures after)."""
+from the drills on a machine with two cores (2,000 adversarial drills: 36-45 s of JVM CPU beside
+about 95 s of drills before, about 20 s after; docs/pipeline.md, "Checks only, adversarial
+fleets")."""
 
 _VIOLATIONS = ("exclusive", "live", "converged", "balanced", "crashed")
 _FAILED_LISTED = 1000
