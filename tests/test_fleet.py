@@ -284,3 +284,75 @@ def test_the_drill_stage_has_tasks_enough_for_the_bar_to_move(
     """The fleet's progress counts finished tasks of the drill stage (job_progress.py): on a small
     machine the stage needs more tasks than its cores' share, or the bar sits still, then jumps."""
     assert fleet._partitions(_Cores(cores), count, per_core) == tasks
+
+
+class _Started(Exception):
+    """Raised by a stand-in ``get_spark`` once it has heard how the session would start."""
+
+
+@pytest.mark.parametrize(
+    ("checks_only", "count", "short_run"),
+    [
+        (True, 100_000, True),  # the JVM only moves one row per drill: C2 and codegen never pay
+        (True, 10, True),
+        (False, 10, True),  # a small fleet with events: seconds of Spark work
+        (False, 10_000, False),  # a large event table is analyzed at full strength
+    ],
+)
+def test_a_checks_only_fleet_starts_a_short_run_session_at_any_size(
+    monkeypatch, tmp_path: Path, checks_only: bool, count: int, short_run: bool
+) -> None:  # type: ignore[no-untyped-def]
+    """A checks-only fleet's JVM does next to nothing while the drills run in Python; a JVM at
+    full strength (C2 compiling for minutes, parallel GC threads) took as much CPU as the drills
+    did on a 2-core machine, so it starts the short-run session whatever its size."""
+    from connect_bridge.pipeline import session
+
+    heard: list[bool] = []
+
+    def get_spark(master: str | None = None, app: str = "", short_run: bool = False) -> Any:
+        heard.append(short_run)
+        raise _Started
+
+    monkeypatch.setattr(session, "get_spark", get_spark)
+    with pytest.raises(_Started):
+        if checks_only:
+            fleet.run_fleet_checks(count, 1, tmp_path, adversarial=True)
+        else:
+            fleet.run_fleet(count, 1, tmp_path)
+    assert heard == [short_run]
+
+
+def test_a_failed_checks_only_drill_names_the_search_that_minimizes_it(
+    monkeypatch, tmp_path: Path, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    """The fleet keeps a failing drill's seed; the command it prints for ``drill search`` runs that
+    very drill (the same scenario, adversarial or not), so it can be minimized into a regression."""
+    import shlex
+
+    seed = fleet.scenario_seed(7, 3)
+    name = f"adversarial-{seed}"
+
+    def run_fleet_checks(count: int, fleet_seed: int, out_dir: Any, **kwargs: Any) -> dict[str, Any]:
+        return {
+            "count": count, "seed": fleet_seed, "adversarial": kwargs["adversarial"], "drills": count,
+            "seconds": 1.0, "drills_per_s": 1.0, "failed_drills": 1, "max_unowned_ms": 0,
+            "violations": dict.fromkeys(("exclusive", "live", "converged", "balanced", "crashed"), 0),
+            "failed": [{"name": name, "seed": seed, "scenario": f"failed/{name}.json", "violation": "v"}],
+        }
+
+    monkeypatch.setattr(fleet, "run_fleet_checks", run_fleet_checks)
+    out = tmp_path / "fleet"
+    argv = ["drill", "fleet", "--count", "4", "--seed", "7", "--adversarial", "--out", str(out)]
+    assert cli_main(argv) == 1
+    err = capsys.readouterr().err
+    command = next(line for line in err.splitlines() if line.startswith("failed: "))
+    search = shlex.split(command.split("minimize with `", 1)[1].split("`", 1)[0])
+    assert search[:3] == ["connect-bridge", "drill", "search"] and "--adversarial" in search
+    searched = int(search[search.index("--seed") + 1])
+    assert search[search.index("--count") + 1] == "1"
+    # `drill search`'s generator (every protocol) gives the scenario the fleet ran for that seed.
+    from connect_bridge.drills.generate import ALL_PROTOCOLS
+
+    searched_scenario = random_scenario(searched, protocols=ALL_PROTOCOLS, adversarial=True)
+    assert searched_scenario.name == name
+    assert searched_scenario == random_scenario(seed, adversarial=True)

@@ -20,3 +20,17 @@ def test_adversarial_drills_log_the_same_events_every_time() -> None:
         gc.collect()
         again = run_scenario(random_scenario(seed, adversarial=True)).events
         assert again == first[seed], seed
+
+
+def test_latencies_are_the_draws_of_randint() -> None:
+    """The simulator draws a latency per message without ``Random.randint``'s call layers; the
+    draws, and so every drill of every fleet seed, stay those ``randint`` gives."""
+    import random
+
+    from connect_bridge.drills.sim import SimulatedDrill
+
+    scenario = random_scenario(scenario_seed(5, 0), adversarial=True)
+    drill = SimulatedDrill(scenario)
+    twin = random.Random(scenario.seed)
+    lo, hi = drill.latency_ms
+    assert [drill.latency() for _ in range(10_000)] == [twin.randint(lo, hi) for _ in range(10_000)]

@@ -179,10 +179,14 @@ def _fleet_checks(args: argparse.Namespace) -> int:
         f"violations exclusive={v['exclusive']} live={v['live']} converged={v['converged']} "
         f"balanced={v['balanced']}; longest unowned {fleet['max_unowned_ms']} ms"
     )
+    # A drill's seed is its scenario seed: `drill search` of that one seed runs the same drill and
+    # minimizes it into a regression scenario.
+    search_kind = " --adversarial" if fleet["adversarial"] else ""
     for entry in fleet["failed"][:20]:
         print(
             f"failed: {entry['name']}: {entry['violation']}; replay with "
-            f"`connect-bridge drill run {args.out}/{entry['scenario']} --out DIR`",
+            f"`connect-bridge drill run {args.out}/{entry['scenario']} --out DIR`, minimize with "
+            f"`connect-bridge drill search --count 1 --seed {entry['seed']}{search_kind} --out DIR`",
             file=sys.stderr,
         )
     keys = ("count", "seconds", "drills_per_s", "violations", "failed_drills")

@@ -39,10 +39,12 @@ class SimulatedDrill(SimulatedBridge):
 
     # ------------------------------------------------------------------ what workers do
     def _apply(self, now: int, worker: SimWorker, stop: Items, start: Items, epoch: int | None) -> None:
-        for item in sorted(stop):
-            self.log.release(now, worker.name, item)
-        for item in sorted(start):
-            self.log.run(now, worker.name, item)
+        if stop:
+            for item in sorted(stop):
+                self.log.release(now, worker.name, item)
+        if start:
+            for item in sorted(start):
+                self.log.run(now, worker.name, item)
         if epoch is not None:
             self.log.epoch(now, worker.name, epoch)
 
@@ -109,9 +111,7 @@ class SimulatedDrill(SimulatedBridge):
     # ------------------------------------------------------------------ misbehaviour
     def _held_up(self, now: int, worker: SimWorker, herder: bool, action: Callable[[int], None]) -> bool:
         """Defer ``action`` while the process is paused (or, for herder work, stalled)."""
-        if not worker.alive:
-            return False
-        if now < worker.paused_until or (herder and now < worker.stalled_until):
+        if _held(now, worker, herder):
             worker.deferred.append(action)
             return True
         return False
@@ -199,7 +199,8 @@ class SimulatedDrill(SimulatedBridge):
 
     # ------------------------------------------------------------------ new-protocol workers
     def _new_heartbeat(self, now: int, worker: SimWorker) -> None:
-        if self._held_up(now, worker, True, lambda t: self._new_heartbeat(t, worker)):
+        if _held(now, worker, True):
+            worker.deferred.append(lambda t: self._new_heartbeat(t, worker))
             return
         logic = worker.logic
         assert isinstance(logic, NewProtocolWorker)
@@ -235,9 +236,8 @@ class SimulatedDrill(SimulatedBridge):
         must see it as stale (``reaction.stale``) and schedule nothing."""
         if not self._current(worker, incarnation) or seq != worker.new_seq:
             return
-        if self._held_up(
-            now, worker, True, lambda t: self._new_response(t, worker, incarnation, seq, resp, dup)
-        ):
+        if _held(now, worker, True):
+            worker.deferred.append(lambda t: self._new_response(t, worker, incarnation, seq, resp, dup))
             return
         logic = worker.logic
         assert isinstance(logic, NewProtocolWorker)
@@ -288,7 +288,8 @@ class SimulatedDrill(SimulatedBridge):
             seq is not None and (seq != worker.step_seq or incarnation != worker.incarnation)
         ):
             return
-        if self._held_up(now, worker, False, lambda t: self._schedule_step(t, worker)):
+        if _held(now, worker, False):
+            worker.deferred.append(lambda t: self._schedule_step(t, worker))
             return
         logic = worker.logic
         assert isinstance(logic, LegacyWorker)
@@ -326,10 +327,12 @@ class SimulatedDrill(SimulatedBridge):
         # timeout + 5 s) (Java's AbstractCoordinator); a heartbeat is given up once the session has
         # expired, measured from the last answer the worker got (the heartbeat thread marks the
         # coordinator unknown then); SyncGroup waits ``request.timeout.ms``.
-        timeout = {
-            "join": max(timing.request_timeout_ms, timing.rebalance_timeout_ms + 5_000),
-            "heartbeat": max(1, worker.last_answer_ms + timing.session_timeout_ms - now),
-        }.get(kind, timing.request_timeout_ms)
+        if kind == "heartbeat":
+            timeout = max(1, worker.last_answer_ms + timing.session_timeout_ms - now)
+        elif kind == "join":
+            timeout = max(timing.request_timeout_ms, timing.rebalance_timeout_ms + 5_000)
+        else:
+            timeout = timing.request_timeout_ms
 
         def deliver(resp: Any, at: int, dup: bool) -> None:
             self.at(at, self._legacy_response_cb(worker, incarnation, kind, resp, seq, dup))
@@ -355,8 +358,8 @@ class SimulatedDrill(SimulatedBridge):
         if not dup and kind not in worker.in_flight:
             return
         herder = kind != "heartbeat"  # heartbeat answers are the heartbeat thread's
-        cb = self._legacy_response_cb(worker, incarnation, kind, resp, seq, dup)
-        if self._held_up(now, worker, herder, cb):
+        if _held(now, worker, herder):
+            worker.deferred.append(self._legacy_response_cb(worker, incarnation, kind, resp, seq, dup))
             return
         worker.in_flight.discard(kind)
         logic = worker.logic
@@ -369,8 +372,9 @@ class SimulatedDrill(SimulatedBridge):
             self._apply(now, worker, lost.stop, frozenset(), None)
         reaction = getattr(logic, LEGACY_CALLS[kind].on_response)(resp, now)
         epoch = reaction.generation if reaction.generation_changed else None
-        slow = self._slow_stop(now, worker, reaction.stop) if reaction.fatal is None else 0
-        self._apply_after(slow, now, worker, reaction.stop, reaction.start, epoch)
+        if reaction.stop or reaction.start or epoch is not None:  # (most answers change nothing)
+            slow = self._slow_stop(now, worker, reaction.stop) if reaction.fatal is None else 0
+            self._apply_after(slow, now, worker, reaction.stop, reaction.start, epoch)
         if reaction.fatal is not None:
             worker.alive = False
             self.log.worker_crash(now, worker.name, worker.protocol)
@@ -434,17 +438,24 @@ class SimulatedDrill(SimulatedBridge):
         for step in sc.steps:
             self.at(step.at_ms, self._step(step))
         last_report = 0
-        while self.queue and self.queue[0][0] <= sc.end_ms:
-            t, _, action = heapq.heappop(self.queue)
+        queue, end_ms, progress, pop = self.queue, sc.end_ms, self.progress, heapq.heappop
+        while queue and queue[0][0] <= end_ms:
+            t, _, action = pop(queue)
             self.now = t
             action(t)
-            if self.progress is not None and t - last_report >= 10_000:
+            if progress is not None and t - last_report >= 10_000:
                 last_report = t
-                self.progress(t, sc.end_ms)
+                progress(t, end_ms)
         self.log.drill_end(sc.end_ms)
         if self.progress is not None:
             self.progress(sc.end_ms, sc.end_ms)
         return self.log
+
+
+def _held(now: int, worker: SimWorker, herder: bool) -> bool:
+    """Whether the process is paused (or, for herder work, stalled) at ``now``: what it would do
+    then waits in ``worker.deferred`` until the pause or stall is over."""
+    return worker.alive and (now < worker.paused_until or (herder and now < worker.stalled_until))
 
 
 _STEPS: dict[str, Callable[[SimulatedDrill, int, Any], None]] = {

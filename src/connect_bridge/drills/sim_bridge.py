@@ -103,6 +103,8 @@ class SimulatedBridge:
             classic_min_session_timeout_ms=min(6000, t.session_timeout_ms),
         )
         self.rng = random.Random(sc.seed)
+        lo, hi = self.latency_ms
+        self._latency_draw = (lo, hi - lo + 1, (hi - lo + 1).bit_length())
         self.now = 0
         self.queue: list[tuple[int, int, Callable[[int], None]]] = []
         self.seq = 0
@@ -169,23 +171,36 @@ class SimulatedBridge:
     def at(self, t_ms: int, action: Callable[[int], None]) -> None:
         """Queue ``action``; a deadline already in the past (a timer re-armed on load) runs now."""
         self.seq += 1
-        heapq.heappush(self.queue, (max(t_ms, self.now), self.seq, action))
+        now = self.now
+        heapq.heappush(self.queue, (t_ms if t_ms > now else now, self.seq, action))
 
     def latency(self) -> int:
-        lo, hi = self.latency_ms
-        return self.rng.randint(lo, hi)
+        """``rng.randint(lo, hi)``, drawn the way CPython's ``Random.randint`` draws it (``lo`` plus
+        the first ``getrandbits(k)`` below the width, ``k`` the width's bit length), without its
+        three layers of calls: the simulator draws a latency for every message, and a drill is a
+        pure function of these draws (``tests/test_sim_determinism.py`` pins them to ``randint``)."""
+        lo, width, bits = self._latency_draw
+        getrandbits = self.rng.getrandbits
+        r = getrandbits(bits)
+        while r >= width:
+            r = getrandbits(bits)
+        return lo + r
 
     # ------------------------------------------------------------------ the coordinator
     def _after_coordinator(self, now: int) -> None:
         """Persist records, deliver parked responses, report the group, queue the next timer tick."""
-        for record in self.coordinator.drain_records():
-            self.store[record.key] = record
-        for token, resp in self.coordinator.drain_responses():
+        coordinator = self.coordinator
+        records = coordinator.drain_records()
+        if records:
+            store = self.store
+            for record in records:
+                store[record.key] = record
+        for token, resp in coordinator.drain_responses():
             self._deliver_parked(now, token, resp)
-        group = self.coordinator.groups.get(self.scenario.group)
+        group = coordinator.groups.get(self.scenario.group)
         if group is not None:
             self._report_group(now, group)
-        deadline = self.coordinator.next_deadline()
+        deadline = coordinator.next_deadline()
         if self.tick_at is not None and self.tick_at < self.now:
             self.tick_at = None  # that tick has run (or was dropped with an old bridge incarnation)
         if deadline is not None and (self.tick_at is None or deadline < self.tick_at):
@@ -418,7 +433,8 @@ class SimulatedBridge:
         (relaying, released), or per member while a hand-back is under way (docs/adoption.md,
         ``adoption.wiring``); ``_HELD`` for a JoinGroup held until the hand-back completes,
         ``None`` for an answer the coordinator parked."""
-        phase = self.phase()
+        # (Without an upstream the phase only matters to a JoinGroup: the hand-back case below.)
+        phase = self.phase() if self.upstream is not None or sent.method == "classic_join" else None
         if (
             self.upstream is not None
             and phase in (OwnershipState.RELAYING, OwnershipState.RELEASED)
@@ -450,7 +466,13 @@ class SimulatedBridge:
                 self.held_joins.append((sent, tag))
                 self.at(t, self._finish_release)
                 return _HELD
-        resp = getattr(self.coordinator, sent.method)(req, t)
+        resp = None
+        if sent.method == "classic_heartbeat":
+            # The server's short way for the commonest request (same effects, ``GroupCoordinator.
+            # steady_classic_heartbeat``); anything else it leaves to the full handler.
+            resp = self.coordinator.steady_classic_heartbeat(req, t)
+        if resp is None:
+            resp = getattr(self.coordinator, sent.method)(req, t)
         self._learn_member(sent.worker.name, req, resp)
         if resp is None and getattr(req, "token", None) is not None:
             name, incarnation, kind, seq, _, timeout_at = req.token

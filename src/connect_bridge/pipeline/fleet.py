@@ -126,9 +126,12 @@ def _prepare(
     master: str | None,
     spark: Any,
     progress: Callable[..., None] | None,
+    short_run: bool | None = None,
 ) -> tuple[Callable[..., None], Path, Any]:
     """Both fleet kinds refuse an empty fleet before starting Spark, then make ``out_dir``; on a
-    cluster the executors get this package (:func:`.session.ship_package`)."""
+    cluster the executors get this package (:func:`.session.ship_package`). A session started here
+    is a short-run one (``session.get_spark``) when ``short_run`` says so, else for a fleet of at
+    most :data:`SHORT_RUN_DRILLS`."""
     from connect_bridge.pipeline.session import get_spark, ship_package
 
     if count < 1:
@@ -138,7 +141,7 @@ def _prepare(
     out.mkdir(parents=True, exist_ok=True)
     if spark is None:
         say("starting Spark")  # (tens of seconds on a cold JVM: say so before the bar sits still)
-        spark = get_spark(master, short_run=count <= SHORT_RUN_DRILLS)
+        spark = get_spark(master, short_run=count <= SHORT_RUN_DRILLS if short_run is None else short_run)
     ship_package(spark)  # the drills run in the executors' Python: on a cluster they need the package
     return say, out, spark
 
@@ -357,8 +360,10 @@ def run_fleet_checks(
     Writes ``checks.parquet`` (one row per drill), ``failed/NAME.json`` for every drill that broke
     an invariant and ``fleet.json``: ``count``, ``seed``, ``adversarial``, ``seconds``, ``drills_per_s``,
     ``violations`` (drills breaking exclusive / live / converged / balanced), ``max_unowned_ms`` and
-    ``failed`` (name, seed, scenario, first violation)."""
-    say, out, spark = _prepare(count, out_dir, master, spark, progress)
+    ``failed`` (name, seed, scenario, first violation).
+
+    A session started here is a short-run one whatever ``count`` (:data:`CHECKS_SHORT_RUN`)."""
+    say, out, spark = _prepare(count, out_dir, master, spark, progress, short_run=CHECKS_SHORT_RUN)
     kind = "adversarial " if adversarial else ""
     running = f"running {counted(count, kind + 'drill')} (seed {seed}), checked in the executors"
     say(running, done=0)
@@ -392,6 +397,14 @@ def run_fleet_checks(
     say(f"{failed_of} failed in {fleet['seconds']} s; {out / FLEET_JSON}")
     return fleet
 
+
+CHECKS_SHORT_RUN = True
+"""A checks-only fleet starts a short-run session (C1 JIT only, serial collector, no generated
+code: ``session.SHORT_RUN_JAVA_OPTIONS``) at any size: its JVM moves one small row per drill, so
+the drills' Python is all the work, and a JVM compiling its hot paths with C2 for minutes took CPU
+from the drills on a machine with two cores (2,000 adversarial drills: 36-45 s of JVM CPU beside
+about 95 s of drills before, about 20 s after; docs/pipeline.md, "Checks only, adversarial
+fleets")."""
 
 _VIOLATIONS = ("exclusive", "live", "converged", "balanced", "crashed")
 _FAILED_LISTED = 1000

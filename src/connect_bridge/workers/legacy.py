@@ -23,6 +23,7 @@ vocabulary (:class:`Reaction`, :class:`NextAction`, member states, error outcome
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from connect_bridge.codecs.connect_protocol import (
     CONNECT_PROTOCOL_NAMES,
@@ -83,6 +84,14 @@ __all__ = [
 _S = MemberState
 
 
+def _same_parts(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    """The same mode, url and config offset (equal, and of the same type: the encoder tells ``1``
+    from ``True``) and the same assignment object."""
+    return a[3] is b[3] and all(
+        x is y or (type(x) is type(y) and x == y) for x, y in zip(a[:3], b[:3], strict=True)
+    )
+
+
 class LegacyWorker(LegacyMember):
     """One Connect worker speaking the classic group protocol (eager, compatible or sessioned).
 
@@ -91,17 +100,28 @@ class LegacyWorker(LegacyMember):
     :attr:`config` attribute from the driver.
     """
 
+    _last_protocols: tuple[tuple[Any, ...], tuple[tuple[str, bytes], ...]] | None = None
+    """The last :meth:`protocols` answer and what it was made of."""
+
     # -- joining -----------------------------------------------------------------------------------
 
     def protocols(self) -> tuple[tuple[str, bytes], ...]:
         """``WorkerCoordinator.metadata()``: one subscription per advertised protocol, each at its
         own version; v1/v2 carry the full current assignment (null when there is none)."""
         self._config_snapshot = self._read_config()
+        # A worker rejoins many times with the same metadata: the last answer is kept with what it
+        # was made of (the assignment held by identity: it is frozen), so only a change encodes.
+        made_of = (self.mode, self.url, self._config_snapshot.offset, self.snapshot)
+        last = self._last_protocols
+        if last is not None and _same_parts(last[0], made_of):
+            return last[1]
         out = []
         for name in MODE_PROTOCOLS[self.mode]:
             version = CONNECT_PROTOCOL_NAMES[name]
             out.append((name, encode_subscription(self._subscription(version), version)))
-        return tuple(out)
+        protocols = tuple(out)
+        self._last_protocols = (made_of, protocols)
+        return protocols
 
     def _subscription(self, version: int) -> Subscription:
         allocation = self.snapshot if version > 0 else None
