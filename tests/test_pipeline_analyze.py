@@ -270,9 +270,15 @@ def drills() -> dict[str, list[dict[str, Any]]]:
 
 
 @pytest.fixture(scope="module")
-def analyzed(spark, drills, tmp_path_factory) -> tuple[dict[str, Any], Path, float]:  # type: ignore[no-untyped-def]
+def tree(drills, tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
     root = tmp_path_factory.mktemp("logs")
     _write_tree(root, drills)
+    return root
+
+
+@pytest.fixture(scope="module")
+def analyzed(spark, tree, tmp_path_factory) -> tuple[dict[str, Any], Path, float]:  # type: ignore[no-untyped-def]
+    root = tree
     out = tmp_path_factory.mktemp("analysis")
     # Small splits: the large logs are read as many partitions, so order across splits matters.
     spark.conf.set("spark.sql.files.maxPartitionBytes", str(64 * 1024))
@@ -379,6 +385,77 @@ def test_parquet_input_gives_the_same_numbers(spark, analyzed, drills, tmp_path)
     assert got == want  # an empty drill has no rows in a table, so it is not a drill there
 
 
+def _table(path: Path) -> list[tuple[Any, ...]]:
+    import pandas as pd
+
+    frame = pd.read_parquet(path)
+    return sorted(
+        frame.astype(object).where(frame.notna(), None).itertuples(index=False, name=None), key=repr
+    )
+
+
+def test_the_by_drill_engine_writes_the_same_outputs(spark, analyzed, tree, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A big input is analyzed by drill with pandas in the executors (``pipeline.by_drill``): the
+    same inputs through that engine give the same summary, tables and report as the DataFrame plan."""
+    doc, out, _ = analyzed
+    by_drill = tmp_path / "by-drill"
+    spark.conf.set("spark.sql.files.maxPartitionBytes", str(64 * 1024))
+    spark.conf.set("spark.sql.files.openCostInBytes", "0")
+    try:
+        got = pipeline.analyze([tree], by_drill, spark=spark, chart_drills=4, engine="by-drill")
+    finally:
+        spark.conf.unset("spark.sql.files.maxPartitionBytes")
+        spark.conf.unset("spark.sql.files.openCostInBytes")
+    assert got == doc
+    assert (by_drill / "summary.json").read_text() == (out / "summary.json").read_text()
+    for table in ("drills.parquet", "items.parquet", "intervals.parquet"):
+        want = _table(out / table)
+        assert want and _table(by_drill / table) == want, table
+    assert (by_drill / "index.html").read_text() == (out / "index.html").read_text()
+    assert sorted(p.name for p in (by_drill / "charts").glob("*.png")) == sorted(
+        p.name for p in (out / "charts").glob("*.png")
+    )
+
+
+MALFORMED = {
+    "backwards": '{"t_ms":5,"type":"run","worker":"w","connector":"A","task":0}\n'
+    '{"t_ms":4,"type":"release","worker":"w","connector":"A","task":0}\n',
+    "no-time": '{"t_ms":5,"type":"run","worker":"w","connector":"A","task":0}\n{"type":"release"}\n',
+    "no-type": '{"t_ms":5}\n',
+    "no-connector": '{"t_ms":5,"type":"run","worker":"w","task":0}\n',
+    "no-task": '{"t_ms":5,"type":"release","worker":"w","connector":"A"}\n',
+    "no-worker": '{"t_ms":5,"type":"run","connector":"A","task":0}\n',
+    "bad-config": '{"t_ms":0,"type":"config","connectors":[1]}\n{"t_ms":1,"type":"config"}\n',
+    "instance-backwards": '{"t_ms":9,"type":"run","worker":"w2","connector":"B","task":-1}\n'
+    '{"t_ms":3,"type":"run","worker":"w2","connector":"B","task":-1}\n',
+    "null-worker-backwards": '{"t_ms":9,"type":"release","connector":"B","task":-1}\n'
+    '{"t_ms":3,"type":"release","connector":"B","task":-1}\n',
+    "merged": '{"t_ms":9,"type":"run","worker":"w2","connector":"B","task":-1}\n'
+    '{"t_ms":3,"type":"run","worker":"w1","connector":"B","task":0}\n',
+}
+"""Logs the checker rejects (every rule of ``metrics.problems``), and two it accepts after sorting."""
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_the_by_drill_engine_checks_logs_like_the_dataframe_plan(spark, tmp_path, name) -> None:  # type: ignore[no-untyped-def]
+    drill = tmp_path / name
+    drill.mkdir()
+    (drill / "events.jsonl").write_text(MALFORMED[name])
+    (tmp_path / "fine").mkdir()
+    (tmp_path / "fine" / "events.jsonl").write_text('{"t_ms":1,"type":"worker_start","worker":"w"}\n')
+
+    def outcome(engine: str) -> Any:
+        try:
+            result = pipeline.run(spark, [tmp_path], engine=engine)
+        except EventLogError as e:
+            return str(e)
+        return result.drills, result.notes
+
+    sql = outcome("sql")
+    assert outcome("by-drill") == sql
+    assert isinstance(sql, str) == (not name.endswith(("merged", "null-worker-backwards"))), sql
+
+
 def test_schema_is_the_fleet_table() -> None:
     assert EVENT_COLUMNS == (
         "drill",
@@ -427,4 +504,3 @@ def test_cli_analyze(spark, tmp_path, capsys) -> None:  # type: ignore[no-untype
     doc = json.loads((out / "summary.json").read_text())
     assert doc["drills"] == [_expected("drill", list(run_scenario(scenario).events))]
     assert cli_main(["analyze", str(tmp_path / "missing"), "--out", str(out)]) == 1
-

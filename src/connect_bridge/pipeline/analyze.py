@@ -222,51 +222,108 @@ _EMPTY_DRILL: dict[str, Any] = {
 
 @dataclass
 class Result:
-    """What :func:`run` computed: the collected per-drill rows and the lazy DataFrames."""
+    """What :func:`run` computed: the collected per-drill rows and the lazy tables."""
 
     drills: list[dict[str, Any]]
     """One dict per drill, sorted by name: the summary keys, longest_unassigned_ms, exclusive, ok,
     end_ms, items, live_workers."""
-    metrics: Any
-    events: Any
+    items: Any
+    """The item table (:attr:`.metrics.Metrics.items`), keyed by drill key."""
+    intervals: Any
+    """The interval table (:attr:`.metrics.Metrics.intervals`), keyed by drill key."""
     names: dict[str, str]
     """Drill key → name."""
     inputs: Inputs
     notes: list[str] = field(default_factory=list)
     """One line per drill whose events were not in time order and were sorted (:func:`summary_doc`)."""
+    events: Any = None
+    """The time-ordered event table, when the run computed :attr:`metrics` (a small input)."""
+    metrics: Any = None
+    """:func:`.metrics.compute`'s DataFrames, for a small input; a big one is analyzed by drill
+    (:mod:`.by_drill`) and :meth:`charted` computes them for the charted drills alone."""
+    cached: list[Any] = field(default_factory=list)
+    """DataFrames persisted by the run (:func:`analyze` unpersists them)."""
+    spark: Any = None
+
+    def charted(self, keys: Sequence[str]) -> tuple[Any, Any]:
+        """``(events, metrics)`` holding (at least) the drills ``keys``: for the charts."""
+        if self.metrics is not None:
+            return self.events, self.metrics
+        from pyspark.sql import functions as F
+
+        from connect_bridge.pipeline import metrics
+
+        events = metrics.in_time_order(
+            load_events(self.spark, self.inputs).where(F.col("drill").isin(list(keys)))
+        )
+        return events, metrics.compute(events)
 
 
-def run(spark: Any, paths: Iterable[str | Path], progress: Callable[[str], None] | None = None) -> Result:
-    """Find inputs, load, validate and compute; collects only the per-drill rows."""
+BY_DRILL_EVENTS = 200_000
+"""Inputs of more events than this (estimated: :func:`.by_drill.estimated_events`) are analyzed
+by drill with pandas in the executors (:mod:`.by_drill`); smaller ones with the DataFrame plan of
+:mod:`.metrics`, which starts no Python worker processes (seconds of a short run)."""
+ENGINES = ("auto", "sql", "by-drill")
+
+
+def run(
+    spark: Any,
+    paths: Iterable[str | Path],
+    progress: Callable[[str], None] | None = None,
+    engine: str = "auto",
+) -> Result:
+    """Find inputs, load, validate and compute; collects only the per-drill rows.
+
+    ``engine``: ``sql`` (the DataFrame plan of :mod:`.metrics`), ``by-drill`` (:mod:`.by_drill`)
+    or ``auto`` (by the input's size, :data:`BY_DRILL_EVENTS`). Both give the same tables."""
     from pyspark import StorageLevel
+    from pyspark.sql import functions as F
 
-    from connect_bridge.pipeline import metrics
-    from connect_bridge.pipeline.session import fit_shuffle_partitions
+    from connect_bridge.pipeline import by_drill, metrics
+    from connect_bridge.pipeline.session import fit_shuffle_partitions, ship_package
 
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     say = progress or (lambda _msg: None)
     inputs = find_inputs(paths)
     fit_shuffle_partitions(spark, input_bytes(inputs))
     logs, parquet = counted(len(inputs.logs), "event log"), counted(len(inputs.parquet), "Parquet input")
     say(f"reading {logs} and {parquet}")
-    events = metrics.in_time_order(load_events(spark, inputs)).persist(StorageLevel.MEMORY_AND_DISK)
-
-    say("checking the logs")
-    checked = metrics.problems(events).collect()
-    bad = [r for r in checked if r["n"]]
-    if bad:
-        names = drill_names([r["drill"] for r in bad], inputs)
-        first = min(bad, key=lambda r: names[r["drill"]])
-        more = sum(r["n"] for r in bad) - 1
-        raise EventLogError(
-            f"drill {names[first['drill']]!r}: event {first['index']} ({first['type']}): {first['reason']}"
-            + (f" (and {more} more malformed events)" if more else "")
-        )
-
-    say("computing metrics")
-    m = metrics.compute(events)
-    for df in (m.changes, m.items, m.intervals):
-        df.persist(StorageLevel.MEMORY_AND_DISK)
-    rows = [r.asDict() for r in m.drills.collect()]
+    cached: list[Any] = []
+    if engine == "auto":
+        size = by_drill.estimated_events(list(inputs.logs), inputs.parquet)
+        engine = "by-drill" if size > BY_DRILL_EVENTS else "sql"
+    if engine == "by-drill":
+        ship_package(spark)
+        size = by_drill.estimated_events(list(inputs.logs), inputs.parquet)
+        out = by_drill.analyze(spark, load_events(spark, inputs), by_drill.partitions(spark, size))
+        out = out.persist(StorageLevel.MEMORY_AND_DISK)
+        cached.append(out)
+        say("analyzing the drills")
+        part = F.col("part")
+        collected = out.where(part.isin(by_drill.DRILL, by_drill.PROBLEM)).collect()
+        checked = [
+            {k: r[k] for k in by_drill.PROBLEM_COLUMNS} for r in collected if r["part"] == by_drill.PROBLEM
+        ]
+        drill_rows = [r for r in collected if r["part"] == by_drill.DRILL]
+        items = out.where(part == by_drill.ITEM).select(*by_drill.ITEM_COLUMNS)
+        intervals = out.where(part == by_drill.INTERVAL).select(*by_drill.INTERVAL_COLUMNS)
+        events = m = None
+    else:
+        events = metrics.in_time_order(load_events(spark, inputs)).persist(StorageLevel.MEMORY_AND_DISK)
+        cached.append(events)
+        say("checking the logs")
+        checked = [r.asDict() for r in metrics.problems(events).collect()]
+    _raise_malformed(checked, inputs)
+    if engine != "by-drill":
+        say("computing metrics")
+        m = metrics.compute(events)
+        for df in (m.changes, m.items, m.intervals):
+            df.persist(StorageLevel.MEMORY_AND_DISK)
+            cached.append(df)
+        drill_rows = m.drills.collect()
+        items, intervals = m.items, m.intervals
+    rows = [{k: r[k] for k in by_drill.DRILL_COLUMNS} for r in drill_rows]
     # An events.jsonl without events is an (ok, empty) drill too, but it yields no rows.
     read = {str(_local_path(r["drill"]).resolve()) for r in rows if r["drill"].startswith("file:")}
     for path in sorted(set(map(str, inputs.logs)) - read):
@@ -278,7 +335,31 @@ def run(spark: Any, paths: Iterable[str | Path], progress: Callable[[str], None]
     notes = sorted(
         order_note(f"drill {names[r['drill']]!r}: {_source(r['drill'])}", r["moved"]) for r in checked
     )
-    return Result(drills=rows, metrics=m, events=events, names=names, inputs=inputs, notes=notes)
+    return Result(
+        drills=rows,
+        items=items,
+        intervals=intervals,
+        names=names,
+        inputs=inputs,
+        notes=notes,
+        events=events,
+        metrics=m,
+        cached=cached,
+        spark=spark,
+    )
+
+
+def _raise_malformed(checked: Sequence[dict[str, Any]], inputs: Inputs) -> None:
+    """Raise :class:`EventLogError` for the first malformed event of the first drill (by name)."""
+    bad = [r for r in checked if r["n"]]
+    if bad:
+        names = drill_names([r["drill"] for r in bad], inputs)
+        first = min(bad, key=lambda r: names[r["drill"]])
+        more = sum(r["n"] for r in bad) - 1
+        raise EventLogError(
+            f"drill {names[first['drill']]!r}: event {first['index']} ({first['type']}): {first['reason']}"
+            + (f" (and {more} more malformed events)" if more else "")
+        )
 
 
 def _source(key: str) -> str:
@@ -301,6 +382,7 @@ def analyze(
     spark: Any = None,
     chart_drills: int = DEFAULT_CHART_DRILLS,
     progress: Callable[[str], None] | None = None,
+    engine: str = "auto",
 ) -> dict[str, Any]:
     """Analyze drill logs into ``out`` and return the ``summary.json`` document.
 
@@ -317,7 +399,7 @@ def analyze(
     if spark is None:
         say("starting Spark")
         spark = get_spark(master, short_run=input_bytes(find_inputs(paths)) <= SHORT_RUN_BYTES)
-    result = run(spark, paths, progress=say)
+    result = run(spark, paths, progress=say, engine=engine)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     doc = summary_doc(result)
@@ -328,13 +410,14 @@ def analyze(
     say("drawing charts")
     chosen = charts.pick_drills(result.drills, chart_drills)
     keys = [r["drill"] for r in chosen]
-    series = _chart_series(result, keys)
-    detail = chartdata.collect(result.events, result.metrics, keys)  # actions, ownership: capped per drill
+    events, m = result.charted(keys) if keys else (None, None)
+    series = _chart_series(events, m, keys)
+    detail = chartdata.collect(events, m, keys)  # actions, ownership: capped per drill
     pictures = charts.draw_all(out / "charts", result.drills, chosen, series, CHART_BINS, detail)
 
     (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     report.write_index(out, doc, result.drills, pictures)
-    for df in (result.metrics.changes, result.metrics.items, result.metrics.intervals, result.events):
+    for df in result.cached:
         df.unpersist()
     say(f"done: {out / 'index.html'}")
     return doc
@@ -346,7 +429,14 @@ _DRILLS_SCHEMA = (
     "ok boolean, end_ms long, items long, live_workers long"
 )
 _DRILL_COLUMNS = (
-    "name", *DRILL_KEYS[1:], "longest_unassigned_ms", "exclusive", "ok", "end_ms", "items", "live_workers"
+    "name",
+    *DRILL_KEYS[1:],
+    "longest_unassigned_ms",
+    "exclusive",
+    "ok",
+    "end_ms",
+    "items",
+    "live_workers",
 )
 """The collected per-drill row's keys in :data:`_DRILLS_SCHEMA` order (``name`` becomes ``drill``)."""
 
@@ -382,19 +472,19 @@ def _write_tables(spark: Any, result: Result, out: Path) -> None:
     shutil.rmtree(drills_dir, ignore_errors=True)
     drills_dir.mkdir()
     pq.write_table(pa.table(columns, schema=schema), drills_dir / "part-00000.parquet")
-    named(result.metrics.items).write.mode("overwrite").parquet(str(out / "items.parquet"))
-    named(result.metrics.intervals).write.mode("overwrite").parquet(str(out / "intervals.parquet"))
+    named(result.items).write.mode("overwrite").parquet(str(out / "items.parquet"))
+    named(result.intervals).write.mode("overwrite").parquet(str(out / "intervals.parquet"))
 
 
-def _chart_series(result: Result, keys: list[str]) -> dict[str, dict[str, Any]]:
+def _chart_series(events: Any, m: Any, keys: list[str]) -> dict[str, dict[str, Any]]:
     """The binned series of the charted drills, collected in one job (none: no job at all)."""
     from connect_bridge.pipeline import metrics
 
     if not keys:
         return {}
     parts = {
-        "load": metrics.worker_load(result.metrics, keys),
-        "states": metrics.item_states(result.metrics, keys),
-        "epochs": metrics.epochs(result.events, keys),
+        "load": metrics.worker_load(m, keys),
+        "states": metrics.item_states(m, keys),
+        "epochs": metrics.epochs(events, keys),
     }
-    return metrics.collect_series(parts, result.metrics.ends, CHART_BINS)
+    return metrics.collect_series(parts, m.ends, CHART_BINS)
