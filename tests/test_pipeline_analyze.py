@@ -394,10 +394,12 @@ def _table(path: Path) -> list[tuple[Any, ...]]:
     )
 
 
-def test_the_by_drill_engine_writes_the_same_outputs(spark, analyzed, tree, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_by_drill_engine_writes_the_same_outputs(spark, analyzed, tree, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """A big input is analyzed by drill with pandas in the executors (``pipeline.by_drill``): the
-    same inputs through that engine give the same summary, tables and report as the DataFrame plan."""
+    same inputs through that engine give the same summary, tables and report as the DataFrame plan.
+    (Its tables get their drill names through the join that many renamed drills take.)"""
     doc, out, _ = analyzed
+    monkeypatch.setattr(pipeline, "MAPPED_NAMES", 0)
     by_drill = tmp_path / "by-drill"
     spark.conf.set("spark.sql.files.maxPartitionBytes", str(64 * 1024))
     spark.conf.set("spark.sql.files.openCostInBytes", "0")
@@ -415,6 +417,37 @@ def test_the_by_drill_engine_writes_the_same_outputs(spark, analyzed, tree, tmp_
     assert sorted(p.name for p in (by_drill / "charts").glob("*.png")) == sorted(
         p.name for p in (out / "charts").glob("*.png")
     )
+
+
+def test_the_by_drill_engine_reads_parquet_whole_or_shuffled(spark, drills, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Drills that lie in one Parquet file each are analyzed as read (whole files per partition, no
+    shuffle); a drill split over two files makes the engine shuffle by drill. Same numbers as the
+    DataFrame plan either way."""
+    from connect_bridge.pipeline import by_drill
+
+    names = sorted(n for n in drills if drills[n])
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    write_events_parquet({n: drills[n] for n in names[::2]}, whole / "part-0.parquet")
+    write_events_parquet({n: drills[n] for n in names[1::2]}, whole / "part-1.parquet")
+    big = max(names, key=lambda n: len(drills[n]))
+    half = len(drills[big]) // 2
+    write_events_parquet({n: drills[n] for n in names if n != big}, split / "part-0.parquet")
+    write_events_parquet({big: drills[big][:half]}, split / "part-1.parquet")
+    # the second half keeps its positions in the drill (seq = index in the log)
+    import pyarrow.parquet as pq
+
+    write_events_parquet({big: drills[big][half:]}, split / "part-2.parquet")
+    tail = pq.read_table(str(split / "part-2.parquet"))
+    tail = tail.set_column(1, "seq", [[i + half for i in tail.column("seq").to_pylist()]])
+    pq.write_table(tail, str(split / "part-2.parquet"))
+    assert by_drill.layout([], [whole]).whole and not by_drill.layout([], [split]).whole
+    for path in (whole, split):
+        want = pipeline.run(spark, [path], engine="sql")
+        got = pipeline.run(spark, [path], engine="by-drill")
+        assert got.drills == want.drills and got.notes == want.notes
+        for table in ("items", "intervals"):
+            rows = sorted(map(tuple, getattr(want, table).collect()), key=repr)
+            assert rows and sorted(map(tuple, getattr(got, table).collect()), key=repr) == rows
 
 
 MALFORMED = {

@@ -18,8 +18,9 @@ contradicts itself is reported as malformed.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -295,13 +296,16 @@ def run(
         engine = "by-drill" if size > BY_DRILL_EVENTS else "sql"
     if engine == "by-drill":
         ship_package(spark)
-        size = by_drill.estimated_events(list(inputs.logs), inputs.parquet)
-        out = by_drill.analyze(spark, load_events(spark, inputs), by_drill.partitions(spark, size))
+        found = by_drill.layout(list(inputs.logs), inputs.parquet)
+        shuffle = None if found.whole else by_drill.partitions(spark, found.events)
+        out = by_drill.analyze(spark, load_events(spark, inputs), shuffle)
         out = out.persist(StorageLevel.MEMORY_AND_DISK)
         cached.append(out)
         say("analyzing the drills")
         part = F.col("part")
-        collected = out.where(part.isin(by_drill.DRILL, by_drill.PROBLEM)).collect()
+        # The scan's partitions are planned when the job starts: whole files, if that needs no shuffle.
+        with _session_conf(spark, {} if shuffle else by_drill.whole_file_conf(found)):
+            collected = out.where(part.isin(by_drill.DRILL, by_drill.PROBLEM)).collect()
         checked = [
             {k: r[k] for k in by_drill.PROBLEM_COLUMNS} for r in collected if r["part"] == by_drill.PROBLEM
         ]
@@ -347,6 +351,22 @@ def run(
         cached=cached,
         spark=spark,
     )
+
+
+@contextlib.contextmanager
+def _session_conf(spark: Any, settings: dict[str, str]) -> Iterator[None]:
+    """Run with the session's SQL settings changed, then restore them."""
+    before = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 def _raise_malformed(checked: Sequence[dict[str, Any]], inputs: Inputs) -> None:
@@ -441,25 +461,39 @@ _DRILL_COLUMNS = (
 """The collected per-drill row's keys in :data:`_DRILLS_SCHEMA` order (``name`` becomes ``drill``)."""
 
 
+MAPPED_NAMES = 64
+"""Drill keys renamed through a literal map in the tables; more go through a broadcast join."""
+
+
 def _write_tables(spark: Any, result: Result, out: Path) -> None:
     """``drills.parquet`` from the collected rows; ``items`` / ``intervals`` with drill names for keys.
 
     No DataFrame is made from Python data here: that would start Python worker processes (seconds,
-    more than the rest of a small analysis). The drill names go into the plan as a literal map, and
-    the already collected per-drill rows are written with pyarrow, as one part file in a directory
-    like Spark's own output."""
+    more than the rest of a small analysis). Only keys whose name differs are renamed (a fleet's
+    Parquet drills keep their keys: no lookup at all): a few through a literal map, many through a
+    broadcast join with a literal table (a map lookup scans the map's keys, which cost 10-30 s per
+    5,000 drills at 10M events). The already collected per-drill rows are written with pyarrow, as
+    one part file in a directory like Spark's own output."""
     import shutil
 
     import pyarrow as pa
     import pyarrow.parquet as pq
     from pyspark.sql import functions as F
 
-    mapping = F.create_map(*(F.lit(text) for pair in sorted(result.names.items()) for text in pair))
+    renamed = sorted((key, name) for key, name in result.names.items() if key != name)
 
     def named(df: Any) -> Any:
         cols = [c for c in df.columns if c != "drill"]
-        name = F.element_at(mapping, F.col("drill"))
-        return df.where(name.isNotNull()).select(name.alias("drill"), *cols)
+        if not renamed:
+            return df
+        if len(renamed) <= MAPPED_NAMES:
+            mapping = F.create_map(*(F.lit(text) for pair in renamed for text in pair))
+            name = F.coalesce(F.try_element_at(mapping, F.col("drill")), F.col("drill"))
+            return df.select(name.alias("drill"), *cols)
+        pairs = F.array(*(F.struct(F.lit(k).alias("_key"), F.lit(v).alias("_name")) for k, v in renamed))
+        table = spark.range(1).select(F.inline(pairs))
+        joined = df.join(F.broadcast(table), F.col("drill") == F.col("_key"), "left")
+        return joined.select(F.coalesce(F.col("_name"), F.col("drill")).alias("drill"), *cols)
 
     kinds = {"string": pa.string(), "long": pa.int64(), "boolean": pa.bool_()}
     fields = [field.split() for field in _DRILLS_SCHEMA.split(", ")]

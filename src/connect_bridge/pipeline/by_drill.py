@@ -18,6 +18,7 @@ Python worker processes, which costs seconds that a short run does not have.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,71 @@ DRILL_COLUMNS = (
 PROBLEM_COLUMNS = ("drill", "n", "index", "type", "reason", "moved")
 
 
+WHOLE_FILE_EVENTS = 4_000_000
+"""A file of more events than this is never read as one partition (see :func:`layout`)."""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the driver learns about the inputs before the job (file footers, Parquet ``drill``
+    columns): their events and whether every drill lies in one file."""
+
+    events: int
+    """Events in the inputs (Parquet row counts, logs by size)."""
+    whole: bool
+    """Every drill's events are in one file, and no file is too big for one partition: reading
+    whole files into partitions (:func:`whole_file_conf`) needs no shuffle by drill."""
+    split_bytes: int
+    """Input bytes per partition for about :data:`EVENTS_PER_PARTITION` events, at least the
+    biggest file."""
+
+
+def layout(logs: list[Path], parquet: list[Path]) -> Layout:
+    """The :class:`Layout` of the inputs. An ``events.jsonl`` is one drill; a Parquet file's drills
+    are its ``drill`` column's values (read dictionary-encoded, values only), or its hive
+    directory's ``drill=`` value. A Parquet drill named like a log's URI (``file:``) could be the
+    same drill as that log: then the layout is not ``whole``."""
+    import pyarrow.parquet as pq
+
+    sizes = {p: p.stat().st_size for p in logs}
+    counts = {p: size // JSON_BYTES_PER_EVENT for p, size in sizes.items()}
+    whole = True
+    owner: dict[str, Path] = {}
+    for path in parquet:
+        files = [path] if path.is_file() else sorted(path.rglob("*.parquet"))
+        for file in files:
+            if not file.is_file() or any(
+                part.startswith((".", "_")) for part in file.relative_to(path).parts
+            ):
+                continue
+            meta = pq.ParquetFile(file).metadata
+            sizes[file], counts[file] = file.stat().st_size, meta.num_rows
+            if not whole:
+                continue
+            if "drill" in meta.schema.names:
+                # the dictionaries: every value of the column (perhaps one more: never less)
+                try:
+                    table = pq.read_table(file, columns=["drill"], read_dictionary=["drill"])
+                    chunks = table.column("drill").chunks
+                    values = list({str(v) for chunk in chunks for v in chunk.dictionary.to_pylist()})
+                except (pa.ArrowException, AttributeError):  # not a string column: not looked into
+                    whole = False
+                    continue
+            else:
+                values = [part.split("=", 1)[1] for part in file.parts if part.startswith("drill=")][-1:]
+                if not values:
+                    whole = False
+            for value in values:
+                if value.startswith("file:") or owner.setdefault(value, file) != file:
+                    whole = False
+    events = sum(counts.values())
+    total = sum(sizes.values())
+    per_event = total / events if events else 1.0
+    biggest = max(sizes.values(), default=0)
+    whole = whole and max(counts.values(), default=0) <= WHOLE_FILE_EVENTS
+    return Layout(events, whole, max(biggest, int(EVENTS_PER_PARTITION * per_event)))
+
+
 def estimated_events(logs: list[Path], parquet: list[Path]) -> int:
     """Events in the inputs: Parquet row counts from the files' footers, logs by size."""
     import pyarrow.parquet as pq
@@ -123,6 +189,16 @@ def estimated_events(logs: list[Path], parquet: list[Path]) -> int:
             if file.is_file() and not file.name.startswith((".", "_")):
                 total += pq.ParquetFile(file).metadata.num_rows
     return total
+
+
+def whole_file_conf(found: Layout) -> dict[str, str]:
+    """Session settings under which a scan reads every file whole into one partition (none split,
+    several packed up to :attr:`Layout.split_bytes`): Spark splits a file only when it is bigger
+    than ``min(maxPartitionBytes, max(openCostInBytes, input bytes / minPartitionNum))``."""
+    return {
+        "spark.sql.files.maxPartitionBytes": str(found.split_bytes),
+        "spark.sql.files.minPartitionNum": "1",
+    }
 
 
 def partitions(spark: Any, events: int) -> int:
@@ -145,10 +221,15 @@ def _input(events: Any) -> Any:
     return events.select(*INPUT_COLUMNS[:-1], connectors.alias("connectors"))
 
 
-def analyze(spark: Any, events: Any, n_partitions: int) -> Any:
+def analyze(spark: Any, events: Any, n_partitions: int | None) -> Any:
     """The lazy result table (:data:`SPARK_SCHEMA`; ``part`` says which of the four tables a row
-    belongs to) of ``events`` (the table of :func:`connect_bridge.pipeline.analyze.load_events`)."""
-    return _input(events).repartition(n_partitions, "drill").mapInArrow(analyze_batches, SPARK_SCHEMA)
+    belongs to) of ``events`` (the table of :func:`connect_bridge.pipeline.analyze.load_events`):
+    shuffled by drill into ``n_partitions``, or as read (``None``: the scan's partitions hold whole
+    drills, :func:`whole_file_conf`)."""
+    selected = _input(events)
+    if n_partitions is not None:
+        selected = selected.repartition(n_partitions, "drill")
+    return selected.mapInArrow(analyze_batches, SPARK_SCHEMA)
 
 
 def analyze_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
