@@ -448,6 +448,13 @@ def test_the_by_drill_engine_reads_parquet_whole_or_shuffled(spark, drills, tmp_
         for table in ("items", "intervals"):
             rows = sorted(map(tuple, getattr(want, table).collect()), key=repr)
             assert rows and sorted(map(tuple, getattr(got, table).collect()), key=repr) == rows
+    # no drill renamed: the tables the executors wrote are moved into the outputs
+    outputs = {e: tmp_path / f"out-{e}" for e in ("sql", "by-drill")}
+    docs = [pipeline.analyze([whole], o, spark=spark, chart_drills=1, engine=e) for e, o in outputs.items()]
+    assert docs[0] == docs[1]
+    for table in ("drills.parquet", "items.parquet", "intervals.parquet"):
+        assert _table(outputs["by-drill"] / table) == _table(outputs["sql"] / table), table
+    assert not list(outputs["by-drill"].glob("_tables-*"))
 
 
 MALFORMED = {

@@ -18,8 +18,11 @@ contradicts itself is reported as malformed.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
+import shutil
+import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -245,6 +248,9 @@ class Result:
     cached: list[Any] = field(default_factory=list)
     """DataFrames persisted by the run (:func:`analyze` unpersists them)."""
     spark: Any = None
+    staged: Path | None = None
+    """Where a by-drill run wrote :attr:`items` and :attr:`intervals` (``items/``, ``intervals/``:
+    Parquet keyed by drill key), to be moved or renamed into the outputs."""
 
     def charted(self, keys: Sequence[str]) -> tuple[Any, Any]:
         """``(events, metrics)`` holding (at least) the drills ``keys``: for the charts."""
@@ -272,13 +278,16 @@ def run(
     paths: Iterable[str | Path],
     progress: Callable[[str], None] | None = None,
     engine: str = "auto",
+    tables_dir: str | Path | None = None,
 ) -> Result:
     """Find inputs, load, validate and compute; collects only the per-drill rows.
 
     ``engine``: ``sql`` (the DataFrame plan of :mod:`.metrics`), ``by-drill`` (:mod:`.by_drill`)
-    or ``auto`` (by the input's size, :data:`BY_DRILL_EVENTS`). Both give the same tables."""
+    or ``auto`` (by the input's size, :data:`BY_DRILL_EVENTS`). Both give the same tables. A
+    by-drill run stages its item and interval tables in a new directory under ``tables_dir``
+    (default: the system's temporary directory, removed at exit; on a cluster it must be shared,
+    as ``analyze``'s output directory is)."""
     from pyspark import StorageLevel
-    from pyspark.sql import functions as F
 
     from connect_bridge.pipeline import by_drill, metrics
     from connect_bridge.pipeline.session import fit_shuffle_partitions, ship_package
@@ -298,20 +307,24 @@ def run(
         ship_package(spark)
         found = by_drill.layout(list(inputs.logs), inputs.parquet)
         shuffle = None if found.whole else by_drill.partitions(spark, found.events)
-        out = by_drill.analyze(spark, load_events(spark, inputs), shuffle)
-        out = out.persist(StorageLevel.MEMORY_AND_DISK)
-        cached.append(out)
+        if tables_dir is not None:
+            Path(tables_dir).mkdir(parents=True, exist_ok=True)
+        staged = Path(tempfile.mkdtemp(prefix="_tables-", dir=tables_dir))
+        if tables_dir is None:
+            atexit.register(shutil.rmtree, staged, True)
+        out = by_drill.analyze(spark, load_events(spark, inputs), shuffle, staged)
         say("analyzing the drills")
-        part = F.col("part")
         # The scan's partitions are planned when the job starts: whole files, if that needs no shuffle.
         with _session_conf(spark, {} if shuffle else by_drill.whole_file_conf(found)):
-            collected = out.where(part.isin(by_drill.DRILL, by_drill.PROBLEM)).collect()
+            collected = out.collect()
         checked = [
             {k: r[k] for k in by_drill.PROBLEM_COLUMNS} for r in collected if r["part"] == by_drill.PROBLEM
         ]
         drill_rows = [r for r in collected if r["part"] == by_drill.DRILL]
-        items = out.where(part == by_drill.ITEM).select(*by_drill.ITEM_COLUMNS)
-        intervals = out.where(part == by_drill.INTERVAL).select(*by_drill.INTERVAL_COLUMNS)
+        items, intervals = (
+            spark.read.schema(by_drill.spark_table_schema(name)).parquet(str(staged / name))
+            for name in ("items", "intervals")
+        )
         events = m = None
     else:
         events = metrics.in_time_order(load_events(spark, inputs)).persist(StorageLevel.MEMORY_AND_DISK)
@@ -320,6 +333,7 @@ def run(
         checked = [r.asDict() for r in metrics.problems(events).collect()]
     _raise_malformed(checked, inputs)
     if engine != "by-drill":
+        staged = None
         say("computing metrics")
         m = metrics.compute(events)
         for df in (m.changes, m.items, m.intervals):
@@ -350,6 +364,7 @@ def run(
         metrics=m,
         cached=cached,
         spark=spark,
+        staged=staged,
     )
 
 
@@ -419,8 +434,8 @@ def analyze(
     if spark is None:
         say("starting Spark")
         spark = get_spark(master, short_run=input_bytes(find_inputs(paths)) <= SHORT_RUN_BYTES)
-    result = run(spark, paths, progress=say, engine=engine)
     out = Path(out)
+    result = run(spark, paths, progress=say, engine=engine, tables_dir=out)
     out.mkdir(parents=True, exist_ok=True)
     doc = summary_doc(result)
 
@@ -439,6 +454,8 @@ def analyze(
     report.write_index(out, doc, result.drills, pictures)
     for df in result.cached:
         df.unpersist()
+    if result.staged is not None:
+        shutil.rmtree(result.staged, ignore_errors=True)
     say(f"done: {out / 'index.html'}")
     return doc
 
@@ -473,9 +490,8 @@ def _write_tables(spark: Any, result: Result, out: Path) -> None:
     Parquet drills keep their keys: no lookup at all): a few through a literal map, many through a
     broadcast join with a literal table (a map lookup scans the map's keys, which cost 10-30 s per
     5,000 drills at 10M events). The already collected per-drill rows are written with pyarrow, as
-    one part file in a directory like Spark's own output."""
-    import shutil
-
+    one part file in a directory like Spark's own output. A by-drill run's tables, written by the
+    executors, are moved into place when no drill is renamed."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from pyspark.sql import functions as F
@@ -506,8 +522,13 @@ def _write_tables(spark: Any, result: Result, out: Path) -> None:
     shutil.rmtree(drills_dir, ignore_errors=True)
     drills_dir.mkdir()
     pq.write_table(pa.table(columns, schema=schema), drills_dir / "part-00000.parquet")
-    named(result.items).write.mode("overwrite").parquet(str(out / "items.parquet"))
-    named(result.intervals).write.mode("overwrite").parquet(str(out / "intervals.parquet"))
+    for name, df in (("items", result.items), ("intervals", result.intervals)):
+        target = out / f"{name}.parquet"
+        if result.staged is not None and not renamed:  # written by the executors as they are
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.move(result.staged / name, target)
+        else:
+            named(df).write.mode("overwrite").parquet(str(target))
 
 
 def _chart_series(events: Any, m: Any, keys: list[str]) -> dict[str, dict[str, Any]]:

@@ -17,6 +17,7 @@ Python worker processes, which costs seconds that a short run does not have.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -221,18 +222,38 @@ def _input(events: Any) -> Any:
     return events.select(*INPUT_COLUMNS[:-1], connectors.alias("connectors"))
 
 
-def analyze(spark: Any, events: Any, n_partitions: int | None) -> Any:
-    """The lazy result table (:data:`SPARK_SCHEMA`; ``part`` says which of the four tables a row
-    belongs to) of ``events`` (the table of :func:`connect_bridge.pipeline.analyze.load_events`):
-    shuffled by drill into ``n_partitions``, or as read (``None``: the scan's partitions hold whole
-    drills, :func:`whole_file_conf`)."""
+def analyze(spark: Any, events: Any, n_partitions: int | None, staging: Path) -> Any:
+    """The lazy per-drill table (:data:`SPARK_SCHEMA`; ``part`` says which rows are drills, which
+    the problems of malformed logs) of ``events`` (the table of
+    :func:`connect_bridge.pipeline.analyze.load_events`): shuffled by drill into ``n_partitions``,
+    or as read (``None``: the scan's partitions hold whole drills, :func:`whole_file_conf`). The
+    item and interval tables are written by the partitions themselves, as Parquet part files under
+    ``staging`` (:data:`TABLES`; the directory must be visible to the executors): no cache, no
+    second pass over the result."""
     selected = _input(events)
     if n_partitions is not None:
         selected = selected.repartition(n_partitions, "drill")
-    return selected.mapInArrow(analyze_batches, SPARK_SCHEMA)
+    for name in TABLES:
+        (staging / name).mkdir(parents=True, exist_ok=True)
+    return selected.mapInArrow(functools.partial(analyze_batches, staging=str(staging)), SPARK_SCHEMA)
 
 
-def analyze_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+TABLES = {"items": ITEM_COLUMNS, "intervals": INTERVAL_COLUMNS}
+"""The tables written under the staging directory: name → columns."""
+
+
+def table_schema(name: str) -> pa.Schema:
+    """The Arrow schema of the staged table ``name``."""
+    return pa.schema([OUT_SCHEMA.field(column) for column in TABLES[name]])
+
+
+def spark_table_schema(name: str) -> str:
+    """The Spark schema (DDL) of the staged table ``name``."""
+    kinds = {name: kind for name, _, kind in _FIELDS}
+    return ", ".join(f"`{column}` {kinds[column]}" for column in TABLES[name])
+
+
+def analyze_batches(batches: Iterator[pa.RecordBatch], staging: str) -> Iterator[pa.RecordBatch]:
     """The partition function: every drill of the partition (all its events are here)."""
     collected = list(batches)
     if not collected or not sum(b.num_rows for b in collected):
@@ -250,11 +271,27 @@ def analyze_batches(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatc
     from connect_bridge.pipeline.baseline import tables
 
     drills, items, intervals = tables(frame)
+    _write(Path(staging), {"items": items, "intervals": intervals})
     yield _batch(DRILL, drills)
-    if len(items["drill"]):
-        yield _batch(ITEM, items)
-    if len(intervals["drill"]):
-        yield _batch(INTERVAL, intervals)
+
+
+def _write(staging: Path, columns: dict[str, dict[str, Any]]) -> None:
+    """One Parquet part file per table and partition, named by the partition: a retried task
+    replaces its own file (written under a hidden name, then renamed)."""
+    import os
+
+    import pyarrow.parquet as pq
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    partition, attempt = (context.partitionId(), context.attemptNumber()) if context else (0, 0)
+    for name, table in columns.items():
+        schema = table_schema(name)
+        arrays = [pa.array(table[f.name], f.type, from_pandas=True) for f in schema]
+        target = staging / name / f"part-{partition:05d}.parquet"
+        hidden = target.with_name(f".{target.name}.{attempt}")
+        pq.write_table(pa.Table.from_arrays(arrays, schema=schema), str(hidden))
+        os.replace(hidden, target)
 
 
 def _batch(part: str, columns: dict[str, Any]) -> pa.RecordBatch:
