@@ -1,15 +1,16 @@
-"""``analyze`` of a big input: the events partitioned by drill, each partition analyzed with the
-vectorised pandas code of :mod:`.baseline` (``mapInArrow``), all tables in one job.
+"""``analyze`` of a big input: each drill's events in one partition, each partition analyzed with
+the vectorised pandas code of :mod:`.baseline` in the executors' Python (``mapInArrow``), in one job.
 
 Every drill metric depends on the events of one drill only, so once a drill's events are in one
 partition the whole analysis of that partition is local: the malformation check (what
 :func:`connect_bridge.pipeline.metrics.problems` reports, with the same messages), the time order,
 and the per-drill, per-item and per-interval tables (:func:`connect_bridge.pipeline.baseline.tables`,
-the method of :mod:`.metrics` on integer codes). The plan is one scan, one shuffle (hash by drill,
-no sort) and one Python pass per partition, where the DataFrame plan of :mod:`.metrics` sorts the
-events six times; its output, one small table holding all four results (column ``part``), is
-cached and split. Partitions are sized to the input (:func:`partitions`) so that one Python worker
-never holds more than about :data:`EVENTS_PER_PARTITION` events, whatever the input's size.
+the method of :mod:`.metrics` on integer codes). The plan is one scan, at most one shuffle (hash by
+drill, no sort: none when every drill lies in one file, :func:`layout`) and one Python pass per
+partition, where the DataFrame plan of :mod:`.metrics` sorts the events six times. The partitions
+write the item and interval tables as Parquet part files themselves and return only the per-drill
+rows (and the problems of malformed logs): nothing is cached. Partitions are sized to the input so
+that one Python worker holds about :data:`EVENTS_PER_PARTITION` events, whatever the input's size.
 
 Small inputs keep the DataFrame plan (:func:`connect_bridge.pipeline.analyze.run`): this one starts
 Python worker processes, which costs seconds that a short run does not have.
@@ -75,7 +76,8 @@ _FIELDS: tuple[tuple[str, Any, str], ...] = (
 OUT_SCHEMA = pa.schema([(name, kind) for name, kind, _ in _FIELDS])
 SPARK_SCHEMA = ", ".join(f"`{name}` {kind}" for name, _, kind in _FIELDS)
 
-DRILL, ITEM, INTERVAL, PROBLEM = "drill", "item", "interval", "problem"
+DRILL, PROBLEM = "drill", "problem"
+"""The values of ``part``: a per-drill row, or the first problem of a drill's log."""
 ITEM_COLUMNS = (
     "drill",
     "connector",
