@@ -270,9 +270,15 @@ def drills() -> dict[str, list[dict[str, Any]]]:
 
 
 @pytest.fixture(scope="module")
-def analyzed(spark, drills, tmp_path_factory) -> tuple[dict[str, Any], Path, float]:  # type: ignore[no-untyped-def]
+def tree(drills, tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
     root = tmp_path_factory.mktemp("logs")
     _write_tree(root, drills)
+    return root
+
+
+@pytest.fixture(scope="module")
+def analyzed(spark, tree, tmp_path_factory) -> tuple[dict[str, Any], Path, float]:  # type: ignore[no-untyped-def]
+    root = tree
     out = tmp_path_factory.mktemp("analysis")
     # Small splits: the large logs are read as many partitions, so order across splits matters.
     spark.conf.set("spark.sql.files.maxPartitionBytes", str(64 * 1024))
@@ -379,6 +385,117 @@ def test_parquet_input_gives_the_same_numbers(spark, analyzed, drills, tmp_path)
     assert got == want  # an empty drill has no rows in a table, so it is not a drill there
 
 
+def _table(path: Path) -> list[tuple[Any, ...]]:
+    import pandas as pd
+
+    frame = pd.read_parquet(path)
+    return sorted(
+        frame.astype(object).where(frame.notna(), None).itertuples(index=False, name=None), key=repr
+    )
+
+
+def test_the_by_drill_engine_writes_the_same_outputs(spark, analyzed, tree, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A big input is analyzed by drill with pandas in the executors (``pipeline.by_drill``): the
+    same inputs through that engine give the same summary, tables and report as the DataFrame plan.
+    (Its tables get their drill names through the join that many renamed drills take.)"""
+    doc, out, _ = analyzed
+    monkeypatch.setattr(pipeline, "MAPPED_NAMES", 0)
+    by_drill = tmp_path / "by-drill"
+    spark.conf.set("spark.sql.files.maxPartitionBytes", str(64 * 1024))
+    spark.conf.set("spark.sql.files.openCostInBytes", "0")
+    try:
+        got = pipeline.analyze([tree], by_drill, spark=spark, chart_drills=4, engine="by-drill")
+    finally:
+        spark.conf.unset("spark.sql.files.maxPartitionBytes")
+        spark.conf.unset("spark.sql.files.openCostInBytes")
+    assert got == doc
+    assert (by_drill / "summary.json").read_text() == (out / "summary.json").read_text()
+    for table in ("drills.parquet", "items.parquet", "intervals.parquet"):
+        want = _table(out / table)
+        assert want and _table(by_drill / table) == want, table
+    assert (by_drill / "index.html").read_text() == (out / "index.html").read_text()
+    assert sorted(p.name for p in (by_drill / "charts").glob("*.png")) == sorted(
+        p.name for p in (out / "charts").glob("*.png")
+    )
+
+
+def test_the_by_drill_engine_reads_parquet_whole_or_shuffled(spark, drills, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Drills that lie in one Parquet file each are analyzed as read (whole files per partition, no
+    shuffle); a drill split over two files makes the engine shuffle by drill. Same numbers as the
+    DataFrame plan either way."""
+    from connect_bridge.pipeline import by_drill
+
+    names = sorted(n for n in drills if drills[n])
+    whole, split = tmp_path / "whole", tmp_path / "split"
+    write_events_parquet({n: drills[n] for n in names[::2]}, whole / "part-0.parquet")
+    write_events_parquet({n: drills[n] for n in names[1::2]}, whole / "part-1.parquet")
+    big = max(names, key=lambda n: len(drills[n]))
+    half = len(drills[big]) // 2
+    write_events_parquet({n: drills[n] for n in names if n != big}, split / "part-0.parquet")
+    write_events_parquet({big: drills[big][:half]}, split / "part-1.parquet")
+    # the second half keeps its positions in the drill (seq = index in the log)
+    import pyarrow.parquet as pq
+
+    write_events_parquet({big: drills[big][half:]}, split / "part-2.parquet")
+    tail = pq.read_table(str(split / "part-2.parquet"))
+    tail = tail.set_column(1, "seq", [[i + half for i in tail.column("seq").to_pylist()]])
+    pq.write_table(tail, str(split / "part-2.parquet"))
+    assert by_drill.layout([], [whole]).whole and not by_drill.layout([], [split]).whole
+    for path in (whole, split):
+        want = pipeline.run(spark, [path], engine="sql")
+        got = pipeline.run(spark, [path], engine="by-drill")
+        assert got.drills == want.drills and got.notes == want.notes
+        for table in ("items", "intervals"):
+            rows = sorted(map(tuple, getattr(want, table).collect()), key=repr)
+            assert rows and sorted(map(tuple, getattr(got, table).collect()), key=repr) == rows
+    # no drill renamed: the tables the executors wrote are moved into the outputs
+    outputs = {e: tmp_path / f"out-{e}" for e in ("sql", "by-drill")}
+    docs = [pipeline.analyze([whole], o, spark=spark, chart_drills=1, engine=e) for e, o in outputs.items()]
+    assert docs[0] == docs[1]
+    for table in ("drills.parquet", "items.parquet", "intervals.parquet"):
+        assert _table(outputs["by-drill"] / table) == _table(outputs["sql"] / table), table
+    assert not list(outputs["by-drill"].glob("_tables-*"))
+
+
+MALFORMED = {
+    "backwards": '{"t_ms":5,"type":"run","worker":"w","connector":"A","task":0}\n'
+    '{"t_ms":4,"type":"release","worker":"w","connector":"A","task":0}\n',
+    "no-time": '{"t_ms":5,"type":"run","worker":"w","connector":"A","task":0}\n{"type":"release"}\n',
+    "no-type": '{"t_ms":5}\n',
+    "no-connector": '{"t_ms":5,"type":"run","worker":"w","task":0}\n',
+    "no-task": '{"t_ms":5,"type":"release","worker":"w","connector":"A"}\n',
+    "no-worker": '{"t_ms":5,"type":"run","connector":"A","task":0}\n',
+    "bad-config": '{"t_ms":0,"type":"config","connectors":[1]}\n{"t_ms":1,"type":"config"}\n',
+    "instance-backwards": '{"t_ms":9,"type":"run","worker":"w2","connector":"B","task":-1}\n'
+    '{"t_ms":3,"type":"run","worker":"w2","connector":"B","task":-1}\n',
+    "null-worker-backwards": '{"t_ms":9,"type":"release","connector":"B","task":-1}\n'
+    '{"t_ms":3,"type":"release","connector":"B","task":-1}\n',
+    "merged": '{"t_ms":9,"type":"run","worker":"w2","connector":"B","task":-1}\n'
+    '{"t_ms":3,"type":"run","worker":"w1","connector":"B","task":0}\n',
+}
+"""Logs the checker rejects (every rule of ``metrics.problems``), and two it accepts after sorting."""
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_the_by_drill_engine_checks_logs_like_the_dataframe_plan(spark, tmp_path, name) -> None:  # type: ignore[no-untyped-def]
+    drill = tmp_path / name
+    drill.mkdir()
+    (drill / "events.jsonl").write_text(MALFORMED[name])
+    (tmp_path / "fine").mkdir()
+    (tmp_path / "fine" / "events.jsonl").write_text('{"t_ms":1,"type":"worker_start","worker":"w"}\n')
+
+    def outcome(engine: str) -> Any:
+        try:
+            result = pipeline.run(spark, [tmp_path], engine=engine)
+        except EventLogError as e:
+            return str(e)
+        return result.drills, result.notes
+
+    sql = outcome("sql")
+    assert outcome("by-drill") == sql
+    assert isinstance(sql, str) == (not name.endswith(("merged", "null-worker-backwards"))), sql
+
+
 def test_schema_is_the_fleet_table() -> None:
     assert EVENT_COLUMNS == (
         "drill",
@@ -427,4 +544,3 @@ def test_cli_analyze(spark, tmp_path, capsys) -> None:  # type: ignore[no-untype
     doc = json.loads((out / "summary.json").read_text())
     assert doc["drills"] == [_expected("drill", list(run_scenario(scenario).events))]
     assert cli_main(["analyze", str(tmp_path / "missing"), "--out", str(out)]) == 1
-

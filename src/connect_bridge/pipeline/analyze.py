@@ -18,8 +18,12 @@ contradicts itself is reported as malformed.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
-from collections.abc import Callable, Iterable, Sequence
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -222,51 +226,122 @@ _EMPTY_DRILL: dict[str, Any] = {
 
 @dataclass
 class Result:
-    """What :func:`run` computed: the collected per-drill rows and the lazy DataFrames."""
+    """What :func:`run` computed: the collected per-drill rows and the lazy tables."""
 
     drills: list[dict[str, Any]]
     """One dict per drill, sorted by name: the summary keys, longest_unassigned_ms, exclusive, ok,
     end_ms, items, live_workers."""
-    metrics: Any
-    events: Any
+    items: Any
+    """The item table (:attr:`.metrics.Metrics.items`), keyed by drill key."""
+    intervals: Any
+    """The interval table (:attr:`.metrics.Metrics.intervals`), keyed by drill key."""
     names: dict[str, str]
     """Drill key → name."""
     inputs: Inputs
     notes: list[str] = field(default_factory=list)
     """One line per drill whose events were not in time order and were sorted (:func:`summary_doc`)."""
+    events: Any = None
+    """The time-ordered event table, when the run computed :attr:`metrics` (a small input)."""
+    metrics: Any = None
+    """:func:`.metrics.compute`'s DataFrames, for a small input; a big one is analyzed by drill
+    (:mod:`.by_drill`) and :meth:`charted` computes them for the charted drills alone."""
+    cached: list[Any] = field(default_factory=list)
+    """DataFrames persisted by the run (:func:`analyze` unpersists them)."""
+    spark: Any = None
+    staged: Path | None = None
+    """Where a by-drill run wrote :attr:`items` and :attr:`intervals` (``items/``, ``intervals/``:
+    Parquet keyed by drill key), to be moved or renamed into the outputs."""
+
+    def charted(self, keys: Sequence[str]) -> tuple[Any, Any]:
+        """``(events, metrics)`` holding (at least) the drills ``keys``: for the charts."""
+        if self.metrics is not None:
+            return self.events, self.metrics
+        from pyspark.sql import functions as F
+
+        from connect_bridge.pipeline import metrics
+
+        events = metrics.in_time_order(
+            load_events(self.spark, self.inputs).where(F.col("drill").isin(list(keys)))
+        )
+        return events, metrics.compute(events)
 
 
-def run(spark: Any, paths: Iterable[str | Path], progress: Callable[[str], None] | None = None) -> Result:
-    """Find inputs, load, validate and compute; collects only the per-drill rows."""
+BY_DRILL_EVENTS = 200_000
+"""Inputs of more events than this (estimated: :func:`.by_drill.estimated_events`) are analyzed
+by drill with pandas in the executors (:mod:`.by_drill`); smaller ones with the DataFrame plan of
+:mod:`.metrics`, which starts no Python worker processes (seconds of a short run)."""
+ENGINES = ("auto", "sql", "by-drill")
+
+
+def run(
+    spark: Any,
+    paths: Iterable[str | Path],
+    progress: Callable[[str], None] | None = None,
+    engine: str = "auto",
+    tables_dir: str | Path | None = None,
+) -> Result:
+    """Find inputs, load, validate and compute; collects only the per-drill rows.
+
+    ``engine``: ``sql`` (the DataFrame plan of :mod:`.metrics`), ``by-drill`` (:mod:`.by_drill`)
+    or ``auto`` (by the input's size, :data:`BY_DRILL_EVENTS`). Both give the same tables. A
+    by-drill run stages its item and interval tables in a new directory under ``tables_dir``
+    (default: the system's temporary directory, removed at exit; on a cluster it must be shared,
+    as ``analyze``'s output directory is)."""
     from pyspark import StorageLevel
 
-    from connect_bridge.pipeline import metrics
-    from connect_bridge.pipeline.session import fit_shuffle_partitions
+    from connect_bridge.pipeline import by_drill, metrics
+    from connect_bridge.pipeline.session import fit_shuffle_partitions, ship_package
 
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, not {engine!r}")
     say = progress or (lambda _msg: None)
     inputs = find_inputs(paths)
     fit_shuffle_partitions(spark, input_bytes(inputs))
     logs, parquet = counted(len(inputs.logs), "event log"), counted(len(inputs.parquet), "Parquet input")
     say(f"reading {logs} and {parquet}")
-    events = metrics.in_time_order(load_events(spark, inputs)).persist(StorageLevel.MEMORY_AND_DISK)
-
-    say("checking the logs")
-    checked = metrics.problems(events).collect()
-    bad = [r for r in checked if r["n"]]
-    if bad:
-        names = drill_names([r["drill"] for r in bad], inputs)
-        first = min(bad, key=lambda r: names[r["drill"]])
-        more = sum(r["n"] for r in bad) - 1
-        raise EventLogError(
-            f"drill {names[first['drill']]!r}: event {first['index']} ({first['type']}): {first['reason']}"
-            + (f" (and {more} more malformed events)" if more else "")
+    cached: list[Any] = []
+    if engine == "auto":
+        size = by_drill.estimated_events(list(inputs.logs), inputs.parquet)
+        engine = "by-drill" if size > BY_DRILL_EVENTS else "sql"
+    if engine == "by-drill":
+        ship_package(spark)
+        found = by_drill.layout(list(inputs.logs), inputs.parquet)
+        shuffle = None if found.whole else by_drill.partitions(spark, found.events)
+        if tables_dir is not None:
+            Path(tables_dir).mkdir(parents=True, exist_ok=True)
+        staged = Path(tempfile.mkdtemp(prefix="_tables-", dir=tables_dir))
+        if tables_dir is None:
+            atexit.register(shutil.rmtree, staged, True)
+        out = by_drill.analyze(spark, load_events(spark, inputs), shuffle, staged)
+        say("analyzing the drills")
+        # The scan's partitions are planned when the job starts: whole files, if that needs no shuffle.
+        with _session_conf(spark, {} if shuffle else by_drill.whole_file_conf(found)):
+            collected = out.collect()
+        checked = [
+            {k: r[k] for k in by_drill.PROBLEM_COLUMNS} for r in collected if r["part"] == by_drill.PROBLEM
+        ]
+        drill_rows = [r for r in collected if r["part"] == by_drill.DRILL]
+        items, intervals = (
+            spark.read.schema(by_drill.spark_table_schema(name)).parquet(str(staged / name))
+            for name in ("items", "intervals")
         )
-
-    say("computing metrics")
-    m = metrics.compute(events)
-    for df in (m.changes, m.items, m.intervals):
-        df.persist(StorageLevel.MEMORY_AND_DISK)
-    rows = [r.asDict() for r in m.drills.collect()]
+        events = m = None
+    else:
+        events = metrics.in_time_order(load_events(spark, inputs)).persist(StorageLevel.MEMORY_AND_DISK)
+        cached.append(events)
+        say("checking the logs")
+        checked = [r.asDict() for r in metrics.problems(events).collect()]
+    _raise_malformed(checked, inputs)
+    if engine != "by-drill":
+        staged = None
+        say("computing metrics")
+        m = metrics.compute(events)
+        for df in (m.changes, m.items, m.intervals):
+            df.persist(StorageLevel.MEMORY_AND_DISK)
+            cached.append(df)
+        drill_rows = m.drills.collect()
+        items, intervals = m.items, m.intervals
+    rows = [{k: r[k] for k in by_drill.DRILL_COLUMNS} for r in drill_rows]
     # An events.jsonl without events is an (ok, empty) drill too, but it yields no rows.
     read = {str(_local_path(r["drill"]).resolve()) for r in rows if r["drill"].startswith("file:")}
     for path in sorted(set(map(str, inputs.logs)) - read):
@@ -278,7 +353,48 @@ def run(spark: Any, paths: Iterable[str | Path], progress: Callable[[str], None]
     notes = sorted(
         order_note(f"drill {names[r['drill']]!r}: {_source(r['drill'])}", r["moved"]) for r in checked
     )
-    return Result(drills=rows, metrics=m, events=events, names=names, inputs=inputs, notes=notes)
+    return Result(
+        drills=rows,
+        items=items,
+        intervals=intervals,
+        names=names,
+        inputs=inputs,
+        notes=notes,
+        events=events,
+        metrics=m,
+        cached=cached,
+        spark=spark,
+        staged=staged,
+    )
+
+
+@contextlib.contextmanager
+def _session_conf(spark: Any, settings: dict[str, str]) -> Iterator[None]:
+    """Run with the session's SQL settings changed, then restore them."""
+    before = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+def _raise_malformed(checked: Sequence[dict[str, Any]], inputs: Inputs) -> None:
+    """Raise :class:`EventLogError` for the first malformed event of the first drill (by name)."""
+    bad = [r for r in checked if r["n"]]
+    if bad:
+        names = drill_names([r["drill"] for r in bad], inputs)
+        first = min(bad, key=lambda r: names[r["drill"]])
+        more = sum(r["n"] for r in bad) - 1
+        raise EventLogError(
+            f"drill {names[first['drill']]!r}: event {first['index']} ({first['type']}): {first['reason']}"
+            + (f" (and {more} more malformed events)" if more else "")
+        )
 
 
 def _source(key: str) -> str:
@@ -301,6 +417,7 @@ def analyze(
     spark: Any = None,
     chart_drills: int = DEFAULT_CHART_DRILLS,
     progress: Callable[[str], None] | None = None,
+    engine: str = "auto",
 ) -> dict[str, Any]:
     """Analyze drill logs into ``out`` and return the ``summary.json`` document.
 
@@ -317,8 +434,8 @@ def analyze(
     if spark is None:
         say("starting Spark")
         spark = get_spark(master, short_run=input_bytes(find_inputs(paths)) <= SHORT_RUN_BYTES)
-    result = run(spark, paths, progress=say)
     out = Path(out)
+    result = run(spark, paths, progress=say, engine=engine, tables_dir=out)
     out.mkdir(parents=True, exist_ok=True)
     doc = summary_doc(result)
 
@@ -328,14 +445,17 @@ def analyze(
     say("drawing charts")
     chosen = charts.pick_drills(result.drills, chart_drills)
     keys = [r["drill"] for r in chosen]
-    series = _chart_series(result, keys)
-    detail = chartdata.collect(result.events, result.metrics, keys)  # actions, ownership: capped per drill
+    events, m = result.charted(keys) if keys else (None, None)
+    series = _chart_series(events, m, keys)
+    detail = chartdata.collect(events, m, keys)  # actions, ownership: capped per drill
     pictures = charts.draw_all(out / "charts", result.drills, chosen, series, CHART_BINS, detail)
 
     (out / "summary.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     report.write_index(out, doc, result.drills, pictures)
-    for df in (result.metrics.changes, result.metrics.items, result.metrics.intervals, result.events):
+    for df in result.cached:
         df.unpersist()
+    if result.staged is not None:
+        shutil.rmtree(result.staged, ignore_errors=True)
     say(f"done: {out / 'index.html'}")
     return doc
 
@@ -346,30 +466,50 @@ _DRILLS_SCHEMA = (
     "ok boolean, end_ms long, items long, live_workers long"
 )
 _DRILL_COLUMNS = (
-    "name", *DRILL_KEYS[1:], "longest_unassigned_ms", "exclusive", "ok", "end_ms", "items", "live_workers"
+    "name",
+    *DRILL_KEYS[1:],
+    "longest_unassigned_ms",
+    "exclusive",
+    "ok",
+    "end_ms",
+    "items",
+    "live_workers",
 )
 """The collected per-drill row's keys in :data:`_DRILLS_SCHEMA` order (``name`` becomes ``drill``)."""
+
+
+MAPPED_NAMES = 64
+"""Drill keys renamed through a literal map in the tables; more go through a broadcast join."""
 
 
 def _write_tables(spark: Any, result: Result, out: Path) -> None:
     """``drills.parquet`` from the collected rows; ``items`` / ``intervals`` with drill names for keys.
 
     No DataFrame is made from Python data here: that would start Python worker processes (seconds,
-    more than the rest of a small analysis). The drill names go into the plan as a literal map, and
-    the already collected per-drill rows are written with pyarrow, as one part file in a directory
-    like Spark's own output."""
-    import shutil
-
+    more than the rest of a small analysis). Only keys whose name differs are renamed (a fleet's
+    Parquet drills keep their keys: no lookup at all): a few through a literal map, many through a
+    broadcast join with a literal table (a map lookup scans the map's keys, which cost 10-30 s per
+    5,000 drills at 10M events). The already collected per-drill rows are written with pyarrow, as
+    one part file in a directory like Spark's own output. A by-drill run's tables, written by the
+    executors, are moved into place when no drill is renamed."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from pyspark.sql import functions as F
 
-    mapping = F.create_map(*(F.lit(text) for pair in sorted(result.names.items()) for text in pair))
+    renamed = sorted((key, name) for key, name in result.names.items() if key != name)
 
     def named(df: Any) -> Any:
         cols = [c for c in df.columns if c != "drill"]
-        name = F.element_at(mapping, F.col("drill"))
-        return df.where(name.isNotNull()).select(name.alias("drill"), *cols)
+        if not renamed:
+            return df
+        if len(renamed) <= MAPPED_NAMES:
+            mapping = F.create_map(*(F.lit(text) for pair in renamed for text in pair))
+            name = F.coalesce(F.try_element_at(mapping, F.col("drill")), F.col("drill"))
+            return df.select(name.alias("drill"), *cols)
+        pairs = F.array(*(F.struct(F.lit(k).alias("_key"), F.lit(v).alias("_name")) for k, v in renamed))
+        table = spark.range(1).select(F.inline(pairs))
+        joined = df.join(F.broadcast(table), F.col("drill") == F.col("_key"), "left")
+        return joined.select(F.coalesce(F.col("_name"), F.col("drill")).alias("drill"), *cols)
 
     kinds = {"string": pa.string(), "long": pa.int64(), "boolean": pa.bool_()}
     fields = [field.split() for field in _DRILLS_SCHEMA.split(", ")]
@@ -382,19 +522,24 @@ def _write_tables(spark: Any, result: Result, out: Path) -> None:
     shutil.rmtree(drills_dir, ignore_errors=True)
     drills_dir.mkdir()
     pq.write_table(pa.table(columns, schema=schema), drills_dir / "part-00000.parquet")
-    named(result.metrics.items).write.mode("overwrite").parquet(str(out / "items.parquet"))
-    named(result.metrics.intervals).write.mode("overwrite").parquet(str(out / "intervals.parquet"))
+    for name, df in (("items", result.items), ("intervals", result.intervals)):
+        target = out / f"{name}.parquet"
+        if result.staged is not None and not renamed:  # written by the executors as they are
+            shutil.rmtree(target, ignore_errors=True)
+            shutil.move(result.staged / name, target)
+        else:
+            named(df).write.mode("overwrite").parquet(str(target))
 
 
-def _chart_series(result: Result, keys: list[str]) -> dict[str, dict[str, Any]]:
+def _chart_series(events: Any, m: Any, keys: list[str]) -> dict[str, dict[str, Any]]:
     """The binned series of the charted drills, collected in one job (none: no job at all)."""
     from connect_bridge.pipeline import metrics
 
     if not keys:
         return {}
     parts = {
-        "load": metrics.worker_load(result.metrics, keys),
-        "states": metrics.item_states(result.metrics, keys),
-        "epochs": metrics.epochs(result.events, keys),
+        "load": metrics.worker_load(m, keys),
+        "states": metrics.item_states(m, keys),
+        "epochs": metrics.epochs(events, keys),
     }
-    return metrics.collect_series(parts, result.metrics.ends, CHART_BINS)
+    return metrics.collect_series(parts, m.ends, CHART_BINS)

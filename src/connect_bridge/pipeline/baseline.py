@@ -132,6 +132,10 @@ class _Coded:
     task: np.ndarray
     end_ms: np.ndarray
     """Per drill: its largest ``t_ms``."""
+    worker_names: pd.Index
+    """Worker code (``w1 - 1``) → name."""
+    conn_names: list[str]
+    """Connector code → name."""
 
     @property
     def n_drills(self) -> int:
@@ -206,6 +210,8 @@ def _encode(events: pd.DataFrame) -> tuple[_Coded, _Configs, _ItemSpace]:
         conn=remap[cc[order]],  # -1 (null) indexes the trailing -1
         task=np.where(np.isnan(task_raw), 0, task_raw).astype(np.int64),
         end_ms=end_ms.to_numpy(np.int64),
+        worker_names=worker_names,
+        conn_names=list(vocab),
     )
     configs = _explode_configs(d, conf_rows, conf_maps, vocab)
     return coded, configs, _item_space(coded, configs, len(vocab) + 1)
@@ -353,6 +359,8 @@ class _Timeline:
     w: np.ndarray
     last: np.ndarray
     """The item's last row."""
+    dc: np.ndarray
+    """The row's change of ``cnt`` (+1 effective start, -1 effective stop, 0 configured change)."""
 
 
 def _timeline(c: _Coded, tog: _Toggles, cfg_changes: tuple[np.ndarray, ...]) -> _Timeline:
@@ -389,6 +397,7 @@ def _timeline(c: _Coded, tog: _Toggles, cfg_changes: tuple[np.ndarray, ...]) -> 
         start=tl_start,
         w=tl_w,
         last=item_last,
+        dc=tl_dc,
     )
 
 
@@ -421,9 +430,11 @@ def _timeline_numbers(tl: _Timeline, end_ms: np.ndarray, n_drills: int) -> dict[
     }
 
 
-def _live_workers(c: _Coded) -> np.ndarray:
-    """``(drill, worker)`` keys whose last start/stop/crash is a start."""
-    life_rows = np.flatnonzero(c.is_type("worker_start", "worker_stop", "worker_crash") & (c.w1 > 0))
+def _live_workers(c: _Coded, null_worker: bool = False) -> np.ndarray:
+    """``(drill, worker)`` keys whose last start/stop/crash is a start; ``null_worker``: lifecycle
+    events without a worker count as one more worker (as :mod:`.metrics` groups them)."""
+    life = c.is_type("worker_start", "worker_stop", "worker_crash")
+    life_rows = np.flatnonzero(life if null_worker else life & (c.w1 > 0))
     life_key = c.worker_key(life_rows)
     lo = np.lexsort((life_rows, life_key))
     lk, lr = life_key[lo], life_rows[lo]
@@ -432,11 +443,14 @@ def _live_workers(c: _Coded) -> np.ndarray:
     return lk[last & c.is_type("worker_start")[lr]]
 
 
-def _end_state(c: _Coded, space: _ItemSpace, tog: _Toggles, tl: _Timeline) -> tuple[np.ndarray, np.ndarray]:
+def _end_state(
+    c: _Coded, space: _ItemSpace, tog: _Toggles, tl: _Timeline, live_keys: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Step 5: per drill, converged (every item run by exactly its one live owner, or by nobody
     when unconfigured) and balanced (live workers' instances and tasks differ by at most one)."""
     n_drills, n_workers = space.n_drills, c.n_workers
-    live_keys = _live_workers(c)
+    if live_keys is None:
+        live_keys = _live_workers(c)
     end_item = tl.item[tl.last]
     item_d = tog.run_item // (space.n_conn * space.n_tasks)
     held_key = _combine((item_d, n_drills), (tog.run_w, n_workers))
@@ -509,6 +523,118 @@ def compute(events: pd.DataFrame) -> list[dict[str, Any]]:
         out.append(row)
     out.sort(key=lambda r: r["name"])
     return out
+
+
+def _seg_sum(x: np.ndarray, first: np.ndarray) -> np.ndarray:
+    """Sums of the segments of ``x`` that start at the indices ``first`` (exact, int64)."""
+    if not len(first):
+        return np.zeros(0, np.int64)
+    return np.add.reduceat(x.astype(np.int64), first)
+
+
+def tables(events: pd.DataFrame) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """The three tables ``analyze`` writes, as columns (``{name: array}``): per drill, per item and
+    per ownership interval, with the columns and meaning of :class:`connect_bridge.pipeline.metrics.Metrics`'
+    ``drills``, ``items`` and ``intervals``. ``events`` (:data:`READ_COLUMNS`, valid: checked
+    beforehand) must hold every event of its drills. Workers are grouped as :mod:`.metrics` groups
+    them: lifecycle events without a worker count as one more worker (null).
+
+    Items are those with a timeline row (an effective ownership change or a configured change); an
+    interval runs from an effective start to its holder's next effective change, else to the
+    drill's end (``open``)."""
+    c, configs, space = _encode(events)
+    n_drills, n_workers = c.n_drills, c.n_workers
+    tog = _toggles(c, space)
+    tl = _timeline(c, tog, _config_changes(configs, space))
+    live_keys = _live_workers(c, null_worker=True)
+    _, balanced = _end_state(c, space, tog, tl, live_keys)
+
+    # per item: the timeline's segments
+    first = np.flatnonzero(_group_starts(tl.item)) if len(tl.item) else np.zeros(0, np.int64)
+    last = np.flatnonzero(tl.last) if len(tl.item) else np.zeros(0, np.int64)
+    seg = np.cumsum(_group_starts(tl.item)) - 1 if len(tl.item) else np.zeros(0, np.int64)
+    nxt = np.empty_like(tl.t)
+    nxt[:-1] = tl.t[1:]
+    nxt[tl.last] = c.end_ms[tl.d[tl.last]]
+    dur = nxt - tl.t
+    gap = np.where((tl.cfg > 0) & (tl.cnt == 0), dur, 0)
+    s_idx = np.flatnonzero(tl.start)
+    same_item = np.zeros(len(s_idx), dtype=bool)
+    same_item[1:] = tl.item[s_idx][1:] == tl.item[s_idx][:-1]
+    moved = np.zeros(len(s_idx), dtype=bool)
+    moved[1:] = tl.w[s_idx][1:] != tl.w[s_idx][:-1]
+    row_live = pd.Index(_combine((tl.d, n_drills), (tl.w, n_workers))).isin(pd.Index(live_keys))
+    workers_at_end = tl.cnt[last]
+    configured_at_end = tl.cfg[last] > 0
+    live_at_end = _seg_sum(np.where(row_live, tl.dc, 0), first)
+    item_key = tl.item[last]
+    item_d = item_key // (space.n_conn * space.n_tasks)
+    conn_names = np.asarray([*c.conn_names, None], dtype=object)  # code -1: the trailing None
+    drill_names = np.asarray(c.drill_names, dtype=object)
+    items = {
+        "drill": drill_names[item_d],
+        "connector": conn_names[(item_key // space.n_tasks) % space.n_conn - 1],
+        "task": item_key % space.n_tasks + space.min_task,
+        "runs": _seg_sum(tl.start, first),
+        "moves": np.bincount(seg[s_idx[same_item & moved]], minlength=len(first)).astype(np.int64),
+        "overlaps": _seg_sum(tl.start & (tl.cnt >= 2), first),
+        "overlap_ms": _seg_sum(np.where(tl.cnt >= 2, dur, 0), first),
+        "unassigned_item_ms": _seg_sum(gap, first),
+        "longest_unassigned_ms": (
+            np.maximum.reduceat(gap.astype(np.int64), first) if len(first) else np.zeros(0, np.int64)
+        ),
+        "workers_at_end": workers_at_end.astype(np.int64),
+        "configured_at_end": configured_at_end,
+        "live_workers_at_end": live_at_end,
+        "converged": np.where(
+            configured_at_end, (workers_at_end == 1) & (live_at_end == 1), workers_at_end == 0
+        ),
+    }
+
+    def per_drill(values: np.ndarray, how: Any = np.add) -> np.ndarray:
+        out = np.zeros(n_drills, np.int64)
+        how.at(out, item_d, values.astype(np.int64))
+        return out
+
+    drills: dict[str, Any] = {
+        "drill": drill_names,
+        "events": np.bincount(c.d, minlength=n_drills).astype(np.int64),
+        **{k: per_drill(items[k]) for k in ("overlaps", "overlap_ms")},
+        "converged": per_drill(~items["converged"]) == 0,
+        "balanced": balanced,
+        "moves": per_drill(items["moves"]),
+        "rebalances": np.bincount(c.d[c.is_type("epoch")], minlength=n_drills).astype(np.int64),
+        "unassigned_item_ms": per_drill(items["unassigned_item_ms"]),
+        "longest_unassigned_ms": per_drill(items["longest_unassigned_ms"], np.maximum),
+        "end_ms": c.end_ms,
+        "items": np.bincount(item_d, minlength=n_drills).astype(np.int64),
+        "live_workers": np.bincount(live_keys // n_workers, minlength=n_drills).astype(np.int64),
+    }
+    drills["exclusive"] = drills["overlaps"] == 0
+    drills["ok"] = drills["exclusive"] & drills["converged"] & drills["balanced"]
+
+    # intervals: each effective start to its holder's next effective change (a stop)
+    e = np.flatnonzero(tog.eff)
+    e_item, e_w = tog.item[e], tog.w[e]
+    same_holder = np.zeros(len(e), dtype=bool)
+    same_holder[:-1] = (e_item[1:] == e_item[:-1]) & (e_w[1:] == e_w[:-1])
+    j = np.flatnonzero(tog.delta[e] == 1)
+    closed = same_holder[j]
+    start_row = tog.row[e[j]]
+    end_row = tog.row[e[np.minimum(j + 1, len(e) - 1)]] if len(e) else start_row
+    iv_key = e_item[j]
+    iv_d = iv_key // (space.n_conn * space.n_tasks)
+    worker_names = np.asarray([None, *c.worker_names], dtype=object)  # w1 = 0: null
+    intervals = {
+        "drill": drill_names[iv_d],
+        "connector": conn_names[(iv_key // space.n_tasks) % space.n_conn - 1],
+        "task": iv_key % space.n_tasks + space.min_task,
+        "worker": worker_names[e_w[j]],
+        "start_ms": c.t[start_row],
+        "end_ms": np.where(closed, c.t[end_row], c.end_ms[iv_d]),
+        "open": ~closed,
+    }
+    return drills, items, intervals
 
 
 def analyze_pandas(paths: Sequence[str | Path]) -> dict[str, Any]:
