@@ -26,6 +26,7 @@ from test_java_drills import (
 CLIENT_SIDE = {"connect.bridge.assignment": "client"}
 """A worker that advertises Connect's IncrementalCooperativeAssignor (client-side assignment)."""
 
+
 def tasks_by_worker(worker: ConnectWorker, connector: str) -> dict[str, int]:
     """Worker id -> RUNNING tasks of ``connector``, from the REST status."""
     status = worker.connector_status(connector)

@@ -401,8 +401,13 @@ async def _owed_round_routing() -> None:
 
     def join(worker: str, member_id: str) -> Any:
         msg = JoinGroupRequest(
-            group_id=G, session_timeout_ms=10_000, rebalance_timeout_ms=60_000, member_id=member_id,
-            group_instance_id=None, protocol_type="connect", reason=None,
+            group_id=G,
+            session_timeout_ms=10_000,
+            rebalance_timeout_ms=60_000,
+            member_id=member_id,
+            group_instance_id=None,
+            protocol_type="connect",
+            reason=None,
             protocols=[
                 JoinGroupRequest.JoinGroupRequestProtocol(name=n, metadata=md)
                 for n, md in connect_protocols(f"http://{worker}/")
@@ -424,10 +429,17 @@ async def _owed_round_routing() -> None:
     sync = decode_request(
         encode_request(
             SyncGroupRequest(
-                group_id=G, generation_id=8, member_id="w2-old-member", group_instance_id=None,
-                protocol_type="connect", protocol_name="sessioned", assignments=[],
+                group_id=G,
+                generation_id=8,
+                member_id="w2-old-member",
+                group_instance_id=None,
+                protocol_type="connect",
+                protocol_name="sessioned",
+                assignments=[],
             ),
-            5, 2, "w2",
+            5,
+            2,
+            "w2",
         )
     )
     assert adoption.owed_round(ApiKey.SYNC_GROUP, sync)
@@ -436,7 +448,9 @@ async def _owed_round_routing() -> None:
     # Requests that name no single group (the server asks about every request it decoded).
     from kafka.protocol.admin import DescribeGroupsRequest, ListGroupsRequest
 
-    for request, version in ((DescribeGroupsRequest(groups=[G], include_authorized_operations=False), 5),
-                             (ListGroupsRequest(states_filter=[]), 4)):
+    for request, version in (
+        (DescribeGroupsRequest(groups=[G], include_authorized_operations=False), 5),
+        (ListGroupsRequest(states_filter=[]), 4),
+    ):
         decoded = decode_request(encode_request(request, version, 3, "admin"))
         assert not adoption.owed_round(decoded.api_key, decoded)

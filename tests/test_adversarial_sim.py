@@ -16,14 +16,24 @@ from connect_bridge.drills.scenario import ScenarioError, load_scenario
 from connect_bridge.drills.sim import SimulatedDrill
 from connect_bridge.state.adoption.records import OwnershipState
 
-TIMING = {"session_timeout_ms": 10_000, "rebalance_timeout_ms": 30_000, "heartbeat_interval_ms": 3_000,
-          "scheduled_rebalance_max_delay_ms": 60_000}
+TIMING = {
+    "session_timeout_ms": 10_000,
+    "rebalance_timeout_ms": 30_000,
+    "heartbeat_interval_ms": 3_000,
+    "scheduled_rebalance_max_delay_ms": 60_000,
+}
 
 
 def drill(steps: list[dict[str, Any]], end_ms: int = 200_000, **timing: int) -> tuple[SimulatedDrill, list]:
     scenario = load_scenario(
-        {"name": "t", "seed": 3, "timing": {**TIMING, **timing}, "connectors": {"a": 3, "b": 2},
-         "steps": steps, "end_ms": end_ms}
+        {
+            "name": "t",
+            "seed": 3,
+            "timing": {**TIMING, **timing},
+            "connectors": {"a": 3, "b": 2},
+            "steps": steps,
+            "end_ms": end_ms,
+        }
     )
     sim = SimulatedDrill(scenario)
     events = sim.run().events
@@ -45,8 +55,11 @@ START = [
 def test_a_stalled_legacy_herder_keeps_running_and_its_heartbeat_thread_leaves() -> None:
     """Stalled past the rebalance timeout while a rebalance needs it: no JoinGroup, its work keeps
     running, the heartbeat thread leaves at the poll timeout, and after the stall it rejoins."""
-    steps = [*START, {"at_ms": 20_000, "action": "stall", "worker": "w1", "duration_ms": 50_000},
-             {"at_ms": 21_000, "action": "start", "worker": "w3", "protocol": "new"}]
+    steps = [
+        *START,
+        {"at_ms": 20_000, "action": "stall", "worker": "w1", "duration_ms": 50_000},
+        {"at_ms": 21_000, "action": "start", "worker": "w3", "protocol": "new"},
+    ]
     _, events = drill(steps)
     assert not of(events, "w1", 20_000, 70_000, "release")  # a zombie: nothing stops
     assert [e["kind"] for e in of(events, "w1", 0, 80_000, "stall_start", "stall_end")] == ["stall", "stall"]
@@ -69,10 +82,13 @@ def test_a_lost_answer_is_waited_for_as_a_stall() -> None:
 
 
 def test_duplicated_requests_and_a_late_sync_keep_the_group_exclusive() -> None:
-    steps = [*START, {"at_ms": 10_000, "action": "duplicate_requests", "worker": "w1", "count": 3},
-             {"at_ms": 10_000, "action": "duplicate_requests", "worker": "w2", "count": 3},
-             {"at_ms": 11_000, "action": "delay_sync", "worker": "w1", "delay_ms": 4_000},
-             {"at_ms": 12_000, "action": "start", "worker": "w3", "protocol": "compatible"}]
+    steps = [
+        *START,
+        {"at_ms": 10_000, "action": "duplicate_requests", "worker": "w1", "count": 3},
+        {"at_ms": 10_000, "action": "duplicate_requests", "worker": "w2", "count": 3},
+        {"at_ms": 11_000, "action": "delay_sync", "worker": "w1", "delay_ms": 4_000},
+        {"at_ms": 12_000, "action": "start", "worker": "w3", "protocol": "compatible"},
+    ]
     _, events = drill(steps)
     summary = check(events, end_ms=200_000)
     assert summary.exclusive and summary.converged and summary.balanced, summary
@@ -87,10 +103,17 @@ def test_a_partitioned_new_worker_fences_itself_and_comes_back() -> None:
 
 
 def test_slow_revocation_releases_late_and_acknowledges_after() -> None:
-    steps = [{"at_ms": 0, "action": "start", "worker": "w1", "protocol": "sessioned"},
-             {"at_ms": 5_000, "action": "slow_revocation", "worker": "w1", "delay_ms": 4_000,
-              "duration_ms": 60_000},
-             {"at_ms": 20_000, "action": "start", "worker": "w2", "protocol": "new"}]
+    steps = [
+        {"at_ms": 0, "action": "start", "worker": "w1", "protocol": "sessioned"},
+        {
+            "at_ms": 5_000,
+            "action": "slow_revocation",
+            "worker": "w1",
+            "delay_ms": 4_000,
+            "duration_ms": 60_000,
+        },
+        {"at_ms": 20_000, "action": "start", "worker": "w2", "protocol": "new"},
+    ]
     _, events = drill(steps)
     [stall] = of(events, "w1", 20_000, 60_000, "stall_start")
     [end] = of(events, "w1", 20_000, 60_000, "stall_end")
@@ -100,11 +123,12 @@ def test_slow_revocation_releases_late_and_acknowledges_after() -> None:
 
 
 def test_a_fresh_process_reusing_a_dead_static_workers_instance_id_takes_its_place() -> None:
-    steps = [{"at_ms": 0, "action": "start", "worker": "w1", "protocol": "new", "instance_id": "i1"},
-             {"at_ms": 0, "action": "start", "worker": "w2", "protocol": "sessioned"},
-             {"at_ms": 30_000, "action": "crash", "worker": "w1"},
-             {"at_ms": 32_000, "action": "start", "worker": "z1", "protocol": "new",
-              "instance_id": "i1"}]
+    steps = [
+        {"at_ms": 0, "action": "start", "worker": "w1", "protocol": "new", "instance_id": "i1"},
+        {"at_ms": 0, "action": "start", "worker": "w2", "protocol": "sessioned"},
+        {"at_ms": 30_000, "action": "crash", "worker": "w1"},
+        {"at_ms": 32_000, "action": "start", "worker": "z1", "protocol": "new", "instance_id": "i1"},
+    ]
     _, events = drill(steps)
     assert of(events, "z1", 32_000, 200_000, "run")
 
@@ -113,11 +137,12 @@ def test_a_static_legacy_worker_reusing_an_id_gets_a_rebalance_and_survives() ->
     """Connect has no static membership: Kafka's answer to a static leader's rejoin (skip_assignment)
     kills a Java worker ("Connect does not support static membership"). The bridge rebalances a
     Connect group instead, so the fresh process takes its place and nothing runs twice."""
-    steps = [{"at_ms": 0, "action": "start", "worker": "w1", "protocol": "sessioned", "instance_id": "i1"},
-             {"at_ms": 0, "action": "start", "worker": "w2", "protocol": "sessioned"},
-             {"at_ms": 30_000, "action": "crash", "worker": "w1"},
-             {"at_ms": 32_000, "action": "start", "worker": "z1", "protocol": "sessioned",
-              "instance_id": "i1"}]
+    steps = [
+        {"at_ms": 0, "action": "start", "worker": "w1", "protocol": "sessioned", "instance_id": "i1"},
+        {"at_ms": 0, "action": "start", "worker": "w2", "protocol": "sessioned"},
+        {"at_ms": 30_000, "action": "crash", "worker": "w1"},
+        {"at_ms": 32_000, "action": "start", "worker": "z1", "protocol": "sessioned", "instance_id": "i1"},
+    ]
     sim, events = drill(steps)
     assert sim.workers["z1"].logic.fatal_error is None and sim.workers["z1"].alive
     assert of(events, "z1", 32_000, 200_000, "run")
@@ -140,8 +165,12 @@ def test_a_static_workers_clean_stop_is_logged_as_not_having_left(protocol: str)
 
 
 def test_misbehaviour_of_a_worker_that_is_not_running_is_rejected() -> None:
-    doc = {"name": "x", "connectors": {}, "end_ms": 10, "steps": [
-        {"at_ms": 0, "action": "stall", "worker": "w9", "duration_ms": 5}]}
+    doc = {
+        "name": "x",
+        "connectors": {},
+        "end_ms": 10,
+        "steps": [{"at_ms": 0, "action": "stall", "worker": "w9", "duration_ms": 5}],
+    }
     problem = r"steps\[0\].worker: cannot stall worker 'w9': it is not running"
     with pytest.raises(ScenarioError, match=problem):
         load_scenario(doc)
@@ -155,8 +184,16 @@ def test_adversarial_generation_is_deterministic_and_leaves_the_plain_stream_alo
     plain = random_scenario(42)
     assert plain.name == "random-42"
     kinds = {s.action for seed in range(40) for s in random_scenario(seed, adversarial=True).steps}
-    assert {"stall", "pause", "partition", "lose_responses", "duplicate_requests", "delay_sync",
-            "slow_revocation", "restart_bridge"} <= kinds
+    assert {
+        "stall",
+        "pause",
+        "partition",
+        "lose_responses",
+        "duplicate_requests",
+        "delay_sync",
+        "slow_revocation",
+        "restart_bridge",
+    } <= kinds
 
 
 # --- issue 10, part 1: the remaining misbehaviours, checked one by one -----------------------------
@@ -172,8 +209,16 @@ def spy_legacy(monkeypatch: pytest.MonkeyPatch) -> list[tuple]:
         calls.append((now, worker.name, kind))
         send(self, now, worker, kind, request)
 
-    def spy_response(self: SimulatedDrill, now: int, worker: Any, incarnation: int, kind: str, resp: Any,
-                     seq: int, dup: bool = False) -> None:
+    def spy_response(
+        self: SimulatedDrill,
+        now: int,
+        worker: Any,
+        incarnation: int,
+        kind: str,
+        resp: Any,
+        seq: int,
+        dup: bool = False,
+    ) -> None:
         calls.append((now, worker.name, f"{kind}-resp", resp.error_code, dup))
         respond(self, now, worker, incarnation, kind, resp, seq, dup)
 
@@ -189,8 +234,11 @@ def test_a_stalled_legacy_heartbeat_thread_answers_rebalance_in_progress_until_t
     the heartbeat thread keeps the session alive: the bridge does not lose the member after a session
     timeout, only when the heartbeat thread leaves at the poll (rebalance) timeout."""
     calls = spy_legacy(monkeypatch)
-    steps = [*START, {"at_ms": 20_000, "action": "stall", "worker": "w1", "duration_ms": 50_000},
-             {"at_ms": 21_000, "action": "start", "worker": "w3", "protocol": "new"}]
+    steps = [
+        *START,
+        {"at_ms": 20_000, "action": "stall", "worker": "w1", "duration_ms": 50_000},
+        {"at_ms": 21_000, "action": "start", "worker": "w3", "protocol": "new"},
+    ]
     _, events = drill(steps)
     beats = [c[0] for c in calls if c[1:3] == ("w1", "heartbeat") and 20_000 < c[0] < 70_000]
     assert beats and max(beats) < 20_000 + 30_000 < max(beats) + 3_000 + 100  # up to the poll timeout
@@ -209,8 +257,9 @@ def test_duplicated_responses_are_ignored_by_both_kinds_of_worker(monkeypatch: p
     new_answers: list[bool] = []
     respond = SimulatedDrill._new_response
 
-    def spy_new(self: SimulatedDrill, now: int, worker: Any, incarnation: int, seq: int, resp: Any,
-                dup: bool = False) -> None:
+    def spy_new(
+        self: SimulatedDrill, now: int, worker: Any, incarnation: int, seq: int, resp: Any, dup: bool = False
+    ) -> None:
         if dup:
             before = (worker.logic.member_epoch, worker.logic.running, worker.logic._session_start)
             respond(self, now, worker, incarnation, seq, resp, dup)
@@ -220,10 +269,13 @@ def test_duplicated_responses_are_ignored_by_both_kinds_of_worker(monkeypatch: p
             respond(self, now, worker, incarnation, seq, resp, dup)
 
     monkeypatch.setattr(SimulatedDrill, "_new_response", spy_new)
-    steps = [*START, {"at_ms": 0, "action": "duplicate_responses", "worker": "w1", "count": 3},
-             {"at_ms": 0, "action": "duplicate_responses", "worker": "w2", "count": 3},
-             {"at_ms": 20_000, "action": "duplicate_responses", "worker": "w1", "count": 2},
-             {"at_ms": 20_000, "action": "start", "worker": "w3", "protocol": "compatible"}]
+    steps = [
+        *START,
+        {"at_ms": 0, "action": "duplicate_responses", "worker": "w1", "count": 3},
+        {"at_ms": 0, "action": "duplicate_responses", "worker": "w2", "count": 3},
+        {"at_ms": 20_000, "action": "duplicate_responses", "worker": "w1", "count": 2},
+        {"at_ms": 20_000, "action": "start", "worker": "w3", "protocol": "compatible"},
+    ]
     _, events = drill(steps)
     dups = [c for c in calls if len(c) == 5 and c[4]]
     assert dups, "duplicates reached the legacy worker"
@@ -268,7 +320,9 @@ def test_a_lost_sync_group_answer_is_retried_with_a_new_join(monkeypatch: pytest
     assert timeout[0] == sent + 40_000 and timeout[3] == 15  # COORDINATOR_NOT_AVAILABLE
     assert [c for c in calls if c[1:3] == ("w1", "join") and timeout[0] < c[0] < timeout[0] + 1_000]
     assert [e["kind"] for e in of(events, "w1", sent, sent + 40_001, "stall_start", "stall_end")] == [
-        "timeout", "timeout"]
+        "timeout",
+        "timeout",
+    ]
     assert of(events, "w1", timeout[0], 200_000, "epoch"), "the retry completes a rebalance"
 
 
@@ -297,10 +351,11 @@ def test_a_fenced_static_legacy_worker_dies_as_java_does() -> None:
     FENCED_INSTANCE_ID and it dies, as Java does (the newcomer dies of skip_assignment: Connect has no
     static membership); nothing runs twice meanwhile."""
     for protocol in ("sessioned", "eager"):
-        steps = [{"at_ms": 0, "action": "start", "worker": "w1", "protocol": protocol, "instance_id": "i1"},
-                 {"at_ms": 0, "action": "start", "worker": "w2", "protocol": "sessioned"},
-                 {"at_ms": 30_000, "action": "start", "worker": "z1", "protocol": protocol,
-                  "instance_id": "i1"}]
+        steps = [
+            {"at_ms": 0, "action": "start", "worker": "w1", "protocol": protocol, "instance_id": "i1"},
+            {"at_ms": 0, "action": "start", "worker": "w2", "protocol": "sessioned"},
+            {"at_ms": 30_000, "action": "start", "worker": "z1", "protocol": protocol, "instance_id": "i1"},
+        ]
         sim, events = drill(steps)
         assert "FENCED_INSTANCE_ID" in (sim.workers["w1"].logic.fatal_error or ""), protocol
         assert of(events, "w1", 29_999, 31_000, "worker_crash"), protocol
@@ -324,21 +379,33 @@ def test_a_new_worker_told_fenced_instance_id_dies() -> None:
 def test_a_new_worker_reusing_a_live_processs_id_never_runs_its_work() -> None:
     """The newcomer is told UNRELEASED_INSTANCE_ID while the old process is alive and keeps retrying;
     nothing runs twice (the permanent duplicate is a misconfiguration: not judged for balance)."""
-    steps = [{"at_ms": 0, "action": "start", "worker": "w1", "protocol": "new", "instance_id": "i1"},
-             {"at_ms": 0, "action": "start", "worker": "w2", "protocol": "sessioned"},
-             {"at_ms": 30_000, "action": "start", "worker": "z1", "protocol": "new", "instance_id": "i1"}]
-    scenario = load_scenario({"name": "t", "seed": 3, "timing": TIMING, "connectors": {"a": 3, "b": 2},
-                              "steps": steps, "end_ms": 200_000})
+    steps = [
+        {"at_ms": 0, "action": "start", "worker": "w1", "protocol": "new", "instance_id": "i1"},
+        {"at_ms": 0, "action": "start", "worker": "w2", "protocol": "sessioned"},
+        {"at_ms": 30_000, "action": "start", "worker": "z1", "protocol": "new", "instance_id": "i1"},
+    ]
+    scenario = load_scenario(
+        {
+            "name": "t",
+            "seed": 3,
+            "timing": TIMING,
+            "connectors": {"a": 3, "b": 2},
+            "steps": steps,
+            "end_ms": 200_000,
+        }
+    )
     events = SimulatedDrill(scenario).run().events
     assert check(events, end_ms=200_000).exclusive
     assert of(events, "z1", 0, 200_001, "run") == []
 
 
 def test_slow_revocation_without_a_duration_lasts_for_the_process() -> None:
-    steps = [{"at_ms": 0, "action": "start", "worker": "w1", "protocol": "sessioned"},
-             {"at_ms": 5_000, "action": "slow_revocation", "worker": "w1", "delay_ms": 2_000},
-             {"at_ms": 20_000, "action": "start", "worker": "w2", "protocol": "new"},
-             {"at_ms": 150_000, "action": "start", "worker": "w3", "protocol": "new"}]
+    steps = [
+        {"at_ms": 0, "action": "start", "worker": "w1", "protocol": "sessioned"},
+        {"at_ms": 5_000, "action": "slow_revocation", "worker": "w1", "delay_ms": 2_000},
+        {"at_ms": 20_000, "action": "start", "worker": "w2", "protocol": "new"},
+        {"at_ms": 150_000, "action": "start", "worker": "w3", "protocol": "new"},
+    ]
     _, events = drill(steps, end_ms=300_000)
     late = of(events, "w1", 150_000, 300_000, "stall_start")
     assert late, "still slow long after the step"
@@ -348,13 +415,17 @@ def test_slow_revocation_without_a_duration_lasts_for_the_process() -> None:
     ("step", "problem"),
     [
         ({"action": "duplicate_responses", "worker": "w1", "count": 0}, r"steps\[2\]\.count"),
-        ({"action": "duplicate_responses", "worker": "w1", "count": 1, "api": "join"},
-         r"unknown field 'api' \(allowed: at_ms, worker, action, count\)"),
+        (
+            {"action": "duplicate_responses", "worker": "w1", "count": 1, "api": "join"},
+            r"unknown field 'api' \(allowed: at_ms, worker, action, count\)",
+        ),
         ({"action": "slow_revocation", "worker": "w1", "delay_ms": 0}, r"steps\[2\]\.delay_ms"),
         ({"action": "lose_responses", "worker": "w1"}, r"steps\[2\]\.count: missing"),
         ({"action": "partition", "worker": "w1", "duration_ms": "5"}, r"steps\[2\]\.duration_ms"),
-        ({"action": "delay_sync", "worker": "w2", "delay_ms": 1_000},
-         r"steps\[2\]\.action: delay_sync needs a classic-protocol worker; 'w2' speaks new"),
+        (
+            {"action": "delay_sync", "worker": "w2", "delay_ms": 1_000},
+            r"steps\[2\]\.action: delay_sync needs a classic-protocol worker; 'w2' speaks new",
+        ),
         ({"action": "stall", "worker": "w3", "duration_ms": 1_000}, r"cannot stall worker 'w3'"),
         ({"action": "explode", "worker": "w1"}, r"expected one of .*duplicate_responses"),
     ],
@@ -368,10 +439,17 @@ def test_bad_misbehaviour_steps_are_rejected_in_one_line(step: dict[str, Any], p
 
 def test_misbehaviour_during_a_restarts_downtime_or_after_a_protocol_change_is_checked() -> None:
     restart = {"at_ms": 1_000, "action": "restart", "worker": "w1", "down_ms": 5_000, "protocol": "new"}
-    doc = {"name": "x", "connectors": {}, "end_ms": 100_000, "steps": [
-        *START, restart, {"at_ms": 3_000, "action": "pause", "worker": "w1", "duration_ms": 1_000}]}
-    with pytest.raises(ScenarioError, match=r"steps\[3\]\.at_ms: cannot pause worker 'w1' at 3000: it is "
-                                            r"down until 6000 \(restart at steps\[2\]\)"):
+    doc = {
+        "name": "x",
+        "connectors": {},
+        "end_ms": 100_000,
+        "steps": [*START, restart, {"at_ms": 3_000, "action": "pause", "worker": "w1", "duration_ms": 1_000}],
+    }
+    with pytest.raises(
+        ScenarioError,
+        match=r"steps\[3\]\.at_ms: cannot pause worker 'w1' at 3000: it is "
+        r"down until 6000 \(restart at steps\[2\]\)",
+    ):
         load_scenario(doc)
     doc["steps"][-1] = {"at_ms": 6_000, "action": "delay_sync", "worker": "w1", "delay_ms": 1_000}
     with pytest.raises(ScenarioError, match="speaks new"):  # it came back speaking new
@@ -390,7 +468,8 @@ def test_the_plain_generator_output_is_pinned() -> None:
     assert not any(random_scenario(s).upstream for s in range(300))
     text = "".join(random_scenario(s).model_dump_json(exclude={"upstream"}) for s in range(300))
     assert hashlib.sha256(text.encode()).hexdigest() == (
-        "8b97ed81590d9f7f3f113e2f4b565c98e1f659ce732e852ce98226c36cd48ea8")
+        "8b97ed81590d9f7f3f113e2f4b565c98e1f659ce732e852ce98226c36cd48ea8"
+    )
 
 
 def test_adversarial_scenarios_load_and_restart_the_bridge_at_conversions() -> None:
@@ -408,8 +487,17 @@ def test_adversarial_scenarios_load_and_restart_the_bridge_at_conversions() -> N
         restarts = [s["at_ms"] for s in steps if s["action"] == "restart_bridge"]
         at_conversion += sum(any(abs(r - m) <= 50 for r in restarts) for m in moments)
     assert at_conversion >= 50
-    assert {"stall", "pause", "partition", "lose_responses", "duplicate_requests", "duplicate_responses",
-            "delay_sync", "slow_revocation", "restart_bridge"} <= kinds
+    assert {
+        "stall",
+        "pause",
+        "partition",
+        "lose_responses",
+        "duplicate_requests",
+        "duplicate_responses",
+        "delay_sync",
+        "slow_revocation",
+        "restart_bridge",
+    } <= kinds
 
 
 @pytest.mark.parametrize("seed", [10002065, 10002090])
@@ -490,14 +578,22 @@ def test_classic_generations_name_their_leader_and_the_group_logs_its_state() ->
     and when the group rebalances (its join barrier waits on every member): drill 93000279001173,
     where w2 leads generation 1, w1's arrival starts a rebalance, and w0 leads generation 2."""
     scenario = load_scenario(
-        {"name": "t", "seed": 93000279001173,
-         "timing": {**TIMING, "scheduled_rebalance_max_delay_ms": 30_000}, "connectors": {"c1": 0},
-         "steps": [*({"at_ms": 0, "action": "start", "worker": w, "protocol": "eager",
-                      "instance_id": f"i-{w}"} for w in ("w0", "w2")),
-                   {"at_ms": 3_929, "action": "lose_responses", "worker": "w2", "count": 1},
-                   {"at_ms": 7_361, "action": "start", "worker": "w1", "protocol": "eager"},
-                   {"at_ms": 13_933, "action": "lose_responses", "worker": "w0", "count": 1}],
-         "end_ms": 150_000}
+        {
+            "name": "t",
+            "seed": 93000279001173,
+            "timing": {**TIMING, "scheduled_rebalance_max_delay_ms": 30_000},
+            "connectors": {"c1": 0},
+            "steps": [
+                *(
+                    {"at_ms": 0, "action": "start", "worker": w, "protocol": "eager", "instance_id": f"i-{w}"}
+                    for w in ("w0", "w2")
+                ),
+                {"at_ms": 3_929, "action": "lose_responses", "worker": "w2", "count": 1},
+                {"at_ms": 7_361, "action": "start", "worker": "w1", "protocol": "eager"},
+                {"at_ms": 13_933, "action": "lose_responses", "worker": "w0", "count": 1},
+            ],
+            "end_ms": 150_000,
+        }
     )
     events = SimulatedDrill(scenario).run().events
     classic = [e for e in events if e["type"] == "group" and e["group_type"] == "classic"]
@@ -541,11 +637,19 @@ def test_a_leave_group_of_a_relayed_group_reaches_the_upstream_coordinator() -> 
     97000291092902 (a task 35.1 s unowned against 30 s after a hand-back) and 97000291088295
     (a graceful stop taken for a crash, unbalanced at the end)."""
     scenario = load_scenario(
-        {"name": "t", "seed": 5, "timing": TIMING, "upstream": True, "connectors": {"a": 2},
-         "steps": [{"at_ms": 0, "action": "start", "worker": "w1", "protocol": "compatible"},
-                   {"at_ms": 0, "action": "start", "worker": "w2", "protocol": "compatible"},
-                   {"at_ms": 20_000, "action": "stop", "worker": "w2"}],
-         "end_ms": 20_100}
+        {
+            "name": "t",
+            "seed": 5,
+            "timing": TIMING,
+            "upstream": True,
+            "connectors": {"a": 2},
+            "steps": [
+                {"at_ms": 0, "action": "start", "worker": "w1", "protocol": "compatible"},
+                {"at_ms": 0, "action": "start", "worker": "w2", "protocol": "compatible"},
+                {"at_ms": 20_000, "action": "stop", "worker": "w2"},
+            ],
+            "end_ms": 20_100,
+        }
     )
     drill = SimulatedDrill(scenario)
     drill.run()

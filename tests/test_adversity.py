@@ -130,9 +130,7 @@ def assert_exclusive(*workers: JavaLike | NewLike) -> None:
             seen[item] = name
 
 
-def settle(
-    coord: GroupCoordinator, workers: list[JavaLike | NewLike], now: int, rounds: int = 12
-) -> int:
+def settle(coord: GroupCoordinator, workers: list[JavaLike | NewLike], now: int, rounds: int = 12) -> int:
     """Heartbeat everyone (rejoining when told) until a round changes nothing; exclusive throughout."""
     for _ in range(rounds):
         changed = False
@@ -294,8 +292,12 @@ def test_fenced_new_protocol_member_keeps_its_revoking_work_out_of_other_targets
     coord, _, w1, w2, w3, n4, now = _balance_onto_new_worker()
     g = connect(coord)
     # Make w3 the loser: the target of w4 is whatever w3 runs (as a client-side assignor could).
-    target = {w1.member_id: frozenset(w1.runs), w2.member_id: frozenset(w2.runs), w3.member_id: EMPTY,
-              n4.member_id: frozenset(w3.runs)}
+    target = {
+        w1.member_id: frozenset(w1.runs),
+        w2.member_id: frozenset(w2.runs),
+        w3.member_id: EMPTY,
+        n4.member_id: frozenset(w3.runs),
+    }
     g.install_target(g.group_epoch, target)
     # w3 reads the revocation but is slow to stop A-2 (it still runs it, unacknowledged)...
     assert nbeat(coord, w3.member_id, w3.epoch, frozenset(w3.runs), now=now + 10).error_code == 0
@@ -321,11 +323,12 @@ def test_fenced_new_protocol_member_keeps_its_revoking_work_out_of_other_targets
 def _with_static_legacy_member() -> tuple[GroupCoordinator, JavaLike, JavaLike, JavaLike, NewLike, int]:
     """The settled upgraded group plus a static legacy worker (instance ``s``) that got its share."""
     coord, _, w1, w2, w3 = upgraded_and_settled()
-    workers: list[JavaLike | NewLike] = [JavaLike("w1", w1, 2, set(W1_FULL - {A2})),
-                                         JavaLike("w2", w2, 2, set(W2_FULL)), NewLike(w3, 2, {A2})]
-    jr = coord.classic_join(
-        _static_join_request("", "s", EMPTY), 1_000
-    )
+    workers: list[JavaLike | NewLike] = [
+        JavaLike("w1", w1, 2, set(W1_FULL - {A2})),
+        JavaLike("w2", w2, 2, set(W2_FULL)),
+        NewLike(w3, 2, {A2}),
+    ]
+    jr = coord.classic_join(_static_join_request("", "s", EMPTY), 1_000)
     assert jr is not None and jr.error_code == 0, jr
     s = JavaLike("s", jr.member_id, jr.generation_id, instance="s")
     assert csync(coord, s.member_id, s.generation, now=1_000, instance="s").error_code == 0  # type: ignore[union-attr]
@@ -435,8 +438,10 @@ def test_work_held_for_the_last_new_worker_survives_until_the_hold_ends() -> Non
     before the fix the group converted to classic at once and the next classic leader dealt A-2 out
     immediately. Now the group stays connect while A-2 is held, then deals it and downgrades."""
     coord, log, w1, w2, w3 = upgraded_and_settled(scheduled_rebalance_max_delay_ms=30_000)
-    legacy: list[JavaLike | NewLike] = [JavaLike("w1", w1, 2, set(W1_FULL - {A2})),
-                                        JavaLike("w2", w2, 2, set(W2_FULL))]
+    legacy: list[JavaLike | NewLike] = [
+        JavaLike("w1", w1, 2, set(W1_FULL - {A2})),
+        JavaLike("w2", w2, 2, set(W2_FULL)),
+    ]
     run_for(coord, legacy, 1_000, 10_300)  # w3's session (last heartbeat at 200) expires at 10_200
     g = connect(coord)
     assert w3 not in g.members and g.held_items() == fs(A2)
@@ -455,8 +460,10 @@ def test_work_held_for_the_last_new_worker_survives_until_the_hold_ends() -> Non
 def test_last_new_worker_coming_back_as_legacy_gets_its_held_work_and_the_group_downgrades() -> None:
     """Rolling downgrade: w3 restarts as a legacy worker with the same url inside the delay."""
     coord, log, w1, w2, w3 = upgraded_and_settled(scheduled_rebalance_max_delay_ms=30_000)
-    legacy: list[JavaLike | NewLike] = [JavaLike("w1", w1, 2, set(W1_FULL - {A2})),
-                                        JavaLike("w2", w2, 2, set(W2_FULL))]
+    legacy: list[JavaLike | NewLike] = [
+        JavaLike("w1", w1, 2, set(W1_FULL - {A2})),
+        JavaLike("w2", w2, 2, set(W2_FULL)),
+    ]
     assert coord.connect_heartbeat(_leave(w3), 1_000).error_code == 0
     assert isinstance(coord.groups[G], type(connect(coord)))
     jr = cjoin(coord, "", "http://w3/", EMPTY, now=2_000)

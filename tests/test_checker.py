@@ -376,8 +376,15 @@ def test_large_log_is_one_fast_pass() -> None:
 # some worker could run it
 
 
-TIMING = {"t_ms": 0, "type": "timing", "worker": None, "scheduled_rebalance_max_delay_ms": 10_000,
-          "rebalance_timeout_ms": 5_000, "session_timeout_ms": 3_000, "request_timeout_ms": 4_000}
+TIMING = {
+    "t_ms": 0,
+    "type": "timing",
+    "worker": None,
+    "scheduled_rebalance_max_delay_ms": 10_000,
+    "rebalance_timeout_ms": 5_000,
+    "session_timeout_ms": 3_000,
+    "request_timeout_ms": 4_000,
+}
 
 
 def _ev(t: int, type_: str, worker: str | None = None, **fields: object) -> dict:
@@ -580,9 +587,16 @@ def test_work_given_to_a_worker_that_then_leaves_counts_from_its_leave() -> None
 
 # --- live in a classic group: the leader deals everything, the join barrier waits on every member
 
-CLASSIC_TIMING = {"t_ms": 0, "type": "timing", "worker": None, "session_timeout_ms": 10_000,
-                  "rebalance_timeout_ms": 30_000, "heartbeat_interval_ms": 3_000,
-                  "scheduled_rebalance_max_delay_ms": 30_000, "request_timeout_ms": 40_000}
+CLASSIC_TIMING = {
+    "t_ms": 0,
+    "type": "timing",
+    "worker": None,
+    "session_timeout_ms": 10_000,
+    "rebalance_timeout_ms": 30_000,
+    "heartbeat_interval_ms": 3_000,
+    "scheduled_rebalance_max_delay_ms": 30_000,
+    "request_timeout_ms": 40_000,
+}
 """The generator's timing: bound 60 s, detection 10 s + 3.33 s + 5 s = 18.33 s."""
 
 
@@ -626,24 +640,55 @@ def _classic_rows() -> list[tuple[str, list[dict], bool]]:
     return [
         ("a member pauses while its group is stable", pause, False),
         ("the leader pauses", [{**e, "worker": "w0"} for e in pause], True),
-        ("a member pauses while its group rebalances",
-         [_ev(4_000, "group_state", state="PreparingRebalance"), *pause], True),
-        ("a rebalance begins while a member is silent",
-         [pause[0], _ev(6_000, "group_state", state="PreparingRebalance"), pause[1]], True),
-        ("a rebalance begins after the member speaks again",
-         [_ev(5_000, "stall_start", "w2", kind="pause"), _ev(6_000, "stall_end", "w2", kind="pause"),
-          _ev(7_000, "group_state", state="PreparingRebalance")], False),
-        ("a rebalance begins before a crashed member's session can have run out",
-         [_ev(5_000, "worker_crash", "w2", protocol="eager"),
-          _ev(20_000, "group_state", state="PreparingRebalance")], True),
-        ("a rebalance begins after a crashed member's failure is detected",
-         [_ev(5_000, "worker_crash", "w2", protocol="eager"),
-          _ev(24_000, "group_state", state="PreparingRebalance")], False),
-        ("a silent member is elected leader",
-         [pause[0], _ev(6_000, "group", group_type="classic", group_epoch=2, leader="w2"), pause[1]], True),
-        ("the group became a connect group: its coordinator deals, nobody waits on the old leader",
-         [_ev(1_000, "group", group_type="connect", group_epoch=3),
-          _ev(5_000, "stall_start", "w0", kind="pause"), _ev(9_000, "stall_end", "w0", kind="pause")], False),
+        (
+            "a member pauses while its group rebalances",
+            [_ev(4_000, "group_state", state="PreparingRebalance"), *pause],
+            True,
+        ),
+        (
+            "a rebalance begins while a member is silent",
+            [pause[0], _ev(6_000, "group_state", state="PreparingRebalance"), pause[1]],
+            True,
+        ),
+        (
+            "a rebalance begins after the member speaks again",
+            [
+                _ev(5_000, "stall_start", "w2", kind="pause"),
+                _ev(6_000, "stall_end", "w2", kind="pause"),
+                _ev(7_000, "group_state", state="PreparingRebalance"),
+            ],
+            False,
+        ),
+        (
+            "a rebalance begins before a crashed member's session can have run out",
+            [
+                _ev(5_000, "worker_crash", "w2", protocol="eager"),
+                _ev(20_000, "group_state", state="PreparingRebalance"),
+            ],
+            True,
+        ),
+        (
+            "a rebalance begins after a crashed member's failure is detected",
+            [
+                _ev(5_000, "worker_crash", "w2", protocol="eager"),
+                _ev(24_000, "group_state", state="PreparingRebalance"),
+            ],
+            False,
+        ),
+        (
+            "a silent member is elected leader",
+            [pause[0], _ev(6_000, "group", group_type="classic", group_epoch=2, leader="w2"), pause[1]],
+            True,
+        ),
+        (
+            "the group became a connect group: its coordinator deals, nobody waits on the old leader",
+            [
+                _ev(1_000, "group", group_type="connect", group_epoch=3),
+                _ev(5_000, "stall_start", "w0", kind="pause"),
+                _ev(9_000, "stall_end", "w0", kind="pause"),
+            ],
+            False,
+        ),
     ]
 
 
@@ -688,8 +733,12 @@ def test_work_given_to_a_worker_whose_failure_is_not_yet_detected_waits_for_the_
     late = [*events[:-1], _ev(1_000 + 9_000 + 15_001, "run", "w2", connector="A", task=-1)]
     assert not check(late).live
     # Dealt after the detection: nothing to wait for.
-    after = [*events[:6], _ev(10_000, "config", connectors={"A": 0, "B": 0}, offset=1),
-             _ev(10_000, "assign", "w3", items=[["A", -1]]), _ev(25_001, "run", "w2", connector="A", task=-1)]
+    after = [
+        *events[:6],
+        _ev(10_000, "config", connectors={"A": 0, "B": 0}, offset=1),
+        _ev(10_000, "assign", "w3", items=[["A", -1]]),
+        _ev(25_001, "run", "w2", connector="A", task=-1),
+    ]
     assert not check(after).live
 
 
@@ -742,6 +791,9 @@ def test_a_silent_failure_during_the_first_sessions_after_a_reload_waits_for_the
     late = [*events[:-1], _ev(back + 1_000 + 15_001, "run", "w2", connector="A", task=-1)]
     assert not check(late).live
     # A crash after those first sessions ended is judged by session + grace again.
-    after = [*events[:8], _ev(back + 1_000, "worker_crash", "w3", protocol="compatible"),
-             _ev(back + 1_000 + 9_000 + 15_000, "run", "w2", connector="A", task=-1)]
+    after = [
+        *events[:8],
+        _ev(back + 1_000, "worker_crash", "w3", protocol="compatible"),
+        _ev(back + 1_000 + 9_000 + 15_000, "run", "w2", connector="A", task=-1),
+    ]
     assert check(after).max_unowned_ms == 15_000

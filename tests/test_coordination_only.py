@@ -355,6 +355,7 @@ def run(d: Deployment) -> None:
     d.wait_running()
     d.topics.wait_growing("direct", 60, "the direct source delivers nothing")
     wait_until(lambda: d.sink_prints("sink"), 60, 0.5, "the sink task printed no record")
+
     # Creating the sink starts a rebalance of its own, which may still be under way on a loaded
     # machine while its task already prints: the group is judged once it settled (bounded).
     def settled() -> dict[str, object] | None:

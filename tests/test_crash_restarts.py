@@ -34,7 +34,12 @@ async def _load(port: int, acknowledged: dict[str, tuple[str, int]], stop: async
         while not stop.is_set():
             group = f"g{seed}-{len(acknowledged)}-{rng.randrange(1 << 30)}"
             req = napi.HeartbeatRequest(
-                group, "", 0, rebalance_timeout_ms=60_000, url=f"http://{group}", config_offset=OFFSET,
+                group,
+                "",
+                0,
+                rebalance_timeout_ms=60_000,
+                url=f"http://{group}",
+                config_offset=OFFSET,
                 owned=frozenset(),
             )
             answer = await heartbeat(conn, req)

@@ -124,13 +124,35 @@ def _wire_group() -> napi.DescribedGroup:
         config_offset=12,
         members=(
             napi.DescribedMember(
-                "m1", None, "new", 8, "UNREVOKED", "http://w1:8083/", 12, items("A"), items("A-0", "A-1"),
-                items("A"), client_id="w1", client_host="/10.0.0.1", waiting_for="revoking",
+                "m1",
+                None,
+                "new",
+                8,
+                "UNREVOKED",
+                "http://w1:8083/",
+                12,
+                items("A"),
+                items("A-0", "A-1"),
+                items("A"),
+                client_id="w1",
+                client_host="/10.0.0.1",
+                waiting_for="revoking",
                 wait_deadline_ms=70_000,
             ),
             napi.DescribedMember(
-                "l2", None, "sessioned", 9, "UNRELEASED", "http://w2:8083/", 12, EMPTY, EMPTY,
-                items("A-0", "A-1"), client_id="w2", client_host="/10.0.0.2", classic_state="Stable",
+                "l2",
+                None,
+                "sessioned",
+                9,
+                "UNRELEASED",
+                "http://w2:8083/",
+                12,
+                EMPTY,
+                EMPTY,
+                items("A-0", "A-1"),
+                client_id="w2",
+                client_host="/10.0.0.2",
+                classic_state="Stable",
                 waiting_for="released-work",
             ),
         ),
@@ -173,7 +195,17 @@ def test_the_table_shows_counts_waits_and_deadlines_against_the_bridge_clock() -
     assert lines[1] == "  leader m1 (http://w1:8083/)  config offset 12  bridge time 1970-01-01T00:00:10Z"
     header, row1, row2 = lines[2:5]
     assert header.split() == [
-        "MEMBER", "WORKER", "URL", "CLIENT", "HOST", "PROTOCOL", "EPOCH", "OWNED", "TARGET", "WAITING", "FOR"
+        "MEMBER",
+        "WORKER",
+        "URL",
+        "CLIENT",
+        "HOST",
+        "PROTOCOL",
+        "EPOCH",
+        "OWNED",
+        "TARGET",
+        "WAITING",
+        "FOR",
     ]
     assert row1.split()[:7] == ["m1", "http://w1:8083/", "/10.0.0.1", "new", "8", "3", "1"]
     assert row1.endswith("revoking 2 tasks (removed in 60s if not)")
@@ -196,7 +228,10 @@ def test_a_classic_group_is_read_from_describe_groups_and_the_connect_assignment
     stable = ClassicDescribedGroup("classic-g", 0, "Stable", "connect", "compatible", (member,))
     view = classic_group_view(stable)
     assert (view["group_type"], view["state"], view["leader_url"], view["config_offset"]) == (
-        "classic", "Stable", "http://c1:8083/", 7,
+        "classic",
+        "Stable",
+        "http://c1:8083/",
+        7,
     )
     [m] = view["members"]
     assert (m["protocol"], m["url"], m["client_host"]) == ("compatible", "http://c1:8083/", "/10.0.0.9")
@@ -213,5 +248,9 @@ def test_a_classic_group_is_read_from_describe_groups_and_the_connect_assignment
 
 def test_count_phrases() -> None:
     assert [count_phrase(x) for x in (EMPTY, items("A"), items("A-0"), items("A", "B", "A-0"), ALL)] == [
-        "nothing", "1 connector", "1 task", "2 connectors and 1 task", "2 connectors and 3 tasks",
+        "nothing",
+        "1 connector",
+        "1 task",
+        "2 connectors and 1 task",
+        "2 connectors and 3 tasks",
     ]

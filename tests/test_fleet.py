@@ -256,7 +256,10 @@ def test_an_adversarial_checks_only_fleet_counts_every_invariant(spark, tmp_path
         scenario = random_scenario(int(row.seed), adversarial=True)
         summary = check(run_scenario(scenario).events, name=scenario.name, end_ms=scenario.end_ms)
         assert (row.ok, row.exclusive, row.live, row.events) == (
-            summary.ok, summary.exclusive, summary.live, summary.events
+            summary.ok,
+            summary.exclusive,
+            summary.live,
+            summary.events,
         )
     assert doc["failed_drills"] == int((~table["ok"]).sum()) == len(doc["failed"])
     assert json.loads((tmp_path / fleet.FLEET_JSON).read_text())["count"] == 40
@@ -334,8 +337,14 @@ def test_a_failed_checks_only_drill_names_the_search_that_minimizes_it(
 
     def run_fleet_checks(count: int, fleet_seed: int, out_dir: Any, **kwargs: Any) -> dict[str, Any]:
         return {
-            "count": count, "seed": fleet_seed, "adversarial": kwargs["adversarial"], "drills": count,
-            "seconds": 1.0, "drills_per_s": 1.0, "failed_drills": 1, "max_unowned_ms": 0,
+            "count": count,
+            "seed": fleet_seed,
+            "adversarial": kwargs["adversarial"],
+            "drills": count,
+            "seconds": 1.0,
+            "drills_per_s": 1.0,
+            "failed_drills": 1,
+            "max_unowned_ms": 0,
             "violations": dict.fromkeys(("exclusive", "live", "converged", "balanced", "crashed"), 0),
             "failed": [{"name": name, "seed": seed, "scenario": f"failed/{name}.json", "violation": "v"}],
         }

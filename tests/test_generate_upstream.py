@@ -21,7 +21,12 @@ from connect_bridge.drills.scenario import dump_scenario
 from connect_bridge.drills.sim import run_scenario
 
 FLEET_97_TAKEOVERS_WITH_ADOPTION = (
-    97000291002022, 97000291014179, 97000291022865, 97000291034969, 97000291058781, 97000291093039,
+    97000291002022,
+    97000291014179,
+    97000291022865,
+    97000291034969,
+    97000291058781,
+    97000291093039,
 )
 """Fleet 97000000 drills that took over a paused relaying (or released) bridge."""
 FLEET_97_UPSTREAM_LEADER_PARTITIONED = (97000291049161, 97000291088509)

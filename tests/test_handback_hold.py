@@ -295,7 +295,11 @@ def _round_then_relayed(coord: GroupCoordinator, member_id: str, url: str, above
     from test_migration import protocols
 
     join = capi.JoinGroupRequest(
-        G, member_id, "connect", protocols(url, W2_FULL), session_timeout_ms=SESSION_MS,
+        G,
+        member_id,
+        "connect",
+        protocols(url, W2_FULL),
+        session_timeout_ms=SESSION_MS,
         rebalance_timeout_ms=60_000,
     )
     assert coord.unsynced_round_due(join)

@@ -162,8 +162,14 @@ def _drill(steps: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) -> tupl
 
     monkeypatch.setattr(GroupCoordinator, "classic_heartbeat", counted)
     scenario = load_scenario(
-        {"name": "held", "seed": 3, "timing": TIMING, "connectors": {"a": 6, "b": 5},
-         "steps": [*FOUR, *steps], "end_ms": 150_000}
+        {
+            "name": "held",
+            "seed": 3,
+            "timing": TIMING,
+            "connectors": {"a": 6, "b": 5},
+            "steps": [*FOUR, *steps],
+            "end_ms": 150_000,
+        }
     )
     return SimulatedDrill(scenario).run().events, answers
 
@@ -173,15 +179,19 @@ def _runs(events: list[dict], worker: str, lo: int, hi: int) -> list[dict]:
 
 
 def _converted_at(events: list[dict], after: int) -> int:
-    return next(e["t_ms"] for e in events if e["type"] == "group" and e["t_ms"] > after
-                and e["group_type"] == "connect")
+    return next(
+        e["t_ms"]
+        for e in events
+        if e["type"] == "group" and e["t_ms"] > after and e["group_type"] == "connect"
+    )
 
 
 def test_java_like_workers_start_held_work_when_the_hold_ends(monkeypatch: pytest.MonkeyPatch) -> None:
     """w2 is paused past its session: its work is held, and the others start it within a network
     round trip of the hold's end (they used to learn of it at a heartbeat up to 3 s later)."""
-    events, answers = _drill([{"at_ms": 60_000, "action": "pause", "worker": "w2", "duration_ms": 30_000}],
-                             monkeypatch)
+    events, answers = _drill(
+        [{"at_ms": 60_000, "action": "pause", "worker": "w2", "duration_ms": 30_000}], monkeypatch
+    )
     removed = _converted_at(events, 60_000)
     moved = [e for w in ("w1", "w3", "w4") for e in _runs(events, w, removed, 90_000)]
     assert moved, "w2's work moves while it is paused"
@@ -195,9 +205,13 @@ def test_java_like_workers_start_held_work_when_the_hold_ends(monkeypatch: pytes
 def test_a_java_like_worker_restarted_at_its_url_gets_its_work_back_when_its_old_member_goes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    events, _ = _drill([{"at_ms": 60_000, "action": "crash", "worker": "w2"},
-                        {"at_ms": 62_000, "action": "start", "worker": "w2", "protocol": "sessioned"}],
-                       monkeypatch)
+    events, _ = _drill(
+        [
+            {"at_ms": 60_000, "action": "crash", "worker": "w2"},
+            {"at_ms": 62_000, "action": "start", "worker": "w2", "protocol": "sessioned"},
+        ],
+        monkeypatch,
+    )
     removed = _converted_at(events, 60_000)
     back = _runs(events, "w2", 62_000, 150_000)
     assert back and min(e["t_ms"] for e in back) <= removed + 100  # not a whole hold later

@@ -523,6 +523,7 @@ def test_a_large_group_frame_is_decoded_on_the_background_thread(monkeypatch: py
     import threading
 
     from connect_bridge.bridge.edge import decoding
+
     threads: list[str] = []
 
     def recording(payload: Any, *, framed: bool) -> Any:

@@ -248,8 +248,10 @@ def test_request_round_trip_and_kafka_python_framing(
     body_at = request_body_offset(payload, flexible_header=spec.request_flexible(version))
     assert payload[body_at:] == bytes(msg.encode(header=False, framed=False))
     again = encode_request(msg, version, correlation_id ^ 1, client_id)[4:]  # the request repeated
-    assert without_correlation_id(again) == without_correlation_id(payload) != without_correlation_id(
-        encode_request(msg, version, correlation_id, (client_id or "") + "x")[4:]
+    assert (
+        without_correlation_id(again)
+        == without_correlation_id(payload)
+        != without_correlation_id(encode_request(msg, version, correlation_id, (client_id or "") + "x")[4:])
     )
 
 

@@ -160,7 +160,11 @@ ACTIONS = [
 def test_rebalance_pauses_say_how_long_work_stopped_and_who_moved() -> None:
     first, second = rebalance_pauses(REBALANCE_ROWS, ACTIONS)
     assert (first.start_ms, first.end_ms, first.longest_ms, first.longest_item, first.items) == (
-        100_000, 105_500, 5_000, ("c", 2), 3
+        100_000,
+        105_500,
+        5_000,
+        ("c", 2),
+        3,
     )
     assert first.moved == (("w2", "w1", 2), ("w1", "w1", 1)) and first.trigger == "crash w2"
     assert (second.longest_ms, second.items, second.trigger) == (200, 1, "upgrade w1 eager → new")
@@ -208,9 +212,7 @@ def test_ownership_chart_colours_protocols_and_shows_short_pauses(tmp_path: Path
     starts = [{"seq": 1, "t_ms": 0, "worker": "w1", "protocol": "eager"},
               {"seq": 2, "t_ms": 0, "worker": "w2", "protocol": "sessioned"},
               {"seq": 10, "t_ms": 299_000, "worker": "w1", "protocol": "new"}]  # fmt: skip
-    rows = [r for r in REBALANCE_ROWS if r["start_ms"] < 300_000] + [
-        _gap("c", 0, 300_000, 300_200)
-    ]
+    rows = [r for r in REBALANCE_ROWS if r["start_ms"] < 300_000] + [_gap("c", 0, 300_000, 300_200)]
     pauses = rebalance_pauses(rows, ACTIONS)
     png = tmp_path / "ownership.png"
     colours = charts.worker_colours(["w1", "w2"])

@@ -145,8 +145,11 @@ def _screenshot(page: Path, png: Path, window: tuple[int, int], profile: Path) -
 
 def _inside(box: dict[str, float] | None, window: tuple[int, int]) -> bool:
     """Whether an element's box lies wholly within a screenshot of ``window``."""
-    return box is not None and box["left"] >= 0 and box["top"] >= 0 and (
-        box["right"] <= window[0] and box["bottom"] <= window[1]
+    return (
+        box is not None
+        and box["left"] >= 0
+        and box["top"] >= 0
+        and (box["right"] <= window[0] and box["bottom"] <= window[1])
     )
 
 

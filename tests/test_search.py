@@ -39,8 +39,14 @@ def test_minimize_keeps_only_what_the_predicate_needs() -> None:
 
 def test_search_reports_failures_with_their_invariant() -> None:
     """A generator whose drill cannot converge (a connector and no worker at the end)."""
-    doc = {**BIG, "steps": [*BIG["steps"], {"at_ms": 30_000, "action": "stop", "worker": "w1"},
-                            {"at_ms": 31_000, "action": "stop", "worker": "w3"}]}
+    doc = {
+        **BIG,
+        "steps": [
+            *BIG["steps"],
+            {"at_ms": 30_000, "action": "stop", "worker": "w1"},
+            {"at_ms": 31_000, "action": "stop", "worker": "w3"},
+        ],
+    }
     failures = list(search([7, 8], lambda seed: load_scenario({**doc, "seed": seed})))
     assert [f.seed for f in failures] == [7, 8]
     assert all(isinstance(f, Failure) and f.invariant == "converged" for f in failures)

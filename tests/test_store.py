@@ -169,6 +169,7 @@ def test_a_new_log_is_created_with_its_header(tmp_path: Path) -> None:
 
 def test_a_record_too_large_to_store_is_refused_before_writing(tmp_path: Path) -> None:
     from connect_bridge.bridge.stores import store as store_module
+
     with FileRecordStore.open(tmp_path) as store:
         store.commit([config("a", 1)])
         size = log_path(tmp_path).stat().st_size

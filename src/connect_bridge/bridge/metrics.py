@@ -237,7 +237,7 @@ METRIC_SPECS: tuple[MetricSpec, ...] = (
         "relayed_requests",
         "Requests relayed to the upstream brokers, by client kind: task-producer, task-consumer, "
         "task-dlq-producer and task-admin are a connector task's clients, whose data could go "
-        "straight to the brokers (docs/upstream.md, \"Coordination only\"); other is the rest.",
+        'straight to the brokers (docs/upstream.md, "Coordination only"); other is the rest.',
         ("client_kind",),
     ),
     MetricSpec(

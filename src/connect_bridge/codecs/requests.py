@@ -455,7 +455,6 @@ def _peek(payload: memoryview) -> RequestHeaderPeek:
     return peek
 
 
-
 def _context(peek: RequestHeaderPeek, payload: memoryview) -> dict[str, Any]:
     """Error context, with the client id when it is readable."""
     return {

@@ -39,9 +39,7 @@ class Failure:
     violation: str
 
 
-def search(
-    seeds: Iterable[int], generator: Callable[[int], Scenario] = random_scenario
-) -> Iterator[Failure]:
+def search(seeds: Iterable[int], generator: Callable[[int], Scenario] = random_scenario) -> Iterator[Failure]:
     """Run the drill of every seed; yield the ones that break an invariant."""
     for seed in seeds:
         scenario = generator(seed)

@@ -89,9 +89,7 @@ def rebalance_pauses(rows: Sequence[Mapping[str, Any]], actions: Sequence[Mappin
                 longest_ms=int(worst["end_ms"] - worst["start_ms"]),
                 longest_item=(worst["connector"], int(worst["task"])),
                 items=len({(g["connector"], g["task"]) for g in episode}),
-                moved=tuple(
-                    (a, b, n) for (a, b), n in sorted(moves.items(), key=lambda kv: (-kv[1], kv[0]))
-                ),
+                moved=tuple((a, b, n) for (a, b), n in sorted(moves.items(), key=lambda kv: (-kv[1], kv[0]))),
                 trigger=_action_text(triggers[-1]) if triggers else None,
             )
         )

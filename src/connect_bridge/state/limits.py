@@ -48,8 +48,13 @@ class RequestLimits:
         if not 0 < self.max_string_bytes <= INT16_STRING_BYTES:
             raise ValueError(f"max_string_bytes must be in 1..{INT16_STRING_BYTES}")
         for name in (
-            "max_bytes_field", "max_items", "max_request_bytes",
-            "describe_max_groups", "describe_max_members", "describe_max_ids", "max_cluster_request_bytes",
+            "max_bytes_field",
+            "max_items",
+            "max_request_bytes",
+            "describe_max_groups",
+            "describe_max_members",
+            "describe_max_ids",
+            "max_cluster_request_bytes",
         ):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")

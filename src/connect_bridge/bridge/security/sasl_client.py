@@ -26,6 +26,7 @@ class KafkaConnection(Protocol):
 
     async def request(self, message: Any, version: int, timeout: float | None = 30.0) -> Any: ...
 
+
 __all__ = ["SaslLoginError", "sasl_login", "upstream_login"]
 
 AUTHENTICATE_VERSION = 1

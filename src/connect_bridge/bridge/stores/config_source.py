@@ -43,6 +43,7 @@ def view_behind(records: list[Record], view_of: Callable[[str], ConfigView]) -> 
             return True
     return False
 
+
 ConnectorName = Annotated[str, StringConstraints(min_length=1)]
 
 RACY_WINDOW_NS = 2_000_000_000
