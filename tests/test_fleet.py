@@ -207,7 +207,7 @@ def test_fleet_rejects_an_empty_fleet(tmp_path: Path, capsys) -> None:  # type: 
 
 
 def test_a_drill_that_raises_is_a_crashed_row_not_the_end_of_the_fleet(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """The executors' body of ``run_fleet_checks``, run here on one pandas batch: a drill whose
+    """The executors' body of ``run_fleet_checks``, run here on three seeds: a drill whose
     simulation raises becomes a failed row (``crashed``, invariants unknown, the error kept); the
     others are judged as usual (a 100,000-drill run once died on one such drill)."""
     import pandas as pd
@@ -224,8 +224,9 @@ def test_a_drill_that_raises_is_a_crashed_row_not_the_end_of_the_fleet(monkeypat
 
     monkeypatch.setattr(sim, "run_scenario", run_or_raise)
     seeds = [fleet.scenario_seed(3, i) for i in range(3)]
-    (rows,) = list(fleet._check_drills(True)(iter([pd.DataFrame({"seed": seeds})])))
-    assert list(rows.columns) == [name for name, _ in fleet.CHECK_FIELDS]
+    verdicts = list(fleet._check_drills(True)(iter(seeds)))
+    assert all(list(row) == [name for name, _ in fleet.CHECK_FIELDS] for row in verdicts)
+    rows = pd.DataFrame(verdicts)
     crashed = rows[rows["seed"] == bad].iloc[0]
     assert bool(crashed["crashed"]) and not bool(crashed["ok"])
     assert crashed["violation"] == "crashed: RuntimeError: boom" and pd.isna(crashed["exclusive"])
@@ -272,21 +273,30 @@ class _Cores:
         self.sparkContext = type("Context", (), {"defaultParallelism": cores})()
 
 
+CHECKS = (fleet.CHECKS_PER_CORE, fleet.CHECKS_PER_TASK)
+
+
 @pytest.mark.parametrize(
-    ("cores", "count", "per_core", "tasks"),
+    ("cores", "count", "shape", "tasks"),
     [
-        (2, 200, fleet.EVENTS_PER_CORE, 50),  # the bar moves every 4 drills, not every 25
-        (2, 10, fleet.EVENTS_PER_CORE, 10),  # never more tasks than drills
-        (2, 100_000, fleet.CHECKS_PER_CORE, 50),
-        (64, 10_000, fleet.EVENTS_PER_CORE, 256),  # a large cluster keeps its tasks per core
+        (2, 200, (fleet.EVENTS_PER_CORE, 1), 50),  # the bar moves every 4 drills, not every 25
+        (2, 10, (fleet.EVENTS_PER_CORE, 1), 10),  # never more tasks than drills
+        (64, 10_000, (fleet.EVENTS_PER_CORE, 1), 256),  # a large cluster keeps its tasks per core
+        (2, 100_000, CHECKS, 50),
+        (2, 2_000, CHECKS, 20),  # checks-only: 100 drills a task, not 40 (a task's own cost)
+        (2, 200, CHECKS, 2),  # ...but never fewer tasks than cores
+        (2, 1, CHECKS, 1),
+        (64, 10_000, CHECKS, 100),
     ],
 )
 def test_the_drill_stage_has_tasks_enough_for_the_bar_to_move(
-    cores: int, count: int, per_core: int, tasks: int
+    cores: int, count: int, shape: tuple[int, int], tasks: int
 ) -> None:
     """The fleet's progress counts finished tasks of the drill stage (job_progress.py): on a small
-    machine the stage needs more tasks than its cores' share, or the bar sits still, then jumps."""
-    assert fleet._partitions(_Cores(cores), count, per_core) == tasks
+    machine the stage needs more tasks than its cores' share, or the bar sits still, then jumps;
+    a checks-only fleet's tasks are not so small that a task's own cost shows."""
+    per_core, per_task = shape
+    assert fleet._partitions(_Cores(cores), count, per_core, per_task) == tasks
 
 
 class _Started(Exception):

@@ -25,7 +25,7 @@ import contextlib
 import json
 import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -89,16 +89,24 @@ CHECKS_PER_CORE = 8
 PROGRESS_STEPS = 50
 """At least this many partitions (at most one per drill): the progress bar counts finished tasks,
 so with only ``per_core`` per core on a small machine (8 on two cores) a fleet of 200 drills sat at
-0 for a minute and then jumped by 25; with 50 it moves every 2%. A drill costs far more than a
-task's scheduling, so the extra tasks cost next to nothing."""
+0 for a minute and then jumped by 25; with 50 it moves every 2%."""
+
+CHECKS_PER_TASK = 100
+"""At least this many drills per task of a checks-only fleet (unless that leaves a core idle): a
+task costs Spark and its Python worker about 60-110 ms besides its drills (measured on two cores,
+2026-11-29), 8% of a task of 40 adversarial drills (1.2 s); 100 drills are about 3 s of work. A
+fleet with events keeps a task per drill share of :data:`PROGRESS_STEPS`: its drills are slower
+and its tasks write their rows."""
 
 
-def _partitions(spark: Any, count: int, per_core: int) -> int:
-    """Up to ``per_core`` partitions per core, and at least :data:`PROGRESS_STEPS`, at most one per
-    drill: also the number of tasks of the stage that runs the drills, which is how
-    :mod:`.job_progress` recognizes it."""
-    per_cores = max(1, spark.sparkContext.defaultParallelism) * per_core
-    return max(1, min(count, max(per_cores, PROGRESS_STEPS)))
+def _partitions(spark: Any, count: int, per_core: int, per_task: int = 1) -> int:
+    """Up to ``per_core`` partitions per core, and at least :data:`PROGRESS_STEPS`, with at least
+    ``per_task`` drills each unless that leaves a core without one, at most one per drill: also the
+    number of tasks of the stage that runs the drills, which is how :mod:`.job_progress` recognizes
+    it."""
+    cores = max(1, spark.sparkContext.defaultParallelism)
+    wanted = min(max(cores * per_core, PROGRESS_STEPS), max(cores, count // per_task))
+    return max(1, min(count, wanted))
 
 
 def _seed_frame(spark: Any, count: int, seed: int, per_core: int) -> Any:
@@ -147,13 +155,18 @@ def _prepare(
 
 
 def _watching(
-    spark: Any, count: int, per_core: int, progress: Callable[..., None] | None, message: str
+    spark: Any,
+    count: int,
+    per_core: int,
+    progress: Callable[..., None] | None,
+    message: str,
+    per_task: int = 1,
 ) -> contextlib.AbstractContextManager[None]:
     """While the drills run: ``progress(message, done=N)`` as Spark finishes them (nothing to watch
     when nobody listens)."""
     if progress is None:
         return contextlib.nullcontext()
-    tasks = _partitions(spark, count, per_core)
+    tasks = _partitions(spark, count, per_core, per_task)
     return drills_done(spark, count, tasks, lambda done: progress(message, done=done))
 
 
@@ -299,49 +312,52 @@ def _crashed_row(name: str, seed: int, exc: Exception) -> dict[str, Any]:
     }
 
 
-def _check_drills(adversarial: bool) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """``mapInPandas`` body of a checks-only fleet: each seed's drill is run and judged in the
-    executor (the checker of ``drill run``, both invariants included); one row per drill leaves it.
+def _check_drills(adversarial: bool) -> Callable[[Iterable[int]], Iterator[dict[str, Any]]]:
+    """``mapPartitions`` body of a checks-only fleet: each seed's drill is run and judged in the
+    executor (the checker of ``drill run``, both invariants included); one row per drill (a dict of
+    :data:`CHECK_FIELDS`) leaves it.
 
     At 100,000 drills the event table would be ~15M rows in 100,000 partition directories; the
     summaries are what the run is for, and a failing drill's scenario can be regenerated from its
     seed to look at its events."""
 
-    def run(batches: Iterator[Any]) -> Iterator[Any]:
-        import pandas as pd
-
+    def run(seeds: Iterable[int]) -> Iterator[dict[str, Any]]:
         from connect_bridge.drills.checker import check
         from connect_bridge.drills.generate import random_scenario
         from connect_bridge.drills.sim import run_scenario
 
-        for batch in batches:
-            rows = []
-            for seed in batch["seed"].tolist():
-                scenario = random_scenario(int(seed), adversarial=adversarial)
-                try:
-                    s = check(run_scenario(scenario).events, name=scenario.name, end_ms=scenario.end_ms)
-                except Exception as exc:  # one broken drill must not end the fleet
-                    rows.append(_crashed_row(scenario.name, int(seed), exc))
-                    continue
-                rows.append(
-                    {
-                        "name": s.name,
-                        "seed": int(seed),
-                        "ok": s.ok,
-                        "exclusive": s.exclusive,
-                        "live": s.live,
-                        "converged": s.converged,
-                        "balanced": s.balanced,
-                        "overlaps": s.overlaps,
-                        "max_unowned_ms": s.max_unowned_ms,
-                        "events": s.events,
-                        "violation": s.violations[0] if s.violations else None,
-                        "crashed": False,
-                    }
-                )
-            yield pd.DataFrame(rows, columns=[name for name, _ in CHECK_FIELDS])
+        for seed in seeds:
+            scenario = random_scenario(int(seed), adversarial=adversarial)
+            try:
+                s = check(run_scenario(scenario).events, name=scenario.name, end_ms=scenario.end_ms)
+            except Exception as exc:  # one broken drill must not end the fleet
+                yield _crashed_row(scenario.name, int(seed), exc)
+                continue
+            yield {
+                "name": s.name,
+                "seed": int(seed),
+                "ok": s.ok,
+                "exclusive": s.exclusive,
+                "live": s.live,
+                "converged": s.converged,
+                "balanced": s.balanced,
+                "overlaps": s.overlaps,
+                "max_unowned_ms": s.max_unowned_ms,
+                "events": s.events,
+                "violation": s.violations[0] if s.violations else None,
+                "crashed": False,
+            }
 
     return run
+
+
+def _seed_slices(spark: Any, count: int, seed: int, per_core: int) -> Any:
+    """The scenario seeds of drills ``0..count-1`` as an RDD of ints, dealt round-robin over the
+    partitions (consecutive drills, similar work on average, spread evenly): only the partition
+    numbers travel; each partition makes its own seeds."""
+    n = _partitions(spark, count, per_core, CHECKS_PER_TASK)
+    base = seed * SEED_STRIDE
+    return spark.sparkContext.parallelize(range(n), n).flatMap(lambda p: range(base + p, base + count, n))
 
 
 def run_fleet_checks(
@@ -368,13 +384,12 @@ def run_fleet_checks(
     running = f"running {counted(count, kind + 'drill')} (seed {seed}), checked in the executors"
     say(running, done=0)
     started = time.monotonic()
-    schema = ", ".join(f"{name} {type_}" for name, type_ in CHECK_FIELDS)
-    seeds = _seed_frame(spark, count, seed, CHECKS_PER_CORE)
-    checks = seeds.mapInPandas(_check_drills(adversarial), schema=schema)
-    with _watching(spark, count, CHECKS_PER_CORE, progress, running):
-        checks.write.mode("overwrite").parquet(str(out / CHECKS_DIR))
-    say("collecting the verdicts", done=count)
-    totals, bad = _collect_checks(spark.read.parquet(str(out / CHECKS_DIR)))
+    checks = _seed_slices(spark, count, seed, CHECKS_PER_CORE).mapPartitions(_check_drills(adversarial))
+    with _watching(spark, count, CHECKS_PER_CORE, progress, running, CHECKS_PER_TASK):
+        rows = sorted(checks.collect(), key=lambda row: row["seed"])
+    say("writing the verdicts", done=count)
+    _write_checks(rows, out / CHECKS_DIR)
+    totals, bad = _check_totals(rows)
     seconds = time.monotonic() - started
 
     _clear_failed(out)
@@ -411,23 +426,33 @@ _FAILED_LISTED = 1000
 """At most this many failing drills are collected (by seed) and written out."""
 
 
-def _collect_checks(table: Any) -> tuple[Any, list[dict[str, Any]]]:
-    """Two jobs over ``checks.parquet``: the totals row, and the first failing drills by seed."""
-    from pyspark.sql import functions as F
+def _write_checks(rows: list[dict[str, Any]], path: Path) -> None:
+    """``checks.parquet``: the verdict rows (by seed) as one Parquet file in a dataset directory,
+    written by the driver, which holds them all (one small row per drill: ~15 MB at 100,000)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
-    def count_false(name: str) -> Any:
-        return F.sum((~F.col(name)).cast("long")).alias(name)
+    types = {"string": pa.string(), "long": pa.int64(), "boolean": pa.bool_()}
+    schema = pa.schema([(name, types[type_]) for name, type_ in CHECK_FIELDS])
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), path / "part-00000.parquet")
 
-    totals = table.agg(
-        F.count("*").alias("drills"),
-        F.sum((~F.col("ok")).cast("long")).alias("failed"),
-        *(count_false(name) for name in _VIOLATIONS[:-1]),
-        F.sum(F.col("crashed").cast("long")).alias("crashed"),
-        F.max("max_unowned_ms").alias("max_unowned_ms"),
-        F.sum("events").alias("events"),
-    ).collect()[0]
-    bad = [r.asDict() for r in table.where(~F.col("ok")).orderBy("seed").limit(_FAILED_LISTED).collect()]
-    return totals, bad
+
+def _check_totals(rows: list[dict[str, Any]]) -> tuple[dict[str, int], list[dict[str, Any]]]:
+    """The totals of the verdict rows (a drill counts against an invariant when it is known
+    broken; a crashed drill's unknown invariants count only as ``crashed``), and the first
+    :data:`_FAILED_LISTED` failing drills of ``rows`` (sorted by seed)."""
+    totals = {
+        "drills": len(rows),
+        "failed": sum(not row["ok"] for row in rows),
+        **{name: sum(row[name] is not None and not row[name] for row in rows) for name in _VIOLATIONS[:-1]},
+        "crashed": sum(bool(row["crashed"]) for row in rows),
+        "max_unowned_ms": max((row["max_unowned_ms"] for row in rows), default=0),
+        "events": sum(row["events"] for row in rows),
+    }
+    return totals, [row for row in rows if not row["ok"]][:_FAILED_LISTED]
 
 
 def _failed_check(row: Mapping[str, Any], adversarial: bool, out: Path) -> dict[str, Any]:
