@@ -63,6 +63,7 @@ STATE_PARTS = (
     "connect",
     "migration",
     "adoption",
+    "empty_groups",
     "record_codec",
     "coordinator",
 )

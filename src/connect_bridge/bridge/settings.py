@@ -111,6 +111,9 @@ class CoordinatorSettings(_Strict):
     classic_cooperative_switch_rebalance_ms: int | None = Field(
         _DEFAULTS.classic_cooperative_switch_rebalance_ms, ge=0
     )
+    empty_group_expiry_ms: int | None = Field(_DEFAULTS.empty_group_expiry_ms, gt=0)
+    """How long an emptied group stays before it is deleted (Kafka: at its next cleanup, every
+    ``offsets.retention.check.interval.ms``, 10 minutes); null keeps empty groups."""
 
     @model_validator(mode="after")
     def _consistent(self) -> CoordinatorSettings:
@@ -494,6 +497,7 @@ coordinator:
   classic_min_session_timeout_ms: 6000
   classic_max_session_timeout_ms: 1800000
   classic_cooperative_switch_rebalance_ms: 3000   # null: no extra rebalance after eager -> cooperative
+  empty_group_expiry_ms: 600000              # an emptied group is deleted 10 min later; null: kept
 
 # What one client may send and hold (docs: "Hostile or broken input").
 limits:

@@ -48,6 +48,11 @@ class CoordinatorConfig:
     becomes Stable the bridge starts one more rebalance (None: never). Java Connect 4.3.1 workers
     stop tasks then on stale task-config updates from the eager phase and never ask for the
     rebalance that restarts them, under Kafka's coordinator too (docs/live-drills.md)."""
+    empty_group_expiry_ms: int | None = 600_000
+    """How long a group stays after it became empty (no members, nothing held) before its
+    tombstones are written and it is forgotten (None: kept). Kafka deletes such a group at its
+    next cleanup, every ``offsets.retention.check.interval.ms`` (10 minutes by default): a Connect
+    group commits no offsets. ``state.empty_groups``."""
     member_id_salt: str = ""
     """Secret mixed into the member ids the coordinator makes up, so nobody can guess another
     worker's id (ids are bearer tokens). The server draws a random one at start; simulations leave

@@ -17,6 +17,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.state import empty_groups
 from connect_bridge.state.adoption.handback import removed_by_admin, revoke_all
 from connect_bridge.state.adoption.observation import UpstreamGeneration
 from connect_bridge.state.adoption.records import OwnershipState, OwnershipTable
@@ -47,7 +48,7 @@ from connect_bridge.state.model import ConfigView, GroupType
 from connect_bridge.state.ownership import refusal, split_leaving
 from connect_bridge.state.records import Record, RecordType
 from connect_bridge.state.result import CoordinatorResult, R, Touched
-from connect_bridge.state.timers import Timers
+from connect_bridge.state.timers import TimerKey, TimerKind, Timers
 
 _PREPARING = ClassicGroupState.PREPARING_REBALANCE
 
@@ -193,7 +194,31 @@ class GroupCoordinator:
                 self._flush(classic)
         elif isinstance(group, ClassicGroup) and group.state is ClassicGroupState.DEAD:
             del self.groups[group_id]
+            self.timers.cancel(TimerKey.empty(group_id))
+            return
         elif isinstance(group, ClassicGroup) and not group.persisted and not group.members:
+            del self.groups[group_id]
+            self.timers.cancel(TimerKey.empty(group_id))
+            return
+        self._arm_empty(group_id, now_ms)
+
+    def _arm_empty(self, group_id: str, now_ms: int) -> None:
+        """The group's ``empty`` timer runs while it is deletable (``state.empty_groups``)."""
+        group = self.groups.get(group_id)
+        if group is not None:
+            phase = self.ownership.state(group_id)
+            empty_groups.arm_or_cancel(group, phase, self.timers, self.config.empty_group_expiry_ms, now_ms)
+
+    def _expire_empty(self, group_id: str, now_ms: int) -> None:
+        """An ``empty`` timer fired: delete the group if it is still deletable (its tombstones go
+        out with the step's records), else let the next step re-arm it."""
+        group = self.groups.get(group_id)
+        if group is None or not empty_groups.deletable(group, self.ownership.state(group_id), self.timers):
+            self._arm_empty(group_id, now_ms)
+            return
+        empty_groups.delete(group, now_ms)
+        self._flush(group)
+        if self.groups.get(group_id) is group:
             del self.groups[group_id]
 
     # ------------------------------------------------------------------ new protocol APIs
@@ -709,6 +734,9 @@ class GroupCoordinator:
     def advance(self, now_ms: int) -> None:
         """Fire every timer due at ``now_ms``, one at a time (a handler may cancel the next one)."""
         while (key := self.timers.pop_due(now_ms)) is not None:
+            if key.kind is TimerKind.EMPTY:
+                self._expire_empty(key.group_id, now_ms)
+                continue
             group = self.groups.get(key.group_id)
             if group is None:
                 continue
@@ -759,6 +787,8 @@ class GroupCoordinator:
         for gid, group in [(gid, g) for gid, g in self.groups.items() if gid in touched]:
             if self._adoption.releasing(gid) and isinstance(group, ClassicGroup):
                 self._adoption.rebalance_to_release(group, now_ms)
+        for gid in sorted(touched):
+            self._arm_empty(gid, now_ms)  # an empty group loaded goes a full expiry from now
         return touched
 
     def _replay_one(self, record: Record) -> None:

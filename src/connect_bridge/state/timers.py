@@ -26,10 +26,12 @@ class TimerKind(StrEnum):
     CLASSIC_JOIN = "classic-join"
     CLASSIC_SYNC = "classic-sync"
     CLASSIC_SWITCH = "classic-switch"
+    EMPTY = "empty"
 
     @property
     def is_connect(self) -> bool:
-        """Handled by a connect group (the rest belong to a classic group)."""
+        """Handled by a connect group (the rest belong to a classic group; ``empty``, of either
+        kind, by the coordinator itself: ``state.empty_groups``)."""
         return not self.value.startswith("classic-")
 
 
@@ -84,6 +86,7 @@ class TimerKey(NamedTuple):
     classic_join = _Named(TimerKind.CLASSIC_JOIN, per_member=False)
     classic_sync = _Named(TimerKind.CLASSIC_SYNC, per_member=False)
     classic_switch = _Named(TimerKind.CLASSIC_SWITCH, per_member=False)
+    empty = _Named(TimerKind.EMPTY, per_member=False)
 
 
 class Timers:

@@ -49,7 +49,8 @@ def _leave_one(group: ClassicGroup, member_id: str, group_instance_id: str | Non
 def delete(
     group: ClassicGroup, now_ms: int, parked_error: ErrorCode = ErrorCode.REBALANCE_IN_PROGRESS
 ) -> None:
-    """Tombstone the group: DeleteGroups of an Empty group, or conversion to a connect group.
+    """Tombstone the group: an expired Empty group (``state.empty_groups``), or conversion to a
+    connect group.
 
     Parked requests are answered with ``parked_error``, the session, join and sync timers are
     cancelled (a pending switch round finds the group Dead and does nothing), the group is Dead
