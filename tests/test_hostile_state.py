@@ -464,6 +464,46 @@ def test_groups_are_bounded_with_a_retriable_error() -> None:
         assert sorted(srv.on_loop(lambda: list(srv.server.coordinator.groups))) == ["g1", "g2"]
 
 
+def test_groups_joined_and_left_free_their_places_once_expired() -> None:
+    """Served end to end: the emptied groups' places come back after ``empty_group_expiry_ms``
+    (before, ``max_groups`` filled with empty groups for good), and their tombstones reach the
+    store, so a bridge loading it holds only the live group (docs/classic-group.md, "Empty groups")."""
+    from connect_bridge.state.coordinator import GroupCoordinator
+
+    bounded = CoordinatorConfig(
+        classic_initial_rebalance_delay_ms=0,
+        scheduled_rebalance_max_delay_ms=0,  # (work of a departed worker is held that long first)
+        max_groups=2,
+        empty_group_expiry_ms=300,
+    )
+
+    def join(group: str) -> napi.HeartbeatRequest:
+        return napi.HeartbeatRequest(
+            group, "", 0, rebalance_timeout_ms=60_000, url="http://w", config_offset=5, owned=frozenset()
+        )
+
+    async def fill_and_leave(port: int) -> None:
+        async with connection(port) as conn:
+            for group in ("g1", "g2"):
+                joined = await new_heartbeat(conn, join(group))
+                assert joined.error_code == 0
+                left = napi.HeartbeatRequest(group, joined.member_id, napi.LEAVE_EPOCH)
+                assert (await new_heartbeat(conn, left)).error_code == 0
+            assert (await new_heartbeat(conn, join("g3"))).error_code == 15  # COORDINATOR_NOT_AVAILABLE
+
+    async def third(port: int) -> int:
+        async with connection(port) as conn:
+            return (await new_heartbeat(conn, join("g3"))).error_code
+
+    with running(coordinator=bounded) as srv:
+        run(fill_and_leave(srv.port))
+        wait_until(lambda: run(third(srv.port)) == 0, 5.0)
+        assert sorted(srv.on_loop(lambda: list(srv.server.coordinator.groups))) == ["g3"]
+        reloaded = GroupCoordinator(bounded)
+        reloaded.replay(srv.store.load(), 0)
+        assert sorted(reloaded.groups) == ["g3"]
+
+
 # ------------------------------------------------------------------------------ 11.8 terminals
 
 
