@@ -27,6 +27,8 @@ from connect_bridge.bridge.proxy.relay import Relay as ServerRelay
 from connect_bridge.bridge.settings import SettingsError, load_settings
 from connect_bridge.bridge.stores.committer import Committer
 from connect_bridge.bridge.stores.store import MemoryRecordStore
+from connect_bridge.codecs.error_codes import ErrorCode
+from connect_bridge.codecs.messages import ApiKey
 from connect_bridge.codecs.requests import decode_request, encode_request
 from connect_bridge.state.adoption.records import OwnershipState
 from connect_bridge.state.classic.state import ClassicDescribedGroup
@@ -454,3 +456,57 @@ async def _owed_round_routing() -> None:
     ):
         decoded = decode_request(encode_request(request, version, 3, "admin"))
         assert not adoption.owed_round(decoded.api_key, decoded)
+
+
+def test_after_a_restart_the_relay_asks_each_member_once_to_rejoin_and_then_takes_over() -> None:
+    """A bridge restarted while it relayed a group starts with an empty observation; the members,
+    stable upstream, never rebalance again by themselves, so the takeover would wait for ever
+    (docs/known-issues.md, fleets 98800000-99209000: the new-protocol worker that started meanwhile
+    ran nothing). The check asks each member to rejoin once: its next Heartbeat is answered
+    REBALANCE_IN_PROGRESS here, the rejoins go through the relay, and the takeover follows."""
+    asyncio.run(_rejoin_after_restart())
+
+
+async def _rejoin_after_restart() -> None:
+    relay, recorder, generation, ids = formed()
+    bridge = Bridge(relay)  # the restarted bridge: relaying, nothing observed
+    adoption = bridge.adoption
+    recorder.exchanges.clear()
+    for w in WORKERS[:2]:
+        relay.heartbeat(w, ids[w], generation)
+        await bridge.relay_exchange(*recorder.exchanges[-1])
+    check = await adoption.take_over(G)  # w3 not behind the bridge yet: a rebalance would not help
+    assert not check.ready and check.rejoin == frozenset(), check
+    relay.heartbeat("w3", ids["w3"], generation)  # now every member is behind the bridge
+    await bridge.relay_exchange(*recorder.exchanges[-1])
+    check = await adoption.take_over(G)
+    assert not check.ready and check.rejoin == frozenset(ids.values()), check
+    again = await adoption.take_over(G)
+    assert not again.ready and again.rejoin == check.rejoin  # (one round of asks per generation)
+
+    def beat(w: str) -> Any:
+        frame = encode_request(
+            HeartbeatRequest(group_id=G, generation_id=generation, member_id=ids[w]), 4, 9, w
+        )
+        return decode_request(frame)
+
+    for w in WORKERS:  # answered here once, relayed afterwards
+        asked = adoption.rejoin_answer(ApiKey.HEARTBEAT, beat(w))
+        assert asked is not None and asked.error_code == ErrorCode.REBALANCE_IN_PROGRESS
+        assert adoption.rejoin_answer(ApiKey.HEARTBEAT, beat(w)) is None
+    # The workers rejoin through the relay: the leader's JoinGroup rebalances the upstream group.
+    recorder.exchanges.clear()
+    joins = {w: relay.join(w, ids[w])[0] for w in WORKERS}
+    relay.at(relay.now + 1)
+    answers = {w: relay.answers[c] for w, c in joins.items()}
+    leader = next(w for w, a in answers.items() if a.member_id == a.leader)
+    new_generation = answers[leader].generation_id
+    relay.sync(leader, ids[leader], new_generation, {ids[w]: f"again:{w}".encode() for w in WORKERS})
+    for w in WORKERS:
+        if w != leader:
+            relay.sync(w, ids[w], new_generation)
+    for request, response in recorder.exchanges:
+        await bridge.relay_exchange(request, response)
+    check = await adoption.take_over(G)
+    assert check.ready and adoption.phase(G) is OwnershipState.ADOPTED, check
+    assert bridge.coordinator.groups[G].generation_id == new_generation > generation

@@ -695,6 +695,10 @@ class BridgeServer:
                 decoded = await self.decoder.decode(payload)
             adoption = self.adoption
             adopting = adoption is not None and self.loaded and isinstance(decoded, DecodedRequest)
+            asked = adoption.rejoin_answer(api_key, decoded) if adopting else None
+            if asked is not None:  # a relayed member asked to rejoin, answered here
+                await self._respond(conn, decoded, asked, self.committer.written, started)
+                return True
             if adopting and await adoption.before_routing(conn, api_key, decoded):
                 return await forward_observed(relay, adoption, self._respond, conn, payload, decoded, started)
             owed_round = adopting and adoption.owed_round(api_key, decoded)

@@ -497,6 +497,12 @@ class SimulatedBridge:
         assert upstream is not None
         if method == "connect_heartbeat":  # the upstream speaks only the classic protocol
             return api.HeartbeatResponse(error_code=int(ErrorCode.UNSUPPORTED_VERSION))
+        if (
+            method == "classic_heartbeat"
+            and self.phase() is OwnershipState.RELAYING
+            and self.observation.answers_rejoin(req)
+        ):  # asked to rejoin so the upstream rebalances through the relay (``Adoption.asks_rejoin``)
+            return capi.HeartbeatResponse(error_code=int(ErrorCode.REBALANCE_IN_PROGRESS))
         resp = getattr(upstream, method)(req, t)
         if worker_name is not None:
             self._learn_member(worker_name, req, resp)
@@ -563,6 +569,7 @@ class SimulatedBridge:
             return
         generation = check.generation
         if not check.ready or generation is None:
+            self.observation.ask_rejoin(check.rejoin)  # (as ``Adoption.check`` does)
             self.at(now + RETRY_MS, self._adopt)
             return
         try:

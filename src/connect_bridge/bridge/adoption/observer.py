@@ -53,6 +53,14 @@ class RelayObserver:
     def observation(self, group_id: str) -> Observation | None:
         return self.observations.get(group_id)
 
+    def observing(self, group_id: str) -> Observation:
+        """The group's observation, started now if none was (the takeover check keeps what it
+        asks of the relay in it: ``Observation.ask_rejoin``)."""
+        obs = self.observations.get(group_id)
+        if obs is None:
+            obs = self.observations[group_id] = Observation(group_id)
+        return obs
+
     def observe(self, request: Frame, response: Frame, now_ms: int, client_host: str = "") -> None:
         """Feed one relayed exchange (both frames with their size prefix, as on the socket).
 

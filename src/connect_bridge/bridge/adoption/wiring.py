@@ -38,6 +38,7 @@ from connect_bridge.bridge.adoption.settings import AdoptionSettings
 from connect_bridge.bridge.adoption.upstream import UpstreamGroups
 from connect_bridge.bridge.coordination.runtime import CoordinatorRuntime
 from connect_bridge.bridge.edge.connection import Connection
+from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.codecs.messages import ApiKey
 from connect_bridge.codecs.requests import DecodedRequest, decode_response
 from connect_bridge.state.adoption.build import AdoptionError
@@ -49,8 +50,13 @@ from connect_bridge.state.adoption.observation import (
     upstream_conflict,
 )
 from connect_bridge.state.adoption.records import OwnershipError, OwnershipState
+from connect_bridge.state.classic import api as capi
 from connect_bridge.state.classic.api import ClassicGroupState
-from connect_bridge.wire.classic import join_from_wire
+from connect_bridge.wire.classic import (
+    classic_heartbeat_from_wire,
+    classic_heartbeat_response_to_wire,
+    join_from_wire,
+)
 
 log = logging.getLogger("connect_bridge.adoption")
 _SIZE = struct.Struct(">i")
@@ -364,16 +370,41 @@ class Adoption:
             log.error("adoption: takeover attempt for %s failed: %r", group_id, task.exception())
 
     async def check(self, group_id: str) -> TakeoverCheck:
-        """The takeover condition now, on a fresh upstream DescribeGroups."""
-        obs = self.observer.observation(group_id) or Observation(group_id)
+        """The takeover condition now, on a fresh upstream DescribeGroups. When only a rebalance
+        through the relay can show the upstream's generation (``TakeoverCheck.rejoin``: after a
+        restart the observation starts empty), the members are asked to rejoin once
+        (:meth:`asks_rejoin`)."""
         try:
             described = await self.upstream.describe(group_id)
         except Exception as exc:  # UpstreamGroupError, or an answer that cannot be read
             check = TakeoverCheck(False, f"cannot describe the group upstream: {exc}")
         else:
+            obs = self.observer.observation(group_id) or Observation(group_id)
             check = takeover_ready(obs, self.behind(group_id), described)
+            if check.rejoin and self.observer.observing(group_id).ask_rejoin(check.rejoin):
+                log.info(
+                    "adoption: group %s: %s; asking its %d members to rejoin so the upstream "
+                    "rebalances through the bridge",
+                    group_id,
+                    check.reason,
+                    len(check.rejoin),
+                )
         self.progress.setdefault(group_id, GroupProgress()).last_check = check
         return check
+
+    def rejoin_answer(self, api_key: int, decoded: DecodedRequest) -> Any:
+        """The REBALANCE_IN_PROGRESS the bridge answers itself, instead of relaying, to the
+        Heartbeat of a relayed group's member asked to rejoin (:meth:`check`; once per member);
+        None for any other request."""
+        if api_key != ApiKey.HEARTBEAT or self.phase(decoded.body.group_id) is not OwnershipState.RELAYING:
+            return None
+        obs = self.observer.observation(decoded.body.group_id)
+        beat = classic_heartbeat_from_wire(decoded.body, decoded.api_version)
+        if obs is None or not obs.answers_rejoin(beat):
+            return None
+        log.info("adoption: asked member %s of %s to rejoin", beat.member_id, beat.group_id)
+        rejoin = capi.HeartbeatResponse(error_code=int(ErrorCode.REBALANCE_IN_PROGRESS))
+        return classic_heartbeat_response_to_wire(rejoin, decoded.api_version)
 
     async def take_over(self, group_id: str) -> TakeoverCheck:
         """One takeover attempt; the answer says whether it happened, or why not."""
@@ -561,6 +592,12 @@ class Adoption:
             return False, (
                 f"group {group_id} is relaying again (it was released) but not adopted yet: {check.reason}; "
                 f"the bridge takes it over {when}"
+            )
+        if check.rejoin:
+            when = "the bridge takes it over then" if self.settings.mode == "auto" else "run adopt again then"
+            return False, (
+                f"group {group_id} not adopted: {check.reason}; its members were asked to rejoin, "
+                f"so the upstream rebalances through the bridge within a heartbeat interval: {when}"
             )
         return False, f"group {group_id} not adopted: {check.reason}"
 

@@ -99,6 +99,10 @@ class Observation:
     _members: dict[str, UpstreamMember] = field(default_factory=dict)
     _roster: tuple[str, ...] = ()
     """Member ids of the leader's JoinGroup response, in its order (empty until it is seen)."""
+    _rejoin_asked: set[str] = field(default_factory=set)
+    """Members whose next Heartbeat the relay answers REBALANCE_IN_PROGRESS itself (:meth:`ask_rejoin`)."""
+    _asked_in: int | None = None
+    """The generation id when the last round of asks started (one round per generation)."""
 
     # ------------------------------------------------------------------ feeding
     def on_join(self, req: capi.JoinGroupRequest, resp: capi.JoinGroupResponse, now_ms: int) -> None:
@@ -181,6 +185,29 @@ class Observation:
             self.ending = None
             self._members = {}
             self._roster = ()
+            self._rejoin_asked = set()  # a rebalance came: what was asked for is under way
+        return True
+
+    # ------------------------------------------------------------------ asking for a rebalance
+    def ask_rejoin(self, members: frozenset[str]) -> bool:
+        """Start a round of asks (``TakeoverCheck.rejoin``): the next Heartbeat of each of
+        ``members`` is answered REBALANCE_IN_PROGRESS by the relay, so the workers rejoin and the
+        upstream rebalances through the bridge (the leader's JoinGroup starts the rebalance; a
+        follower's alone is answered at once). At most one round per generation, so a generation
+        the relay still cannot see whole is not rebalanced over and over. True when a round
+        started."""
+        if not members or self._asked_in == self.generation_id:
+            return False
+        self._asked_in = self.generation_id
+        self._rejoin_asked = set(members)
+        return True
+
+    def answers_rejoin(self, req: capi.HeartbeatRequest) -> bool:
+        """Whether the relay answers this Heartbeat REBALANCE_IN_PROGRESS itself, instead of
+        relaying it (once per member asked)."""
+        if req.member_id not in self._rejoin_asked:
+            return False
+        self._rejoin_asked.discard(req.member_id)
         return True
 
     def _member(self, member_id: str) -> UpstreamMember:
@@ -221,6 +248,12 @@ class TakeoverCheck:
     """Ready because the upstream group has emptied (Empty or Dead, no member left): there is
     nothing to hand over, so the bridge coordinates the group from now on with no member, as it
     does a watched group that is Empty upstream at its first JoinGroup (``generation`` is None)."""
+    rejoin: frozenset[str] = frozenset()
+    """Not ready only because the relay has not seen the upstream's current generation whole,
+    while the upstream is Stable and every one of its members is behind the bridge: nothing will
+    show it but a rebalance, which no worker has a reason to start (after a bridge restart the
+    observation starts empty, and a stable group may never rebalance again). These members (the
+    upstream's) are to be asked to rejoin (``Observation.ask_rejoin``)."""
 
 
 _EMPTIED = frozenset({ClassicGroupState.EMPTY.value, ClassicGroupState.DEAD.value})
@@ -263,29 +296,49 @@ def takeover_ready(
         assert upstream_describe is not None
         reason = f"ready: the upstream group is {upstream_describe.state}, nothing to hand over"
         return TakeoverCheck(True, reason, emptied=True)
+    rejoin = _unseen_but_behind(upstream_describe, behind_bridge)
     gen = observation.generation()
     if gen is None:
-        return TakeoverCheck(False, "no generation of the group has been observed yet")
+        return TakeoverCheck(False, "no generation of the group has been observed yet", rejoin=rejoin)
     members = gen.member_ids
     behind = len(members & set(behind_bridge))
     total = len(members)
 
-    def no(reason: str) -> TakeoverCheck:
-        return TakeoverCheck(False, reason, behind, total)
+    def no(reason: str, rejoin: frozenset[str] = frozenset()) -> TakeoverCheck:
+        return TakeoverCheck(False, reason, behind, total, rejoin=rejoin)
 
     if observation.ending is not None:
-        return no(f"generation {gen.generation_id} is ending: {observation.ending}")
+        # (Stable upstream with every member behind the bridge: the end was not followed by a
+        # generation the relay saw, or it was no end; only a rebalance through the relay tells.)
+        return no(f"generation {gen.generation_id} is ending: {observation.ending}", rejoin)
     disagreement = _upstream_disagreement(gen, upstream_describe)
     if disagreement is not None:
-        return no(disagreement)
+        return no(disagreement, rejoin)
     if behind < total:
         outside = sorted(members - set(behind_bridge))
         return no(f"{behind} of {total} members behind the bridge; not yet: {outside}")
     assert upstream_describe is not None  # no disagreement: the upstream answered
     unseen = _unseen_step(gen, {m.member_id: m.assignment for m in upstream_describe.members})
     if unseen is not None:
-        return no(unseen)
+        return no(unseen, rejoin)
     return TakeoverCheck(True, f"ready: generation {gen.generation_id}, {total} members", behind, total, gen)
+
+
+def _unseen_but_behind(
+    upstream_describe: ClassicDescribedGroup | None, behind_bridge: set[str] | frozenset[str]
+) -> frozenset[str]:
+    """The upstream's members, when its DescribeGroups answers Stable without error and every one
+    of them is behind the bridge (else nothing: a rebalance asked for now would not run whole
+    through the relay, or one is under way)."""
+    if (
+        upstream_describe is None
+        or upstream_describe.error_code != ErrorCode.NONE
+        or upstream_describe.state != ClassicGroupState.STABLE.value
+        or not upstream_describe.members
+    ):
+        return frozenset()
+    described = frozenset(m.member_id for m in upstream_describe.members)
+    return described if described <= set(behind_bridge) else frozenset()
 
 
 def _upstream_disagreement(
