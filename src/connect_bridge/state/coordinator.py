@@ -81,6 +81,8 @@ class GroupCoordinator:
         """Classic groups changed since the last result (gathered, not reported yet)."""
         self._touched: Touched = {}
         """Groups changed since their effects were last gathered (``state.result.Touched``)."""
+        self._empty_armed: set[str] = set()
+        """Groups whose ``empty`` timer is armed (``state.empty_groups``): soft, as the timers are."""
         self._adoption = OwnershipPhases(
             self.config,
             self.groups,
@@ -194,24 +196,34 @@ class GroupCoordinator:
                 self._flush(classic)
         elif isinstance(group, ClassicGroup) and group.state is ClassicGroupState.DEAD:
             del self.groups[group_id]
-            self.timers.cancel(TimerKey.empty(group_id))
+            self._disarm_empty(group_id)
             return
         elif isinstance(group, ClassicGroup) and not group.persisted and not group.members:
             del self.groups[group_id]
-            self.timers.cancel(TimerKey.empty(group_id))
+            self._disarm_empty(group_id)
             return
         self._arm_empty(group_id, now_ms)
 
     def _arm_empty(self, group_id: str, now_ms: int) -> None:
-        """The group's ``empty`` timer runs while it is deletable (``state.empty_groups``)."""
+        """The group's ``empty`` timer runs while it is deletable (``state.empty_groups``). A group
+        with members whose timer is not armed is left at once: most steps are of such groups."""
         group = self.groups.get(group_id)
-        if group is not None:
-            phase = self.ownership.state(group_id)
-            empty_groups.arm_or_cancel(group, phase, self.timers, self.config.empty_group_expiry_ms, now_ms)
+        if group is None or (group.members and group_id not in self._empty_armed):
+            return
+        phase = self.ownership.state(group_id)
+        if empty_groups.arm_or_cancel(group, phase, self.timers, self.config.empty_group_expiry_ms, now_ms):
+            self._empty_armed.add(group_id)
+        else:
+            self._empty_armed.discard(group_id)
+
+    def _disarm_empty(self, group_id: str) -> None:
+        self.timers.cancel(TimerKey.empty(group_id))
+        self._empty_armed.discard(group_id)
 
     def _expire_empty(self, group_id: str, now_ms: int) -> None:
         """An ``empty`` timer fired: delete the group if it is still deletable (its tombstones go
         out with the step's records), else let the next step re-arm it."""
+        self._empty_armed.discard(group_id)
         group = self.groups.get(group_id)
         if group is None or not empty_groups.deletable(group, self.ownership.state(group_id), self.timers):
             self._arm_empty(group_id, now_ms)
@@ -837,6 +849,7 @@ class GroupCoordinator:
         for key in self.timers.keys():
             if key.group_id in group_ids:
                 self.timers.cancel(key)
+        self._empty_armed -= group_ids
 
     def snapshot(self) -> dict[str, object]:
         return {

@@ -60,16 +60,17 @@ def deletable(group: Group, phase: OwnershipState | None, timers: Timers) -> boo
 
 def arm_or_cancel(
     group: Group, phase: OwnershipState | None, timers: Timers, expiry_ms: int | None, now_ms: int
-) -> None:
+) -> bool:
     """After a step on ``group``: its ``empty`` timer runs while it is deletable. Armed once, when
     it becomes so (requests that leave it empty do not push the deletion back, as they do not at
-    Kafka's periodic cleanup); cancelled as soon as it is not."""
+    Kafka's periodic cleanup); cancelled as soon as it is not. True when it is armed after."""
     key = TimerKey.empty(group.group_id)
     if expiry_ms is not None and deletable(group, phase, timers):
         if key not in timers:
             timers.schedule(key, now_ms + expiry_ms)
-    else:
-        timers.cancel(key)
+        return True
+    timers.cancel(key)
+    return False
 
 
 def delete(group: Group, now_ms: int) -> None:
