@@ -454,6 +454,36 @@ def test_live_starts_the_clock_of_a_crashed_workers_work_after_failure_detection
     assert check(_unowned_for(5_000, leave="worker_crash")).max_unowned_ms == 0
 
 
+def test_what_a_silently_failing_worker_released_as_it_went_waits_for_the_detection() -> None:
+    """A process that stops without LeaveGroup (or crashes) logs the release of what it ran just
+    before its ``worker_stop``, at the same moment. An item it was giving up (already assigned to
+    another worker) is as unknown to the coordinator as the rest: its clock starts once the failure
+    is detected, not at the stop (fleet drill 99300298360). A release before the stop counts as
+    usual."""
+    detection = 3_000 + 1_000 + 5_000
+    moving = [_ev(500, "assign", "w1", items=[]), _ev(500, "assign", "w2", items=[["A", -1]])]
+
+    def log(released_at: int, gap: int) -> list[dict]:
+        return [
+            TIMING,
+            _ev(0, "config", connectors={"A": 0}, offset=0),
+            _ev(0, "worker_start", "w1", protocol="new"),
+            _ev(0, "worker_start", "w2", protocol="new"),
+            _ev(0, "run", "w1", connector="A", task=-1),
+            *moving,
+            _ev(released_at, "release", "w1", connector="A", task=-1),
+            _ev(1_000, "worker_stop", "w1", protocol="new", left=False),
+            _ev(1_000 + gap, "run", "w2", connector="A", task=-1),
+        ]
+
+    ok = check(log(1_000, detection + 15_000))
+    assert (ok.live, ok.max_unowned_ms) == (True, 15_000), ok.violations
+    assert not check(log(1_000, detection + 15_001)).live
+    earlier = check(log(900, 14_900))  # released 100 ms before the stop: its clock ran from then
+    assert (earlier.live, earlier.max_unowned_ms) == (True, 15_000)
+    assert not check(log(900, 14_901)).live
+
+
 def test_live_restarts_failure_detection_when_the_bridge_comes_back() -> None:
     """A restarted bridge re-arms every session from its load, a loaded legacy member's first one as
     long as a JoinGroup parked at the previous coordinator can last: the clock of work still unowned

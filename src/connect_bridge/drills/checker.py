@@ -233,6 +233,9 @@ class _Judge:
     def __init__(self, live_bound_ms: int | None, detection_ms: int | None) -> None:
         self.running: dict[Item, set[str]] = {}  # item -> workers running it now (kept when empty)
         self.by_worker: dict[str, set[Item]] = {}  # worker -> items it runs now
+        self.just_released: dict[str, tuple[int, set[Item]]] = {}
+        """worker -> (time, items it released then): a process that stops or dies logs the release
+        of what it ran before its ``worker_stop`` / ``worker_crash`` at the same moment."""
         self.live: set[str] = set()
         self.last_runner: dict[Item, str] = {}
         self.configured: set[Item] = set()
@@ -417,6 +420,11 @@ class _Judge:
         if mine is not None and item in mine:
             mine.discard(item)
             self.stop(item, worker, t)
+            at, items = self.just_released.get(worker, (None, set()))
+            if at != t:
+                items = set()
+                self.just_released[worker] = (t, items)
+            items.add(item)
 
     def epoch(self, event: Mapping[str, Any], t: int, index: int) -> None:
         self.rebalances += 1
@@ -435,8 +443,15 @@ class _Judge:
             mine.clear()
         if event["type"] == "worker_crash" or event.get("left") is False or not self.bridge_up:
             # No LeaveGroup, or one sent to a bridge that is down (restarting, or paused for a
-            # takeover) and so never heard: only the session timer will tell the coordinator.
-            self.unseen(worker, ran, gone=True)
+            # takeover) and so never heard: only the session timer will tell the coordinator. What
+            # the process released as it went (logged just before, at the same moment) is as
+            # unknown to the coordinator as what it ran: an item it was giving up (revoked, given
+            # to another worker already) is free only once the failure is detected (fleet drill
+            # 99300298360: a static worker stopped without leaving right after a bridge restart,
+            # while two items were being moved off it; the bridge rightly held them for the
+            # reloaded member's first session, and the clock of those two ran from the stop).
+            at, released = self.just_released.pop(worker, (None, set()))
+            self.unseen(worker, sorted(set(ran) | (released if at == t else set())), gone=True)
         else:
             # A departure the coordinator hears about: what the worker was being given is lost work
             # to Connect's assignor, dealt again within delay + rebalance timeout from now.
