@@ -48,9 +48,10 @@ pytestmark = pytest.mark.heavy
 
 CONNECT = "connect"
 CLASSIC = "classic"
-KEY_TTL_MS = 20_000
+KEY_TTL_MS = 10_000
 """``inter.worker.key.ttl.ms`` of the all-new cluster: the leader writes a new session key every
-20 s (Connect's default is an hour), so a drill of a few minutes sees several rotations."""
+10 s (Connect's default is an hour), so a drill of a few minutes sees many rotations, and the two
+the test waits for take 20 s."""
 SESSION_KEY_UPDATED = "Session key updated"
 """What every worker's herder logs when it reads a new session key from the config topic."""
 SINK_SESSION_MS = 10_000
@@ -280,7 +281,7 @@ def wait_key_rotations(drill: JavaDrill, rotations: int) -> int:
 
 
 def test_all_connect_protocol_cluster(drill: JavaDrill) -> None:
-    """Three workers, all ``group.protocol=connect`` from the start, sessioned with a 20 s session
+    """Three workers, all ``group.protocol=connect`` from the start, sessioned with a 10 s session
     key TTL; VerifiableSource ``alpha`` and ``beta`` (4 tasks each) and VerifiableSink ``sink``,
     each created through a worker that is not the leader. Then, one cluster, step by step, each
     judged (checker + witnesses):

@@ -384,21 +384,40 @@ class JavaDrill:
         )
 
 
+_READ: dict[tuple[str, str], tuple[int, list[tuple[bytes, bytes, int]]]] = {}
+"""(bootstrap, topic) -> (the offset read up to, every record before it), for :func:`read_topic`."""
+_READ_LOCK = threading.Lock()
+
+
 def read_topic(bootstrap: str, topic: str, timeout_s: float = 20.0) -> list[tuple[bytes, bytes, int]]:
-    """Every record of partition 0 of ``topic``, in offset order: (key, value, timestamp ms)."""
+    """Every record of partition 0 of ``topic``, in offset order: (key, value, timestamp ms).
+
+    The records a call read are kept, and the next call for the topic reads only those after them:
+    a drill reads its topics again after every step, and decoding them all from the start each
+    time cost up to a second a read. The topics only grow (appended to, never compacted, truncated
+    or recreated: each drill's topic names are unique), so the result is the one a read from the
+    start would give."""
+    with _READ_LOCK:
+        start, before = _READ.get((bootstrap, topic), (0, []))
     consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
     try:
         tp = TopicPartition(topic, 0)
         consumer.assign([tp])
         end = consumer.end_offsets([tp])[tp]
-        consumer.seek_to_beginning(tp)
-        got: list[tuple[bytes, bytes, int]] = []
+        assert end >= start, f"{topic}: ends at {end}, {start} records were read before"
+        if start:
+            consumer.seek(tp, start)
+        else:
+            consumer.seek_to_beginning(tp)
+        got: list[tuple[bytes, bytes, int]] = list(before)
         deadline = time.monotonic() + timeout_s
         while consumer.position(tp) < end and time.monotonic() < deadline:
             for records in consumer.poll(200).values():
                 got.extend((r.key, r.value, r.timestamp) for r in records)
         assert consumer.position(tp) >= end, f"{topic}: read {consumer.position(tp)} of {end} records"
-        return got
+        with _READ_LOCK:
+            _READ[bootstrap, topic] = (consumer.position(tp), got)
+        return list(got)
     finally:
         consumer.close()
 

@@ -1,5 +1,6 @@
-"""One Java drill, run both ways in one test: directly on Apache Kafka 4.3.1's group coordinator,
-then through ``connect-bridge serve --upstream`` in front of the same broker. The bridge must hand
+"""One Java drill, run both ways in one test, at the same time: directly on Apache Kafka 4.3.1's
+group coordinator, and through ``connect-bridge serve --upstream`` in front of the same broker (two
+groups, two sets of workers, nothing shared but the broker and the machine). The bridge must hand
 held work back no later than Kafka does and let a resumed zombie overlap no longer.
 
 Each way: four sessioned Java Connect workers (``scheduled.rebalance.max.delay.ms`` 9 s, Connect's
@@ -386,16 +387,20 @@ def test_held_work_and_zombies_against_kafka(
     bridge_proxy: Callable[..., BridgeProcess],
     tmp_path: Path,
 ) -> None:
-    """The same scenario directly on Kafka, then through the bridge (module docs). Both ways: no
-    task runs twice outside the paused worker's window. The bridge's release delays and zombie
-    overlap are at most Kafka's plus a tolerance for timing noise."""
+    """The same scenario directly on Kafka and through the bridge, both at once (module docs). Both
+    ways: no task runs twice outside the paused worker's window. The bridge's release delays and
+    zombie overlap are at most Kafka's plus a tolerance for timing noise.
+
+    The ways run side by side, each in a thread of its own: they share nothing but the broker
+    (separate groups, workers, topics and tmp directories), and each figure is measured within its
+    own way. Run one after the other they took twice as long, and each met the machine's load of a
+    different moment; side by side they meet the same load."""
     assert DELAY_MS > zombie_grace_ms(SESSION_MS)  # both ways hold for the delay (DELAY_MS)
-    kafka = run_way(
-        JavaDrill(kafka_broker, connect_worker, None, tmp_path / "kafka", "versus-kafka", delay_ms=DELAY_MS),
-        "kafka",
-    )
-    bridge = run_way(
-        JavaDrill(
+    drills = {
+        "kafka": JavaDrill(
+            kafka_broker, connect_worker, None, tmp_path / "kafka", "versus-kafka", delay_ms=DELAY_MS
+        ),
+        "bridge": JavaDrill(
             kafka_broker,
             connect_worker,
             bridge_proxy,
@@ -403,8 +408,11 @@ def test_held_work_and_zombies_against_kafka(
             "versus-bridge",
             delay_ms=DELAY_MS,
         ),
-        "bridge",
-    )
+    }
+    with ThreadPoolExecutor(len(drills), thread_name_prefix="way") as pool:
+        running = {label: pool.submit(run_way, drill, label) for label, drill in drills.items()}
+        ways = {label: future.result() for label, future in running.items()}
+    kafka, bridge = ways["kafka"], ways["bridge"]
     for way in (kafka, bridge):
         assert not way.figures["overlaps_outside_pause"], (way.label, way.figures)
         assert not way.figures["witness_outside_pause"], (way.label, way.figures)

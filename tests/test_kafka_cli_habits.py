@@ -202,8 +202,13 @@ def test_describe_aimed_at_an_http_port_says_so_in_one_line(tmp_path: Path) -> N
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         metrics_port = probe.getsockname()[1]
+    # The metrics listener reads the Kafka request as the start of an HTTP head with no line end and
+    # closes the connection at the head's deadline (metrics_request_timeout_ms, 5 s by default);
+    # describe then finds an HTTP server there. A short deadline spares the wait, nothing else.
+    settings = tmp_path / "bridge.yaml"
+    settings.write_text("listen: 127.0.0.1:0\nmetrics_request_timeout_ms: 1000\n", encoding="utf-8")
     serve = subprocess.Popen(
-        [*CLI, "serve", "--listen", "127.0.0.1:0", "--metrics-listen", f"127.0.0.1:{metrics_port}"],
+        [*CLI, "serve", "--config", str(settings), "--metrics-listen", f"127.0.0.1:{metrics_port}"],
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
