@@ -108,10 +108,7 @@ class RelayObserver:
     def _for(self, group_id: str) -> Observation | None:
         if not group_id or (self.watched is not None and not self.watched(group_id)):
             return None
-        obs = self.observations.get(group_id)
-        if obs is None:
-            obs = self.observations[group_id] = Observation(group_id)
-        return obs
+        return self.observing(group_id)
 
 
 __all__ = ["OBSERVED_APIS", "RelayObserver"]
