@@ -23,20 +23,11 @@ from connect_bridge.drills.generate import random_scenario
 from connect_bridge.drills.scenario import load_scenario
 from connect_bridge.drills.sim import run_scenario
 from connect_bridge.pipeline import baseline, fleet
-from connect_bridge.pipeline.schema import write_events_parquet
+from connect_bridge.pipeline.schema import DRILL_NUMBERS, write_events_parquet
 
 COUNT = 60
 SEED = 7
-NUMBERS = (
-    "events",
-    "overlaps",
-    "overlap_ms",
-    "converged",
-    "balanced",
-    "moves",
-    "rebalances",
-    "unassigned_item_ms",
-)
+NUMBERS = DRILL_NUMBERS
 
 
 def _checked(seed: int) -> dict[str, Any]:

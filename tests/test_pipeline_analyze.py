@@ -27,7 +27,7 @@ from connect_bridge.drills.generate import random_scenario
 from connect_bridge.drills.scenario import load_scenario
 from connect_bridge.drills.sim import run_scenario
 from connect_bridge.pipeline import analyze as pipeline
-from connect_bridge.pipeline.schema import EVENT_COLUMNS, write_events_parquet
+from connect_bridge.pipeline.schema import DRILL_NUMBERS, EVENT_COLUMNS, write_events_parquet
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 A = ConnectorTaskId("A", -1)
@@ -36,16 +36,7 @@ B = ConnectorTaskId("B", -1)
 B0, B1 = ConnectorTaskId("B", 0), ConnectorTaskId("B", 1)
 C, D = ConnectorTaskId("C", -1), ConnectorTaskId("D", -1)
 D0, D1, D2 = (ConnectorTaskId("D", i) for i in range(3))
-NUMBERS = (
-    "events",
-    "overlaps",
-    "overlap_ms",
-    "converged",
-    "balanced",
-    "moves",
-    "rebalances",
-    "unassigned_item_ms",
-)
+NUMBERS = DRILL_NUMBERS
 
 
 def _log(*workers: str, connectors: dict[str, int] | None = None) -> EventLog:

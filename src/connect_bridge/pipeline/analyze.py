@@ -30,20 +30,16 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from connect_bridge.drills.events import EventLogError, order_note
-from connect_bridge.pipeline.schema import EVENT_COLUMNS, EVENT_FIELDS, LOG_FIELDS, spark_schema
+from connect_bridge.pipeline.schema import (
+    DRILL_NUMBERS,
+    EVENT_COLUMNS,
+    EVENT_FIELDS,
+    LOG_FIELDS,
+    spark_schema,
+)
 from connect_bridge.progress import counted
 
-DRILL_KEYS = (
-    "name",
-    "events",
-    "overlaps",
-    "overlap_ms",
-    "converged",
-    "balanced",
-    "moves",
-    "rebalances",
-    "unassigned_item_ms",
-)
+DRILL_KEYS = ("name", *DRILL_NUMBERS)
 """The keys of a drill entry in ``summary.json`` (docs/pipeline.md, "Outputs"), in order."""
 
 SUM_KEYS = ("events", "overlaps", "overlap_ms", "moves", "rebalances", "unassigned_item_ms")

@@ -30,6 +30,7 @@ import pyarrow as pa
 
 from connect_bridge.codecs.ids import CONNECTOR_TASK
 from connect_bridge.drills.events import CONTRADICTION, OWNERSHIP
+from connect_bridge.pipeline.schema import DRILL_NUMBERS
 
 EVENTS_PER_PARTITION = 1_000_000
 """At most about this many events per partition: the pandas analysis of one partition holds its
@@ -97,14 +98,7 @@ ITEM_COLUMNS = (
 INTERVAL_COLUMNS = ("drill", "connector", "task", "worker", "start_ms", "end_ms", "open")
 DRILL_COLUMNS = (
     "drill",
-    "events",
-    "overlaps",
-    "overlap_ms",
-    "converged",
-    "balanced",
-    "moves",
-    "rebalances",
-    "unassigned_item_ms",
+    *DRILL_NUMBERS,
     "longest_unassigned_ms",
     "end_ms",
     "items",

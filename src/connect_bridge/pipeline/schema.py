@@ -79,3 +79,17 @@ def write_events_parquet(drills: Mapping[str, Iterable[Mapping[str, Any]]], path
     table = pa.Table.from_pylist(rows, schema=arrow_schema())
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, str(path))
+
+
+DRILL_NUMBERS = (
+    "events",
+    "overlaps",
+    "overlap_ms",
+    "converged",
+    "balanced",
+    "moves",
+    "rebalances",
+    "unassigned_item_ms",
+)
+"""A drill's numbers in ``summary.json`` (after its name), in order: what every engine (the sql
+plan, the by-drill engine, the pandas baseline) must give alike."""
