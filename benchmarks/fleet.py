@@ -1,19 +1,26 @@
-"""Fleet benchmark: drills/s of ``drill fleet --adversarial`` against one process running the same
-drills in a plain loop, measured in the same run (so both see the same machine).
+"""Fleet benchmark: drills/s of ``drill fleet --adversarial`` on each drill engine (interpreted and
+compiled, ``connect_bridge.drills.compiled``), against one process running the same drills in a
+plain loop, all measured in the same run (so all see the same machine).
 
-1. **Plain loop** (the baseline): ``--loop N`` drills of the fleet, one after another in this
-   process, each exactly as an executor runs it (``random_scenario`` of the drill's seed,
-   ``run_scenario``, ``check``); the seconds of each part (scenario generation, simulation,
-   checking) say where a drill's time goes.
-2. **Fleet**: ``connect-bridge drill fleet --count N --adversarial --seed S --master M`` in a
-   subprocess (its own driver and JVM, as an operator runs it); its ``fleet.json`` gives drills/s
-   (from the first drill task to the last verdict collected, Spark's start excluded) and the
-   wall seconds of the whole command are measured here. The CPU seconds of the command's process
-   tree (driver, JVM, Python workers) are sampled from ``/proc`` while it runs.
+For each engine of ``--engines`` (default ``python,compiled``: the interpreted engine is the
+baseline):
 
-The last line printed is one JSON object: ``loop_drills_per_s``, ``loop_split_s`` (generate,
-simulate, check), ``fleet_drills_per_s``, ``fleet_vs_loop`` (fleet rate / one process's rate; the
-cores of ``--master`` bound it), ``fleet_wall_s`` and ``fleet_cpu_s`` (per process kind).
+1. **Plain loop**: ``--loop N`` drills of the fleet, one after another in this process, each
+   exactly as an executor runs it (``random_scenario`` of the drill's seed, ``run_scenario``,
+   ``check``); the seconds of each part (scenario generation, simulation, checking) say where a
+   drill's time goes.
+2. **Fleet**: ``connect-bridge drill fleet --count N --adversarial --seed S --master M --engine E``
+   in a subprocess (its own driver and JVM, as an operator runs it); its ``fleet.json`` gives
+   drills/s (from the first drill task to the last verdict collected, Spark's start and the
+   engine's build excluded) and the wall seconds of the whole command are measured here. The CPU
+   seconds of the command's process tree (driver, JVM, Python workers) are sampled from ``/proc``
+   while it runs.
+
+The compiled engine is built (or found in the cache) before anything is timed. The last line
+printed is one JSON object: per engine ``E``, ``E_loop_drills_per_s``, ``E_loop_split_s``,
+``E_fleet_drills_per_s``, ``E_fleet_vs_loop`` (fleet rate / one process's rate; the cores of
+``--master`` bound it), ``E_fleet_wall_s``, ``E_fleet_cpu_s``; and ``compiled_vs_python`` (the
+fleets' rates).
 """
 
 from __future__ import annotations
@@ -28,24 +35,22 @@ import threading
 import time
 from pathlib import Path
 
-from connect_bridge.drills.checker import check
-from connect_bridge.drills.generate import random_scenario
-from connect_bridge.drills.sim import run_scenario
+from connect_bridge.drills.compiled import DrillFunctions, drill_functions, ensure_engine, is_compiled
 from connect_bridge.pipeline.fleet import FLEET_JSON, scenario_seed
 
 
-def plain_loop(count: int, seed: int, adversarial: bool) -> dict[str, object]:
+def plain_loop(drills: DrillFunctions, count: int, seed: int, adversarial: bool) -> dict[str, object]:
     """Drills ``0..count-1`` of fleet ``seed`` in this process: drills/s and the split."""
     split = {"generate": 0.0, "simulate": 0.0, "check": 0.0}
     started = time.perf_counter()
     cpu = time.process_time()
     for index in range(count):
         t0 = time.perf_counter()
-        scenario = random_scenario(scenario_seed(seed, index), adversarial=adversarial)
+        scenario = drills.random_scenario(scenario_seed(seed, index), adversarial=adversarial)
         t1 = time.perf_counter()
-        log = run_scenario(scenario)
+        log = drills.run_scenario(scenario)
         t2 = time.perf_counter()
-        check(log.events, name=scenario.name, end_ms=scenario.end_ms)
+        drills.check(log.events, name=scenario.name, end_ms=scenario.end_ms)
         t3 = time.perf_counter()
         split["generate"] += t1 - t0
         split["simulate"] += t2 - t1
@@ -94,10 +99,12 @@ def _sample_cpu(root: int, seen: dict[int, tuple[str, float]], done: threading.E
             seen[pid] = (name, (int(fields[11]) + int(fields[12])) / tick)
 
 
-def fleet_run(count: int, seed: int, master: str, adversarial: bool, out: Path) -> dict[str, object]:
+def fleet_run(
+    engine: str, count: int, seed: int, master: str, adversarial: bool, out: Path
+) -> dict[str, object]:
     """The ``drill fleet`` command in a subprocess; its ``fleet.json`` rate and its CPU by process."""
     command = [sys.executable, "-m", "connect_bridge.cli", "drill", "fleet", "--count", str(count)]
-    command += ["--seed", str(seed), "--master", master, "--out", str(out)]
+    command += ["--seed", str(seed), "--master", master, "--out", str(out), "--engine", engine]
     command += ["--adversarial"] if adversarial else ["--checks-only"]
     seen: dict[int, tuple[str, float]] = {}
     done = threading.Event()
@@ -121,6 +128,7 @@ def fleet_run(count: int, seed: int, master: str, adversarial: bool, out: Path) 
         "fleet_drills_per_s": doc["drills_per_s"],
         "fleet_wall_s": round(wall, 1),
         "fleet_cpu_s": cpu,
+        "fleet_engine": doc.get("engine"),
     }
 
 
@@ -130,17 +138,36 @@ def main() -> None:
     parser.add_argument("--loop", type=int, default=200, help="drills of the plain loop")
     parser.add_argument("--seed", type=int, default=123)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--engines", default="python,compiled", help="engines to measure, in this order")
     parser.add_argument("--plain", action="store_true", help="plain drills (--checks-only), not adversarial")
     args = parser.parse_args()
     adversarial = not args.plain
+    engines = args.engines.split(",")
     result: dict[str, object] = {"count": args.count, "seed": args.seed, "master": args.master}
     result["adversarial"] = adversarial
-    result |= plain_loop(args.loop, args.seed, adversarial)
-    print(json.dumps(result), flush=True)
-    with tempfile.TemporaryDirectory(prefix="fleet-bench-") as tmp:
-        result |= fleet_run(args.count, args.seed, args.master, adversarial, Path(tmp))
-    rate, loop = result["fleet_drills_per_s"], result["loop_drills_per_s"]
-    result["fleet_vs_loop"] = round(rate / loop, 2) if isinstance(rate, float) and loop else None
+    built = time.perf_counter()
+    functions = {
+        engine: drill_functions(ensure_engine() if engine == "compiled" else None) for engine in engines
+    }
+    result["engine_ready_s"] = round(time.perf_counter() - built, 1)
+    for engine, drills in functions.items():
+        assert is_compiled(drills) == (engine == "compiled"), engine
+        loop = plain_loop(drills, args.loop, args.seed, adversarial)
+        result |= {f"{engine}_{key}": value for key, value in loop.items()}
+        print(json.dumps(result), flush=True)
+    for engine in engines:
+        with tempfile.TemporaryDirectory(prefix="fleet-bench-") as tmp:
+            fleet = fleet_run(engine, args.count, args.seed, args.master, adversarial, Path(tmp))
+        result |= {f"{engine}_{key}": value for key, value in fleet.items()}
+        rate, loop_rate = fleet["fleet_drills_per_s"], result[f"{engine}_loop_drills_per_s"]
+        ratio = (
+            round(rate / loop_rate, 2) if isinstance(rate, float) and isinstance(loop_rate, float) else None
+        )
+        result[f"{engine}_fleet_vs_loop"] = ratio
+        print(json.dumps(result), flush=True)
+    python, native = result.get("python_fleet_drills_per_s"), result.get("compiled_fleet_drills_per_s")
+    if isinstance(python, float) and isinstance(native, float):
+        result["compiled_vs_python"] = round(native / python, 2)
     print(json.dumps(result))
 
 

@@ -47,6 +47,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture(scope="session")
+def compiled_engine() -> Any:
+    """The compiled drill engine's directory (``connect_bridge.drills.compiled``), built once per
+    source tree into ~/.cache/connect-bridge/engine (the build is part of what is tested)."""
+    from connect_bridge.drills.compiled import ensure_engine
+
+    return ensure_engine()
+
+
+@pytest.fixture(scope="session")
 def spark():  # type: ignore[no-untyped-def]
     """One local SparkSession for the whole run (never stopped per test; see tests/conftest_spark.py)."""
     from conftest_spark import make_spark
@@ -66,8 +75,10 @@ MARKS_BY_FIXTURE: dict[str, tuple[str, ...]] = {
     "kafka_connect_vectors": ("jvm",),
     "bridge_proxy": ("live",),
     "cli_process": ("live",),
+    "compiled_engine": ("compiled",),
 }
-"""What a fixture starts: Spark, a broker (tansu or Apache Kafka), a JVM, a bridge process."""
+"""What a fixture starts: Spark, a broker (tansu or Apache Kafka), a JVM, a bridge process, a mypyc
+build."""
 MARKS_BY_MODULE: dict[str, tuple[str, ...]] = {
     "test_live_drill": ("live",),
     "test_describe": ("live",),

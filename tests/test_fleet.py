@@ -215,7 +215,7 @@ def test_a_drill_that_raises_is_a_crashed_row_not_the_end_of_the_fleet(monkeypat
 
     monkeypatch.setattr(sim, "run_scenario", run_or_raise)
     seeds = [fleet.scenario_seed(3, i) for i in range(3)]
-    verdicts = list(fleet._check_drills(True)(iter(seeds)))
+    verdicts = list(fleet._check_drills(True, None)(iter(seeds)))
     assert all(list(row) == [name for name, _ in fleet.CHECK_FIELDS] for row in verdicts)
     rows = pd.DataFrame(verdicts)
     crashed = rows[rows["seed"] == bad].iloc[0]
@@ -348,6 +348,7 @@ def test_a_failed_checks_only_drill_names_the_search_that_minimizes_it(
             "max_unowned_ms": 0,
             "violations": dict.fromkeys(("exclusive", "live", "converged", "balanced", "crashed"), 0),
             "failed": [{"name": name, "seed": seed, "scenario": f"failed/{name}.json", "violation": "v"}],
+            "engine": kwargs["engine"],
         }
 
     monkeypatch.setattr(fleet, "run_fleet_checks", run_fleet_checks)

@@ -279,6 +279,13 @@ _COMMANDS: tuple[_Command, ...] = (
                 help="judge each drill in the executors and keep only verdicts (checks.parquet), "
                 "no event table",
             ),
+            _arg(
+                "--engine",
+                choices=("auto", "compiled", "python"),
+                default="auto",
+                help="the drills' engine: compiled with mypyc (built once per source tree), "
+                "interpreted, or compiled where it can be built (default: auto)",
+            ),
         ),
         ("pipeline.md",),
     ),

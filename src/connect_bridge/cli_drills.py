@@ -113,8 +113,10 @@ def _fleet(args: argparse.Namespace) -> int:
     try:
         with _stages(args, "drill fleet", args.count) as bar:
             progress = StageReporter(bar)
-            fleet = run_fleet(args.count, args.seed, args.out, master=args.master, progress=progress)
-    except (AnalyzeError, EventLogError) as exc:
+            fleet = run_fleet(
+                args.count, args.seed, args.out, master=args.master, progress=progress, engine=args.engine
+            )
+    except (AnalyzeError, EventLogError, ValueError) as exc:
         return fail(f"drill fleet: {exc}")
     failed = fleet["failed"]
     t = fleet["totals"]
@@ -122,7 +124,7 @@ def _fleet(args: argparse.Namespace) -> int:
         f"fleet: {counted(fleet['count'], 'drill')} (seed {fleet['seed']}), "
         f"{counted(fleet['events'], 'event')}: "
         f"{t['ok']} ok, {len(failed)} failed, {t['overlaps']} overlaps, {t['moves']} moves; "
-        f"report {fleet['report']}"
+        f"engine {fleet['engine']}; report {fleet['report']}"
     )
     for entry in failed[:20]:
         where = entry["scenario"] or "(not regenerated)"
@@ -162,22 +164,26 @@ def _fleet_checks(args: argparse.Namespace) -> int:
     from connect_bridge.pipeline.fleet import run_fleet_checks
     from connect_bridge.progress import StageReporter, counted
 
-    with _stages(args, "drill fleet", args.count) as bar:
-        fleet = run_fleet_checks(
-            args.count,
-            args.seed,
-            args.out,
-            adversarial=args.adversarial,
-            master=args.master,
-            progress=StageReporter(bar),
-        )
+    try:
+        with _stages(args, "drill fleet", args.count) as bar:
+            fleet = run_fleet_checks(
+                args.count,
+                args.seed,
+                args.out,
+                adversarial=args.adversarial,
+                master=args.master,
+                progress=StageReporter(bar),
+                engine=args.engine,
+            )
+    except ValueError as exc:
+        return fail(f"drill fleet: {exc}")
     v = fleet["violations"]
     print(
         f"fleet: {counted(fleet['drills'], ('adversarial ' if fleet['adversarial'] else '') + 'drill')} "
         f"(seed {fleet['seed']}) "
         f"in {fleet['seconds']} s ({fleet['drills_per_s']}/s): {fleet['failed_drills']} failed; "
         f"violations exclusive={v['exclusive']} live={v['live']} converged={v['converged']} "
-        f"balanced={v['balanced']}; longest unowned {fleet['max_unowned_ms']} ms"
+        f"balanced={v['balanced']}; longest unowned {fleet['max_unowned_ms']} ms; engine {fleet['engine']}"
     )
     # A drill's seed is its scenario seed: `drill search` of that one seed runs the same drill and
     # minimizes it into a regression scenario.
@@ -189,7 +195,7 @@ def _fleet_checks(args: argparse.Namespace) -> int:
             f"`connect-bridge drill search --count 1 --seed {entry['seed']}{search_kind} --out DIR`",
             file=sys.stderr,
         )
-    keys = ("count", "seconds", "drills_per_s", "violations", "failed_drills")
+    keys = ("count", "seconds", "drills_per_s", "violations", "failed_drills", "engine")
     print(json.dumps({k: fleet[k] for k in keys}))
     return 1 if fleet["failed_drills"] else 0
 

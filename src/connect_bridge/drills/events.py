@@ -215,7 +215,7 @@ def contradiction(at: str, event: Mapping[str, Any], earlier_at: str, earlier: M
     """The error for a ``run`` / ``release`` that sorting by time would put before an earlier line's
     event of the same worker and item."""
     kind = event.get("type")
-    item = ConnectorTaskId(event.get("connector"), event.get("task"))
+    item = ConnectorTaskId(event["connector"], event["task"])
     return (
         f"{at} ({kind}): {kind} of {item} by {event.get('worker')} at t_ms {event.get('t_ms')} is before "
         f"the {earlier.get('type')} at {earlier_at} (t_ms {earlier.get('t_ms')}) {CONTRADICTION}"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -33,6 +33,15 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+class WorkerTiming(TypedDict):
+    """A classic worker client's timing arguments (:meth:`Timing.worker_timing`)."""
+
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    heartbeat_interval_ms: int
+    max_delay_ms: int
+
+
 class Timing(_Model):
     """Group timing, the same knobs a Connect worker has (defaults are Connect's)."""
 
@@ -44,7 +53,7 @@ class Timing(_Model):
     """Connect's ``request.timeout.ms``: when a worker gives up on a lost response (JoinGroup waits
     the rebalance timeout + 5 s, as Java's client does)."""
 
-    def worker_timing(self) -> dict[str, int]:
+    def worker_timing(self) -> WorkerTiming:
         """A classic worker client's timing arguments, in one place for the simulated worker and the
         live one (``max_delay_ms`` is Connect's ``scheduled.rebalance.max.delay.ms``)."""
         return {

@@ -396,7 +396,7 @@ class SimulatedDrill(SimulatedBridge):
         action = logic.next_action(now)
         due = action.at_ms
         heartbeat_later = action.kind is ActionKind.HEARTBEAT and due is not None and due > now
-        self._schedule_step(due if heartbeat_later else now, worker)
+        self._schedule_step(due if heartbeat_later and due is not None else now, worker)
 
     # ------------------------------------------------------------------ config and steps
     def _config_changed(self, now: int) -> None:

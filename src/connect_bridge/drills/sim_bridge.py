@@ -392,6 +392,9 @@ class SimulatedBridge:
         self.at(at, self._timeout_over(sent.worker))
         sent.deliver(sent.unavailable(), at, False)
 
+    def _arrival(self, sent: _Sent, tag: str) -> Callable[[int], None]:
+        return lambda t: self._arrive(sent, t, tag)
+
     def _arrive(self, sent: _Sent, t: int, tag: str) -> None:
         """The request (``tag``: "" plain, "lost", "dupresp" or the resend "dup") reaches the bridge."""
         if t < sent.worker.partitioned_until:
@@ -466,7 +469,7 @@ class SimulatedBridge:
                 self.held_joins.append((sent, tag))
                 self.at(t, self._finish_release)
                 return _HELD
-        resp = None
+        resp: Any = None  # whichever response type ``sent.method`` gives
         if sent.method == "classic_heartbeat":
             # The server's short way for the commonest request (same effects, ``GroupCoordinator.
             # steady_classic_heartbeat``); anything else it leaves to the full handler.
@@ -632,7 +635,7 @@ class SimulatedBridge:
         self.sent_away.clear()
         held_joins, self.held_joins = self.held_joins, []
         for sent, tag in held_joins:
-            self.at(now, lambda t, sent=sent, tag=tag: self._arrive(sent, t, tag))
+            self.at(now, self._arrival(sent, tag))
 
     # ------------------------------------------------------------------ bridge restarts
     def _takeover_bridge(self, now: int, down_ms: int) -> None:

@@ -13,13 +13,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.drills.scenario import Scenario
 from connect_bridge.state.classic import api as classic_api
 from connect_bridge.state.model import NEW_PROTOCOL, ConfigView, Items
 from connect_bridge.workers.legacy import LegacyWorker
+from connect_bridge.workers.legacy_protocol import Mode
 from connect_bridge.workers.new_protocol import NewProtocolWorker
 
 SIM_MEMBER_IDS = uuid.UUID("6d1f0c52-4b7e-4c2e-9a57-3c2f1e0b8d11")
@@ -158,7 +159,7 @@ def make_logic(
     return LegacyWorker(
         scenario.group,
         url,
-        protocol,
+        cast(Mode, protocol),  # the scenario's model admits only the protocols there are
         **timing.worker_timing(),
         config_provider=config_provider,
         instance_id=instance_id,

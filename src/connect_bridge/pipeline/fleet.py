@@ -26,6 +26,7 @@ import json
 import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -50,17 +51,30 @@ def drill_ok(entry: Mapping[str, Any]) -> bool:
     return int(entry["overlaps"]) == 0 and bool(entry["converged"]) and bool(entry["balanced"])
 
 
-def _run_drills(batches: Iterator[Any]) -> Iterator[Any]:
+def _drill_functions(engine: str | None) -> Any:
+    """In an executor: the compiled engine at ``engine`` when this machine has it (a local session,
+    or a standalone cluster on this machine), else the interpreted one (``drills/compiled.py``)."""
+    from connect_bridge.drills.compiled import drill_functions
+
+    return drill_functions(engine if engine is not None and Path(engine).is_dir() else None)
+
+
+def _run_drills(engine: str | None) -> Callable[[Iterator[Any]], Iterator[Any]]:
     """``mapInPandas`` body: a batch of ``seed`` values → the event rows of their drills.
 
-    Runs in the executors' Python workers, so the engine is imported here (the package must be
+    Runs in the executors' Python workers, so the engine is imported there (the package must be
     installed where the executors run)."""
+    return partial(_drill_events, engine)
+
+
+def _drill_events(engine: str | None, batches: Iterator[Any]) -> Iterator[Any]:
     import pandas as pd
     import pyarrow as pa
 
-    from connect_bridge.drills.generate import random_scenario
-    from connect_bridge.drills.sim import run_scenario
     from connect_bridge.pipeline.schema import arrow_schema, event_row
+
+    drills = _drill_functions(engine)
+    random_scenario, run_scenario = drills.random_scenario, drills.run_scenario
 
     schema = arrow_schema()
     nullable_longs = {pa.int64(): pd.Int64Dtype()}.get
@@ -154,6 +168,32 @@ def _prepare(
     return say, out, spark
 
 
+ENGINES = ("auto", "compiled", "python")
+"""``drill fleet --engine``: the compiled engine when it can be built here (``auto``), the compiled
+one or an error (``compiled``), or the interpreted one (``python``)."""
+
+
+def _resolve_engine(engine: str, say: Callable[..., None]) -> tuple[str | None, str]:
+    """The compiled engine's directory for the executors (``None``: the interpreted engine) and
+    what ``fleet.json`` says ran: ``compiled``, or ``python`` with the reason when ``auto`` could
+    not build it. Built here, before the drills' clock starts, once per source tree."""
+    from connect_bridge.drills.compiled import EngineBuildError, engine_or_reason, ensure_engine, is_built
+
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r} (one of {', '.join(ENGINES)})")
+    if engine == "python":
+        return None, "python"
+    if not is_built():
+        say("building the compiled drill engine (mypyc; once per source tree, about two minutes)")
+    if engine == "compiled":
+        try:
+            return str(ensure_engine()), "compiled"
+        except EngineBuildError as exc:
+            raise ValueError(f"the compiled engine: {exc}") from exc
+    path, ran = engine_or_reason()
+    return (str(path) if path is not None else None), ran
+
+
 def _watching(
     spark: Any,
     count: int,
@@ -193,12 +233,15 @@ def _write_fleet_json(out: Path, fleet: dict[str, Any]) -> None:
     (out / FLEET_JSON).write_text(json.dumps(fleet, indent=2) + "\n", encoding="utf-8")
 
 
-def write_fleet_events(spark: Any, count: int, seed: int, path: str | Path) -> int:
-    """Run drills ``0..count-1`` of fleet ``seed`` in the executors; write their events to ``path``
-    (Parquet partitioned by ``drill``). Returns the number of event rows written."""
+def write_fleet_events(spark: Any, count: int, seed: int, path: str | Path, engine: str | None = None) -> int:
+    """Run drills ``0..count-1`` of fleet ``seed`` in the executors (the compiled engine in the
+    directory ``engine``, or the interpreted one); write their events to ``path`` (Parquet
+    partitioned by ``drill``). Returns the number of event rows written."""
     from connect_bridge.pipeline.schema import spark_schema
 
-    events = _seed_frame(spark, count, seed, EVENTS_PER_CORE).mapInPandas(_run_drills, schema=spark_schema())
+    events = _seed_frame(spark, count, seed, EVENTS_PER_CORE).mapInPandas(
+        _run_drills(engine), schema=spark_schema()
+    )
     events.write.mode("overwrite").partitionBy("drill").parquet(str(path))
     return int(spark.read.parquet(str(path)).count())
 
@@ -210,6 +253,7 @@ def run_fleet(
     master: str | None = None,
     spark: Any = None,
     progress: Callable[..., None] | None = None,
+    engine: str = "auto",
 ) -> dict[str, Any]:
     """Run a fleet of ``count`` random drills and analyze it; returns (and writes) ``fleet.json``.
 
@@ -218,15 +262,16 @@ def run_fleet(
     ``fleet.json``: ``count``, ``seed``, ``events`` (rows written), ``seconds`` (``run`` = drills,
     ``analyze``), ``report`` (the analyze directory), ``failed`` (per failing drill: ``name``,
     ``seed``, ``scenario`` = path of its JSON relative to ``out_dir``, ``overlaps``, ``converged``,
-    ``balanced``) and ``totals`` (analyze's). Uses ``spark`` if given, else
-    :func:`.session.get_spark` with ``master``.
+    ``balanced``), ``totals`` (analyze's) and ``engine`` (:func:`_resolve_engine`). Uses ``spark``
+    if given, else :func:`.session.get_spark` with ``master``.
     """
     say, out, spark = _prepare(count, out_dir, master, spark, progress)
+    engine_dir, ran_on = _resolve_engine(engine, say)
     running = f"running {counted(count, 'drill')} (seed {seed})"
     say(running, done=0)
     started = time.monotonic()
     with _watching(spark, count, EVENTS_PER_CORE, progress, running):
-        n_events = write_fleet_events(spark, count, seed, out / EVENTS_DIR)
+        n_events = write_fleet_events(spark, count, seed, out / EVENTS_DIR, engine_dir)
     ran = time.monotonic()
     say(f"{n_events} events written to {out / EVENTS_DIR}", done=count)
 
@@ -248,6 +293,7 @@ def run_fleet(
         "report": str(out / REPORT_DIR / "index.html"),
         "failed": failed,
         "totals": doc["totals"],
+        "engine": ran_on,
     }
     _write_fleet_json(out, fleet)
     say(f"{len(failed)} of {counted(count, 'drill')} failed; {out / FLEET_JSON}")
@@ -312,7 +358,9 @@ def _crashed_row(name: str, seed: int, exc: Exception) -> dict[str, Any]:
     }
 
 
-def _check_drills(adversarial: bool) -> Callable[[Iterable[int]], Iterator[dict[str, Any]]]:
+def _check_drills(
+    adversarial: bool, engine: str | None
+) -> Callable[[Iterable[int]], Iterator[dict[str, Any]]]:
     """``mapPartitions`` body of a checks-only fleet: each seed's drill is run and judged in the
     executor (the checker of ``drill run``, both invariants included); one row per drill (a dict of
     :data:`CHECK_FIELDS`) leaves it.
@@ -322,10 +370,8 @@ def _check_drills(adversarial: bool) -> Callable[[Iterable[int]], Iterator[dict[
     seed to look at its events."""
 
     def run(seeds: Iterable[int]) -> Iterator[dict[str, Any]]:
-        from connect_bridge.drills.checker import check
-        from connect_bridge.drills.generate import random_scenario
-        from connect_bridge.drills.sim import run_scenario
-
+        drills = _drill_functions(engine)
+        random_scenario, run_scenario, check = drills.random_scenario, drills.run_scenario, drills.check
         for seed in seeds:
             scenario = random_scenario(int(seed), adversarial=adversarial)
             try:
@@ -369,22 +415,26 @@ def run_fleet_checks(
     master: str | None = None,
     spark: Any = None,
     progress: Callable[..., None] | None = None,
+    engine: str = "auto",
 ) -> dict[str, Any]:
     """Run ``count`` drills of fleet ``seed`` in the executors and keep only their verdicts
-    (``progress`` as for :func:`run_fleet`).
+    (``progress`` and ``engine`` as for :func:`run_fleet`).
 
     Writes ``checks.parquet`` (one row per drill), ``failed/NAME.json`` for every drill that broke
     an invariant and ``fleet.json``: ``count``, ``seed``, ``adversarial``, ``seconds``, ``drills_per_s``,
     ``violations`` (drills breaking exclusive / live / converged / balanced), ``max_unowned_ms`` and
-    ``failed`` (name, seed, scenario, first violation).
+    ``failed`` (name, seed, scenario, first violation), ``engine``.
 
     A session started here is a short-run one whatever ``count`` (:data:`CHECKS_SHORT_RUN`)."""
     say, out, spark = _prepare(count, out_dir, master, spark, progress, short_run=CHECKS_SHORT_RUN)
+    engine_dir, ran_on = _resolve_engine(engine, say)
     kind = "adversarial " if adversarial else ""
     running = f"running {counted(count, kind + 'drill')} (seed {seed}), checked in the executors"
     say(running, done=0)
     started = time.monotonic()
-    checks = _seed_slices(spark, count, seed, CHECKS_PER_CORE).mapPartitions(_check_drills(adversarial))
+    checks = _seed_slices(spark, count, seed, CHECKS_PER_CORE).mapPartitions(
+        _check_drills(adversarial, engine_dir)
+    )
     with _watching(spark, count, CHECKS_PER_CORE, progress, running, CHECKS_PER_TASK):
         rows = sorted(checks.collect(), key=lambda row: row["seed"])
     say("writing the verdicts", done=count)
@@ -406,6 +456,7 @@ def run_fleet_checks(
         "failed_drills": int(totals["failed"] or 0),
         "max_unowned_ms": int(totals["max_unowned_ms"] or 0),
         "failed": failed,
+        "engine": ran_on,
     }
     _write_fleet_json(out, fleet)
     failed_of = f"{fleet['failed_drills']} of {counted(count, 'drill')}"

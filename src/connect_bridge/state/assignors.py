@@ -45,7 +45,8 @@ Assignor = Callable[[AssignmentSpec], dict[str, Items]]
 
 
 def _split(items: Iterable[ConnectorTaskId]) -> tuple[list[ConnectorTaskId], list[ConnectorTaskId]]:
-    connectors, tasks = [], []
+    connectors: list[ConnectorTaskId] = []
+    tasks: list[ConnectorTaskId] = []
     for item in items:
         (connectors if item.is_connector else tasks).append(item)
     return connectors, tasks

@@ -565,7 +565,7 @@ class GroupCoordinator:
         self._after(req.group_id, now_ms)
         return response
 
-    def _member_expiring(self, classic: ClassicGroup, key: tuple, now_ms: int) -> bool:
+    def _member_expiring(self, classic: ClassicGroup, key: TimerKey, now_ms: int) -> bool:
         """A classic timer (session, end of a join phase, sync deadline) is about to remove members
         that may still run work.
 

@@ -1,4 +1,8 @@
-"""The coordinator's one rejection type."""
+"""The coordinator's error types: the one rejection (a Kafka error code for the wire) and the
+broken invariant.
+
+Kept in a module of their own, which the compiled engine (``drills/compiled.py``) leaves as Python:
+mypyc cannot compile a class that inherits ``RuntimeError``."""
 
 from __future__ import annotations
 
@@ -12,3 +16,7 @@ class RequestError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+class IllegalStateError(RuntimeError):
+    """An internal invariant broke (Kafka throws IllegalStateException in the same places)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 from connect_bridge.codecs.records import RecordType as WireRecordType
 
@@ -32,7 +33,7 @@ class Record:
     type: RecordType
     group_id: str
     member_id: str = ""
-    value: object | None = None
+    value: Any = None
 
     @property
     def key(self) -> tuple[int, str, str]:

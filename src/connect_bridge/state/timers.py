@@ -8,7 +8,6 @@ dict; the heap entry is re-queued lazily when it surfaces. That keeps a heartbea
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
 from enum import StrEnum
 from typing import NamedTuple
 
@@ -35,31 +34,6 @@ class TimerKind(StrEnum):
         return not self.value.startswith("classic-")
 
 
-class _Named:
-    """A named constructor of a timer key: ``TimerKey.session(group_id, member_id)``,
-    ``TimerKey.held(group_id)``.
-
-    The named constructors differ only in their kind and in whether they take a member, so one
-    descriptor serves them all and a new timer is one line in :class:`TimerKey`; a per-group key
-    built with a member (or a per-member key without one) is a TypeError at the call.
-    """
-
-    def __init__(self, kind: TimerKind, per_member: bool) -> None:
-        self.kind = kind
-        self.per_member = per_member
-        self._build: Callable[..., TimerKey] | None = None
-
-    def __get__(self, obj: object, owner: type[TimerKey]) -> Callable[..., TimerKey]:
-        # Built on first use and kept: a heartbeat re-arms a session key on every call.
-        if self._build is None:
-            kind = self.kind
-            if self.per_member:
-                self._build = lambda group_id, member_id: owner(kind, group_id, member_id)
-            else:
-                self._build = lambda group_id: owner(kind, group_id)
-        return self._build
-
-
 class TimerKey(NamedTuple):
     """Which timer: its kind, its group and, for a per-member timer, the member.
 
@@ -76,17 +50,49 @@ class TimerKey(NamedTuple):
         """A key from its parts; an unknown kind is a ValueError, never a timer that cannot fire."""
         return cls(TimerKind(kind), group_id, member_id)
 
-    session = _Named(TimerKind.SESSION, per_member=True)
-    revoke = _Named(TimerKind.REVOKE, per_member=True)
-    legacy_join = _Named(TimerKind.LEGACY_JOIN, per_member=True)
-    legacy_sync = _Named(TimerKind.LEGACY_SYNC, per_member=True)
-    classic_session = _Named(TimerKind.CLASSIC_SESSION, per_member=True)
-    held = _Named(TimerKind.HELD, per_member=False)
-    compute = _Named(TimerKind.COMPUTE, per_member=False)
-    classic_join = _Named(TimerKind.CLASSIC_JOIN, per_member=False)
-    classic_sync = _Named(TimerKind.CLASSIC_SYNC, per_member=False)
-    classic_switch = _Named(TimerKind.CLASSIC_SWITCH, per_member=False)
-    empty = _Named(TimerKind.EMPTY, per_member=False)
+    @staticmethod
+    def session(group_id: str, member_id: str) -> TimerKey:
+        return TimerKey(TimerKind.SESSION, group_id, member_id)
+
+    @staticmethod
+    def revoke(group_id: str, member_id: str) -> TimerKey:
+        return TimerKey(TimerKind.REVOKE, group_id, member_id)
+
+    @staticmethod
+    def legacy_join(group_id: str, member_id: str) -> TimerKey:
+        return TimerKey(TimerKind.LEGACY_JOIN, group_id, member_id)
+
+    @staticmethod
+    def legacy_sync(group_id: str, member_id: str) -> TimerKey:
+        return TimerKey(TimerKind.LEGACY_SYNC, group_id, member_id)
+
+    @staticmethod
+    def classic_session(group_id: str, member_id: str) -> TimerKey:
+        return TimerKey(TimerKind.CLASSIC_SESSION, group_id, member_id)
+
+    @staticmethod
+    def held(group_id: str) -> TimerKey:
+        return TimerKey(TimerKind.HELD, group_id)
+
+    @staticmethod
+    def compute(group_id: str) -> TimerKey:
+        return TimerKey(TimerKind.COMPUTE, group_id)
+
+    @staticmethod
+    def classic_join(group_id: str) -> TimerKey:
+        return TimerKey(TimerKind.CLASSIC_JOIN, group_id)
+
+    @staticmethod
+    def classic_sync(group_id: str) -> TimerKey:
+        return TimerKey(TimerKind.CLASSIC_SYNC, group_id)
+
+    @staticmethod
+    def classic_switch(group_id: str) -> TimerKey:
+        return TimerKey(TimerKind.CLASSIC_SWITCH, group_id)
+
+    @staticmethod
+    def empty(group_id: str) -> TimerKey:
+        return TimerKey(TimerKind.EMPTY, group_id)
 
 
 class Timers:

@@ -520,12 +520,12 @@ def _load_balancing_revocations(configured: _Work, workers: dict[str, _Work]) ->
     if all(w.is_empty() for w in workers.values()) or configured.is_empty():
         return {}
     result: dict[str, _Work] = {}
-    connectors = _revocations(len(configured.connectors), workers, lambda w: w.connectors)
-    tasks = _revocations(len(configured.tasks), workers, lambda w: w.tasks)
-    for worker, revoked in connectors.items():
-        result.setdefault(worker, _Work()).connectors.update(dict.fromkeys(revoked))
-    for worker, revoked in tasks.items():
-        result.setdefault(worker, _Work()).tasks.update(dict.fromkeys(revoked))
+    revoked_connectors = _revocations(len(configured.connectors), workers, lambda w: w.connectors)
+    revoked_tasks = _revocations(len(configured.tasks), workers, lambda w: w.tasks)
+    for worker, connectors in revoked_connectors.items():
+        result.setdefault(worker, _Work()).connectors.update(dict.fromkeys(connectors))
+    for worker, tasks in revoked_tasks.items():
+        result.setdefault(worker, _Work()).tasks.update(dict.fromkeys(tasks))
     return result
 
 

@@ -454,7 +454,7 @@ class LegacyWorker(LegacyMember):
         KAFKA-9184): revoke the whole assignment so no work runs outside the group, and rejoin."""
         if self.state is MemberState.DEAD:
             return Reaction(generation=self.generation)
-        stop = frozenset()
+        stop: frozenset[ConnectorTaskId] = frozenset()
         if self.snapshot is not None and self.snapshot.error == NO_ERROR:
             stop = self.running
             self.running = EMPTY

@@ -18,6 +18,7 @@ from connect_bridge.codecs.ids import ConnectorTaskId
 from connect_bridge.state.classic.api import NO_GENERATION
 from connect_bridge.state.model import EMPTY, ConfigView, Items
 from connect_bridge.workers.connect_assignors import NO_ERROR, EagerAssignor, IncrementalCooperativeAssignor
+from connect_bridge.workers.errors import LeaderStateMissing
 from connect_bridge.workers.legacy_protocol import EAGER_PROTOCOL
 
 __all__ = [
@@ -28,10 +29,6 @@ __all__ = [
     "full_assignment",
     "ordered_union",
 ]
-
-
-class LeaderStateMissing(RuntimeError):
-    """A worker named Connect leader without leader state (Java: NPE in ``ownerUrl``)."""
 
 
 def ordered_union(*parts: Iterable[ConnectorTaskId]) -> list[ConnectorTaskId]:

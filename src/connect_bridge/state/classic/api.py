@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from connect_bridge.state.model import ANONYMOUS
 
@@ -50,7 +51,7 @@ class JoinGroupRequest:
     client_id: str = ""
     client_host: str = ""
     api_version: int = 9
-    token: object = None
+    token: Any = None
     """Opaque to the coordinator: identifies the request when its response is released later."""
     principal: str = ANONYMOUS
     """Who sent the request; a new member is owned by it (``state.ownership``)."""
@@ -95,7 +96,7 @@ class SyncGroupRequest(GenerationRequest):
     assignments: tuple[tuple[str, bytes], ...] = ()
     """(member id, assignment bytes); only the leader sends them."""
     api_version: int = 5
-    token: object = None
+    token: Any = None
     principal: str = ANONYMOUS
 
 

@@ -11,21 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from connect_bridge.state.classic.records import ClassicMemberSnapshot, Protocols
+from connect_bridge.state.errors import IllegalStateError
 from connect_bridge.state.model import ANONYMOUS
 from connect_bridge.state.timers import TimerKey
-
-
-class IllegalStateError(RuntimeError):
-    """An internal invariant broke (Kafka throws IllegalStateException in the same places)."""
 
 
 @dataclass(slots=True, eq=False)
 class ParkedRequest:
     """A JoinGroup/SyncGroup waiting for the group (Kafka's response future)."""
 
-    token: object
+    token: Any
     api_version: int
 
 

@@ -99,9 +99,12 @@ def waits_elsewhere_until(group: ClassicGroup, now_ms: int) -> int | None:
     may have parked at the previous coordinator (its client then finds this one and joins with
     what it runs); None if no such member may still be waiting."""
     waits = [
-        m.waits_elsewhere_until_ms
+        until
         for m in group.members.values()
-        if m.is_static and not m.awaiting_join and (m.waits_elsewhere_until_ms or 0) > now_ms
+        if m.is_static
+        and not m.awaiting_join
+        and (until := m.waits_elsewhere_until_ms) is not None
+        and until > now_ms
     ]
     return max(waits, default=None)
 

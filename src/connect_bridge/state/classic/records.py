@@ -23,13 +23,20 @@ class ClassicJoin(Protocol):
     """What a classic member told in its JoinGroup: a request carries it, and the bridge's own
     classic members and the upstream members an adoption observes keep it."""
 
-    member_id: str
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    rebalance_timeout_ms: int
-    session_timeout_ms: int
-    protocols: Protocols
+    @property
+    def member_id(self) -> str: ...
+    @property
+    def group_instance_id(self) -> str | None: ...
+    @property
+    def client_id(self) -> str: ...
+    @property
+    def client_host(self) -> str: ...
+    @property
+    def rebalance_timeout_ms(self) -> int: ...
+    @property
+    def session_timeout_ms(self) -> int: ...
+    @property
+    def protocols(self) -> Protocols: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,7 +35,8 @@ MODE_OF_PROTOCOL = {"default": "eager", "compatible": "compatible", "sessioned":
 class _JoinedBy(ClassicJoin, Protocol):
     """A classic join and who made it (a request, or the classic group's member it created)."""
 
-    principal: str
+    @property
+    def principal(self) -> str: ...
 
 
 def legacy_metadata(

@@ -156,7 +156,8 @@ def _join(group: ConnectGroup, req: api.JoinGroupRequest, now_ms: int) -> api.Jo
             member.metadata.rebalance_timeout_ms,
         )
     name = req.protocols[0][0]
-    leader, members = "", ()
+    leader = ""
+    members: tuple[api.JoinGroupMember, ...] = ()
     if member.member_id == group.metadata.leader_id:
         leader, members = member.member_id, leader_view(group, CONNECT_PROTOCOL_NAMES[name])
         group.legacy_members.note_elected(member.member_id)
@@ -289,9 +290,9 @@ def needs_rejoin(group: ConnectGroup, member: Member) -> bool:
     if current.state is MemberState.UNRELEASED:
         awaited = group.target.get(member.member_id, EMPTY) - current.assigned
         owner_of = group.owner_lookup()
-        owners = {owner_of(item) for item in awaited}
-        free = None in owners
-        owners -= {None, member.member_id}
+        owned_by = {owner_of(item) for item in awaited}
+        free = None in owned_by
+        owners = {owner for owner in owned_by if owner is not None and owner != member.member_id}
         return not owners or (free and all(group.waits_elsewhere(owner) for owner in owners))
     return False
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from typing import Any
 
 from connect_bridge.codecs.ids import ConnectorTaskId
 from connect_bridge.state.api import AssignmentHeader, MemberAssignment
@@ -381,7 +382,7 @@ class ConnectGroup:
         if self.touched is not None:
             self.touched[self.group_id] = None
 
-    def set_metadata(self, **changes: object) -> None:
+    def set_metadata(self, **changes: Any) -> None:
         self.write(group_metadata_record(self.group_id, replace(self.metadata, **changes)))
 
     def bump_group_epoch(self) -> None:

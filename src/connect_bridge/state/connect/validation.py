@@ -9,6 +9,7 @@ group that does not exist yet), ``metadata_from`` folds a heartbeat into the mem
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from connect_bridge.codecs.error_codes import ErrorCode
 from connect_bridge.state.api import TEMPORARY_LEAVE_EPOCH, HeartbeatRequest
@@ -67,7 +68,7 @@ def metadata_from(req: HeartbeatRequest, base: MemberMetadata, session_timeout_m
     """``base`` updated with what the heartbeat carries (``None``: unchanged); the session timeout
     is the coordinator's."""
     # The principal only ever equals the member's own here (``state.ownership`` refuses the rest).
-    changes: dict[str, object] = {"session_timeout_ms": session_timeout_ms, "principal": req.principal}
+    changes: dict[str, Any] = {"session_timeout_ms": session_timeout_ms, "principal": req.principal}
     if req.instance_id is not None:
         changes["instance_id"] = req.instance_id
     if req.rebalance_timeout_ms > 0:

@@ -28,12 +28,14 @@ class ConnectGroupView(Protocol):
 
     group_id: str
     config: CoordinatorConfig
-    view: ConfigView
     metadata: GroupMetadata
     members: dict[str, Member]
     target: dict[str, Items]
     assignor_metadata: dict[str, AssignedMetadata]
     index: MemberIndex
+
+    @property
+    def view(self) -> ConfigView: ...
 
     @property
     def group_epoch(self) -> int: ...

@@ -1,0 +1,83 @@
+"""The compiled drill engine (``connect_bridge.drills.compiled``): the same drills as the interpreted
+engine, event for event, and what it compiles is what its tables say."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from connect_bridge.drills import compiled
+from connect_bridge.drills.compiled import (
+    COMPILED,
+    LEFT_AS_PYTHON,
+    compiled_modules,
+    drill_functions,
+    engine_digest,
+    is_compiled,
+)
+
+ROOT = Path(compiled.__file__).resolve().parent.parent
+
+
+def test_the_tables_name_modules_that_exist() -> None:
+    """A module renamed or removed must not leave the build compiling nothing in its place."""
+    for entry in (*COMPILED, *LEFT_AS_PYTHON):
+        assert (ROOT / entry).exists(), entry
+    modules = compiled_modules()
+    assert "drills/sim.py" in modules and "state/coordinator.py" in modules
+    assert not set(LEFT_AS_PYTHON) & set(modules)
+    assert not any(m.endswith("__init__.py") for m in modules)
+
+
+def test_any_change_to_the_sources_is_a_new_build(tmp_path: Path) -> None:
+    copy = tmp_path / "connect_bridge"
+    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    before = engine_digest(copy)
+    assert engine_digest(copy) == before
+    (copy / "state" / "holds.py").write_text((copy / "state" / "holds.py").read_text() + "\n# changed\n")
+    assert engine_digest(copy) != before
+
+
+SEEDS = [(seed, adversarial) for seed in range(7_100, 7_160) for adversarial in (False, True)]
+
+
+@pytest.fixture(scope="module")
+def engines(compiled_engine: Path) -> tuple[compiled.DrillFunctions, compiled.DrillFunctions]:
+    return drill_functions(None), drill_functions(compiled_engine)
+
+
+def test_the_engine_is_compiled(engines: tuple[compiled.DrillFunctions, compiled.DrillFunctions]) -> None:
+    python, native = engines
+    assert not is_compiled(python)
+    assert is_compiled(native)
+    sim = sys.modules[native.run_scenario.__module__]
+    assert sim.__name__ == f"{compiled.ENGINE_PACKAGE}.drills.sim"
+    coordinator = sys.modules[f"{compiled.ENGINE_PACKAGE}.state.coordinator"]
+    assert not str(coordinator.__file__).endswith(".py")
+
+
+def test_compiled_drills_are_the_interpreted_drills(
+    engines: tuple[compiled.DrillFunctions, compiled.DrillFunctions],
+) -> None:
+    """Every event (time, worker, item, generation...) and every verdict the same, on plain and
+    adversarial drills of every protocol: the compiled engine is a faster run of the same code,
+    not a second simulator. A type the annotations lie about would stop a compiled drill with a
+    TypeError instead."""
+    python, native = engines
+    kinds = set()
+    for seed, adversarial in SEEDS:
+        expected_scenario = python.random_scenario(seed, adversarial=adversarial)
+        scenario = native.random_scenario(seed, adversarial=adversarial)
+        assert scenario.model_dump() == expected_scenario.model_dump()
+        expected = python.run_scenario(expected_scenario).events
+        events = native.run_scenario(scenario).events
+        assert events == expected, (seed, adversarial)
+        verdict = native.check(events, name=scenario.name, end_ms=scenario.end_ms)
+        expected_verdict = python.check(expected, name=scenario.name, end_ms=scenario.end_ms)
+        assert verdict.to_json() == expected_verdict.to_json()
+        kinds.update(step.action for step in scenario.steps)
+    # the drills covered restarts, crashes, bridge restarts and misbehaviours
+    assert {"crash", "restart_bridge"} <= kinds and len(kinds) >= 8, kinds
