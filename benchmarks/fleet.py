@@ -33,8 +33,10 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+from connect_bridge.drills.batch import collected_between_drills
 from connect_bridge.drills.compiled import DrillFunctions, drill_functions, ensure_engine, is_compiled
 from connect_bridge.pipeline.fleet import FLEET_JSON, scenario_seed
 
@@ -42,8 +44,31 @@ from connect_bridge.pipeline.fleet import FLEET_JSON, scenario_seed
 def plain_loop(drills: DrillFunctions, count: int, seed: int, adversarial: bool) -> dict[str, object]:
     """Drills ``0..count-1`` of fleet ``seed`` in this process: drills/s and the split."""
     split = {"generate": 0.0, "simulate": 0.0, "check": 0.0}
-    started = time.perf_counter()
-    cpu = time.process_time()
+    with collected_between_drills() as between_drills:
+        started = time.perf_counter()
+        cpu = time.process_time()
+        _loop(drills, count, seed, adversarial, split, between_drills)
+        wall = time.perf_counter() - started
+        cpu = time.process_time() - cpu
+    return {
+        "loop_drills": count,
+        "loop_s": round(wall, 2),
+        "loop_cpu_ms_per_drill": round(cpu / count * 1000, 2),
+        "loop_drills_per_s": round(count / wall, 2),
+        "loop_split_s": {key: round(value, 2) for key, value in split.items()},
+    }
+
+
+def _loop(
+    drills: DrillFunctions,
+    count: int,
+    seed: int,
+    adversarial: bool,
+    split: dict[str, float],
+    between_drills: Callable[[], None],
+) -> None:
+    """The drills as an executor runs them (``pipeline.fleet._checked``), the collector's run after
+    each counted with the check."""
     for index in range(count):
         t0 = time.perf_counter()
         scenario = drills.random_scenario(scenario_seed(seed, index), adversarial=adversarial)
@@ -51,18 +76,12 @@ def plain_loop(drills: DrillFunctions, count: int, seed: int, adversarial: bool)
         log = drills.run_scenario(scenario)
         t2 = time.perf_counter()
         drills.check(log.events, name=scenario.name, end_ms=scenario.end_ms)
+        del log
+        between_drills()
         t3 = time.perf_counter()
         split["generate"] += t1 - t0
         split["simulate"] += t2 - t1
         split["check"] += t3 - t2
-    wall = time.perf_counter() - started
-    return {
-        "loop_drills": count,
-        "loop_s": round(wall, 2),
-        "loop_cpu_ms_per_drill": round((time.process_time() - cpu) / count * 1000, 2),
-        "loop_drills_per_s": round(count / wall, 2),
-        "loop_split_s": {key: round(value, 2) for key, value in split.items()},
-    }
 
 
 def _tree(root: int) -> list[int]:

@@ -81,3 +81,28 @@ def test_compiled_drills_are_the_interpreted_drills(
         kinds.update(step.action for step in scenario.steps)
     # the drills covered restarts, crashes, bridge restarts and misbehaviours
     assert {"crash", "restart_bridge"} <= kinds and len(kinds) >= 8, kinds
+
+
+def test_the_collector_runs_between_drills_and_is_restored() -> None:
+    """``drills.batch``: off during a drill, the drill's cycles freed after it, the collector as
+    it was once the batch ends (also when it ends early)."""
+    import gc
+    import weakref
+
+    from connect_bridge.drills.batch import collected_between_drills
+
+    class Node:
+        pass
+
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), collected_between_drills() as between_drills:
+        assert not gc.isenabled()
+        node = Node()
+        node.self = node  # type: ignore[attr-defined]
+        alive = weakref.ref(node)
+        del node
+        assert alive() is not None  # a cycle: only the collector frees it
+        between_drills()
+        assert alive() is None
+        raise RuntimeError("the batch ends early")
+    assert gc.isenabled() and gc.get_freeze_count() == 0

@@ -71,6 +71,7 @@ def _drill_events(engine: str | None, batches: Iterator[Any]) -> Iterator[Any]:
     import pandas as pd
     import pyarrow as pa
 
+    from connect_bridge.drills.batch import collected_between_drills
     from connect_bridge.pipeline.schema import arrow_schema, event_row
 
     drills = _drill_functions(engine)
@@ -82,17 +83,20 @@ def _drill_events(engine: str | None, batches: Iterator[Any]) -> Iterator[Any]:
     def frame(rows: list[dict[str, Any]]) -> Any:
         return pa.Table.from_pylist(rows, schema=schema).to_pandas(types_mapper=nullable_longs)
 
-    for batch in batches:
-        rows: list[dict[str, Any]] = []
-        for seed in batch["seed"].tolist():
-            scenario = random_scenario(int(seed))
-            log = run_scenario(scenario)
-            rows.extend(event_row(e, scenario.name, i) for i, e in enumerate(log.events))
-            if len(rows) >= 20_000:
+    with collected_between_drills() as between_drills:
+        for batch in batches:
+            rows: list[dict[str, Any]] = []
+            for seed in batch["seed"].tolist():
+                scenario = random_scenario(int(seed))
+                log = run_scenario(scenario)
+                rows.extend(event_row(e, scenario.name, i) for i, e in enumerate(log.events))
+                del log
+                between_drills()
+                if len(rows) >= 20_000:
+                    yield frame(rows)
+                    rows = []
+            if rows:
                 yield frame(rows)
-                rows = []
-        if rows:
-            yield frame(rows)
 
 
 EVENTS_PER_CORE = 4
@@ -370,31 +374,48 @@ def _check_drills(
     seed to look at its events."""
 
     def run(seeds: Iterable[int]) -> Iterator[dict[str, Any]]:
+        from connect_bridge.drills.batch import collected_between_drills
+
         drills = _drill_functions(engine)
         random_scenario, run_scenario, check = drills.random_scenario, drills.run_scenario, drills.check
-        for seed in seeds:
-            scenario = random_scenario(int(seed), adversarial=adversarial)
-            try:
-                s = check(run_scenario(scenario).events, name=scenario.name, end_ms=scenario.end_ms)
-            except Exception as exc:  # one broken drill must not end the fleet
-                yield _crashed_row(scenario.name, int(seed), exc)
-                continue
-            yield {
-                "name": s.name,
-                "seed": int(seed),
-                "ok": s.ok,
-                "exclusive": s.exclusive,
-                "live": s.live,
-                "converged": s.converged,
-                "balanced": s.balanced,
-                "overlaps": s.overlaps,
-                "max_unowned_ms": s.max_unowned_ms,
-                "events": s.events,
-                "violation": s.violations[0] if s.violations else None,
-                "crashed": False,
-            }
+        with collected_between_drills() as between_drills:
+            yield from _checked(seeds, adversarial, random_scenario, run_scenario, check, between_drills)
 
     return run
+
+
+def _checked(
+    seeds: Iterable[int],
+    adversarial: bool,
+    random_scenario: Callable[..., Any],
+    run_scenario: Callable[..., Any],
+    check: Callable[..., Any],
+    between_drills: Callable[[], None],
+) -> Iterator[dict[str, Any]]:
+    """One verdict row per seed (``between_drills()`` after each drill)."""
+    for seed in seeds:
+        scenario = random_scenario(int(seed), adversarial=adversarial)
+        try:
+            s = check(run_scenario(scenario).events, name=scenario.name, end_ms=scenario.end_ms)
+        except Exception as exc:  # one broken drill must not end the fleet
+            between_drills()
+            yield _crashed_row(scenario.name, int(seed), exc)
+            continue
+        between_drills()
+        yield {
+            "name": s.name,
+            "seed": int(seed),
+            "ok": s.ok,
+            "exclusive": s.exclusive,
+            "live": s.live,
+            "converged": s.converged,
+            "balanced": s.balanced,
+            "overlaps": s.overlaps,
+            "max_unowned_ms": s.max_unowned_ms,
+            "events": s.events,
+            "violation": s.violations[0] if s.violations else None,
+            "crashed": False,
+        }
 
 
 def _seed_slices(spark: Any, count: int, seed: int, per_core: int) -> Any:
