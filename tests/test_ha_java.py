@@ -370,8 +370,7 @@ def drain(drill: HaDrill) -> str:
 
 def test_three_bridges_failover_zombie_and_drain(ha_drill: HaDrill) -> None:
     drill = ha_drill
-    for name in ("w0", "w1", "w2"):
-        drill.start(name)
+    drill.start_together(("w0", "w1", "w2"))
     drill.create("alpha", 4, via="w0")
     drill.create("beta", 4, via="w1")
     drill.wait_running()
