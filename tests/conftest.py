@@ -7,6 +7,7 @@ classes on every run).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ import connect_vectors
 # a Kafka broker is a JVM that takes seconds to start, so the whole session shares one.
 from kafka_fixtures import bridge_proxy, connect_worker, kafka_broker
 from kafka_secure import secure_kafka
+from package_bytecode import compile_package
 
 __all__ = ["bridge_proxy", "connect_worker", "kafka_broker", "secure_kafka"]
 
@@ -37,6 +39,13 @@ def load_vectors() -> list[dict[str, Any]]:
 def vectors() -> list[dict[str, Any]]:
     """All Connect embedded-protocol golden vectors (``tests/connect_vectors.py``)."""
     return load_vectors()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The package's bytecode written once for the processes the tests start (tests/package_bytecode.py)."""
+    import connect_bridge
+
+    compile_package(Path(connect_bridge.__file__).parent)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

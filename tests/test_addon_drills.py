@@ -156,8 +156,7 @@ def test_rolling_upgrade_to_connect_protocol_and_back(drill: JavaDrill) -> None:
     again at the end; after every step the checker and both witnesses find no task run twice and
     none unowned past the bound."""
     names = ("w0", "w1", "w2", "w3")
-    for name in names:
-        drill.start(name, group_protocol=CLASSIC)
+    drill.start_together(names, group_protocol=CLASSIC)
     drill.create("alpha", 6, via="w0")
     drill.create_sink("sink", "alpha", via="w1")
     drill.wait_running(timeout_s=90)
@@ -297,8 +296,7 @@ def test_all_connect_protocol_cluster(drill: JavaDrill) -> None:
     drill.worker_overrides["inter.worker.key.ttl.ms"] = KEY_TTL_MS
     drill.worker_overrides["consumer.session.timeout.ms"] = SINK_SESSION_MS
     names = ("n0", "n1", "n2")
-    for name in names:
-        drill.start(name, group_protocol=CONNECT)
+    drill.start_together(names, group_protocol=CONNECT)
     assert group_type(drill) == CONNECT
     figures: list[str] = []
     drill.create("alpha", 4, via=drill.follower())
@@ -386,8 +384,7 @@ def test_connect_protocol_workers_follow_a_bridge_failover(ha_connect_drill: HaD
     comes back. Judged by the checker and both witnesses, with the time no bridge coordinated the
     group recorded as a bridge outage (``bridge_restart`` .. ``bridge_up``, as test_ha_java)."""
     drill = ha_connect_drill
-    for name in ("n0", "n1", "n2"):
-        drill.start(name, group_protocol=CONNECT)
+    drill.start_together(("n0", "n1", "n2"), group_protocol=CONNECT)
     drill.create("alpha", 4, via="n0")
     drill.create("beta", 4, via="n1")
     drill.wait_running(timeout_s=90)

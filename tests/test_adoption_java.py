@@ -323,8 +323,7 @@ def adoption_drill(
 def test_adopt_a_running_java_cluster(adoption_drill: tuple[AdoptionDrill, str]) -> None:
     drill, metrics = adoption_drill
     broker = drill.broker.bootstrap
-    for name in ("w0", "w1", "w2"):
-        drill.start_on(name, broker)
+    drill.start_together(("w0", "w1", "w2"), lambda name: drill.start_on(name, broker))
     drill.create("alpha", 4, via="w0")
     drill.create("beta", 4, via="w1")
     drill.wait_running()

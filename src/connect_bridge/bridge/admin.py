@@ -26,12 +26,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import quote, unquote
 
-from connect_bridge.bridge.adoption.wiring import Adoption
 from connect_bridge.bridge.ha.partitions import HighAvailability
 from connect_bridge.bridge.proxy.relay import Relay
+
+if TYPE_CHECKING:  # imported only when adoption is configured (``proxy.listeners``)
+    from connect_bridge.bridge.adoption.wiring import Adoption
 
 ADOPT_PATH = "/admin/groups/{group}/adopt"
 RELEASE_PATH = "/admin/groups/{group}/release"

@@ -25,9 +25,8 @@ import ssl
 import struct
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from connect_bridge.bridge.adoption.wiring import Adoption
 from connect_bridge.bridge.coordination.api_table import API_NAMES, DECODED_FOR_ROUTING, Answer
 from connect_bridge.bridge.coordination.fastpath import Framed, SteadyHeartbeats
 from connect_bridge.bridge.coordination.handlers import Client, LocalApis, now_ms
@@ -82,6 +81,9 @@ from connect_bridge.state.model import ConfigView
 from connect_bridge.state.result import CoordinatorResult
 
 __all__ = ["BridgeServer", "ServerOptions"]
+
+if TYPE_CHECKING:  # imported only when adoption is configured (``proxy.listeners``)
+    from connect_bridge.bridge.adoption.wiring import Adoption
 
 log = logging.getLogger("connect_bridge.server")
 _SIZE = struct.Struct(">i")

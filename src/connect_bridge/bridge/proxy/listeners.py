@@ -13,10 +13,8 @@ import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from connect_bridge.bridge.adoption.upstream import UpstreamGroups
-from connect_bridge.bridge.adoption.wiring import Adoption
 from connect_bridge.bridge.coordination.handlers import LocalApis
 from connect_bridge.bridge.coordination.runtime import CoordinatorRuntime
 from connect_bridge.bridge.edge.accept import Listener
@@ -29,6 +27,9 @@ from connect_bridge.bridge.startup import address, bind_error, retry_until
 from connect_bridge.bridge.upstream.cluster import UpstreamCluster, group_matcher
 from connect_bridge.bridge.upstream.task_clients import RelayedClients
 from connect_bridge.codecs.requests import DecodedRequest
+
+if TYPE_CHECKING:  # imported in proxy_mode, only when adoption is configured
+    from connect_bridge.bridge.adoption.wiring import Adoption
 
 log = logging.getLogger("connect_bridge.server")
 
@@ -137,6 +138,10 @@ def proxy_mode(host: ProxyHost, advertised_host: str) -> ProxyMode:
         relay.observe_answer = functools.partial(metrics.observe_request, RELAYED)
     adoption = None
     if options.adoption is not None and options.adoption.enabled:
+        # Imported here, only when adoption is configured: a bridge without it never loads them.
+        from connect_bridge.bridge.adoption.upstream import UpstreamGroups
+        from connect_bridge.bridge.adoption.wiring import Adoption
+
         adoption = Adoption(
             options.adoption,
             UpstreamGroups(options.upstream, options.upstream_security),
