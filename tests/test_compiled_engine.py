@@ -106,3 +106,16 @@ def test_the_collector_runs_between_drills_and_is_restored() -> None:
         assert alive() is None
         raise RuntimeError("the batch ends early")
     assert gc.isenabled() and gc.get_freeze_count() == 0
+
+
+def test_old_builds_are_pruned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    monkeypatch.setattr(compiled, "cache_root", lambda: tmp_path)
+    for age, name in enumerate(["a", "b", "c", "d", "e"]):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "built").write_text("x")
+        os.utime(tmp_path / name / "built", (1000 + age, 1000 + age))
+    (tmp_path / "f.building-1").mkdir()  # another process's build in progress
+    compiled._prune(keep=tmp_path / "a")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "d", "e", "f.building-1"]

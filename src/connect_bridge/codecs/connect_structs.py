@@ -140,10 +140,10 @@ def read_groups(stream: io.BytesIO, make: Callable[[str, tuple[int, ...]], Any])
     pos = stream.tell()
     count: int = _unpack_i32_from(buf, pos)[0]
     pos += 4
-    groups = None
+    groups: tuple[Any, ...] | None = None
     if count >= 0:
-        groups = []
-        append = groups.append
+        read: list[Any] = []
+        append = read.append
         for _ in range(count):
             length: int = _unpack_i16_from(buf, pos)[0]
             pos += 2
@@ -161,7 +161,7 @@ def read_groups(stream: io.BytesIO, make: Callable[[str, tuple[int, ...]], Any])
                 tasks = struct.unpack_from(f">{ntasks}i", buf, pos)
             pos += 4 * ntasks
             append(make(raw.decode("utf-8"), tasks))
-        groups = tuple(groups)
+        groups = tuple(read)
     stream.seek(pos)
     return groups
 

@@ -45,6 +45,7 @@ COMPILED = (
     "drills/sim_bridge.py",
     "drills/sim_worker.py",
     "drills/events.py",
+    "codecs/ids.py",
 )
 """What mypyc compiles, relative to the package: a folder stands for every module in it."""
 
@@ -58,6 +59,9 @@ LEFT_AS_PYTHON = {
 """Modules under :data:`COMPILED` that stay Python, and why."""
 
 BUILD_TIMEOUT_S = 1200
+KEPT_BUILDS = 3
+"""Builds kept in the cache (the newest; about 20 MB each): other checkouts or branches of the
+project may still use an older one."""
 
 
 class EngineBuildError(RuntimeError):
@@ -211,6 +215,18 @@ def _build(home: Path, *, quiet: bool) -> None:
         work.rename(home)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+    _prune(keep=home)
+
+
+def _prune(keep: Path) -> None:
+    """Remove all but the :data:`KEPT_BUILDS` newest builds (``keep`` always stays)."""
+    builds = sorted(
+        (d for d in cache_root().iterdir() if (d / "built").is_file() and d != keep),
+        key=lambda d: (d / "built").stat().st_mtime,
+        reverse=True,
+    )
+    for old in builds[KEPT_BUILDS - 1 :]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def engine_or_reason(*, quiet: bool = True) -> tuple[Path | None, str]:

@@ -90,8 +90,12 @@ class ActionKind(StrEnum):
     """Dead (fatal error or shut down): nothing more to do."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class NextAction:
+    """What the worker does next, and when. Not frozen: a worker answers one on every step of its
+    driver, and a frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``
+    (three times slower, interpreted or compiled)."""
+
     kind: ActionKind
     at_ms: int | None = None
     reason: str = ""
