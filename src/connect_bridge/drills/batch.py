@@ -19,16 +19,21 @@ from collections.abc import Callable, Iterator
 
 
 @contextlib.contextmanager
-def collected_between_drills() -> Iterator[Callable[[], None]]:
-    """Within it, the collector is off; call what it yields after each drill. The collector's
-    state is restored on leaving (also when the caller stops early)."""
+def collected_between_drills(*, keep_frozen: bool = False) -> Iterator[Callable[[], None]]:
+    """Within it, the collector is off; call what it yields after each drill. On leaving (also when
+    the caller stops early) the collector is switched back on if it was, and what was frozen is
+    unfrozen unless ``keep_frozen``: a Spark Python worker, reused task after task, keeps it
+    frozen (its long-lived objects), because unfreezing put its whole heap back in the oldest
+    generation and the next full collection cost each task tens of milliseconds (a fleet on
+    ``local[1]``: 53.9 -> 58.8 drills/s)."""
     was_enabled = gc.isenabled()
     gc.freeze()
     gc.disable()
     try:
         yield _collect_young
     finally:
-        gc.unfreeze()
+        if not keep_frozen:
+            gc.unfreeze()
         if was_enabled:
             gc.enable()
 

@@ -51,6 +51,13 @@ def drill_ok(entry: Mapping[str, Any]) -> bool:
     return int(entry["overlaps"]) == 0 and bool(entry["converged"]) and bool(entry["balanced"])
 
 
+def _in_spark_task() -> bool:
+    """Whether this runs in a Spark executor's Python worker (not a test calling the body)."""
+    from pyspark import TaskContext
+
+    return TaskContext.get() is not None
+
+
 def _drill_functions(engine: str | None) -> Any:
     """In an executor: the compiled engine at ``engine`` when this machine has it (a local session,
     or a standalone cluster on this machine), else the interpreted one (``drills/compiled.py``)."""
@@ -83,7 +90,7 @@ def _drill_events(engine: str | None, batches: Iterator[Any]) -> Iterator[Any]:
     def frame(rows: list[dict[str, Any]]) -> Any:
         return pa.Table.from_pylist(rows, schema=schema).to_pandas(types_mapper=nullable_longs)
 
-    with collected_between_drills() as between_drills:
+    with collected_between_drills(keep_frozen=_in_spark_task()) as between_drills:
         for batch in batches:
             rows: list[dict[str, Any]] = []
             for seed in batch["seed"].tolist():
@@ -378,7 +385,7 @@ def _check_drills(
 
         drills = _drill_functions(engine)
         random_scenario, run_scenario, check = drills.random_scenario, drills.run_scenario, drills.check
-        with collected_between_drills() as between_drills:
+        with collected_between_drills(keep_frozen=_in_spark_task()) as between_drills:
             yield from _checked(seeds, adversarial, random_scenario, run_scenario, check, between_drills)
 
     return run
