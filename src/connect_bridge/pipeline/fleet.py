@@ -66,15 +66,12 @@ def _drill_functions(engine: str | None) -> Any:
     return drill_functions(engine if engine is not None and Path(engine).is_dir() else None)
 
 
-def _run_drills(engine: str | None) -> Callable[[Iterator[Any]], Iterator[Any]]:
-    """``mapInPandas`` body: a batch of ``seed`` values → the event rows of their drills.
+def _drill_events(engine: str | None, batches: Iterator[Any]) -> Iterator[Any]:
+    """``mapInPandas`` body (with ``engine`` bound): a batch of ``seed`` values → the event rows of
+    their drills.
 
     Runs in the executors' Python workers, so the engine is imported there (the package must be
     installed where the executors run)."""
-    return partial(_drill_events, engine)
-
-
-def _drill_events(engine: str | None, batches: Iterator[Any]) -> Iterator[Any]:
     import pandas as pd
     import pyarrow as pa
 
@@ -251,7 +248,7 @@ def write_fleet_events(spark: Any, count: int, seed: int, path: str | Path, engi
     from connect_bridge.pipeline.schema import spark_schema
 
     events = _seed_frame(spark, count, seed, EVENTS_PER_CORE).mapInPandas(
-        _run_drills(engine), schema=spark_schema()
+        partial(_drill_events, engine), schema=spark_schema()
     )
     events.write.mode("overwrite").partitionBy("drill").parquet(str(path))
     return int(spark.read.parquet(str(path)).count())
