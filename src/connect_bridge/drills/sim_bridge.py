@@ -111,6 +111,7 @@ class SimulatedBridge:
         self.store: dict[tuple[int, str, str], Record] = {}
         self.connectors = dict(sc.connectors)
         self.config_offset = 0
+        self._view: ConfigView | None = None
         self.workers: dict[str, SimWorker] = {}
         self.incarnations = 0
         self.bridge_up = True
@@ -166,7 +167,12 @@ class SimulatedBridge:
         return coord
 
     def view(self) -> ConfigView:
-        return ConfigView.of(self.config_offset, self.connectors)
+        """The config topic as it stands. Every change of the connectors moves the offset, so the
+        view is kept until the offset moves (every worker reads it, often)."""
+        view = self._view
+        if view is None or view.offset != self.config_offset:
+            view = self._view = ConfigView.of(self.config_offset, self.connectors)
+        return view
 
     def at(self, t_ms: int, action: Callable[[int], None]) -> None:
         """Queue ``action``; a deadline already in the past (a timer re-armed on load) runs now."""

@@ -102,6 +102,8 @@ class LegacyWorker(LegacyMember):
 
     _last_protocols: tuple[tuple[Any, ...], tuple[tuple[str, bytes], ...]] | None = None
     """The last :meth:`protocols` answer and what it was made of."""
+    _last_heartbeat: HeartbeatRequest | None = None
+    """The last :meth:`heartbeat_request`: the same (frozen) request while its fields are."""
 
     # -- joining -----------------------------------------------------------------------------------
 
@@ -392,8 +394,19 @@ class LegacyWorker(LegacyMember):
             raise RuntimeError(f"no heartbeats in state {self.state}")
         self._heartbeat_in_flight = True
         self._heartbeat_base_ms = now_ms
-        self._heartbeat_sent_generation = (self.generation, self.member_id)
-        return HeartbeatRequest(self.group_id, self.member_id, self.generation, self.instance_id)
+        generation, member_id = self.generation, self.member_id
+        self._heartbeat_sent_generation = (generation, member_id)
+        last = self._last_heartbeat
+        if (
+            last is None
+            or last.generation_id != generation
+            or last.member_id != member_id
+            or last.group_instance_id != self.instance_id
+            or last.group_id != self.group_id
+        ):
+            last = HeartbeatRequest(self.group_id, member_id, generation, self.instance_id)
+            self._last_heartbeat = last
+        return last
 
     def on_heartbeat_response(self, resp: HeartbeatResponse, now_ms: int) -> Reaction:
         """Kafka's ``HeartbeatResponseHandler``: rejoin, reset, retry or die."""
