@@ -67,21 +67,48 @@ Deliver = Callable[[Any, int, bool], None]
 """Hands an answer to the worker: ``deliver(response, at_ms, duplicate)``."""
 
 
-@dataclass(slots=True)
 class _Sent:
-    """One request on its way, with what its worker does when it answers or times out."""
+    """One request on its way, with what its worker does when it answers or times out.
 
-    worker: SimWorker
-    method: str
-    request: Any
-    unavailable: Callable[[], Any]
-    deliver: Deliver
-    at: int
-    """When the worker sent it."""
-    timeout_ms: int
-    cut_off: int
-    """How long a partitioned worker waits before it sees the timeout."""
-    token: tuple | None
+    A plain class, not a dataclass: one is made for every message, and the compiled engine builds
+    a plain class natively, where a dataclass keeps the dataclasses module's interpreted
+    ``__init__``."""
+
+    __slots__ = (
+        "at",
+        "cut_off",
+        "deliver",
+        "method",
+        "request",
+        "timeout_ms",
+        "token",
+        "unavailable",
+        "worker",
+    )
+
+    def __init__(
+        self,
+        worker: SimWorker,
+        method: str,
+        request: Any,
+        unavailable: Callable[[], Any],
+        deliver: Deliver,
+        at: int,
+        timeout_ms: int,
+        cut_off: int,
+        token: tuple | None,
+    ) -> None:
+        self.worker = worker
+        self.method = method
+        self.request = request
+        self.unavailable = unavailable
+        self.deliver = deliver
+        self.at = at
+        """When the worker sent it."""
+        self.timeout_ms = timeout_ms
+        self.cut_off = cut_off
+        """How long a partitioned worker waits before it sees the timeout."""
+        self.token = token
 
 
 @dataclass
