@@ -19,7 +19,8 @@ import os
 import random
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
+from operator import attrgetter
 from typing import Any
 
 from connect_bridge.codecs.connect_protocol import decode_assignment
@@ -109,6 +110,26 @@ class _Sent:
         self.cut_off = cut_off
         """How long a partitioned worker waits before it sees the timeout."""
         self.token = token
+
+
+_REBUILT: dict[type, tuple[Callable[[Any], tuple], int]] = {}
+"""Per request type: its ``__init__`` fields read at once (``operator.attrgetter``) and where the
+token is among them."""
+
+
+def _with_token(req: Any, token: tuple) -> Any:
+    """``dataclasses.replace(req, token=token)`` for a parked request's every arrival, with the
+    fields looked up once per type and passed by position (``replace`` walks the fields and builds
+    keyword arguments on every call: 2.6% of a compiled drill, py-spy)."""
+    cls = type(req)
+    rebuilt = _REBUILT.get(cls)
+    if rebuilt is None:
+        names = [f.name for f in fields(cls) if f.init]
+        rebuilt = _REBUILT[cls] = (attrgetter(*names), names.index("token"))
+    read, at = rebuilt
+    values = list(read(req))
+    values[at] = token
+    return cls(*values)
 
 
 @dataclass
@@ -437,7 +458,7 @@ class SimulatedBridge:
             return
         req = sent.request
         if sent.token is not None:
-            req = replace(req, token=(*sent.token, tag, sent.at + sent.timeout_ms))
+            req = _with_token(req, (*sent.token, tag, sent.at + sent.timeout_ms))
         if t < self.paused_until:
             self._time_out(sent, t, max(t, sent.at + sent.timeout_ms))  # sent to the paused bridge
             return
