@@ -108,7 +108,7 @@ MARKS_BY_MODULE: dict[str, tuple[str, ...]] = {
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark what each test needs (``spark``, ``broker``, ``jvm``, ``live``, ``browser``), and every
-    such test ``heavy``: ``pytest -m "not heavy"`` runs the quick subset (about a minute), and, for
+    such test ``heavy``: ``pytest -m "not heavy"`` runs the quick subset (two to three minutes), and, for
     example, ``-m "not jvm and not spark"`` everything but the Java and Spark tests."""
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))

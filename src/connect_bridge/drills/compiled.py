@@ -10,7 +10,7 @@ process (a compiled class and its Python twin would be two different classes); t
 
 Built on first use into ``~/.cache/connect-bridge/engine/<digest>/`` (the digest covers every
 source file of the package, Python's version and mypy's), under a lock, so a fleet's executors on
-this machine (``local[N]`` or a standalone cluster on loopback) find it; a build takes about two
+this machine (``local[N]`` or a standalone cluster on loopback) find it; a build takes one to two
 minutes on two cores. ``tests/test_compiled_engine.py`` proves that it gives the same drills as the
 interpreted engine. Where it cannot be built (no mypy, no C compiler, no Python headers) the caller
 runs the Python engine and says so (:func:`engine_or_reason`).

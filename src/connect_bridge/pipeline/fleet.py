@@ -192,7 +192,7 @@ def _resolve_engine(engine: str, say: Callable[..., None]) -> tuple[str | None, 
     if engine == "python":
         return None, "python"
     if not is_built():
-        say("building the compiled drill engine (mypyc; once per source tree, about two minutes)")
+        say("building the compiled drill engine (mypyc; once per source tree, one to two minutes)")
     if engine == "compiled":
         try:
             return str(ensure_engine()), "compiled"
