@@ -19,7 +19,7 @@ empty / 0, exactly as the Java runtime does, so the rest of the code never sees 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Final
@@ -69,21 +69,27 @@ class ConnectorGroup:
     tasks: tuple[int, ...]
 
 
-_new_object = object.__new__
-_set_connector = ConnectorGroup.__dict__["connector"].__set__
-_set_tasks = ConnectorGroup.__dict__["tasks"].__set__
+_set_connector = getattr(ConnectorGroup, "connector").__set__  # the slot's descriptor  # noqa: B009
+_set_tasks = getattr(ConnectorGroup, "tasks").__set__  # noqa: B009
 
 
-def _make_group(connector: str, tasks: tuple[int, ...]) -> ConnectorGroup:
+def _filled_group(connector: str, tasks: tuple[int, ...]) -> ConnectorGroup:
     """``ConnectorGroup(connector, tasks)`` for the decoder's hot loop, about twice as fast.
 
     The generated frozen ``__init__`` goes through ``object.__setattr__`` per field; filling the two
     slots directly skips that. Only for values that are already typed (they come from ``struct``).
     """
-    group = _new_object(ConnectorGroup)
+    group = object.__new__(ConnectorGroup)
     _set_connector(group, connector)
     _set_tasks(group, tasks)
     return group
+
+
+_make_group: Final[Callable[[str, tuple[int, ...]], ConnectorGroup]] = (
+    _filled_group if getattr(ConnectorGroup, "__dataclass_params__").init else ConnectorGroup  # noqa: B009
+)
+"""How the decoder builds a group. In the compiled drill engine the class writes its own native
+``__init__`` (``drills/compiled_source.py``), which is the faster way there."""
 
 
 def _flatten(groups: Groups | AbsentType | None) -> tuple[ConnectorTaskId, ...]:
@@ -488,7 +494,7 @@ def _build(fast: Any, wire: dict[str, Any], explain: Callable[[], None], kind: s
 
 
 class _Carried:
-    """Carries a value through ``lru_cache`` without taking part in its key (its ``repr`` does)."""
+    """Carries a value through ``lru_cache`` without taking part in its key."""
 
     __slots__ = ("value",)
 
@@ -502,26 +508,80 @@ class _Carried:
         return isinstance(other, _Carried)
 
 
+_UNKEYED: Final = object()
+"""What a key function answers for a value it cannot vouch for: it is encoded, never remembered."""
+
+
+def _groups_key(groups: Any) -> Any:
+    """Groups as nested tuples, or :data:`_UNKEYED` unless every part has exactly its declared type."""
+    if groups is None or groups is ABSENT:
+        return groups
+    if type(groups) is not tuple:
+        return _UNKEYED
+    key = []
+    for group in groups:
+        if type(group) is not ConnectorGroup or type(group.connector) is not str:
+            return _UNKEYED
+        tasks = group.tasks
+        if type(tasks) is not tuple or not all(type(task) is int for task in tasks):
+            return _UNKEYED
+        key.append((group.connector, tasks))
+    return tuple(key)
+
+
+def _assignment_key(asg: Any) -> Any:
+    """The memo key of an assignment: its fields as plain tuples, each of exactly its declared type.
+
+    Exact types, unlike equality, tell ``1`` from ``True`` and ``1.0`` and a tuple from a list, so a
+    value the codec refuses never gets the bytes of an equal one it took.
+    """
+    if type(asg) is not Assignment:
+        return _UNKEYED
+    scalars = (asg.error, asg.leader, asg.leader_url, asg.config_offset)
+    if not all(type(v) is t for v, t in zip(scalars, (int, str, str, int), strict=True)):
+        return _UNKEYED
+    if asg.delay is not ABSENT and type(asg.delay) is not int:
+        return _UNKEYED
+    assigned, revoked = _groups_key(asg.assignment), _groups_key(asg.revoked)
+    if assigned is _UNKEYED or revoked is _UNKEYED:
+        return _UNKEYED
+    return (*scalars, assigned, revoked, asg.delay)
+
+
+def _subscription_key(sub: Any) -> Any:
+    """The memo key of a subscription, by the same rule as :func:`_assignment_key`."""
+    if type(sub) is not Subscription or type(sub.url) is not str or type(sub.config_offset) is not int:
+        return _UNKEYED
+    allocation = sub.allocation
+    if allocation is not None and allocation is not ABSENT:
+        allocation = _assignment_key(allocation)
+        if allocation is _UNKEYED:
+            return _UNKEYED
+    return (sub.url, sub.config_offset, allocation)
+
+
 @lru_cache(maxsize=MEMO_SIZE)
 def _remembered_encoding(
-    build: Callable[[Any, int], bytes], kind: type, text: str, version: int, carried: _Carried
+    build: Callable[[Any, int], bytes], key: Hashable, version: int, carried: _Carried
 ) -> bytes:
-    """``build(value, version)``, remembered by the value's type and ``repr``: unlike equality, the
-    ``repr`` tells ``1`` from ``True`` and ``1.0`` and a tuple from a list, so a value the codec
-    refuses never gets the bytes of an equal one it took."""
+    """``build(value, version)``, remembered by the value's key (which stands for it exactly)."""
     return build(carried.value, version)
 
 
-def _encode(build: Callable[[Any, int], bytes], value: Any, version: Any, remember: bool) -> bytes:
+def _encode(
+    build: Callable[[Any, int], bytes], key_of: Callable[[Any], Any], value: Any, version: Any, remember: bool
+) -> bytes:
     """A version that is not exactly an ``int`` is never remembered: it is refused."""
     if remember and type(version) is int:
-        return _remembered_encoding(build, type(value), repr(value), version, _Carried(value))
+        key = key_of(value)
+        if key is not _UNKEYED:
+            return _remembered_encoding(build, key, version, _Carried(value))
     return build(value, version)
 
 
 def encode_assignment(asg: Assignment, version: int, *, remember: bool = True) -> bytes:
     """Encode at ``version``: v0 layout for 0, v1 layout for >= 1, writing exactly the present fields."""
-    return _encode(_build_assignment, asg, version, remember)
+    return _encode(_build_assignment, _assignment_key, asg, version, remember)
 
 
 def _build_assignment(asg: Assignment, version: int) -> bytes:
@@ -532,7 +592,7 @@ def _build_assignment(asg: Assignment, version: int) -> bytes:
 
 def encode_subscription(sub: Subscription, version: int, *, remember: bool = True) -> bytes:
     """Encode at ``version``; the allocation's inner header gets the same version."""
-    return _encode(_build_subscription, sub, version, remember)
+    return _encode(_build_subscription, _subscription_key, sub, version, remember)
 
 
 def _build_subscription(sub: Subscription, version: int) -> bytes:

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from connect_bridge.drills.compiled_source import base_names, native_dataclasses
+
 PACKAGE = "connect_bridge"
 ENGINE_PACKAGE = "connect_bridge_compiled"
 """The name the compiled copy is imported under."""
@@ -46,6 +48,7 @@ COMPILED = (
     "drills/sim_worker.py",
     "drills/events.py",
     "codecs/ids.py",
+    "codecs/connect_protocol.py",
 )
 """What mypyc compiles, relative to the package: a folder stands for every module in it."""
 
@@ -159,10 +162,16 @@ _IMPORT_NAME = re.compile(rf"\b{PACKAGE}\b")
 
 
 def _copy_renamed(source: Path, target: Path) -> None:
-    """The package under :data:`ENGINE_PACKAGE`: every module's own name and imports renamed."""
+    """The package under :data:`ENGINE_PACKAGE`: every module's own name and imports renamed, and the
+    dataclasses of the modules mypyc compiles given native constructors (:mod:`compiled_source`)."""
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyc", "*.c"))
+    native = set(compiled_modules(source))
+    inherited = base_names([file.read_text() for file in target.rglob("*.py")])
     for file in target.rglob("*.py"):
-        file.write_text(_IMPORT_NAME.sub(ENGINE_PACKAGE, file.read_text()))
+        text = _IMPORT_NAME.sub(ENGINE_PACKAGE, file.read_text())
+        if file.relative_to(target).as_posix() in native:
+            text = native_dataclasses(text, inherited)
+        file.write_text(text)
 
 
 _BUILD_SCRIPT = """
