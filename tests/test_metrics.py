@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import re
+import time
 
 import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -227,3 +228,28 @@ def test_per_request_metrics_expose_what_prometheus_client_would() -> None:
     assert samples(loop) == samples(own)
     with pytest.raises(ValueError):
         built[1][1].labels(api="a0").inc(-1)
+
+
+def test_a_tls_client_on_the_plaintext_listener_is_closed_at_once() -> None:
+    """A scraper told ``https`` sends a ClientHello (first byte 0x16) and never a request line: it is
+    closed at once, not held until ``metrics_request_timeout_ms``, and plain HTTP still works."""
+
+    async def scenario() -> tuple[bytes, float]:
+        server = await start_http("127.0.0.1", 0, Metrics(), lambda: True, request_timeout_s=30)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            started = time.monotonic()
+            writer.write(b"\x16\x03\x01\x00\x05hello")  # the start of a TLS record, no newline
+            await writer.drain()
+            answer = await asyncio.wait_for(reader.read(), 10)
+            waited = time.monotonic() - started
+            writer.close()
+            assert (await http(port, get("/livez")))[::2] == (200, b"ok\n")
+            return answer, waited
+        finally:
+            server.close()
+            await server.wait_closed()
+
+    answer, waited = asyncio.run(scenario())
+    assert answer == b"" and waited < 10

@@ -34,6 +34,10 @@ new one is closed at once (503 first on plaintext). Scrapers and probes open one
 time."""
 HTTP_MAX_LINE = 8192
 HTTP_MAX_HEADERS = 100
+TLS_HANDSHAKE_RECORD = b"\x16"
+"""The first byte of a TLS ClientHello (a handshake record): on the plaintext listener such a
+client (a scraper told ``https``) is closed at once; no HTTP answer would reach it, and waiting for
+a request line it never sends held its place for ``metrics_request_timeout_ms``."""
 _BUSY = b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 log = logging.getLogger(__name__)
@@ -89,7 +93,7 @@ async def start_http(
             # One deadline from accept: the TLS handshake and the request head share it.
             left_s = max(0.0, request_timeout_s - (time.monotonic() - slot.accepted))
             status, content_type, body, head_only = await _respond(
-                reader, metrics, ready, admin, gate, peer, left_s
+                reader, metrics, ready, admin, gate, peer, left_s, plaintext=ssl is None
             )
             reason = _REASONS.get(status, "")
             headers = [
@@ -155,12 +159,20 @@ async def _respond(
     gate: AdminAccess | None = None,
     peer: tuple[Any, Any] = (None, None),
     request_timeout_s: float = HTTP_READ_TIMEOUT_S,
+    *,
+    plaintext: bool = True,
 ) -> tuple[int, str, bytes, bool]:
+    """(status, content type, body, head only) for one request; raises ``ConnectionAbortedError``
+    for a TLS client on the plaintext listener (``plaintext``), which is closed unanswered."""
     text = "text/plain; charset=utf-8"
     headers: dict[str, str] = {}
     try:
         async with asyncio.timeout(request_timeout_s):  # the whole head, not each line
-            request_line = await reader.readline()
+            first = await reader.readexactly(1)
+            if plaintext and first == TLS_HANDSHAKE_RECORD:
+                log.debug("a TLS handshake on the plaintext metrics listener from %s: closed", peer[0])
+                raise ConnectionAbortedError("a TLS ClientHello on the plaintext metrics listener")
+            request_line = first if first == b"\n" else first + await reader.readline()
             for _ in range(HTTP_MAX_HEADERS):
                 line = await reader.readline()
                 if line in (b"\r\n", b"\n", b""):
