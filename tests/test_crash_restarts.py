@@ -10,14 +10,17 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import shutil
 import signal
 import socket
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
 from connect_bridge.bridge.edge.accept import LISTEN_BACKLOG
+from connect_bridge.bridge.edge.connection_settings import ConnectionSettings
 from connect_bridge.state import api as napi
 from connect_bridge.wire import maps as wm
 from connect_bridge.wire.client import KafkaConnection
@@ -120,3 +123,20 @@ def test_two_thousand_idle_sockets_leave_the_bridge_serving() -> None:
         finally:
             for sock in socks:
                 sock.close()
+
+
+def _listen_backlog(port: int) -> int:
+    """The accept queue's length limit of the listening socket on ``port`` (``ss``'s Send-Q)."""
+    if shutil.which("ss") is None:
+        pytest.skip("ss (iproute2) is not installed: it is how a socket's backlog is read")
+    out = subprocess.run(["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True, check=True)
+    return int(out.stdout.split()[2])
+
+
+def test_the_worker_listener_queues_what_listen_backlog_says() -> None:
+    """Every client of the workers reconnects at once after a restart: the kernel's queue must hold
+    them (``connections.listen_backlog``, 1024 unless set), or their SYNs are dropped and retried."""
+    with running() as srv:
+        assert _listen_backlog(srv.port) == 1024
+    with running(connections=ConnectionSettings(listen_backlog=777)) as srv:
+        assert _listen_backlog(srv.port) == 777

@@ -223,6 +223,7 @@ class BridgeServer:
             limit=LISTEN_BUFFER,
             refused=self._refused,
             sasl=self.options.sasl is not None and self.options.sasl.enabled,
+            backlog=self.options.connections.listen_backlog,
         )
 
     def _set_up_handlers(self, advertised: tuple[str, int], node: int) -> None:

@@ -523,6 +523,7 @@ config_view:                     # example; omit the section when there is no fi
 # What a client may hold on the worker listener before it authenticated (docs/security.md
 # "Before authentication"). The frame limits and the deadline apply on listeners with SASL.
 connections:
+  listen_backlog: 1024                    # queued by the kernel before accept (capped by somaxconn)
   tls_handshake_timeout_ms: 10000
   max_unauthenticated: null               # null: half of max_connections
   max_unauthenticated_per_address: 100    # each loopback address counts on its own; null: no limit

@@ -201,7 +201,8 @@ def divert(writer: asyncio.StreamWriter, lane: Lane) -> bool:
 OnConnection = Callable[[asyncio.StreamReader, asyncio.StreamWriter, Slot], Awaitable[None]]
 
 LISTEN_BACKLOG = 100
-"""Connections the kernel queues before they are accepted (``asyncio.start_server``'s default)."""
+"""Connections the kernel queues before they are accepted, unless the caller says otherwise
+(``asyncio.start_server``'s default; the worker listener takes ``connections.listen_backlog``)."""
 ACCEPT_RETRY_S = 0.1
 """After a failed accept (the open-file limit), wait this long before accepting again."""
 
@@ -327,6 +328,7 @@ async def start_listener(
     refused: RateLimited,
     sasl: bool,
     turn_away: Callable[[socket.socket], None] | None = None,
+    backlog: int = LISTEN_BACKLOG,
 ) -> Listener:
     """Listening sockets for ``host``:``port`` (every address it resolves to, as
     ``asyncio.start_server`` binds them; not accepting yet: call ``start_serving``) whose connections
@@ -344,7 +346,7 @@ async def start_listener(
         for transport_socket in bound.sockets:
             sock = socket.socket(fileno=os.dup(transport_socket.fileno()))
             sock.setblocking(False)
-            sock.listen(LISTEN_BACKLOG)
+            sock.listen(backlog)
             sockets.append(sock)
     finally:
         bound.close()

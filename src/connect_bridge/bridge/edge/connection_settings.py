@@ -26,6 +26,12 @@ class ConnectionSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    listen_backlog: int = Field(1024, gt=0, le=65535)
+    """Connections the kernel queues on the worker listener before the bridge accepts them (Kafka's
+    ``socket.listen.backlog.size``, default 50; the kernel caps it at ``net.core.somaxconn``). The
+    bridge fronts every Kafka client of the workers, and after a restart all of them reconnect at
+    once: past a full queue the kernel drops their SYNs and each retries 1, 3, 7 s later. A queued
+    connection holds no slot and nothing of the bridge's until it is accepted."""
     tls_handshake_timeout_ms: int = Field(10_000, gt=0)
     """A TLS handshake not completed this long after the connection was accepted is aborted (asyncio's
     own default is 60 s). 10 s: a handshake takes milliseconds, and a JVM worker on a loaded host or a
