@@ -29,7 +29,7 @@ from connect_bridge.state.api import (
 from connect_bridge.state.config import CoordinatorConfig
 from connect_bridge.state.connect import legacy_members
 from connect_bridge.state.coordinator import GroupCoordinator
-from connect_bridge.state.holds import zombie_grace_ms
+from connect_bridge.state.holds import revocation_timeout_hold_ms, zombie_grace_ms
 from connect_bridge.state.model import (
     EMPTY,
     AssignedMetadata,
@@ -1122,9 +1122,13 @@ def test_member_stuck_revoking_past_its_rebalance_timeout_is_removed() -> None:
     m1_owned = sim.group.members["m1"].current.owned
     sim.advance(22_000)
     assert "m1" not in sim.group.members and sim.group.group_epoch == group_epoch + 1
-    # m1 may still be stopping what it was told to revoke: held for zombie_grace_ms, then dealt.
+    # m1 may still be stopping what it was told to revoke, and has shown that stopping takes it long:
+    # held for revocation_timeout_hold_ms (longer than the zombie grace), then dealt.
     [held] = sim.group.metadata.held
-    assert held.items == m1_owned and held.deadline_ms == 22_000 + zombie_grace_ms(NO_SESSION_EXPIRY)
+    assert held.items == m1_owned and held.deadline_ms == 22_000 + revocation_timeout_hold_ms(
+        NO_SESSION_EXPIRY
+    )
+    assert revocation_timeout_hold_ms(NO_SESSION_EXPIRY) > zombie_grace_ms(NO_SESSION_EXPIRY)
     sim.settle()
     assert not sim.running["m2"] & m1_owned
     sim.advance(held.deadline_ms)

@@ -12,6 +12,14 @@ from connect_bridge.state.model import HeldWork, Items, MemberMetadata
 TASK_SHUTDOWN_MS = 5_000
 """Connect's ``task.shutdown.graceful.timeout.ms`` default: how long a worker may take to stop."""
 
+CONNECTOR_SHUTDOWN_MS = 5_000
+"""Connect's ``Worker.CONNECTOR_GRACEFUL_SHUTDOWN_TIMEOUT_MS``: how long a worker waits for a
+connector to stop."""
+
+REVOCATION_ROUND_MS = CONNECTOR_SHUTDOWN_MS + TASK_SHUTDOWN_MS
+"""The longest a Connect worker's herder spends stopping what one revocation takes from it: its
+connectors, then its tasks, each bounded by its graceful shutdown timeout."""
+
 
 JOIN_GROUP_TIMEOUT_LAPSE_MS = 5_000
 """Java's ``AbstractCoordinator.JOIN_GROUP_TIMEOUT_LAPSE``: what a client adds to its rebalance
@@ -63,16 +71,35 @@ def zombie_grace_ms(session_timeout_ms: int) -> int:
     return max(0, session_timeout_ms) // 3 + TASK_SHUTDOWN_MS
 
 
-def timer_removal_hold_ms(session_timeout_ms: int, now_ms: int, waits_elsewhere_until_ms: int | None) -> int:
-    """The least hold on the work of a member a timer removes at ``now_ms``: the zombie grace,
-    counted from when the member can stop running its tasks. That is now, unless the group was just
-    loaded and the member may still wait on a JoinGroup at the previous coordinator
-    (``ClassicMember.waits_elsewhere_until_ms``): then it runs its tasks until that JoinGroup times
-    out, and only then notices, finds this coordinator and comes back for its work. A join phase
-    another member started right after the load ends a rebalance timeout later, before such a
-    JoinGroup gives up when the workers' request timeout exceeds the rebalance timeout + 5 s."""
+def revocation_timeout_hold_ms(session_timeout_ms: int) -> int:
+    """How long the work of a member removed by its revocation timer stays held even without a
+    scheduled delay: longer than the zombie grace.
+
+    That member was not silent: it kept heartbeating while its herder spent a rebalance timeout
+    stopping what it was told to revoke, so it has shown that stopping takes it long. It may be in
+    the middle of a revocation round, which it finishes before it can act on anything else (up to
+    :data:`REVOCATION_ROUND_MS`; a member whose heartbeats wait on the herder is heard only then),
+    learns of its removal at its next heartbeat (a heartbeat interval, a third of the session), and
+    then stops everything it still runs (one more round). The zombie grace assumes one task
+    shutdown: in adversarial drill 99302309272 a new-protocol worker removed this way took 8.2 s
+    per stop and ran a connector 2.9 s after its work was dealt out (no scheduled delay).
+    """
+    return max(max(0, session_timeout_ms) // 3, REVOCATION_ROUND_MS) + REVOCATION_ROUND_MS
+
+
+def timer_removal_hold_ms(
+    session_timeout_ms: int, now_ms: int, waits_elsewhere_until_ms: int | None, grace_ms: int | None = None
+) -> int:
+    """The least hold on the work of a member a timer removes at ``now_ms``: ``grace_ms`` (the
+    zombie grace unless given), counted from when the member can stop running its tasks. That is
+    now, unless the group was just loaded and the member may still wait on a JoinGroup at the
+    previous coordinator (``ClassicMember.waits_elsewhere_until_ms``): then it runs its tasks until
+    that JoinGroup times out, and only then notices, finds this coordinator and comes back for its
+    work. A join phase another member started right after the load ends a rebalance timeout later,
+    before such a JoinGroup gives up when the workers' request timeout exceeds the rebalance
+    timeout + 5 s."""
     waits_ms = 0 if waits_elsewhere_until_ms is None else max(0, waits_elsewhere_until_ms - now_ms)
-    return waits_ms + zombie_grace_ms(session_timeout_ms)
+    return waits_ms + (zombie_grace_ms(session_timeout_ms) if grace_ms is None else grace_ms)
 
 
 def rejoin_delay_ms(held: tuple[HeldWork, ...], now_ms: int) -> int:

@@ -31,7 +31,12 @@ from connect_bridge.state.connect.records import (
 from connect_bridge.state.connect.target_assignment import assignment_spec, resolve_held
 from connect_bridge.state.connect.validation import epoch_relevant
 from connect_bridge.state.errors import RequestError
-from connect_bridge.state.holds import first_session_after_load_ms, hold_departed, timer_removal_hold_ms
+from connect_bridge.state.holds import (
+    first_session_after_load_ms,
+    hold_departed,
+    revocation_timeout_hold_ms,
+    timer_removal_hold_ms,
+)
 from connect_bridge.state.model import (
     EMPTY,
     NO_METADATA,
@@ -128,7 +133,8 @@ def _on_session_timeout(group: ConnectGroup, key: TimerKey, now_ms: int) -> None
 def _on_revocation_timeout(group: ConnectGroup, key: TimerKey, now_ms: int) -> None:
     member = group.members.get(key.member_id)
     if member is not None and member.current.state is MemberState.UNREVOKED:
-        remove_by_timer(group, member, now_ms)
+        grace = revocation_timeout_hold_ms(member.metadata.session_timeout_ms)
+        remove_by_timer(group, member, now_ms, grace_ms=grace)
 
 
 def _on_compute_timeout(group: ConnectGroup, _key: TimerKey, _now_ms: int) -> None:
@@ -206,13 +212,12 @@ def _end_first_sessions_of_earlier_incarnations(group: ConnectGroup, member_id: 
             group.arm_session(other, plain_end, 0)
 
 
-def remove_by_timer(group: ConnectGroup, member: Member, now_ms: int) -> None:
+def remove_by_timer(group: ConnectGroup, member: Member, now_ms: int, grace_ms: int | None = None) -> None:
     """A session, revocation, join or sync timer removes ``member``: it may still be running,
-    for the zombie grace, or longer if it may still wait on a JoinGroup at the coordinator
-    before a load (``holds.timer_removal_hold_ms``)."""
-    hold_ms = timer_removal_hold_ms(
-        member.metadata.session_timeout_ms, now_ms, group.waits_elsewhere_until.get(member.member_id)
-    )
+    for the zombie grace (``grace_ms``: the revocation timer's longer one), or longer if it may
+    still wait on a JoinGroup at the coordinator before a load (``holds.timer_removal_hold_ms``)."""
+    waits_until = group.waits_elsewhere_until.get(member.member_id)
+    hold_ms = timer_removal_hold_ms(member.metadata.session_timeout_ms, now_ms, waits_until, grace_ms)
     remove_member(group, member, now_ms, min_hold_ms=hold_ms)
 
 
