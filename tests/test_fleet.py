@@ -215,7 +215,7 @@ def test_a_drill_that_raises_is_a_crashed_row_not_the_end_of_the_fleet(monkeypat
 
     monkeypatch.setattr(sim, "run_scenario", run_or_raise)
     seeds = [fleet.scenario_seed(3, i) for i in range(3)]
-    verdicts = list(fleet._check_drills(True, None)(iter(seeds)))
+    verdicts = list(fleet._check_drills(True, None, None)(iter(seeds)))
     assert all(list(row) == [name for name, _ in fleet.CHECK_FIELDS] for row in verdicts)
     rows = pd.DataFrame(verdicts)
     crashed = rows[rows["seed"] == bad].iloc[0]
@@ -367,3 +367,20 @@ def test_a_failed_checks_only_drill_names_the_search_that_minimizes_it(
     searched_scenario = random_scenario(searched, protocols=ALL_PROTOCOLS, adversarial=True)
     assert searched_scenario.name == name
     assert searched_scenario == random_scenario(seed, adversarial=True)
+
+
+@pytest.mark.parametrize("checks_only", [True, False], ids=["checks", "events"])
+def test_drills_an_executor_ran_without_the_compiled_engine_are_counted_in_fleet_json(
+    spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, checks_only: bool
+) -> None:
+    """An executor on another machine has no compiled engine directory and runs the interpreted
+    one: ``fleet.json`` must not say ``compiled`` alone then. Here every executor lacks it."""
+    missing = str(tmp_path / "no-such-engine")
+    monkeypatch.setattr(fleet, "_resolve_engine", lambda engine, say: (missing, "compiled"))
+    run = fleet.run_fleet_checks if checks_only else fleet.run_fleet
+    doc = run(6, 3, tmp_path / "out", spark=spark)
+    assert (
+        doc["engine"]
+        == f"compiled, except 6 of 6 drills on the interpreted engine (their executors do not have {missing})"
+    )
+    assert json.loads((tmp_path / "out" / fleet.FLEET_JSON).read_text())["engine"] == doc["engine"]

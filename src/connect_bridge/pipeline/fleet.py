@@ -58,15 +58,17 @@ def _in_spark_task() -> bool:
     return TaskContext.get() is not None
 
 
-def _drill_functions(engine: str | None) -> Any:
+def _drill_functions(engine: str | None) -> tuple[Any, bool]:
     """In an executor: the compiled engine at ``engine`` when this machine has it (a local session,
-    or a standalone cluster on this machine), else the interpreted one (``drills/compiled.py``)."""
+    or a standalone cluster on this machine), else the interpreted one (``drills/compiled.py``); and
+    whether that was a fallback (``engine`` named a directory this machine does not have)."""
     from connect_bridge.drills.compiled import drill_functions
 
-    return drill_functions(engine if engine is not None and Path(engine).is_dir() else None)
+    fallback = engine is not None and not Path(engine).is_dir()
+    return drill_functions(None if fallback else engine), fallback
 
 
-def _drill_events(engine: str | None, batches: Iterator[Any]) -> Iterator[Any]:
+def _drill_events(engine: str | None, fallbacks: Any, batches: Iterator[Any]) -> Iterator[Any]:
     """``mapInPandas`` body (with ``engine`` bound): a batch of ``seed`` values → the event rows of
     their drills.
 
@@ -78,7 +80,7 @@ def _drill_events(engine: str | None, batches: Iterator[Any]) -> Iterator[Any]:
     from connect_bridge.drills.batch import collected_between_drills
     from connect_bridge.pipeline.schema import arrow_schema, event_row
 
-    drills = _drill_functions(engine)
+    drills, fallback = _drill_functions(engine)
     random_scenario, run_scenario = drills.random_scenario, drills.run_scenario
 
     schema = arrow_schema()
@@ -90,7 +92,10 @@ def _drill_events(engine: str | None, batches: Iterator[Any]) -> Iterator[Any]:
     with collected_between_drills(keep_frozen=_in_spark_task()) as between_drills:
         for batch in batches:
             rows: list[dict[str, Any]] = []
-            for seed in batch["seed"].tolist():
+            seeds = batch["seed"].tolist()
+            if fallback:
+                fallbacks.add(len(seeds))
+            for seed in seeds:
                 scenario = random_scenario(int(seed))
                 log = run_scenario(scenario)
                 rows.extend(event_row(e, scenario.name, i) for i, e in enumerate(log.events))
@@ -241,17 +246,41 @@ def _write_fleet_json(out: Path, fleet: dict[str, Any]) -> None:
     (out / FLEET_JSON).write_text(json.dumps(fleet, indent=2) + "\n", encoding="utf-8")
 
 
-def write_fleet_events(spark: Any, count: int, seed: int, path: str | Path, engine: str | None = None) -> int:
+def write_fleet_events(
+    spark: Any, count: int, seed: int, path: str | Path, engine: str | None = None, fallbacks: Any = None
+) -> int:
     """Run drills ``0..count-1`` of fleet ``seed`` in the executors (the compiled engine in the
     directory ``engine``, or the interpreted one); write their events to ``path`` (Parquet
-    partitioned by ``drill``). Returns the number of event rows written."""
+    partitioned by ``drill``). Returns the number of event rows written. ``fallbacks`` (a Spark
+    accumulator, see :func:`_fallback_counter`) counts the drills an executor without ``engine`` ran
+    on the interpreted engine."""
     from connect_bridge.pipeline.schema import spark_schema
 
+    fallbacks = fallbacks if fallbacks is not None else _fallback_counter(spark)
     events = _seed_frame(spark, count, seed, EVENTS_PER_CORE).mapInPandas(
-        partial(_drill_events, engine), schema=spark_schema()
+        partial(_drill_events, engine, fallbacks), schema=spark_schema()
     )
     events.write.mode("overwrite").partitionBy("drill").parquet(str(path))
     return int(spark.read.parquet(str(path)).count())
+
+
+def _fallback_counter(spark: Any) -> Any:
+    """A Spark accumulator the executors add to for each drill they ran on the interpreted engine
+    although the compiled one was asked for (its directory is only on the driver's machine)."""
+    return spark.sparkContext.accumulator(0)
+
+
+def _engine_that_ran(ran_on: str, engine_dir: str | None, fallbacks: Any, count: int) -> str:
+    """``fleet.json``'s ``engine``: what :func:`_resolve_engine` chose, unless executors ran drills
+    interpreted because they do not have the compiled engine's directory (a cluster on other
+    machines); then it says how many."""
+    interpreted = int(fallbacks.value)
+    if engine_dir is None or interpreted == 0:
+        return ran_on
+    return (
+        f"{ran_on}, except {interpreted} of {counted(count, 'drill')} on the interpreted engine "
+        f"(their executors do not have {engine_dir})"
+    )
 
 
 def run_fleet(
@@ -278,8 +307,9 @@ def run_fleet(
     running = f"running {counted(count, 'drill')} (seed {seed})"
     say(running, done=0)
     started = time.monotonic()
+    fallbacks = _fallback_counter(spark)
     with _watching(spark, count, EVENTS_PER_CORE, progress, running):
-        n_events = write_fleet_events(spark, count, seed, out / EVENTS_DIR, engine_dir)
+        n_events = write_fleet_events(spark, count, seed, out / EVENTS_DIR, engine_dir, fallbacks)
     ran = time.monotonic()
     say(f"{n_events} events written to {out / EVENTS_DIR}", done=count)
 
@@ -301,7 +331,7 @@ def run_fleet(
         "report": str(out / REPORT_DIR / "index.html"),
         "failed": failed,
         "totals": doc["totals"],
-        "engine": ran_on,
+        "engine": _engine_that_ran(ran_on, engine_dir, fallbacks, count),
     }
     _write_fleet_json(out, fleet)
     say(f"{len(failed)} of {counted(count, 'drill')} failed; {out / FLEET_JSON}")
@@ -367,7 +397,7 @@ def _crashed_row(name: str, seed: int, exc: Exception) -> dict[str, Any]:
 
 
 def _check_drills(
-    adversarial: bool, engine: str | None
+    adversarial: bool, engine: str | None, fallbacks: Any
 ) -> Callable[[Iterable[int]], Iterator[dict[str, Any]]]:
     """``mapPartitions`` body of a checks-only fleet: each seed's drill is run and judged in the
     executor (the checker of ``drill run``, both invariants included); one row per drill (a dict of
@@ -380,10 +410,13 @@ def _check_drills(
     def run(seeds: Iterable[int]) -> Iterator[dict[str, Any]]:
         from connect_bridge.drills.batch import collected_between_drills
 
-        drills = _drill_functions(engine)
+        drills, fallback = _drill_functions(engine)
         random_scenario, run_scenario, check = drills.random_scenario, drills.run_scenario, drills.check
         with collected_between_drills(keep_frozen=_in_spark_task()) as between_drills:
-            yield from _checked(seeds, adversarial, random_scenario, run_scenario, check, between_drills)
+            for row in _checked(seeds, adversarial, random_scenario, run_scenario, check, between_drills):
+                if fallback:
+                    fallbacks.add(1)
+                yield row
 
     return run
 
@@ -457,8 +490,9 @@ def run_fleet_checks(
     running = f"running {counted(count, kind + 'drill')} (seed {seed}), checked in the executors"
     say(running, done=0)
     started = time.monotonic()
+    fallbacks = _fallback_counter(spark)
     checks = _seed_slices(spark, count, seed, CHECKS_PER_CORE).mapPartitions(
-        _check_drills(adversarial, engine_dir)
+        _check_drills(adversarial, engine_dir, fallbacks)
     )
     with _watching(spark, count, CHECKS_PER_CORE, progress, running, CHECKS_PER_TASK):
         rows = sorted(checks.collect(), key=lambda row: row["seed"])
@@ -481,7 +515,7 @@ def run_fleet_checks(
         "failed_drills": int(totals["failed"] or 0),
         "max_unowned_ms": int(totals["max_unowned_ms"] or 0),
         "failed": failed,
-        "engine": ran_on,
+        "engine": _engine_that_ran(ran_on, engine_dir, fallbacks, count),
     }
     _write_fleet_json(out, fleet)
     failed_of = f"{fleet['failed_drills']} of {counted(count, 'drill')}"
