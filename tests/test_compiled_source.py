@@ -18,6 +18,7 @@ from connect_bridge.drills.compiled_source import base_names, native_dataclasses
 SOURCE = textwrap.dedent(
     '''
     from __future__ import annotations
+    import dataclasses
     from dataclasses import dataclass, field
     from typing import ClassVar
 
@@ -44,6 +45,10 @@ SOURCE = textwrap.dedent(
     @dataclass(frozen=True)
     class WithFactory:
         items: tuple[int, ...] = field(default_factory=tuple)
+
+    @dataclass
+    class WithQualifiedFactory:
+        items: tuple[int, ...] = dataclasses.field(default_factory=tuple)
 
     @dataclass
     class WithClassVar:
@@ -97,7 +102,7 @@ def test_plain_dataclasses_get_their_own_init_and_frozen_ones_lose_only_the_guar
     assert not _params(copy["Value"]).init and not _params(copy["Value"]).frozen
     assert not _params(copy["Mutable"]).init
     assert "__init__" in copy["Value"].__dict__ and "__init__" in copy["Mutable"].__dict__
-    for name in ("WithFactory", "WithClassVar", "PostInit"):
+    for name in ("WithFactory", "WithQualifiedFactory", "WithClassVar", "PostInit"):
         assert _params(copy[name]).init, f"{name} keeps the generated __init__"
     assert _params(copy["Base"]).init, "a class others inherit from keeps the generated __init__"
     assert _params(copy["Derived"]).init and not _params(copy["Derived"]).frozen

@@ -124,11 +124,20 @@ def _plain_fields(node: ast.ClassDef, source: str) -> list[tuple[str, str, str |
         if any(word in annotation for word in _NOT_FIELDS):
             return None
         value = statement.value
-        if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "field":
+        if (
+            isinstance(value, ast.Call) and _called_name(value.func) == "field"
+        ):  # field(...), dataclasses.field(...)
             return None
         default = None if value is None else ast.get_source_segment(source, value)
         fields.append((statement.target.id, annotation, default))
     return fields
+
+
+def _called_name(func: ast.expr) -> str | None:
+    """``f`` of a call ``f(...)`` or ``module.f(...)``."""
+    if isinstance(func, ast.Name):
+        return func.id
+    return func.attr if isinstance(func, ast.Attribute) else None
 
 
 def _init_lines(fields: list[tuple[str, str, str | None]], indent: str) -> list[str]:
