@@ -51,3 +51,25 @@ def test_search_reports_failures_with_their_invariant() -> None:
     assert [f.seed for f in failures] == [7, 8]
     assert all(isinstance(f, Failure) and f.invariant == "converged" for f in failures)
     assert broken(judge(load_scenario(BIG))) is None
+
+
+def test_an_overlap_shrinks_only_into_overlaps_against_the_same_worker(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A shrink that keeps "exclusive broken" but against another worker tells another story (drill
+    99302309272 shrank into two live processes with one static instance id): it is refused."""
+    from types import SimpleNamespace
+
+    from connect_bridge.drills import search as search_module
+
+    verdicts = {
+        "same": ("t_ms=9: c0 started on w2 while w4 runs it",),
+        "other": ("t_ms=9: c3 started on z1 while w1 runs it",),
+        "none": (),
+    }
+    monkeypatch.setattr(
+        search_module,
+        "judge",
+        lambda candidate: SimpleNamespace(exclusive=not verdicts[candidate], violations=verdicts[candidate]),
+    )
+    still_fails = search_module.same_failure("exclusive", "t_ms=41356: c0 started on w3 while w4 runs it")
+    assert still_fails("same") and not still_fails("other") and not still_fails("none")
+    assert search_module.same_failure("exclusive")("other"), "without the original violation: any overlap"

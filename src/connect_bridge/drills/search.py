@@ -2,13 +2,15 @@
 
 A failing random drill is usually dozens of steps of which three matter. ``minimize`` applies delta
 debugging to the scenario (drop steps, then shorten durations and counts, then drop connectors),
-keeping a candidate only if it still fails *the same invariant*, so what is written to
+keeping a candidate only if it still fails *the same invariant* (an overlap: against the same
+worker), so what is written to
 ``tests/regressions/`` is the smallest story that still breaks. Every candidate is validated with
 ``load_scenario``; an invalid one (a step naming a worker whose start was dropped) is skipped.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,13 +121,35 @@ def minimize(scenario: Scenario, still_fails: Callable[[Scenario], bool], budget
     return load_scenario(best)
 
 
-def same_failure(invariant: str) -> Callable[[Scenario], bool]:
-    return lambda candidate: not getattr(judge(candidate), invariant)
+_ALREADY_RUNNING = re.compile(r" while (.+) runs it$")
+"""The end of the checker's overlap violation: the worker(s) that already ran the item."""
+
+
+def _already_running(violation: str) -> str | None:
+    match = _ALREADY_RUNNING.search(violation)
+    return match.group(1) if match else None
+
+
+def same_failure(invariant: str, violation: str = "") -> Callable[[Scenario], bool]:
+    """Whether a candidate still breaks ``invariant``; for an overlap (``exclusive``), still
+    against the worker(s) that ``violation`` (the original first violation) names as already
+    running the item. Any overlap would do otherwise, and a shrink could trade the story for
+    another one: dropping the crash between two processes given one static instance id left both
+    alive, an overlap no coordinator prevents (drill 99302309272 shrank into that)."""
+    running = _already_running(violation) if invariant == "exclusive" else None
+
+    def still_fails(candidate: Scenario) -> bool:
+        summary = judge(candidate)
+        if getattr(summary, invariant):
+            return False
+        return running is None or any(_already_running(v) == running for v in summary.violations)
+
+    return still_fails
 
 
 def keep(failure: Failure, directory: str | Path, budget: int = 400) -> Path:
     """Minimize ``failure`` and write it as ``DIRECTORY/INVARIANT-SEED.json``."""
-    small = minimize(failure.scenario, same_failure(failure.invariant), budget)
+    small = minimize(failure.scenario, same_failure(failure.invariant, failure.violation), budget)
     path = Path(directory) / f"{failure.invariant}-{failure.seed}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     dump_scenario(small.model_copy(update={"name": path.stem}), path)
