@@ -124,9 +124,8 @@ def _plain_fields(node: ast.ClassDef, source: str) -> list[tuple[str, str, str |
         if any(word in annotation for word in _NOT_FIELDS):
             return None
         value = statement.value
-        if (
-            isinstance(value, ast.Call) and _called_name(value.func) == "field"
-        ):  # field(...), dataclasses.field(...)
+        # field(...) or dataclasses.field(...): defaults and flags only the generated __init__ knows
+        if isinstance(value, ast.Call) and _called_name(value.func) == "field":
             return None
         default = None if value is None else ast.get_source_segment(source, value)
         fields.append((statement.target.id, annotation, default))
